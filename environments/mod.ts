@@ -1,0 +1,18 @@
+/**
+ * The built-in environments, registered with static imports so a compiled binary
+ * embeds them.
+ * @module
+ */
+import type { Registry } from "../lib/load_env.ts";
+import * as calculator from "./calculator/mod.ts";
+import * as gsm8k from "./gsm8k/mod.ts";
+import * as reverseText from "./reverse_text/mod.ts";
+import * as wordle from "./wordle/mod.ts";
+
+/** Built-in environment ids → modules. */
+export const BUILTINS: Registry = {
+  "gsm8k": () => Promise.resolve(gsm8k),
+  "reverse-text": () => Promise.resolve(reverseText),
+  "calculator": () => Promise.resolve(calculator),
+  "wordle": () => Promise.resolve(wordle),
+};

@@ -1,0 +1,23 @@
+/** Sentences written for vf's reverse-text environment. */
+export const SENTENCES: string[] = [
+  "The quick brown fox jumps over the lazy dog.",
+  "A journey of a thousand miles begins with a single step.",
+  "Every rollout is a small experiment.",
+  "Rewards should measure what you actually care about.",
+  "Sandboxes keep agents from touching the host.",
+  "Bright lanterns floated above the quiet harbor.",
+  "She counted seventeen paper cranes on the windowsill.",
+  "Rain drummed softly on the tin roof all night.",
+  "The library opens at nine and closes at six.",
+  "Never trust a benchmark you did not run yourself.",
+  "Two cores and plenty of memory make a patient machine.",
+  "Palindromes read the same in both directions.",
+  "The committee postponed its decision until spring.",
+  "A red kite circled high over the green valley.",
+  "Fresh bread cooled on the kitchen counter.",
+  "He whistled an old tune while fixing the bicycle.",
+  "Clouds gathered slowly behind the lighthouse.",
+  "Numbers alone rarely tell the whole story.",
+  "The train to the coast leaves from platform four.",
+  "Small tests catch large mistakes.",
+];

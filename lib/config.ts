@@ -1,0 +1,131 @@
+/**
+ * Evaluation configs: TOML files with snake_case keys, overridden by CLI flags and dotted
+ * keys (`--env.agent.scoring.mode isolated`), validated strictly with zod.
+ * @module
+ */
+import { readFile } from "node:fs/promises";
+import { parse as parseToml } from "npm:smol-toml@^1.4.0";
+import { z } from "npm:zod@^4.6.0";
+import { ConfigError } from "./errors.ts";
+
+const jsonObject = z.record(z.string(), z.unknown());
+
+/** The `[client]` table: how to reach the model. */
+export const ClientSection = z.strictObject({
+  base_url: z.string().optional(),
+  api_key_var: z.string().optional(),
+  timeout: z.number().positive().optional(),
+  max_retries: z.number().int().min(0).optional(),
+  headers: z.record(z.string(), z.string()).optional(),
+});
+
+/** One evaluation's settings (the file's top level, after CLI overrides). */
+export const EvalConfig = z.strictObject({
+  env_id: z.string().optional(),
+  env_args: jsonObject.optional(),
+  env: jsonObject.optional(),
+  model: z.string().optional(),
+  base_url: z.string().optional(),
+  api_base_url: z.string().optional(),
+  api_key_var: z.string().optional(),
+  client: ClientSection.optional(),
+  endpoints_path: z.string().optional(),
+  num_examples: z.number().int().optional(),
+  rollouts_per_example: z.number().int().min(1).optional(),
+  max_concurrent: z.number().int().optional(),
+  sampling_args: jsonObject.optional(),
+  max_tokens: z.number().int().positive().optional(),
+  temperature: z.number().min(0).optional(),
+  save_results: z.boolean().optional(),
+  save: z.boolean().optional(),
+  output_dir: z.string().optional(),
+  resume: z.union([z.boolean(), z.string()]).optional(),
+  independent_scoring: z.boolean().optional(),
+  max_retries: z.number().int().min(0).optional(),
+  state_columns: z.array(z.string()).optional(),
+  extra_env_kwargs: jsonObject.optional(),
+  timeout: z.number().positive().optional(),
+  shuffle_seed: z.number().int().optional(),
+  headers: z.record(z.string(), z.string()).optional(),
+  verbose: z.boolean().optional(),
+  quiet: z.boolean().optional(),
+});
+
+/** A validated evaluation config. */
+export type EvalConfig = z.infer<typeof EvalConfig>;
+
+/** Read and parse a TOML file, naming the file and line on syntax errors. */
+export async function readToml(path: string): Promise<Record<string, unknown>> {
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (error) {
+    throw new ConfigError(`Cannot read config "${path}": ${(error as Error).message}`);
+  }
+  try {
+    return parseToml(text) as Record<string, unknown>;
+  } catch (error) {
+    const msg = (error as Error).message.split("\n")[0];
+    // deno-lint-ignore no-explicit-any
+    const line = (error as any).line;
+    throw new ConfigError(`${path}${line ? `:${line}` : ""}: invalid TOML: ${msg}`);
+  }
+}
+
+/** Deep-merge `over` into `base` (objects merge, everything else replaces). */
+export function deepMerge(
+  base: Record<string, unknown>,
+  over: Record<string, unknown>,
+): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...base };
+  for (const [k, v] of Object.entries(over)) {
+    const b = out[k];
+    if (isPlainObject(b) && isPlainObject(v)) out[k] = deepMerge(b, v);
+    else out[k] = v;
+  }
+  return out;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** Set `a.b.c = value` in a nested object, creating tables as needed. */
+export function setDotted(target: Record<string, unknown>, key: string, value: unknown): void {
+  const parts = key.split(".");
+  let node = target;
+  for (const p of parts.slice(0, -1)) {
+    if (!isPlainObject(node[p])) node[p] = {};
+    node = node[p] as Record<string, unknown>;
+  }
+  node[parts[parts.length - 1]] = value;
+}
+
+/** Validate a merged config; issues become `source: path.to.field: message`. */
+export function validateEvalConfig(raw: Record<string, unknown>, source: string): EvalConfig {
+  const result = EvalConfig.safeParse(raw);
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    const path = issue.path.join(".");
+    let message = issue.message;
+    if (issue.code === "unrecognized_keys") {
+      const keys = (issue as unknown as { keys: string[] }).keys;
+      message = `unknown key${keys.length > 1 ? "s" : ""} ${keys.map((k) => `"${k}"`).join(", ")}`;
+    }
+    throw new ConfigError(`${source}: ${path ? `${path}: ` : ""}${message}`);
+  }
+  return result.data;
+}
+
+/** Resolve `${VAR}` and `${VAR:-default}` templates against an environment. */
+export function resolveTemplate(
+  text: string,
+  env: (name: string) => string | undefined,
+): string {
+  return text.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (_m, name, fallback) => {
+    const v = env(name);
+    if (v !== undefined && v !== "") return v;
+    if (fallback !== undefined) return fallback;
+    throw new ConfigError(`Environment variable "${name}" is not set and has no default`);
+  });
+}

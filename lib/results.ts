@@ -1,0 +1,385 @@
+/**
+ * Rollout outputs as written to `results.jsonl`, the run metadata, and their files.
+ * @module
+ */
+import { appendFile, mkdir, open, readFile, rename, stat, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { ConfigError, serializeError, type SerializedError } from "./errors.ts";
+import { type State, timingDump } from "./state.ts";
+import type { Messages, Tool } from "./types.ts";
+
+/** Version of every persisted record written by this module. */
+export const FORMAT_VERSION = 1;
+
+/** One serialised rollout (snake_case, as in verifiers). */
+export interface RolloutOutput {
+  format_version: number;
+  example_id: number;
+  task: string;
+  prompt: Messages;
+  completion: Messages;
+  answer?: string;
+  info?: Record<string, unknown>;
+  reward: number;
+  advantage?: number | null;
+  metrics: Record<string, number>;
+  timing: Record<string, unknown>;
+  is_completed: boolean;
+  is_truncated: boolean;
+  stop_condition: string | null;
+  tool_defs: Tool[] | null;
+  error: SerializedError | null;
+  token_usage?: {
+    input_tokens: number;
+    output_tokens: number;
+    final_input_tokens: number;
+    final_output_tokens: number;
+  };
+  trajectory_id: string;
+  [extra: string]: unknown;
+}
+
+function jsonSafe(value: unknown): unknown {
+  return JSON.parse(JSON.stringify(value, (_k, v) => {
+    if (typeof v === "bigint") return Number(v);
+    if (v instanceof Error) return serializeError(v);
+    if (v instanceof Map) return Object.fromEntries(v);
+    if (v instanceof Set) return [...v];
+    return v;
+  }) ?? "null");
+}
+
+/** Serialise a finished state. `stateColumns` copies extra state keys (JSON-safe values only). */
+export function stateToOutput(state: State, stateColumns: string[] = []): RolloutOutput {
+  const metrics = state.metrics ?? {};
+  const out: RolloutOutput = {
+    format_version: FORMAT_VERSION,
+    example_id: state.example_id,
+    task: state.task ?? "default",
+    prompt: jsonSafe(state.prompt) as Messages,
+    completion: jsonSafe(state.completion) as Messages,
+    reward: state.reward ?? 0,
+    advantage: state.advantage,
+    metrics,
+    timing: timingDump(state.timing),
+    is_completed: state.is_completed,
+    is_truncated: state.is_truncated,
+    stop_condition: state.stop_condition,
+    tool_defs: state.tool_defs.length > 0 ? state.tool_defs : null,
+    error: state.error ? serializeError(state.error) : null,
+    trajectory_id: state.trajectory_id,
+  };
+  if (state.answer) out.answer = state.answer;
+  if (state.info && Object.keys(state.info).length > 0) out.info = jsonSafe(state.info) as Record<string, unknown>;
+  for (const [k, v] of Object.entries(metrics)) if (!(k in out)) out[k] = v;
+  if (state.usage.seen) {
+    const steps = state.trajectory.filter((s) => s.response.usage);
+    const finalOut = steps.reduce((a, s) => a + (s.response.usage?.completion_tokens ?? 0), 0);
+    const lastUsage = steps.at(-1)?.response.usage;
+    const finalIn = lastUsage
+      ? Math.max(0, lastUsage.prompt_tokens + lastUsage.completion_tokens - finalOut)
+      : 0;
+    out.token_usage = {
+      input_tokens: state.usage.input_tokens,
+      output_tokens: state.usage.output_tokens,
+      final_input_tokens: finalIn,
+      final_output_tokens: finalOut,
+    };
+  }
+  for (const col of stateColumns) {
+    const value = state[col];
+    try {
+      out[col] = jsonSafe(value ?? null);
+    } catch (error) {
+      throw new TypeError(`State column "${col}" is not JSON-serialisable: ${error}`);
+    }
+  }
+  return out;
+}
+
+/** pass@k and pass^k for one example with `c` correct of `n`. */
+export function passAtK(n: number, c: number, k: number): { pass: number; passAll: number } {
+  const comb = (a: number, b: number): number => {
+    if (b < 0 || b > a) return 0;
+    let r = 1;
+    for (let i = 1; i <= b; i++) r = (r * (a - b + i)) / i;
+    return r;
+  };
+  const total = comb(n, k);
+  return {
+    pass: n - c < k ? 1 : 1 - comb(n - c, k) / total,
+    passAll: comb(c, k) / total,
+  };
+}
+
+/** The fixed part of the metadata, known before any rollout finishes. */
+export interface MetadataBase {
+  format_version: number;
+  env_id: string;
+  env_args: Record<string, unknown>;
+  model: string;
+  base_url: string;
+  num_examples: number;
+  rollouts_per_example: number;
+  sampling_args: Record<string, unknown>;
+  pass_threshold: number;
+  vf_version: string;
+  [extra: string]: unknown;
+}
+
+/** Run-level aggregates, as written to `metadata.json`. */
+export interface RunMetadata extends MetadataBase {
+  date: string;
+  time_ms: number;
+  num_rollouts: number;
+  avg_reward: number;
+  avg_metrics: Record<string, number>;
+  avg_error: number;
+  pass_at_k: Record<string, number>;
+  pass_all_k: Record<string, number>;
+  usage: {
+    input_tokens: number;
+    output_tokens: number;
+    total_input_tokens: number;
+    total_output_tokens: number;
+  } | null;
+  tools: Tool[] | null;
+}
+
+/** Incrementally aggregates outputs into {@link RunMetadata}. */
+export class MetadataBuilder {
+  #base: MetadataBase;
+  #started = Date.now();
+  #n = 0;
+  #rewardSum = 0;
+  #errors = 0;
+  #metricSums = new Map<string, { sum: number; n: number }>();
+  #usage = { n: 0, input: 0, output: 0 };
+  #byExample = new Map<number, { n: number; correct: number }>();
+  #toolKey: string | null | undefined = undefined;
+  #tools: Tool[] | null = null;
+
+  constructor(base: MetadataBase) {
+    this.#base = base;
+  }
+
+  /** The fixed part of the metadata. */
+  get base(): MetadataBase {
+    return this.#base;
+  }
+
+  /** Count of outputs added. */
+  get count(): number {
+    return this.#n;
+  }
+
+  /** Mean reward so far (0 before any output). */
+  get meanReward(): number {
+    return this.#n ? this.#rewardSum / this.#n : 0;
+  }
+
+  /** Fold outputs in. */
+  add(outputs: RolloutOutput[]): void {
+    for (const o of outputs) {
+      this.#n++;
+      this.#rewardSum += Number(o.reward ?? 0);
+      if (o.error) this.#errors++;
+      for (const [k, v] of Object.entries(o.metrics ?? {})) {
+        if (typeof v !== "number") continue;
+        const m = this.#metricSums.get(k) ?? { sum: 0, n: 0 };
+        m.sum += v;
+        m.n++;
+        this.#metricSums.set(k, m);
+      }
+      if (o.token_usage) {
+        this.#usage.n++;
+        this.#usage.input += o.token_usage.input_tokens;
+        this.#usage.output += o.token_usage.output_tokens;
+      }
+      const ex = this.#byExample.get(o.example_id) ?? { n: 0, correct: 0 };
+      ex.n++;
+      if (Number(o.reward ?? 0) >= this.#base.pass_threshold && !o.error) ex.correct++;
+      this.#byExample.set(o.example_id, ex);
+      const key = (o.tool_defs ?? []).map((t) => t.name).sort().join(",");
+      if (this.#toolKey === undefined) {
+        this.#toolKey = key;
+        this.#tools = o.tool_defs && o.tool_defs.length ? o.tool_defs : null;
+      } else if (this.#toolKey !== key) {
+        this.#toolKey = null;
+        this.#tools = null;
+      }
+    }
+  }
+
+  /** The metadata as of now. */
+  build(): RunMetadata {
+    const r = this.#base.rollouts_per_example;
+    const passAt: Record<string, number> = {};
+    const passAll: Record<string, number> = {};
+    if (r > 1) {
+      const complete = [...this.#byExample.values()].filter((e) => e.n === r);
+      if (complete.length > 0) {
+        for (let k = 1; k <= r; k *= 2) {
+          let p = 0;
+          let pa = 0;
+          for (const e of complete) {
+            const v = passAtK(r, e.correct, k);
+            p += v.pass;
+            pa += v.passAll;
+          }
+          passAt[String(k)] = p / complete.length;
+          passAll[String(k)] = pa / complete.length;
+        }
+      }
+    }
+    const avgMetrics: Record<string, number> = {};
+    for (const [k, m] of this.#metricSums) avgMetrics[k] = m.sum / m.n;
+    return {
+      ...this.#base,
+      date: new Date().toISOString(),
+      time_ms: Date.now() - this.#started,
+      num_rollouts: this.#n,
+      avg_reward: this.meanReward,
+      avg_metrics: avgMetrics,
+      avg_error: this.#n ? this.#errors / this.#n : 0,
+      pass_at_k: passAt,
+      pass_all_k: passAll,
+      usage: this.#usage.n
+        ? {
+          input_tokens: this.#usage.input / this.#usage.n,
+          output_tokens: this.#usage.output / this.#usage.n,
+          total_input_tokens: this.#usage.input,
+          total_output_tokens: this.#usage.output,
+        }
+        : null,
+      tools: this.#tools,
+    };
+  }
+}
+
+/** Appends outputs to `results.jsonl` and rewrites `metadata.json` atomically. */
+export class ResultsWriter {
+  readonly dir: string;
+  #repaired = false;
+  #queue: Promise<void> = Promise.resolve();
+
+  constructor(dir: string) {
+    this.dir = dir;
+  }
+
+  get resultsPath(): string {
+    return join(this.dir, "results.jsonl");
+  }
+
+  get metadataPath(): string {
+    return join(this.dir, "metadata.json");
+  }
+
+  /** Append outputs (serialised one per line), repairing a torn last line first. */
+  append(outputs: RolloutOutput[]): Promise<void> {
+    const next = this.#queue.then(async () => {
+      await mkdir(this.dir, { recursive: true });
+      if (!this.#repaired) {
+        await repairTrailingLine(this.resultsPath);
+        this.#repaired = true;
+      }
+      const lines = outputs.map((o) => JSON.stringify(o) + "\n").join("");
+      await appendFile(this.resultsPath, lines);
+    });
+    this.#queue = next.catch(() => {});
+    return next;
+  }
+
+  /** Rewrite `metadata.json` (temp file, then rename). */
+  writeMetadata(metadata: Record<string, unknown>): Promise<void> {
+    const next = this.#queue.then(async () => {
+      await mkdir(this.dir, { recursive: true });
+      await writeJsonAtomic(this.metadataPath, metadata);
+    });
+    this.#queue = next.catch(() => {});
+    return next;
+  }
+
+  /** Wait for queued writes. */
+  flush(): Promise<void> {
+    return this.#queue;
+  }
+}
+
+/** Write JSON through a temp file and a rename, so readers never see half a file. */
+export async function writeJsonAtomic(path: string, value: unknown): Promise<void> {
+  await mkdir(dirname(path), { recursive: true });
+  const tmp = `${path}.${crypto.randomUUID().slice(0, 8)}.tmp`;
+  await writeFile(tmp, JSON.stringify(value, null, 2) + "\n");
+  await rename(tmp, path);
+}
+
+/** Truncate a partial last line left by a crash mid-write. */
+export async function repairTrailingLine(path: string): Promise<void> {
+  let size: number;
+  try {
+    size = (await stat(path)).size;
+  } catch {
+    return;
+  }
+  if (size === 0) return;
+  const text = await readFile(path, "utf8");
+  if (text.endsWith("\n")) {
+    const lines = text.trimEnd().split("\n");
+    try {
+      JSON.parse(lines[lines.length - 1]);
+      return;
+    } catch { /* fall through: drop the malformed last line */ }
+  }
+  const cut = text.trimEnd().lastIndexOf("\n");
+  const keep = cut < 0 ? "" : text.slice(0, cut + 1);
+  const fh = await open(path, "r+");
+  try {
+    await fh.truncate(new TextEncoder().encode(keep).length);
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Read `results.jsonl`: blank lines skipped, a malformed last line ignored, others fatal. */
+export async function loadOutputs(dir: string): Promise<RolloutOutput[]> {
+  const path = join(dir, "results.jsonl");
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch {
+    return [];
+  }
+  const lines = text.split("\n").map((l, i) => [l, i + 1] as const).filter(([l]) => l.trim());
+  const out: RolloutOutput[] = [];
+  for (const [idx, [line, lineNo]] of lines.entries()) {
+    try {
+      out.push(JSON.parse(line));
+    } catch (error) {
+      if (idx === lines.length - 1) {
+        console.warn(`${path}:${lineNo}: ignoring a malformed last line`);
+        continue;
+      }
+      throw new ConfigError(`${path}:${lineNo}: malformed JSON: ${(error as Error).message}`);
+    }
+  }
+  return out;
+}
+
+/** Read a run's `metadata.json`. */
+export async function loadMetadata(dir: string): Promise<RunMetadata> {
+  const path = join(dir, "metadata.json");
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch {
+    throw new ConfigError(`"${dir}" is not a results directory: "${path}" is missing`);
+  }
+  try {
+    const value = JSON.parse(text);
+    if (typeof value !== "object" || value === null || Array.isArray(value)) throw new Error("not an object");
+    return value as RunMetadata;
+  } catch (error) {
+    throw new ConfigError(`${path}: invalid metadata: ${(error as Error).message}`);
+  }
+}

@@ -1,0 +1,93 @@
+/**
+ * vf: build, share and run environments that evaluate and train LLMs and agents.
+ *
+ * Datasets become chat prompts, environments run them against any OpenAI-compatible
+ * endpoint, parsers and rubrics score the completions, and `evaluate` runs many rollouts
+ * concurrently, grouped per example for pass@k, streaming results to disk.
+ *
+ * ```ts
+ * import { evaluate, OpenAIChatClient, Rubric, SingleTurnEnv } from "./mod.ts";
+ *
+ * const env = new SingleTurnEnv({
+ *   evalDataset: [{ question: "What is 2+2?", answer: "4" }],
+ *   systemPrompt: "Answer with a number only.",
+ *   rubric: new Rubric({
+ *     funcs: [({ completion, answer, parser }) => parser.parseAnswer(completion)?.trim() === answer],
+ *   }),
+ * });
+ * const client = new OpenAIChatClient({ base_url: "http://127.0.0.1:8000/v1" });
+ * const { metadata } = await evaluate(env, client, "my-model", { rolloutsPerExample: 4 });
+ * console.log(metadata.avg_reward, metadata.pass_at_k);
+ * ```
+ * @module
+ */
+
+export type * from "./lib/types.ts";
+export * from "./lib/errors.ts";
+export { Dataset } from "./lib/dataset.ts";
+export type { MapAsyncOptions, MapOptions, MapResult } from "./lib/dataset.ts";
+export { datasetFromBytes, loadDataset, saveDataset } from "./lib/dataset_io.ts";
+export { loadHubDataset } from "./lib/hub.ts";
+export type { LoadHubDatasetOptions } from "./lib/hub.ts";
+export { EXAMPLE_DATASET_NAMES, loadExampleDataset } from "./lib/example_datasets.ts";
+export { formatRows, parseInfo } from "./lib/formatting.ts";
+export type { FormatOptions } from "./lib/formatting.ts";
+export { contentText, normalizeMessages, normalizeToolDefs } from "./lib/messages.ts";
+export {
+  BOXED_SYSTEM_PROMPT,
+  extractBoxedAnswer,
+  extractHashAnswer,
+  THINK_BOXED_SYSTEM_PROMPT,
+} from "./lib/extract.ts";
+export { MaybeThinkParser, messageText, Parser, ThinkParser, XMLParser } from "./lib/parser.ts";
+export type { ParsedFields, ParserOptions, XMLParserOptions } from "./lib/parser.ts";
+export { groupReward, Rubric, RubricGroup } from "./lib/rubric.ts";
+export type {
+  GroupRewardContext,
+  GroupRewardFunc,
+  RewardContext,
+  RewardFunc,
+  RubricOptions,
+} from "./lib/rubric.ts";
+export { MathRubric } from "./lib/math_rubric.ts";
+export type { MathRubricOptions } from "./lib/math_rubric.ts";
+export { verifyMath } from "./lib/math_verify.ts";
+export { DEFAULT_JUDGE_PROMPT, JudgeRubric } from "./lib/judge_rubric.ts";
+export type { JudgeArgs, JudgeRubricOptions } from "./lib/judge_rubric.ts";
+export { EndpointUnreachableError, OpenAIChatClient } from "./lib/client.ts";
+export type { ChatClient, ChatRequestOptions, ClientConfig } from "./lib/client.ts";
+export { loadEndpoints, RoundRobinClient } from "./lib/endpoints.ts";
+export type { Endpoint } from "./lib/endpoints.ts";
+export {
+  Environment,
+  MultiTurnEnv,
+  SingleTurnEnv,
+} from "./lib/environment.ts";
+export type {
+  DatasetBuilder,
+  DatasetSource,
+  EnvironmentOptions,
+  MultiTurnEnvOptions,
+  RolloutOptions,
+} from "./lib/environment.ts";
+export { defineTool, StatefulToolEnv, ToolEnv } from "./lib/tool_env.ts";
+export type { DefineToolOptions, ToolEnvOptions, ToolSpec } from "./lib/tool_env.ts";
+export { EnvGroup, EnvGroupRubric } from "./lib/env_group.ts";
+export type { EnvGroupOptions } from "./lib/env_group.ts";
+export type { RolloutTiming, State } from "./lib/state.ts";
+export { evaluate, generate } from "./lib/evaluate.ts";
+export type { EvaluateOptions, GenerateOptions, GenerateOutputs, Progress } from "./lib/evaluate.ts";
+export { loadMetadata, loadOutputs, passAtK, stateToOutput } from "./lib/results.ts";
+export type { RolloutOutput, RunMetadata } from "./lib/results.ts";
+export { loadEnvironment } from "./lib/load_env.ts";
+export type { EnvironmentModule } from "./lib/load_env.ts";
+export { VERSION } from "./lib/version.ts";
+
+import type { RolloutOutput } from "./lib/results.ts";
+import { Dataset } from "./lib/dataset.ts";
+
+/** Turn saved rollout outputs into a Dataset (e.g. for filtering or training). */
+export function makeDataset(results: RolloutOutput[] | { outputs: RolloutOutput[] }): Dataset {
+  const rows = Array.isArray(results) ? results : results.outputs;
+  return Dataset.fromList(rows.map((r) => ({ ...r })));
+}

@@ -1,0 +1,573 @@
+/**
+ * A minimal Docker Engine API client over keep-alive connections (undici), on a unix socket
+ * or `tcp://host:port` from `DOCKER_HOST`. It speaks only the endpoints vf needs and never
+ * runs the docker CLI. The API version is negotiated once per engine: the lower of the
+ * engine's `ApiVersion` and {@linkcode MAX_API_VERSION}.
+ * @module
+ */
+
+import { Agent, request, upgrade } from "npm:undici@^8.12.0";
+import type { Duplex } from "node:stream";
+import process from "node:process";
+import {
+  SandboxApiError,
+  SandboxFileNotFoundError,
+  SandboxImageError,
+  SandboxUnavailableError,
+} from "../errors.ts";
+
+/** The newest Engine API version this client speaks. */
+export const MAX_API_VERSION = "1.43";
+/** The socket used when `DOCKER_HOST` is not set. */
+export const DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock";
+
+/** Where the engine listens. */
+export interface DockerEndpoint {
+  /** Unix socket path, or undefined for TCP. */
+  socketPath?: string;
+  /** Origin used in request URLs (`http://localhost` for unix sockets). */
+  origin: string;
+  /** How to name the endpoint in messages: the socket path or `tcp://host:port`. */
+  display: string;
+}
+
+/** Parses a `DOCKER_HOST` value (`unix:///path`, `tcp://host:port`, `http://host:port`). */
+export function parseDockerHost(host: string | undefined): DockerEndpoint {
+  const value = host?.trim() || `unix://${DEFAULT_DOCKER_SOCKET}`;
+  if (value.startsWith("unix://")) {
+    const socketPath = value.slice("unix://".length);
+    return { socketPath, origin: "http://localhost", display: socketPath };
+  }
+  if (value.startsWith("/")) return { socketPath: value, origin: "http://localhost", display: value };
+  const match = /^(?:tcp|http):\/\/([^/]+)\/?$/.exec(value);
+  if (match) return { origin: `http://${match[1]}`, display: `tcp://${match[1]}` };
+  throw new SandboxUnavailableError(
+    `Unsupported DOCKER_HOST "${value}"; use unix:///path/to/docker.sock or tcp://host:port`,
+  );
+}
+
+/** Compares dotted API versions numerically. */
+export function compareApiVersions(a: string, b: string): number {
+  const pa = a.split(".").map(Number);
+  const pb = b.split(".").map(Number);
+  for (let i = 0; i < Math.max(pa.length, pb.length); i++) {
+    const d = (pa[i] ?? 0) - (pb[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}
+
+/** The `X-Docker-Container-Path-Stat` of an archive request. */
+export interface PathStat {
+  name: string;
+  size: number;
+  /** Go `os.FileMode` bits: directory is bit 31, symlink bit 27. */
+  mode: number;
+  mtime: string;
+  linkTarget: string;
+}
+
+/** True when a {@linkcode PathStat} mode describes a directory. */
+export function isDirectoryMode(mode: number): boolean {
+  return mode >= 2 ** 31;
+}
+
+/** A started exec's demultiplexed output. */
+export interface ExecStream {
+  /** Resolves when the engine closes the stream (the process exited, or it was cut). */
+  readonly done: Promise<void>;
+  /** Cuts the stream. */
+  destroy(): void;
+}
+
+/** Callbacks for {@linkcode DockerEngine.startExec}. */
+export interface ExecHandlers {
+  onStdout(chunk: Uint8Array): void;
+  onStderr(chunk: Uint8Array): void;
+}
+
+/** A response body streamed from the engine. */
+export interface ArchiveDownload {
+  stat: PathStat | undefined;
+  body: AsyncIterable<Uint8Array>;
+  /** Discards the rest of the body. */
+  cancel(): void;
+}
+
+const CONNECT_ERRORS = new Set([
+  "ECONNREFUSED",
+  "ENOENT",
+  "EACCES",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "UND_ERR_SOCKET",
+  "UND_ERR_CONNECT_TIMEOUT",
+]);
+
+function errorCode(error: unknown): string | undefined {
+  let current: unknown = error;
+  for (let i = 0; i < 5 && current instanceof Error; i++) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === "string" && CONNECT_ERRORS.has(code)) return code;
+    current = current.cause;
+  }
+  return undefined;
+}
+
+type Query = Record<string, string | number | boolean | undefined>;
+
+function queryString(query: Query | undefined): string {
+  if (!query) return "";
+  const params = new URLSearchParams();
+  for (const [k, v] of Object.entries(query)) if (v !== undefined) params.set(k, String(v));
+  const text = params.toString();
+  return text ? `?${text}` : "";
+}
+
+/**
+ * A client for one Docker engine. Share one per engine ({@linkcode DockerEngine.shared}): it
+ * holds a keep-alive connection pool.
+ */
+export class DockerEngine {
+  /** Where the engine listens. */
+  readonly endpoint: DockerEndpoint;
+  #agent: Agent;
+  #prefix: Promise<string> | undefined;
+  static #shared = new Map<string, DockerEngine>();
+
+  /** @param host a `DOCKER_HOST` value; default `process.env.DOCKER_HOST` or the default socket */
+  constructor(host?: string) {
+    this.endpoint = parseDockerHost(host ?? process.env.DOCKER_HOST);
+    this.#agent = new Agent({
+      connect: this.endpoint.socketPath ? { socketPath: this.endpoint.socketPath } : {},
+      keepAliveTimeout: 30_000,
+      keepAliveMaxTimeout: 120_000,
+    });
+  }
+
+  /** The process-wide client for `host` (default `DOCKER_HOST` or the default socket). */
+  static shared(host?: string): DockerEngine {
+    const key = host ?? process.env.DOCKER_HOST ?? "";
+    let engine = DockerEngine.#shared.get(key);
+    if (!engine) {
+      engine = new DockerEngine(host);
+      DockerEngine.#shared.set(key, engine);
+    }
+    return engine;
+  }
+
+  /** Closes every shared client's connections (tests and short scripts call this at the end). */
+  static async closeShared(): Promise<void> {
+    const engines = [...DockerEngine.#shared.values()];
+    DockerEngine.#shared.clear();
+    await Promise.all(engines.map((e) => e.close()));
+  }
+
+  /** Closes this client's connections. */
+  async close(): Promise<void> {
+    await this.#agent.close();
+  }
+
+  #unreachable(error: unknown): SandboxUnavailableError {
+    return new SandboxUnavailableError(
+      `Cannot reach the Docker engine at "${this.endpoint.display}"; start dockerd or set DOCKER_HOST`,
+      { cause: error },
+    );
+  }
+
+  /** The `/v1.xx` prefix, negotiated once. */
+  apiPrefix(): Promise<string> {
+    this.#prefix ??= (async () => {
+      const version = await this.#raw("GET", "/version");
+      const engineVersion = String((version as { ApiVersion?: string }).ApiVersion ?? "1.24");
+      const use = compareApiVersions(engineVersion, MAX_API_VERSION) < 0
+        ? engineVersion
+        : MAX_API_VERSION;
+      return `/v${use}`;
+    })();
+    this.#prefix.catch(() => (this.#prefix = undefined));
+    return this.#prefix;
+  }
+
+  async #raw(method: string, path: string): Promise<unknown> {
+    let response;
+    try {
+      response = await request(this.endpoint.origin + path, { method, dispatcher: this.#agent });
+    } catch (error) {
+      throw this.#unreachable(error);
+    }
+    const text = await response.body.text();
+    if (response.statusCode >= 300) {
+      throw new SandboxApiError(
+        response.statusCode,
+        `Docker engine at "${this.endpoint.display}" answered ${method} ${path} with ` +
+          `HTTP ${response.statusCode}: ${text.trim()}`,
+      );
+    }
+    return text ? JSON.parse(text) : undefined;
+  }
+
+  async #request(
+    method: string,
+    path: string,
+    options: {
+      query?: Query;
+      json?: unknown;
+      body?: Uint8Array;
+      contentType?: string;
+      signal?: AbortSignal;
+    } = {},
+  ) {
+    const prefix = await this.apiPrefix();
+    const headers: Record<string, string> = {};
+    let body: string | Uint8Array | undefined;
+    if (options.json !== undefined) {
+      headers["content-type"] = "application/json";
+      body = JSON.stringify(options.json);
+    } else if (options.body !== undefined) {
+      headers["content-type"] = options.contentType ?? "application/x-tar";
+      body = options.body;
+    }
+    try {
+      return await request(this.endpoint.origin + prefix + path + queryString(options.query), {
+        method,
+        headers,
+        body,
+        dispatcher: this.#agent,
+        signal: options.signal,
+      });
+    } catch (error) {
+      if (options.signal?.aborted) throw options.signal.reason;
+      if (errorCode(error)) throw this.#unreachable(error);
+      throw new SandboxApiError(0, `Docker request ${method} ${path} failed: ${error}`, {
+        cause: error,
+      });
+    }
+  }
+
+  async #json<T>(
+    method: string,
+    path: string,
+    options: Parameters<DockerEngine["#request"]>[2] & { allow404?: boolean } = {},
+  ): Promise<T | undefined> {
+    const response = await this.#request(method, path, options);
+    const text = await response.body.text();
+    if (response.statusCode === 404 && options.allow404) return undefined;
+    if (response.statusCode >= 300) throw this.#apiError(method, path, response.statusCode, text);
+    return (text ? JSON.parse(text) : undefined) as T;
+  }
+
+  #apiError(method: string, path: string, status: number, text: string): SandboxApiError {
+    let message = text.trim();
+    try {
+      message = JSON.parse(text).message ?? message;
+    } catch {
+      // not JSON: keep the text
+    }
+    return new SandboxApiError(
+      status,
+      `Docker engine answered ${method} ${path.split("?")[0]} with HTTP ${status}: ${message}`,
+    );
+  }
+
+  /** `GET /_ping`: true when the engine answers. */
+  async ping(): Promise<boolean> {
+    try {
+      await this.#raw("GET", "/_ping");
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** `GET /version`. */
+  version(): Promise<Record<string, unknown>> {
+    return this.#raw("GET", "/version") as Promise<Record<string, unknown>>;
+  }
+
+  // -- containers ------------------------------------------------------------------------
+
+  /** `POST /containers/create`; returns the id. */
+  async createContainer(
+    body: Record<string, unknown>,
+    options: { name?: string; signal?: AbortSignal } = {},
+  ): Promise<string> {
+    const result = await this.#json<{ Id: string }>("POST", "/containers/create", {
+      query: { name: options.name },
+      json: body,
+      signal: options.signal,
+    });
+    return result!.Id;
+  }
+
+  /** `POST /containers/{id}/start`. */
+  async startContainer(id: string, options: { signal?: AbortSignal } = {}): Promise<void> {
+    await this.#json("POST", `/containers/${id}/start`, { signal: options.signal });
+  }
+
+  /** `GET /containers/{id}/json`; undefined when there is no such container. */
+  inspectContainer(id: string): Promise<Record<string, unknown> | undefined> {
+    return this.#json("GET", `/containers/${id}/json`, { allow404: true });
+  }
+
+  /** `POST /containers/{id}/kill`. */
+  async killContainer(id: string, signal = "SIGKILL"): Promise<void> {
+    await this.#json("POST", `/containers/${id}/kill`, { query: { signal } });
+  }
+
+  /** `DELETE /containers/{id}?force=1&v=1`; false when it was already gone. */
+  async removeContainer(id: string, options: { force?: boolean } = {}): Promise<boolean> {
+    const response = await this.#request("DELETE", `/containers/${id}`, {
+      query: { force: options.force ?? true, v: true },
+    });
+    const text = await response.body.text();
+    if (response.statusCode === 404) return false;
+    // 409 "removal already in progress" counts as gone.
+    if (response.statusCode === 409 && /already in progress/.test(text)) return true;
+    if (response.statusCode >= 300) {
+      throw this.#apiError("DELETE", `/containers/${id}`, response.statusCode, text);
+    }
+    return true;
+  }
+
+  /** `GET /containers/json?all=1&filters=...`. */
+  async listContainers(
+    options: { all?: boolean; labels?: string[] } = {},
+  ): Promise<Array<Record<string, unknown>>> {
+    const filters = options.labels?.length ? JSON.stringify({ label: options.labels }) : undefined;
+    return (await this.#json<Array<Record<string, unknown>>>("GET", "/containers/json", {
+      query: { all: options.all ?? true, filters },
+    }))!;
+  }
+
+  // -- exec ------------------------------------------------------------------------------
+
+  /** `POST /containers/{id}/exec`; returns the exec id. */
+  async createExec(containerId: string, body: Record<string, unknown>): Promise<string> {
+    const result = await this.#json<{ Id: string }>("POST", `/containers/${containerId}/exec`, {
+      json: body,
+    });
+    return result!.Id;
+  }
+
+  /**
+   * `POST /exec/{id}/start` attached (`Detach:false, Tty:false`) on an upgraded connection.
+   * Demultiplexes the 8-byte-header stream into the handlers; writes `stdin` and half-closes
+   * when given (the exec must have been created with `AttachStdin`).
+   */
+  async startExec(
+    execId: string,
+    handlers: ExecHandlers,
+    options: { stdin?: Uint8Array } = {},
+  ): Promise<ExecStream> {
+    const prefix = await this.apiPrefix();
+    let socket: Duplex;
+    try {
+      const result = await upgrade(`${this.endpoint.origin}${prefix}/exec/${execId}/start`, {
+        method: "POST",
+        protocol: "tcp",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ Detach: false, Tty: false }),
+        dispatcher: this.#agent,
+      } as Parameters<typeof upgrade>[1]);
+      socket = result.socket;
+    } catch (error) {
+      if (errorCode(error)) throw this.#unreachable(error);
+      throw new SandboxApiError(0, `Cannot start exec "${execId}": ${error}`, { cause: error });
+    }
+    let pending: Uint8Array = new Uint8Array(0);
+    socket.on("data", (chunk: Uint8Array) => {
+      pending = pending.length ? concat([pending, chunk]) : chunk;
+      let offset = 0;
+      while (pending.length - offset >= 8) {
+        const size = ((pending[offset + 4] << 24) >>> 0) + (pending[offset + 5] << 16) +
+          (pending[offset + 6] << 8) + pending[offset + 7];
+        if (pending.length - offset - 8 < size) break;
+        const frame = pending.subarray(offset + 8, offset + 8 + size);
+        if (pending[offset] === 2) handlers.onStderr(frame);
+        else handlers.onStdout(frame);
+        offset += 8 + size;
+      }
+      pending = offset === pending.length ? new Uint8Array(0) : pending.slice(offset);
+    });
+    const done = new Promise<void>((resolve) => {
+      socket.once("close", () => resolve());
+      socket.once("end", () => resolve());
+      socket.once("error", () => resolve());
+    });
+    if (options.stdin) socket.end(options.stdin);
+    return { done, destroy: () => socket.destroy() };
+  }
+
+  /** `GET /exec/{id}/json`. */
+  async inspectExec(
+    execId: string,
+  ): Promise<{ ExitCode: number | null; Running: boolean; Pid: number }> {
+    return (await this.#json("GET", `/exec/${execId}/json`))!;
+  }
+
+  // -- archive ---------------------------------------------------------------------------
+
+  #notFound(containerId: string, path: string, status: number, text: string): Error {
+    if (/No such container/i.test(text)) {
+      return new SandboxUnavailableError(
+        `Container "${containerId.slice(0, 12)}" no longer exists; it was removed or stopped`,
+      );
+    }
+    return new SandboxFileNotFoundError(
+      path,
+      `Path "${path}" does not exist in container "${containerId.slice(0, 12)}"`,
+      { cause: this.#apiError("GET", "/archive", status, text) },
+    );
+  }
+
+  /** `HEAD /containers/{id}/archive?path=`; undefined when the path does not exist. */
+  async statPath(containerId: string, path: string): Promise<PathStat | undefined> {
+    const response = await this.#request("HEAD", `/containers/${containerId}/archive`, {
+      query: { path },
+    });
+    await response.body.dump();
+    if (response.statusCode === 404) {
+      const info = await this.inspectContainer(containerId);
+      if (!info) throw this.#notFound(containerId, path, 404, "No such container");
+      return undefined;
+    }
+    if (response.statusCode >= 300) {
+      throw this.#apiError("HEAD", "/archive", response.statusCode, "");
+    }
+    return decodeStat(response.headers["x-docker-container-path-stat"]);
+  }
+
+  /**
+   * `GET /containers/{id}/archive?path=`: a tar of the path, streamed. Missing path →
+   * `SandboxFileNotFoundError`; missing container → `SandboxUnavailableError`.
+   */
+  async getArchive(
+    containerId: string,
+    path: string,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<ArchiveDownload> {
+    const response = await this.#request("GET", `/containers/${containerId}/archive`, {
+      query: { path },
+      signal: options.signal,
+    });
+    if (response.statusCode >= 300) {
+      const text = await response.body.text();
+      if (response.statusCode === 404) throw this.#notFound(containerId, path, 404, text);
+      throw this.#apiError("GET", "/archive", response.statusCode, text);
+    }
+    return {
+      stat: decodeStat(response.headers["x-docker-container-path-stat"]),
+      body: response.body as AsyncIterable<Uint8Array>,
+      cancel: () => response.body.destroy(),
+    };
+  }
+
+  /**
+   * `PUT /containers/{id}/archive?path=`: extracts `tar` into the existing directory `path`.
+   * Missing directory → `SandboxFileNotFoundError`.
+   */
+  async putArchive(
+    containerId: string,
+    path: string,
+    tar: Uint8Array,
+    options: { copyUIDGID?: boolean } = {},
+  ): Promise<void> {
+    const response = await this.#request("PUT", `/containers/${containerId}/archive`, {
+      query: { path, noOverwriteDirNonDir: true, copyUIDGID: options.copyUIDGID || undefined },
+      body: tar,
+    });
+    const text = await response.body.text();
+    if (response.statusCode === 404) throw this.#notFound(containerId, path, 404, text);
+    if (response.statusCode >= 300) {
+      throw this.#apiError("PUT", "/archive", response.statusCode, text);
+    }
+  }
+
+  // -- images ----------------------------------------------------------------------------
+
+  /** `GET /images/{name}/json`; undefined when the image is not present. */
+  inspectImage(image: string): Promise<Record<string, unknown> | undefined> {
+    return this.#json("GET", `/images/${encodeURIComponent(image)}/json`, { allow404: true });
+  }
+
+  /**
+   * `POST /images/create?fromImage=`: pulls an image, waiting for the progress stream to end.
+   * @throws {SandboxImageError} when the engine cannot pull it
+   */
+  async pullImage(image: string, options: { signal?: AbortSignal } = {}): Promise<void> {
+    const { repo, tag } = splitImage(image);
+    const cannot = (detail: string, cause?: unknown) =>
+      new SandboxImageError(
+        image,
+        `Image "${image}" is not present and cannot be pulled: ${detail}; build or load it locally`,
+        { cause },
+      );
+    let response;
+    try {
+      response = await this.#request("POST", "/images/create", {
+        query: { fromImage: repo, tag },
+        signal: options.signal,
+      });
+    } catch (error) {
+      if (error instanceof SandboxUnavailableError || options.signal?.aborted) throw error;
+      throw cannot(String(error), error);
+    }
+    const text = await response.body.text();
+    if (response.statusCode >= 300) {
+      let message = text.trim();
+      try {
+        message = JSON.parse(text).message ?? message;
+      } catch {
+        // keep the text
+      }
+      throw cannot(message);
+    }
+    for (const line of text.split("\n")) {
+      if (!line.trim()) continue;
+      try {
+        const event = JSON.parse(line);
+        if (event.error) throw cannot(String(event.error));
+      } catch (error) {
+        if (error instanceof SandboxImageError) throw error;
+      }
+    }
+  }
+}
+
+/** Splits `repo[:tag][@digest]` into the `fromImage`/`tag` query values. */
+export function splitImage(image: string): { repo: string; tag: string } {
+  if (image.includes("@")) {
+    const [repo, digest] = image.split("@", 2);
+    return { repo, tag: digest };
+  }
+  const slash = image.lastIndexOf("/");
+  const colon = image.lastIndexOf(":");
+  if (colon > slash) return { repo: image.slice(0, colon), tag: image.slice(colon + 1) };
+  return { repo: image, tag: "latest" };
+}
+
+function decodeStat(value: string | string[] | undefined): PathStat | undefined {
+  if (typeof value !== "string" || !value) return undefined;
+  try {
+    const json = new TextDecoder().decode(Uint8Array.from(atob(value), (c) => c.charCodeAt(0)));
+    return JSON.parse(json) as PathStat;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Concatenates byte chunks. */
+export function concat(chunks: Uint8Array[]): Uint8Array {
+  let total = 0;
+  for (const c of chunks) total += c.length;
+  const out = new Uint8Array(total);
+  let offset = 0;
+  for (const c of chunks) {
+    out.set(c, offset);
+    offset += c.length;
+  }
+  return out;
+}

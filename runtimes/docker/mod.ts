@@ -1,0 +1,518 @@
+/**
+ * The Docker runtime: one container per sandbox, driven through the Engine API
+ * ({@linkcode DockerEngine}); never the docker CLI.
+ *
+ * The container runs `sleep infinity` under Docker's init, with no network unless asked,
+ * and labels `vf.managed=1`, `vf.run_id`, `vf.task` so {@linkcode cleanupContainers} can
+ * remove leftovers. Commands run as execs; files move through the archive endpoints.
+ * @module
+ */
+
+import { posix } from "node:path";
+import { CommandTimeoutError } from "../../lib/errors.ts";
+import { packTar, readTar, type TarEntry } from "../_tar.ts";
+import {
+  decodeChunks,
+  describeArgv,
+  envList,
+  randomHex,
+  resolveSandboxPath,
+  sleep,
+  toBytes,
+} from "../_util.ts";
+import {
+  SandboxApiError,
+  SandboxError,
+  SandboxFileNotFoundError,
+  SandboxFileTooLargeError,
+  SandboxStateError,
+  SandboxUnavailableError,
+} from "../errors.ts";
+import { trackRuntime, untrackRuntime } from "../registry.ts";
+import type {
+  DockerRuntimeSpec,
+  RunOptions,
+  RunResult,
+  Runtime,
+  RuntimeCapabilities,
+} from "../runtime.ts";
+import { concat, DockerEngine, isDirectoryMode } from "./engine_api.ts";
+
+export { DockerEngine } from "./engine_api.ts";
+
+/** Label every vf container carries. */
+export const MANAGED_LABEL = "vf.managed";
+
+/**
+ * Guarded commands run under this wrapper: it reports the shell's pid on stderr's first line
+ * and execs the command, so the pid is the command's. Exec'd processes are session and
+ * process-group leaders (runc calls setsid), so the pid is also the group to kill.
+ */
+const PID_WRAPPER = 'echo $$ >&2; exec "$@"';
+
+/**
+ * Kills the process tree rooted at $1: freezes its group, walks /proc for descendants that
+ * left the group (by PPid), then SIGKILLs all of them. Shell builtins only, so it works in
+ * busybox and Debian images alike.
+ */
+const KILL_TREE = `p=$1
+kill -STOP -- "-$p" 2>/dev/null || kill -STOP "$p" 2>/dev/null
+all=" $p "
+changed=1
+while [ "$changed" = 1 ]; do
+  changed=0
+  for d in /proc/[0-9]*; do
+    n=\${d#/proc/}
+    case "$all" in *" $n "*) continue ;; esac
+    [ -r "$d/status" ] || continue
+    pp=
+    while read -r k v rest; do
+      if [ "$k" = "PPid:" ]; then pp=$v; break; fi
+    done 2>/dev/null <"$d/status"
+    case "$all" in *" $pp "*) all="$all$n "; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac
+  done
+done
+kill -KILL -- "-$p" 2>/dev/null
+for n in $all; do kill -KILL "$n" 2>/dev/null; done
+exit 0`;
+
+/** Parses `"512m"`, `"2g"`, `"1024k"`, `"1.5g"` or a byte count. */
+export function parseMemory(value: string): number {
+  const match = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$/i.exec(value);
+  if (!match) {
+    throw new RangeError(`Invalid memory size "${value}"; use bytes or a size like "512m" or "2g"`);
+  }
+  const power = { "": 0, k: 1, m: 2, g: 3, t: 4 }[match[2].toLowerCase() as "" | "k"]!;
+  return Math.floor(Number(match[1]) * 1024 ** power);
+}
+
+/** Options of {@linkcode DockerRuntime}'s constructor besides the spec. */
+export interface DockerRuntimeOptions {
+  /** Run id for the `vf.run_id` label. */
+  runId?: string;
+  /** Task name or id for the `vf.task` label. */
+  task?: string;
+  /** Engine client; default {@linkcode DockerEngine.shared}. */
+  engine?: DockerEngine;
+}
+
+type State = "new" | "starting" | "running" | "stopped";
+
+/** A Docker container as a {@linkcode Runtime}. */
+export class DockerRuntime implements Runtime {
+  readonly type = "docker";
+  readonly capabilities: RuntimeCapabilities = {
+    isolation: true,
+    users: true,
+    network_control: true,
+  };
+  readonly spec: DockerRuntimeSpec;
+  #options: DockerRuntimeOptions;
+  #engine: DockerEngine;
+  #id = "";
+  #name = "";
+  #workdir = "/";
+  #state: State = "new";
+  #starting: Promise<void> | undefined;
+  #launch: Promise<void> | undefined;
+  #stopping: Promise<void> | undefined;
+
+  constructor(spec: DockerRuntimeSpec, options: DockerRuntimeOptions = {}) {
+    if (!spec.image) throw new TypeError("A docker runtime needs an image");
+    this.spec = spec;
+    this.#options = options;
+    this.#engine = options.engine ?? DockerEngine.shared();
+  }
+
+  /** Container id; `""` before start. */
+  get id(): string {
+    return this.#id;
+  }
+
+  /** Container name (`vf-<hex>`); `""` before start. */
+  get name(): string {
+    return this.#name;
+  }
+
+  /** The working directory commands and relative paths use. */
+  get workdir(): string {
+    return this.#workdir;
+  }
+
+  #short(): string {
+    return this.#name || this.#id.slice(0, 12);
+  }
+
+  /** Creates and starts the container, pulling the image if it is missing. */
+  start(options: { signal?: AbortSignal } = {}): Promise<void> {
+    if (this.#state === "stopped") {
+      return Promise.reject(new SandboxStateError("Cannot start a stopped docker runtime"));
+    }
+    if (this.#starting) return this.#starting;
+    this.#state = "starting";
+    trackRuntime(this);
+    this.#launch = this.#start(options.signal);
+    this.#starting = this.#launch.then(
+      () => {
+        if (this.#state === "starting") this.#state = "running";
+      },
+      async (error) => {
+        await this.stop().catch(() => {});
+        throw error;
+      },
+    );
+    return this.#starting;
+  }
+
+  async #start(signal: AbortSignal | undefined): Promise<void> {
+    signal?.throwIfAborted();
+    const engine = this.#engine;
+    const spec = this.spec;
+    let image = await engine.inspectImage(spec.image);
+    if (!image) {
+      await engine.pullImage(spec.image, { signal });
+      image = await engine.inspectImage(spec.image);
+    }
+    const imageConfig = (image?.Config ?? {}) as { WorkingDir?: string };
+    this.#workdir = posix.resolve("/", spec.workdir ?? (imageConfig.WorkingDir || "/"));
+    this.#checkNotStopped();
+    signal?.throwIfAborted();
+
+    const labels: Record<string, string> = { ...spec.labels, [MANAGED_LABEL]: "1" };
+    if (this.#options.runId) labels["vf.run_id"] = this.#options.runId;
+    if (this.#options.task) labels["vf.task"] = this.#options.task;
+    const hostConfig: Record<string, unknown> = {
+      NetworkMode: spec.network ? "bridge" : "none",
+      Init: true,
+    };
+    if (spec.cpu !== undefined) hostConfig.NanoCpus = Math.round(spec.cpu * 1e9);
+    if (spec.memory !== undefined) hostConfig.Memory = parseMemory(spec.memory);
+    const name = `vf-${randomHex(6)}`;
+    this.#id = await engine.createContainer({
+      Image: spec.image,
+      Entrypoint: [""],
+      Cmd: ["sleep", "infinity"],
+      WorkingDir: this.#workdir,
+      Env: envList(spec.env),
+      User: spec.user,
+      Labels: labels,
+      HostConfig: hostConfig,
+    }, { name, signal });
+    this.#name = name;
+    this.#checkNotStopped();
+    signal?.throwIfAborted();
+    await engine.startContainer(this.#id, { signal });
+    this.#checkNotStopped();
+  }
+
+  #checkNotStopped(): void {
+    if (this.#state === "stopped") {
+      throw new SandboxStateError("The docker runtime was stopped while it was starting");
+    }
+  }
+
+  #requireRunning(): string {
+    if (this.#state === "running") return this.#id;
+    if (this.#state === "stopped") {
+      throw new SandboxStateError(`Docker runtime "${this.#short()}" is stopped`);
+    }
+    throw new SandboxStateError("The docker runtime is not started; call start() first");
+  }
+
+  #resolve(path: string): string {
+    return resolveSandboxPath(this.#workdir, path);
+  }
+
+  /** Runs `argv` as an exec in the container. */
+  async run(argv: string[], options: RunOptions = {}): Promise<RunResult> {
+    const id = this.#requireRunning();
+    if (!Array.isArray(argv) || argv.length === 0) {
+      throw new TypeError("run() needs a non-empty argv");
+    }
+    const { signal, timeoutMs } = options;
+    signal?.throwIfAborted();
+    const started = performance.now();
+    const guarded = timeoutMs !== undefined || signal !== undefined;
+    const stdin = options.stdin === undefined ? undefined : toBytes(options.stdin);
+    const execId = await this.#createExec(id, {
+      Cmd: guarded ? ["/bin/sh", "-c", PID_WRAPPER, "vf", ...argv] : argv,
+      AttachStdin: stdin !== undefined,
+      AttachStdout: true,
+      AttachStderr: true,
+      Tty: false,
+      Env: envList(options.env),
+      WorkingDir: options.cwd === undefined ? undefined : this.#resolve(options.cwd),
+      User: options.user,
+    });
+
+    const stdout: Uint8Array[] = [];
+    const stderr: Uint8Array[] = [];
+    let head: Uint8Array | undefined = guarded ? new Uint8Array(0) : undefined;
+    let reportPid!: (pid: number | undefined) => void;
+    const pid = new Promise<number | undefined>((resolve) => (reportPid = resolve));
+    const stream = await this.#engine.startExec(execId, {
+      onStdout: (chunk) => stdout.push(chunk),
+      onStderr: (chunk) => {
+        if (head === undefined) {
+          stderr.push(chunk);
+          return;
+        }
+        // The wrapper's first stderr line is its pid; strip it from the output.
+        const buf = concat([head, chunk]);
+        const newline = buf.indexOf(10);
+        if (newline < 0) {
+          head = buf;
+          return;
+        }
+        head = undefined;
+        const value = Number(new TextDecoder().decode(buf.subarray(0, newline)));
+        reportPid(Number.isInteger(value) && value > 1 ? value : undefined);
+        if (newline + 1 < buf.length) stderr.push(buf.slice(newline + 1));
+      },
+    }, { stdin });
+
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let onAbort: (() => void) | undefined;
+    const interrupted = new Promise<"timeout" | "abort">((resolve) => {
+      if (timeoutMs !== undefined) timer = setTimeout(() => resolve("timeout"), timeoutMs);
+      if (signal) {
+        onAbort = () => resolve("abort");
+        signal.addEventListener("abort", onAbort, { once: true });
+      }
+    });
+    const outcome = await Promise.race([stream.done.then(() => "done" as const), interrupted]);
+    clearTimeout(timer);
+    if (onAbort) signal?.removeEventListener("abort", onAbort);
+
+    if (outcome !== "done") {
+      const known = await Promise.race([pid, sleep(2_000).then(() => undefined)]);
+      if (known !== undefined) await this.#killTree(id, known).catch(() => {});
+      await Promise.race([stream.done, sleep(2_000)]);
+      stream.destroy();
+      if (outcome === "abort") throw signal!.reason;
+      throw new CommandTimeoutError(
+        `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms in container ` +
+          `"${this.#short()}"; its process tree was killed (raise timeoutMs if it needs longer)`,
+        { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
+      );
+    }
+    if (head !== undefined && head.length) stderr.unshift(head);
+    reportPid(undefined);
+    const exitCode = await this.#exitCode(execId);
+    return {
+      exit_code: exitCode,
+      stdout: decodeChunks(stdout),
+      stderr: decodeChunks(stderr),
+      duration_ms: Math.round(performance.now() - started),
+    };
+  }
+
+  async #createExec(id: string, body: Record<string, unknown>): Promise<string> {
+    try {
+      return await this.#engine.createExec(id, body);
+    } catch (error) {
+      if (error instanceof SandboxApiError && (error.status === 404 || error.status === 409)) {
+        throw new SandboxUnavailableError(
+          `Container "${this.#short()}" is not running; it was removed, stopped or ran out of ` +
+            `memory`,
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+  }
+
+  async #exitCode(execId: string): Promise<number> {
+    // The stream can close a moment before the engine records the exit code.
+    for (let attempt = 0; attempt < 100; attempt++) {
+      const info = await this.#engine.inspectExec(execId);
+      if (!info.Running && info.ExitCode !== null) return info.ExitCode;
+      await sleep(attempt < 10 ? 5 : 20);
+    }
+    throw new SandboxError(`Exec "${execId.slice(0, 12)}" did not report an exit code`);
+  }
+
+  async #killTree(id: string, pid: number): Promise<void> {
+    const execId = await this.#engine.createExec(id, {
+      Cmd: ["/bin/sh", "-c", KILL_TREE, "vf-kill", String(pid)],
+      AttachStdout: true,
+      AttachStderr: true,
+      User: "0",
+    });
+    const stream = await this.#engine.startExec(execId, { onStdout() {}, onStderr() {} });
+    await Promise.race([stream.done, sleep(5_000)]);
+    stream.destroy();
+  }
+
+  /** Reads a file through the archive endpoint, following symlinks. */
+  async read(path: string, options: { maxBytes?: number } = {}): Promise<Uint8Array> {
+    const id = this.#requireRunning();
+    const { maxBytes } = options;
+    let target = this.#resolve(path);
+    for (let hops = 0; hops < 16; hops++) {
+      const download = await this.#engine.getArchive(id, target);
+      const stat = download.stat;
+      if (stat?.linkTarget) {
+        download.cancel();
+        target = posix.resolve(posix.dirname(target), stat.linkTarget);
+        continue;
+      }
+      if (stat && isDirectoryMode(stat.mode)) {
+        download.cancel();
+        throw new SandboxError(
+          `Path "${path}" in container "${this.#short()}" is a directory; read a file or use ` +
+            `archiveOut()`,
+        );
+      }
+      if (maxBytes !== undefined && stat && stat.size > maxBytes) {
+        download.cancel();
+        throw new SandboxFileTooLargeError(path, stat.size, maxBytes, `container "${this.#short()}"`);
+      }
+      const chunks: Uint8Array[] = [];
+      let total = 0;
+      // Tar framing adds headers and padding; anything past this bound is not our file.
+      const cap = maxBytes === undefined ? Infinity : maxBytes + 64 * 1024;
+      for await (const chunk of download.body) {
+        chunks.push(chunk);
+        total += chunk.length;
+        if (total > cap) {
+          download.cancel();
+          throw new SandboxFileTooLargeError(path, total, maxBytes!, `container "${this.#short()}"`);
+        }
+      }
+      for (const entry of readTar(concat(chunks))) {
+        if (entry.typeflag === "0" || entry.typeflag === "7") {
+          if (maxBytes !== undefined && entry.size > maxBytes) {
+            throw new SandboxFileTooLargeError(
+              path,
+              entry.size,
+              maxBytes,
+              `container "${this.#short()}"`,
+            );
+          }
+          return entry.data.slice();
+        }
+      }
+      throw new SandboxError(`Path "${path}" in container "${this.#short()}" is not a regular file`);
+    }
+    throw new SandboxError(`Too many symlinks while reading "${path}" in "${this.#short()}"`);
+  }
+
+  /** Writes a file through the archive endpoint, creating parent directories. */
+  async write(
+    path: string,
+    data: string | Uint8Array,
+    options: { mode?: number } = {},
+  ): Promise<void> {
+    const id = this.#requireRunning();
+    const target = this.#resolve(path);
+    if (target === "/") throw new TypeError(`Cannot write to "${path}": it is the root directory`);
+    const tar = packTar([{
+      name: posix.basename(target),
+      type: "file",
+      data: toBytes(data),
+      mode: options.mode ?? 0o644,
+    }]);
+    await this.#putInto(id, posix.dirname(target), tar);
+  }
+
+  /** A tar of `path`, entries named from its basename (as the Engine API returns it). */
+  async archiveOut(path: string): Promise<Uint8Array> {
+    const id = this.#requireRunning();
+    const download = await this.#engine.getArchive(id, this.#resolve(path));
+    const chunks: Uint8Array[] = [];
+    for await (const chunk of download.body) chunks.push(chunk);
+    return concat(chunks);
+  }
+
+  /** Extracts `tar` into `dir`, creating it first. */
+  async archiveIn(dir: string, tar: Uint8Array): Promise<void> {
+    const id = this.#requireRunning();
+    await this.#putInto(id, this.#resolve(dir), tar);
+  }
+
+  async #putInto(id: string, dir: string, tar: Uint8Array): Promise<void> {
+    const copyUIDGID = this.spec.user !== undefined;
+    try {
+      await this.#engine.putArchive(id, dir, tar, { copyUIDGID });
+    } catch (error) {
+      if (!(error instanceof SandboxFileNotFoundError)) throw error;
+      await this.#mkdirs(id, dir);
+      await this.#engine.putArchive(id, dir, tar, { copyUIDGID });
+    }
+  }
+
+  /** `mkdir -p` without an exec: uploads the missing directories into the deepest existing one. */
+  async #mkdirs(id: string, dir: string): Promise<void> {
+    const parts = dir.split("/").filter(Boolean);
+    for (let keep = parts.length - 1; keep >= 0; keep--) {
+      const base = "/" + parts.slice(0, keep).join("/");
+      const stat = await this.#engine.statPath(id, base);
+      if (!stat) continue;
+      if (!isDirectoryMode(stat.mode) && !stat.linkTarget) {
+        throw new SandboxError(
+          `Cannot create directory "${dir}" in container "${this.#short()}": "${base}" is not ` +
+            `a directory`,
+        );
+      }
+      const missing = parts.slice(keep);
+      const entries: TarEntry[] = missing.map((_, i) => ({
+        name: missing.slice(0, i + 1).join("/"),
+        type: "directory",
+      }));
+      await this.#engine.putArchive(id, base, packTar(entries), {
+        copyUIDGID: this.spec.user !== undefined,
+      });
+      return;
+    }
+  }
+
+  /** Removes the container (force). Idempotent. */
+  stop(): Promise<void> {
+    if (this.#stopping) return this.#stopping;
+    const wasStarting = this.#state === "starting";
+    this.#state = "stopped";
+    this.#stopping = (async () => {
+      if (wasStarting) await this.#launch?.catch(() => {});
+      if (this.#id) await this.#engine.removeContainer(this.#id, { force: true });
+    })().finally(() => untrackRuntime(this));
+    return this.#stopping;
+  }
+
+  /** Same as {@linkcode stop}. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.stop();
+  }
+}
+
+/** Which leftover containers {@linkcode cleanupContainers} removes. */
+export interface CleanupFilter {
+  /** Only containers of this run (label `vf.run_id`). */
+  runId?: string;
+  /** Only containers created at least this long ago. */
+  olderThanMs?: number;
+}
+
+/**
+ * Removes containers labelled `vf.managed=1` (force), optionally only those of one run or
+ * older than an age. Returns the removed container ids.
+ * @param filter which containers
+ * @param options.engine engine client; default {@linkcode DockerEngine.shared}
+ */
+export async function cleanupContainers(
+  filter: CleanupFilter = {},
+  options: { engine?: DockerEngine } = {},
+): Promise<string[]> {
+  const engine = options.engine ?? DockerEngine.shared();
+  const labels = [`${MANAGED_LABEL}=1`];
+  if (filter.runId) labels.push(`vf.run_id=${filter.runId}`);
+  const containers = await engine.listContainers({ all: true, labels });
+  const cutoff = filter.olderThanMs === undefined ? Infinity : Date.now() - filter.olderThanMs;
+  const doomed = containers.filter((c) => Number(c.Created) * 1000 <= cutoff);
+  const removed: string[] = [];
+  await Promise.all(doomed.map(async (c) => {
+    const id = String(c.Id);
+    if (await engine.removeContainer(id, { force: true })) removed.push(id);
+  }));
+  return removed;
+}

@@ -1,0 +1,109 @@
+/**
+ * The process-wide registry of live runtimes. Runtimes add themselves when they start and
+ * remove themselves when they stop. While any is live, the registry listens for SIGINT and
+ * SIGTERM (stops them all, then exits 130 or 143), for `beforeExit` (stops them when the
+ * program ends without doing so) and for `exit` (a last synchronous best effort, e.g.
+ * removing a subprocess runtime's temp dir). Listeners are installed lazily with the first
+ * live runtime and removed with the last, so a program without runtimes is untouched.
+ * @module
+ */
+
+import process from "node:process";
+
+/** What the registry needs from a runtime. */
+export interface Tracked {
+  readonly type: string;
+  readonly id: string;
+  stop(): Promise<void>;
+  /** Synchronous last-resort cleanup at process exit, when the runtime can do one. */
+  stopSync?(): void;
+}
+
+const live = new Set<Tracked>();
+let installed = false;
+let stopping: Promise<void> | undefined;
+
+/** How long signal-driven cleanup may take before the process exits anyway. */
+const CLEANUP_DEADLINE_MS = 15_000;
+
+function onSignal(signal: "SIGINT" | "SIGTERM"): void {
+  const code = signal === "SIGINT" ? 130 : 143;
+  if (stopping) {
+    // A second signal while cleaning up: give up on cleanup.
+    process.exit(code);
+  }
+  stopping = stopAllRuntimes({ timeoutMs: CLEANUP_DEADLINE_MS });
+  stopping.finally(() => process.exit(code));
+}
+
+const onSigint = () => onSignal("SIGINT");
+const onSigterm = () => onSignal("SIGTERM");
+const onBeforeExit = () => {
+  if (live.size > 0 && !stopping) {
+    stopping = stopAllRuntimes({ timeoutMs: CLEANUP_DEADLINE_MS }).finally(() => {
+      stopping = undefined;
+    });
+  }
+};
+const onExit = () => {
+  for (const runtime of live) {
+    try {
+      runtime.stopSync?.();
+    } catch {
+      // best effort at exit
+    }
+  }
+};
+
+function install(): void {
+  if (installed) return;
+  installed = true;
+  process.on("SIGINT", onSigint);
+  process.on("SIGTERM", onSigterm);
+  process.on("beforeExit", onBeforeExit);
+  process.on("exit", onExit);
+}
+
+function uninstall(): void {
+  if (!installed) return;
+  installed = false;
+  process.off("SIGINT", onSigint);
+  process.off("SIGTERM", onSigterm);
+  process.off("beforeExit", onBeforeExit);
+  process.off("exit", onExit);
+}
+
+/** Adds a runtime to the registry (runtimes call this when they start). */
+export function trackRuntime(runtime: Tracked): void {
+  live.add(runtime);
+  install();
+}
+
+/** Removes a runtime from the registry (runtimes call this when they stop). */
+export function untrackRuntime(runtime: Tracked): void {
+  live.delete(runtime);
+  if (live.size === 0) uninstall();
+}
+
+/** The runtimes started and not yet stopped in this process. */
+export function liveRuntimes(): Tracked[] {
+  return [...live];
+}
+
+/**
+ * Stops every live runtime concurrently; failures are ignored (this is cleanup).
+ * @param options.timeoutMs give up waiting after this long (default: wait for all)
+ */
+export async function stopAllRuntimes(options: { timeoutMs?: number } = {}): Promise<void> {
+  const all = Promise.allSettled([...live].map((runtime) => runtime.stop()));
+  if (options.timeoutMs === undefined) {
+    await all;
+    return;
+  }
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    all,
+    new Promise<void>((resolve) => (timer = setTimeout(resolve, options.timeoutMs))),
+  ]);
+  clearTimeout(timer);
+}

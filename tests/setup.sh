@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Prepares this machine for the tests that need a real Docker engine.
+#
+# Idempotent and safe to re-run: every step checks first and leaves an existing setup alone.
+# As root on Debian it installs the missing packages, starts dockerd when its socket does not
+# answer, and builds the two local images the tests use (no registry is reachable here):
+#   busybox:latest     busybox-static in an otherwise empty root
+#   python:3.11-slim   a debootstrapped Debian bookworm root with python3 (cached tarball)
+# Images are imported through the Engine API with curl; the docker CLI is not needed.
+# Elsewhere it prints what is missing and fails only when Docker is not usable.
+set -euo pipefail
+
+SOCK="${VF_DOCKER_SOCK:-/var/run/docker.sock}"
+CACHE=/var/cache/vf-images
+PACKAGES=(docker.io busybox-static debootstrap iproute2 openssh-server curl)
+START=$(date +%s)
+
+log() { printf 'setup: %s\n' "$*"; }
+
+engine_up() {
+  curl -fsS --max-time 3 --unix-socket "$SOCK" http://localhost/_ping >/dev/null 2>&1
+}
+
+image_present() {
+  curl -fsS --max-time 10 --unix-socket "$SOCK" "http://localhost/images/$1/json" >/dev/null 2>&1
+}
+
+is_debian_root() {
+  [ "$(id -u)" = 0 ] && [ -f /etc/debian_version ] && command -v apt-get >/dev/null 2>&1
+}
+
+# -- packages -----------------------------------------------------------------------------
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    log "packages already installed: ${PACKAGES[*]}"
+    return
+  fi
+  log "installing ${missing[*]}"
+  local updated=0
+  for p in "${missing[@]}"; do
+    if ! apt-cache show "$p" >/dev/null 2>&1; then
+      log "apt-get update (package lists do not know \"$p\")"
+      apt-get update -qq
+      updated=1
+      break
+    fi
+  done
+  # Keep package scripts from starting services: this script starts dockerd itself, and the
+  # machine may have no init system.
+  local policy=/usr/sbin/policy-rc.d own_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    own_policy=1
+  fi
+  local ok=1
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+    >/tmp/vf-setup-apt.log 2>&1 || ok=0
+  if [ $ok = 0 ] && [ $updated = 0 ]; then
+    log "install failed; running apt-get update and retrying"
+    apt-get update -qq
+    ok=1
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >>/tmp/vf-setup-apt.log 2>&1 || ok=0
+  fi
+  [ $own_policy = 1 ] && rm -f "$policy"
+  if [ $ok = 0 ]; then
+    tail -20 /tmp/vf-setup-apt.log >&2
+    log "apt-get install failed; see /tmp/vf-setup-apt.log"
+    exit 1
+  fi
+  log "installed ${missing[*]}"
+}
+
+# -- engine -------------------------------------------------------------------------------
+start_dockerd() {
+  if engine_up; then
+    log "Docker engine already answering at $SOCK"
+    return
+  fi
+  if ! command -v dockerd >/dev/null 2>&1; then
+    log "dockerd is not installed and $SOCK does not answer"
+    exit 1
+  fi
+  log "starting dockerd (log: /tmp/dockerd.log)"
+  rm -f /var/run/docker.pid
+  # setsid: dockerd must outlive this script and its terminal.
+  setsid nohup dockerd --host "unix://$SOCK" >/tmp/dockerd.log 2>&1 </dev/null &
+  local i
+  for i in $(seq 1 60); do
+    if engine_up; then
+      log "dockerd answered after ${i}s"
+      return
+    fi
+    sleep 1
+  done
+  tail -30 /tmp/dockerd.log >&2
+  log "dockerd did not answer on $SOCK within 60s; see /tmp/dockerd.log"
+  exit 1
+}
+
+urlencode() {
+  local s=$1 out="" i ch
+  for ((i = 0; i < ${#s}; i++)); do
+    ch=${s:i:1}
+    case "$ch" in
+      [a-zA-Z0-9.~_-]) out+="$ch" ;;
+      *) out+=$(printf '%%%02X' "'$ch") ;;
+    esac
+  done
+  printf '%s' "$out"
+}
+
+# POST a root filesystem tarball to /images/create?fromSrc=- ; extra args are `changes`.
+import_image_curl() {
+  local tarball=$1 repo=$2 tag=$3
+  shift 3
+  local url="http://localhost/images/create?fromSrc=-&repo=${repo}&tag=${tag}" c out
+  for c in "$@"; do url+="&changes=$(urlencode "$c")"; done
+  out=$(curl -fsS --unix-socket "$SOCK" -X POST -H 'Content-Type: application/x-tar' \
+    --data-binary "@$tarball" "$url")
+  if printf '%s' "$out" | grep -q '"error'; then
+    log "import of $repo:$tag failed: $out"
+    exit 1
+  fi
+}
+
+# -- images -------------------------------------------------------------------------------
+build_busybox() {
+  if image_present busybox:latest; then
+    log "image busybox:latest already present"
+    return
+  fi
+  local bb=/bin/busybox
+  [ -x "$bb" ] || { log "busybox-static is not installed (/bin/busybox missing)"; exit 1; }
+  local root
+  root=$(mktemp -d /tmp/vf-busybox-root.XXXXXX)
+  mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,etc,tmp,root,home,proc,sys,dev,var/tmp}
+  cp "$bb" "$root/bin/busybox"
+  # Links for every applet, as `busybox --install -s` would make them, without a chroot.
+  local applet
+  while read -r applet; do
+    [ "$applet" = bin/busybox ] && continue
+    mkdir -p "$root/$(dirname "$applet")"
+    ln -sf /bin/busybox "$root/$applet"
+  done < <("$bb" --list-full)
+  chmod 1777 "$root/tmp" "$root/var/tmp"
+  chmod 700 "$root/root"
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' \
+    >"$root/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+  local tarball=/tmp/vf-busybox-rootfs.tar
+  tar --numeric-owner --owner=0 --group=0 -C "$root" -cf "$tarball" .
+  import_image_curl "$tarball" busybox latest 'CMD ["sh"]' \
+    'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+  rm -rf "$root" "$tarball"
+  log "built image busybox:latest from busybox-static"
+}
+
+debian_mirror() {
+  local m=""
+  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+    m=$(awk '/^URIs:/ && $2 ~ /debian\/?$/ && $2 !~ /security/ {print $2; exit}' \
+      /etc/apt/sources.list.d/debian.sources)
+  fi
+  if [ -z "$m" ] && [ -f /etc/apt/sources.list ]; then
+    m=$(awk '$1=="deb" && $2 !~ /security/ && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list)
+  fi
+  printf '%s' "${m:-http://deb.debian.org/debian}"
+}
+
+build_python() {
+  if image_present python:3.11-slim; then
+    log "image python:3.11-slim already present"
+    return
+  fi
+  mkdir -p "$CACHE"
+  local tarball="$CACHE/python-3.11-slim-bookworm.tar"
+  if [ ! -s "$tarball" ]; then
+    command -v debootstrap >/dev/null || { log "debootstrap is not installed"; exit 1; }
+    local root mirror
+    root=$(mktemp -d /tmp/vf-python-root.XXXXXX)
+    mirror=$(debian_mirror)
+    log "debootstrap bookworm from $mirror (about a minute)"
+    debootstrap --variant=minbase --include=python3 bookworm "$root" "$mirror" \
+      >/tmp/vf-debootstrap.log 2>&1 || {
+      tail -20 /tmp/vf-debootstrap.log >&2
+      log "debootstrap failed; see /tmp/vf-debootstrap.log"
+      exit 1
+    }
+    [ -x "$root/usr/bin/python3" ] || { log "python3 is missing from the debootstrapped root"; exit 1; }
+    ln -sf python3 "$root/usr/bin/python"
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/log/*.log
+    # debootstrap may leave mounts behind when it fails halfway; only unmount ours.
+    for m in proc sys dev/pts dev; do
+      mountpoint -q "$root/$m" 2>/dev/null && umount -l "$root/$m" || true
+    done
+    tar --numeric-owner -C "$root" -cf "$tarball.partial" .
+    mv "$tarball.partial" "$tarball"
+    rm -rf "$root"
+    log "cached the root filesystem at $tarball"
+  else
+    log "using the cached root filesystem $tarball"
+  fi
+  import_image_curl "$tarball" python 3.11-slim 'CMD ["python3"]' \
+    'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' 'ENV LANG=C.UTF-8'
+  log "built image python:3.11-slim from Debian bookworm"
+}
+
+# -- main ---------------------------------------------------------------------------------
+if is_debian_root; then
+  install_packages
+  start_dockerd
+  build_busybox
+  build_python
+  log "done in $(($(date +%s) - START))s"
+else
+  log "not root on Debian: cannot install packages, start dockerd or build images"
+  for p in dockerd busybox debootstrap curl; do
+    command -v "$p" >/dev/null 2>&1 || log "missing: $p"
+  done
+  if ! engine_up; then
+    log "the Docker engine at $SOCK does not answer; start dockerd or run this script as root"
+    exit 1
+  fi
+  for img in busybox:latest python:3.11-slim; do
+    image_present "$img" || log "missing image: $img (run this script as root on Debian)"
+  done
+  log "Docker is usable"
+fi
