@@ -8,21 +8,27 @@ import { existsSync } from "node:fs";
 import { readdir, stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import yargsParser from "npm:yargs-parser@^22.0.0";
-import { BUILTINS } from "./environments/mod.ts";
+import { BUILTINS, TASKSETS } from "./environments/mod.ts";
+import { cleanupContainers } from "./runtimes/docker/mod.ts";
+import { getHarness } from "./lib/harness.ts";
+import type { AgentPolicy } from "./lib/task_rollout.ts";
+import { runTaskset, validateTaskset } from "./lib/task_run.ts";
 import { OpenAIChatClient, type ChatClient } from "./lib/client.ts";
 import {
   deepMerge,
   type EvalConfig,
   readToml,
+  RuntimeTable,
   setDotted,
   validateEvalConfig,
+  validateTaskEnv,
 } from "./lib/config.ts";
 import { loadEndpoints, RoundRobinClient } from "./lib/endpoints.ts";
 import type { Environment } from "./lib/environment.ts";
 import { ConfigError, describeError, VfError } from "./lib/errors.ts";
 import { evaluate } from "./lib/evaluate.ts";
 import { loadExampleDataset } from "./lib/example_datasets.ts";
-import { loadEnvironment } from "./lib/load_env.ts";
+import { loadEnvironment, loadTasksetSpec } from "./lib/load_env.ts";
 import { demoResponder, startModelServer } from "./lib/local_model_server.ts";
 import { ProgressDisplay, renderSummary } from "./lib/progress.ts";
 import { loadMetadata, loadOutputs, writeJsonAtomic } from "./lib/results.ts";
@@ -33,6 +39,9 @@ const HELP = `vf ${VERSION}: build, share and run LLM evaluation environments
 Usage:
   vf eval <env> [options]        evaluate a model on an environment
   vf eval @ <config.toml> [opts] evaluate from a TOML config (flags override it)
+  vf run <taskset> [options]     run an agent on sandboxed tasks (see vf run --help)
+  vf validate <taskset> [-n N]   check gold answers score 1.0 and untouched workspaces 0.0
+  vf cleanup [--run ID] [--older-than 1h]  remove leftover sandboxes
   vf demo [env]                  evaluate a built-in environment against vf's scripted
                                  local demo model (no API key, no network)
   vf --help | vf <command> --help
@@ -77,6 +86,35 @@ Any config key can be set with a dotted flag, e.g. --client.timeout 30.
 
 Writes outputs/evals/<env>--<model>/<run_id>/{results.jsonl,metadata.json,config.json}.
 `;
+
+const RUN_HELP = `vf run <taskset> [options]     (same as: vf eval @ cfg.toml with [env.taskset] id)
+
+Runs an agent on each task of a taskset inside sandboxes and grades it.
+  -n <tasks>  -r <rollouts per task>  -c <concurrent rollouts (default 4)>
+  -m, -b, -k                          model, base URL, API key variable (as vf eval)
+  --env.agent.harness.id bash|null    the agent harness (default bash)
+  --env.agent.runtime.type docker|subprocess   --env.agent.runtime.cpu 2 --env.agent.runtime.memory 4
+  --env.agent.scoring.mode shared|isolated      --env.agent.scoring.runtime.image <image>
+  --env.id best-of-n --env.n 4        best-of-n (adds best / pass_at_n metrics)
+  -R, --resume <run dir>              re-run only the missing or failed rollouts
+Writes outputs/evals/<taskset>--<model>/<run_id>/{traces.jsonl,metadata.json,config.json}.
+Tasksets: ${Object.keys(TASKSETS).join(", ")}, or a path to a module exporting loadTaskset().
+`;
+
+const VALIDATE_HELP = `vf validate <taskset> [-n N] [--runtime.type docker|subprocess]
+
+Per task, in fresh sandboxes: the gold answer (Task.validate) must score 1.0 and an
+untouched workspace 0.0. Prints a table and a JSON summary; exits 1 when any task fails.
+`;
+
+function validateRuntimeTable(raw: Record<string, unknown>) {
+  const r = RuntimeTable.safeParse(raw);
+  if (!r.success) {
+    const issue = r.error.issues[0];
+    throw new ConfigError(`command line: runtime.${issue.path.join(".")}: ${issue.message}`);
+  }
+  return r.data;
+}
 
 const ALIASES: Record<string, string> = {
   n: "num_examples",
@@ -170,12 +208,8 @@ function env(name: string): string | undefined {
   return process.env[name];
 }
 
-/** Resolve everything `vf eval` needs from the merged config. */
-async function resolveEval(config: EvalConfig, source: string) {
-  const envSpec = config.env_id ?? (config.env?.id as string | undefined);
-  if (!envSpec) {
-    throw new ConfigError(`${source}: no environment given; pass one (vf eval gsm8k) or set env_id`);
-  }
+/** Resolve the model endpoint: registry aliases, flags, `[client]`, defaults. */
+async function resolveClient(config: EvalConfig) {
   let model = config.model ?? "gpt-4.1-mini";
   let baseUrl = config.base_url ?? config.api_base_url ?? config.client?.base_url;
   let keyVar = config.api_key_var ?? config.client?.api_key_var;
@@ -186,7 +220,8 @@ async function resolveEval(config: EvalConfig, source: string) {
     extra_headers: headers,
   };
   let client: ChatClient | null = null;
-  const registryPath = config.endpoints_path ?? (existsSync("configs/endpoints.toml") ? "configs/endpoints.toml" : null);
+  const registryPath = config.endpoints_path ??
+    (existsSync("configs/endpoints.toml") ? "configs/endpoints.toml" : null);
   if (registryPath) {
     const registry = await loadEndpoints(registryPath);
     const replicas = registry.get(model);
@@ -210,6 +245,16 @@ async function resolveEval(config: EvalConfig, source: string) {
   baseUrl ??= env("OPENAI_BASE_URL") ?? "https://api.openai.com/v1";
   keyVar ??= "OPENAI_API_KEY";
   client ??= new OpenAIChatClient({ base_url: baseUrl, api_key_var: keyVar, ...clientOpts });
+  return { client, model, baseUrl, keyVar };
+}
+
+/** Resolve everything `vf eval` needs from the merged config. */
+async function resolveEval(config: EvalConfig, source: string) {
+  const envSpec = config.env_id ?? (config.env?.id as string | undefined);
+  if (!envSpec) {
+    throw new ConfigError(`${source}: no environment given; pass one (vf eval gsm8k) or set env_id`);
+  }
+  const { client, model, baseUrl, keyVar } = await resolveClient(config);
   const { env: environment, module, id } = await loadEnvironment(envSpec, config.env_args ?? {}, BUILTINS);
   const environmentTyped = environment as Environment;
   if (config.extra_env_kwargs) environmentTyped.setKwargs(config.extra_env_kwargs);
@@ -277,6 +322,7 @@ async function cmdEval(argv: string[]): Promise<number> {
   }
   const merged = deepMerge(fileConfig, cliConfig);
   const config = validateEvalConfig(merged, source);
+  if (config.env && "taskset" in config.env) return await runTasks(config, merged, source);
   const run = await resolveEval(config, source);
 
   const save = config.save !== false;
@@ -369,6 +415,186 @@ async function cmdEval(argv: string[]): Promise<number> {
   }
 }
 
+function parseDuration(text: string): number {
+  const m = /^(\d+(?:\.\d+)?)(s|m|h|d)?$/.exec(text.trim());
+  if (!m) throw new ConfigError(`--older-than "${text}" must look like 30s, 10m, 2h or 1d`);
+  const unit = { s: 1e3, m: 60e3, h: 3600e3, d: 86400e3 }[(m[2] ?? "s") as "s" | "m" | "h" | "d"];
+  return Number(m[1]) * unit;
+}
+
+/** Run a taskset (the `[env.taskset]` form of `vf eval`, and `vf run`). */
+async function runTasks(config: EvalConfig, merged: Record<string, unknown>, source: string): Promise<number> {
+  const envSection = validateTaskEnv(config.env, source);
+  const { client, model, baseUrl, keyVar } = await resolveClient(config);
+  const { id: tasksetId, task: taskConfig, ...tasksetKnobs } = envSection.taskset;
+  const taskset = await loadTasksetSpec(tasksetId, { ...tasksetKnobs, id: tasksetId, task: taskConfig ?? {} }, TASKSETS);
+  const agent = envSection.agent ?? {};
+  const harnessConfig = agent.harness ?? { id: "bash" };
+  const policy: AgentPolicy = {
+    runtime: agent.runtime ?? {},
+    harness: getHarness(harnessConfig.id ?? "bash", harnessConfig),
+    scoring: agent.scoring,
+    maxTurns: harnessConfig.max_turns ?? agent.max_turns,
+    toolTimeoutSeconds: harnessConfig.tool_timeout,
+  };
+  const bestOfN = envSection.id === "best-of-n";
+  const rollouts = bestOfN ? envSection.n ?? config.rollouts_per_example ?? 4 : config.rollouts_per_example ?? 1;
+  const numTasks = config.num_examples ?? -1;
+  const runId = crypto.randomUUID().slice(0, 8);
+  const save = config.save !== false;
+  const base = resolve(config.output_dir ?? "outputs", "evals", `${taskset.id}--${model.replaceAll("/", "--")}`);
+  let runDir: string | null = save ? join(base, runId) : null;
+  let resume = false;
+  if (typeof config.resume === "string") {
+    runDir = resolve(config.resume);
+    resume = true;
+  } else if (config.resume === true) {
+    throw new ConfigError("Resuming a taskset run needs the run directory: --resume <dir>");
+  }
+  if (runDir) {
+    const resolved = {
+      format_version: 1,
+      ...merged,
+      model,
+      client: { ...(config.client ?? {}), base_url: baseUrl, api_key_var: keyVar },
+      num_examples: numTasks,
+      rollouts_per_example: rollouts,
+      env: envSection, // scoring.env templates are kept as written, never resolved here
+    };
+    delete (resolved as Record<string, unknown>).base_url;
+    delete (resolved as Record<string, unknown>).api_key_var;
+    await writeJsonAtomic(join(runDir, "config.json"), resolved);
+    process.stderr.write(`Saving traces to ${runDir}\n`);
+  }
+  const quiet = config.quiet ?? false;
+  const started = Date.now();
+  const controller = new AbortController();
+  let interrupted = false;
+  const onSignal = (sig: string) => {
+    if (interrupted) process.exit(130);
+    interrupted = true;
+    process.stderr.write(`\n${sig}: stopping; finished rollouts are saved\n`);
+    controller.abort(new VfError(`Interrupted by ${sig}`));
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  try {
+    const { traces, summary } = await runTaskset({
+      taskset,
+      policy,
+      client,
+      model,
+      samplingArgs: config.sampling_args,
+      numTasks,
+      rolloutsPerTask: rollouts,
+      maxConcurrent: config.max_concurrent ?? 4,
+      shuffleSeed: config.shuffle_seed ?? null,
+      runDir,
+      runId: runDir ? runDir.split("/").pop()! : runId,
+      resume,
+      envId: envSection.id,
+      bestOfNThreshold: envSection.threshold,
+      judges: envSection.judges,
+      signal: controller.signal,
+      onTrace: quiet ? undefined : (t, done, total) => {
+        const rate = done / Math.max(0.001, (Date.now() - started) / 1000);
+        process.stderr.write(
+          `${taskset.id} ${done}/${total} ${rate.toFixed(2)}/s task ${t.task.key} reward ${
+            t.reward === null ? "error" : t.reward.toFixed(3)
+          }${t.error ? ` (${t.error.phase}: ${t.error.error}: ${t.error.message.slice(0, 120)})` : ""}\n`,
+        );
+      },
+    });
+    const lines = [
+      `taskset ${summary.taskset}  model ${summary.model}  tasks ${summary.num_tasks}  rollouts/task ${summary.rollouts_per_task}  rollouts ${summary.num_rollouts}`,
+      `reward ${summary.avg_reward.toFixed(4)}  errors ${summary.num_errors} of ${summary.num_rollouts}`,
+      ...Object.entries(summary.avg_rewards).map(([k, v]) => `  reward ${k}: ${v.toFixed(4)}`),
+      ...Object.entries(summary.avg_metrics).map(([k, v]) => `  metric ${k}: ${v.toFixed(4)}`),
+      ...Object.entries(summary.pass_at_k).map(([k, v]) => `  pass@${k}: ${v.toFixed(3)}`),
+      `tokens: input ${summary.usage.input_tokens}, output ${summary.usage.output_tokens}`,
+    ];
+    process.stdout.write(lines.join("\n") + "\n");
+    void traces;
+    if (runDir) process.stdout.write(`traces: ${join(runDir, "traces.jsonl")}\n`);
+    return 0;
+  } catch (error) {
+    if (interrupted) {
+      process.stderr.write(runDir ? `Interrupted; finish with: vf eval @ <config> --resume ${runDir}\n` : "Interrupted\n");
+      return 130;
+    }
+    throw error;
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  }
+}
+
+async function cmdRun(argv: string[]): Promise<number> {
+  const flags = parseArgs(argv);
+  if (flags.help || flags.h) {
+    process.stdout.write(RUN_HELP);
+    return 0;
+  }
+  const positional = flags._.map(String);
+  if (!positional[0]) throw new ConfigError("vf run needs a taskset: vf run file-sum -n 1 -r 1");
+  const cliConfig = flagsToConfig(flags as Record<string, unknown>);
+  const merged = deepMerge({ env: { taskset: { id: positional[0] } } }, cliConfig);
+  const config = validateEvalConfig(merged, "command line");
+  return await runTasks(config, merged, "command line");
+}
+
+async function cmdValidate(argv: string[]): Promise<number> {
+  const flags = parseArgs(argv);
+  if (flags.help || flags.h) {
+    process.stdout.write(VALIDATE_HELP);
+    return 0;
+  }
+  const positional = flags._.map(String);
+  if (!positional[0]) throw new ConfigError("vf validate needs a taskset: vf validate file-sum");
+  const raw = flagsToConfig(flags as Record<string, unknown>);
+  const runtime = validateRuntimeTable((raw.runtime ?? {}) as Record<string, unknown>);
+  const taskset = await loadTasksetSpec(positional[0], { id: positional[0] }, TASKSETS);
+  const runId = `validate-${crypto.randomUUID().slice(0, 8)}`;
+  const results = await validateTaskset(taskset, {
+    numTasks: typeof raw.num_examples === "number" ? raw.num_examples : -1,
+    runtime,
+    runId,
+    maxConcurrent: typeof raw.max_concurrent === "number" ? raw.max_concurrent : 4,
+  });
+  const rows = [["task", "gold", "untouched", "result"], ...results.map((r) => [
+    r.task,
+    r.gold_reward === null ? "-" : r.gold_reward.toFixed(2),
+    r.empty_reward === null ? "-" : r.empty_reward.toFixed(2),
+    r.ok ? "ok" : `FAIL ${r.error ?? ""}`,
+  ])];
+  const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
+  process.stdout.write(rows.map((r) => r.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd()).join("\n") + "\n");
+  const failed = results.filter((r) => !r.ok).length;
+  process.stdout.write(JSON.stringify({
+    taskset: taskset.id,
+    runtime: runtime.type ?? "docker",
+    tasks: results.length,
+    passed: results.length - failed,
+    failed,
+    results,
+  }) + "\n");
+  return failed ? 1 : 0;
+}
+
+async function cmdCleanup(argv: string[]): Promise<number> {
+  const flags = parseArgs(argv);
+  if (flags.help || flags.h) {
+    process.stdout.write("vf cleanup [--run ID] [--older-than 30m]\n\nRemove sandboxes vf left behind (labelled vf.managed=1).\n");
+    return 0;
+  }
+  const runId = flags.run === undefined ? undefined : String(flags.run);
+  const older = flags["older-than"] === undefined ? undefined : parseDuration(String(flags["older-than"]));
+  const removed = await cleanupContainers({ runId, olderThanMs: older });
+  process.stdout.write(`removed ${removed.length} container${removed.length === 1 ? "" : "s"}\n`);
+  for (const id of removed) process.stdout.write(`  ${id.slice(0, 12)}\n`);
+  return 0;
+}
+
 async function cmdDemo(argv: string[]): Promise<number> {
   const flags = parseArgs(argv);
   if (flags.help || flags.h) {
@@ -410,6 +636,12 @@ export async function main(argv: string[]): Promise<number> {
         return await cmdEval(rest);
       case "demo":
         return await cmdDemo(rest);
+      case "run":
+        return await cmdRun(rest);
+      case "validate":
+        return await cmdValidate(rest);
+      case "cleanup":
+        return await cmdCleanup(rest);
       default:
         process.stderr.write(`error: unknown command "${command}"; run vf --help\n`);
         return 2;

@@ -91,3 +91,25 @@ export function makeDataset(results: RolloutOutput[] | { outputs: RolloutOutput[
   const rows = Array.isArray(results) ? results : results.outputs;
   return Dataset.fromList(rows.map((r) => ({ ...r })));
 }
+
+export { metric, readText, reward, Task, Taskset } from "./lib/task.ts";
+export type {
+  Artifact,
+  RuntimeConfig,
+  ScoringConfig,
+  TaskConfig,
+  TaskData,
+  TaskHookContext,
+  TaskScores,
+  TasksetConfig,
+  TasksetModule,
+  TraceView,
+} from "./lib/task.ts";
+export { BashHarness, getHarness, HARNESSES, NullHarness } from "./lib/harness.ts";
+export type { Harness, HarnessContext, HarnessRecorder } from "./lib/harness.ts";
+export { collectArtifacts, restoreArtifacts, runTaskRollout } from "./lib/task_rollout.ts";
+export type { AgentPolicy, TaskRolloutOptions, TaskTrace } from "./lib/task_rollout.ts";
+export { loadTraces, runTaskset, selectTasks, validateTaskset } from "./lib/task_run.ts";
+export type { JudgeConfig, RunTasksetOptions, TaskRunSummary, ValidationResult } from "./lib/task_run.ts";
+export { cleanupContainers, createRuntime } from "./runtimes/mod.ts";
+export type { RunOptions, RunResult, Runtime, RuntimeCapabilities, RuntimeSpec } from "./runtimes/mod.ts";

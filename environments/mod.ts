@@ -4,7 +4,10 @@
  * @module
  */
 import type { Registry } from "../lib/load_env.ts";
+import type { TasksetModule } from "../lib/task.ts";
 import * as calculator from "./calculator/mod.ts";
+import * as fileSum from "./file_sum/mod.ts";
+import * as pyGrader from "./py_grader/mod.ts";
 import * as gsm8k from "./gsm8k/mod.ts";
 import * as reverseText from "./reverse_text/mod.ts";
 import * as wordle from "./wordle/mod.ts";
@@ -15,4 +18,10 @@ export const BUILTINS: Registry = {
   "reverse-text": () => Promise.resolve(reverseText),
   "calculator": () => Promise.resolve(calculator),
   "wordle": () => Promise.resolve(wordle),
+};
+
+/** Built-in tasksets (sandboxed tasks) by id. */
+export const TASKSETS: Record<string, () => Promise<TasksetModule>> = {
+  "file-sum": () => Promise.resolve(fileSum),
+  "py-grader": () => Promise.resolve(pyGrader),
 };

@@ -129,3 +129,66 @@ export function resolveTemplate(
     throw new ConfigError(`Environment variable "${name}" is not set and has no default`);
   });
 }
+
+/** A runtime table (`[env.agent.runtime]`, `[env.agent.scoring.runtime]`). */
+export const RuntimeTable = z.strictObject({
+  type: z.enum(["docker", "subprocess"]).optional(),
+  image: z.string().optional(),
+  cpu: z.number().positive().optional(),
+  memory: z.union([z.number().positive(), z.string()]).optional(),
+  workdir: z.string().optional(),
+  network: z.boolean().optional(),
+  env: z.record(z.string(), z.string()).optional(),
+});
+
+/** The `[env]` table of a taskset run (the seed's TOML shape). */
+export const TaskEnvSection = z.strictObject({
+  id: z.enum(["single-agent", "best-of-n"]).optional(),
+  n: z.number().int().min(1).optional(),
+  threshold: z.number().optional(),
+  taskset: z.looseObject({
+    id: z.string().min(1),
+    task: z.record(z.string(), z.unknown()).optional(),
+  }),
+  agent: z.strictObject({
+    harness: z.strictObject({
+      id: z.string().default("bash"),
+      edit: z.boolean().optional(),
+      max_turns: z.number().int().min(1).optional(),
+      tool_timeout: z.number().positive().optional(),
+    }).optional(),
+    runtime: RuntimeTable.optional(),
+    scoring: z.strictObject({
+      mode: z.enum(["shared", "isolated"]).optional(),
+      retries: z.number().int().min(0).optional(),
+      env: z.record(z.string(), z.string()).optional(),
+      runtime: RuntimeTable.optional(),
+    }).optional(),
+    max_turns: z.number().int().min(1).optional(),
+  }).optional(),
+  judges: z.array(z.strictObject({
+    id: z.enum(["reference", "rubric"]),
+    name: z.string().optional(),
+    weight: z.number().optional(),
+    model: z.string().optional(),
+    rubric: z.string().optional(),
+  })).optional(),
+});
+
+/** A validated `[env]` table. */
+export type TaskEnvSection = z.infer<typeof TaskEnvSection>;
+
+/** Validate the `[env]` table of a taskset run; issues name `env.<path>`. */
+export function validateTaskEnv(raw: unknown, source: string): TaskEnvSection {
+  const result = TaskEnvSection.safeParse(raw);
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    let message = issue.message;
+    if (issue.code === "unrecognized_keys") {
+      const keys = (issue as unknown as { keys: string[] }).keys;
+      message = `unknown key${keys.length > 1 ? "s" : ""} ${keys.map((k) => `"${k}"`).join(", ")}`;
+    }
+    throw new ConfigError(`${source}: ${["env", ...issue.path].join(".")}: ${message}`);
+  }
+  return result.data;
+}

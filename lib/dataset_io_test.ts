@@ -33,11 +33,17 @@ Deno.test("loadDataset() names the JSONL file and line of invalid JSON or a non-
     await writeFile(file, '{"q": 1}\n\n{"q": oops}\n');
     await assert.rejects(loadDataset(file), (error) => {
       assert.ok(error instanceof ConfigError);
-      assert.match(error.message, new RegExp(`^${file.replaceAll("/", "\\/")}: line 3: invalid JSON`));
+      assert.match(
+        error.message,
+        new RegExp(`^${file.replaceAll("/", "\\/")}: line 3: invalid JSON`),
+      );
       return true;
     });
     await writeFile(file, '{"q": 1}\n[1, 2]\n');
-    await assert.rejects(loadDataset(file), /bad\.jsonl: line 2: expected a JSON object, got an array/);
+    await assert.rejects(
+      loadDataset(file),
+      /bad\.jsonl: line 2: expected a JSON object, got an array/,
+    );
   });
 });
 
@@ -83,7 +89,7 @@ Deno.test("loadDataset() reads RFC 4180 CSV: quotes, doubled quotes, embedded co
     const file = join(dir, "q.csv");
     await writeFile(
       file,
-      '\ufeffquestion,answer,note\r\n' +
+      "\ufeffquestion,answer,note\r\n" +
         '"Add 2, then 3","5",plain\r\n' +
         '"She said ""hi""",7,"line one\nline two"\r\n' +
         ',"",\r\n',
@@ -118,7 +124,7 @@ Deno.test("loadDataset() names the CSV line of a ragged row or an unclosed quote
     await assert.rejects(loadDataset(file), /bad\.csv: line 4: has 3 fields, the header has 2/);
     await writeFile(file, 'a,b\n1,"never closed\n2,3\n');
     await assert.rejects(loadDataset(file), /bad\.csv: line 2: a quoted field is never closed/);
-    await writeFile(file, 'a,a\n1,2\n');
+    await writeFile(file, "a,a\n1,2\n");
     await assert.rejects(loadDataset(file), /column "a" appears twice/);
   });
 });
@@ -147,7 +153,7 @@ Deno.test("saveDataset() round-trips through every format, keeping Parquet types
   await withTempDir(async (dir) => {
     const ds = Dataset.fromList([
       {
-        q: "a, \"quoted\"\nline",
+        q: 'a, "quoted"\nline',
         n: 1,
         big: 2 ** 40,
         f: 1.5,
@@ -170,7 +176,7 @@ Deno.test("saveDataset() round-trips through every format, keeping Parquet types
     await saveDataset(ds, join(dir, "ds.csv"));
     const csv = await loadDataset(join(dir, "ds.csv"));
     assert.deepEqual(csv.row(0), {
-      q: "a, \"quoted\"\nline",
+      q: 'a, "quoted"\nline',
       n: "1",
       big: String(2 ** 40),
       f: "1.5",
@@ -191,13 +197,22 @@ Deno.test("saveDataset() writes mixed-type Parquet columns as JSON and all-null 
 
 Deno.test("loadDataset() gives a ConfigError for a missing file, an unknown extension, or a bad Parquet file", async () => {
   await withTempDir(async (dir) => {
-    await assert.rejects(loadDataset(join(dir, "none.jsonl")), /Cannot read dataset ".*none\.jsonl"/);
+    await assert.rejects(
+      loadDataset(join(dir, "none.jsonl")),
+      /Cannot read dataset ".*none\.jsonl"/,
+    );
     await writeFile(join(dir, "x.txt"), "hello");
     await assert.rejects(loadDataset(join(dir, "x.txt")), /unknown extension "\.txt"/);
     await writeFile(join(dir, "bad.parquet"), "not parquet at all");
-    await assert.rejects(loadDataset(join(dir, "bad.parquet")), /bad\.parquet: not a readable Parquet file/);
+    await assert.rejects(
+      loadDataset(join(dir, "bad.parquet")),
+      /bad\.parquet: not a readable Parquet file/,
+    );
     await mkdir(join(dir, "plain"));
-    await assert.rejects(loadDataset(join(dir, "plain")), /must be one written by Dataset\.save\(\)/);
+    await assert.rejects(
+      loadDataset(join(dir, "plain")),
+      /must be one written by Dataset\.save\(\)/,
+    );
     await assert.rejects(saveDataset(Dataset.fromList([]), join(dir, "x.txt")), ConfigError);
   });
 });

@@ -53,7 +53,10 @@ Deno.test("rows handed out are deep copies: mutating them leaves the dataset unc
 
 Deno.test("col() returns a column in row order and throws for an unknown column", () => {
   assert.deepEqual(qa().col("answer"), ["4", "15", "3"]);
-  assert.throws(() => qa().col("nope"), /Column "nope" is not in the dataset; columns: question, answer/);
+  assert.throws(
+    () => qa().col("nope"),
+    /Column "nope" is not in the dataset; columns: question, answer/,
+  );
 });
 
 Deno.test("row() throws RangeError outside 0..length-1", () => {
@@ -106,7 +109,7 @@ Deno.test("map() fills a column that only some rows return with null", () => {
 });
 
 Deno.test("map() rejects an async function and points to mapAsync()", () => {
-  assert.throws(() => qa().map((async () => ({ x: 1 })) as never), /use mapAsync\(\)/);
+  assert.throws(() => qa().map((() => Promise.resolve({ x: 1 })) as never), /use mapAsync\(\)/);
   assert.throws(() => qa().map(() => 5 as never), TypeError);
 });
 
@@ -272,7 +275,10 @@ Deno.test("load() explains a missing directory, a bad line and a row count misma
     await writeFile(join(dir, "data.jsonl"), '{"a": 1}\n{"a": \n');
     await assert.rejects(Dataset.load(dir), /data\.jsonl: line 2: invalid JSON/);
     await writeFile(join(dir, "data.jsonl"), '{"a": 1}\n');
-    await assert.rejects(Dataset.load(dir), /has 1 rows, but dataset_info\.json says num_rows is 2/);
+    await assert.rejects(
+      Dataset.load(dir),
+      /has 1 rows, but dataset_info\.json says num_rows is 2/,
+    );
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

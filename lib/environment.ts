@@ -90,6 +90,10 @@ export abstract class Environment {
   passThreshold: number;
   #sources: { train: DatasetSource | null; eval: DatasetSource | null };
   #built: { train: Dataset | null; eval: Dataset | null } = { train: null, eval: null };
+  #building: { train: Promise<Dataset> | null; eval: Promise<Dataset> | null } = {
+    train: null,
+    eval: null,
+  };
   #stops: Handler<(state: State) => boolean | Promise<boolean>>[] = [];
   #cleanups: Handler<(state: State) => unknown>[] = [];
   #teardowns: Handler<() => unknown>[] = [];
@@ -125,7 +129,9 @@ export abstract class Environment {
   }
 
   #format(rows: Row[], split: "train" | "eval"): Dataset {
-    return Dataset.fromList(this.formatDataset(rows, split === "train" ? "dataset" : "eval_dataset"));
+    return Dataset.fromList(
+      this.formatDataset(rows, split === "train" ? "dataset" : "eval_dataset"),
+    );
   }
 
   /** Format raw rows into rollout inputs; EnvGroup overrides this. */
@@ -143,8 +149,12 @@ export abstract class Environment {
     const src = this.#sources[split];
     if (!src) return null;
     if (typeof src !== "function") return this.#built[split];
-    const made = await (src as DatasetBuilder)();
-    this.#built[split] = this.#format(made instanceof Dataset ? made.toList() : made, split);
+    // Concurrent first accesses share one build, so the builder runs once.
+    this.#building[split] ??= (async () => {
+      const made = await (src as DatasetBuilder)();
+      return this.#format(made instanceof Dataset ? made.toList() : made, split);
+    })().finally(() => (this.#building[split] = null));
+    this.#built[split] = await this.#building[split];
     return this.#built[split];
   }
 
@@ -315,7 +325,9 @@ export abstract class Environment {
     model: string,
     options: RolloutOptions & { independentScoring?: boolean } = {},
   ): Promise<State[]> {
-    const states = await Promise.all(inputs.map((input) => this.rollout(input, client, model, options)));
+    const states = await Promise.all(
+      inputs.map((input) => this.rollout(input, client, model, options)),
+    );
     await this.scoreStates(states, options.independentScoring ?? false);
     return states;
   }
@@ -384,7 +396,8 @@ export abstract class MultiTurnEnv extends Environment {
     this.addStopCondition("has_final_env_response", (s) => s.final_env_response !== null);
     this.addStopCondition(
       "max_total_completion_tokens_reached",
-      (s) => this.maxTotalCompletionTokens > 0 && s.usage.output_tokens >= this.maxTotalCompletionTokens,
+      (s) =>
+        this.maxTotalCompletionTokens > 0 && s.usage.output_tokens >= this.maxTotalCompletionTokens,
     );
     this.addStopCondition(
       "max_turns_reached",
@@ -461,7 +474,9 @@ export abstract class MultiTurnEnv extends Environment {
       try {
         const t0 = nowSeconds();
         const prompt = await this.getPromptMessages(state);
-        if (state.trajectory.length > 0) state.timing.env.spans.push({ start: t0, end: nowSeconds() });
+        if (state.trajectory.length > 0) {
+          state.timing.env.spans.push({ start: t0, end: nowSeconds() });
+        }
         if (state.final_env_response !== null) continue;
         const t1 = nowSeconds();
         const response = await this.getModelResponse(state, prompt);
@@ -523,7 +538,7 @@ export abstract class MultiTurnEnv extends Environment {
 
 /** One model turn, no environment response. */
 export class SingleTurnEnv extends MultiTurnEnv {
-  constructor(options: EnvironmentOptions = {}) {
+  constructor(options: Omit<MultiTurnEnvOptions, "maxTurns"> = {}) {
     super({ ...options, maxTurns: 1 });
   }
 

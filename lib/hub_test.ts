@@ -41,7 +41,9 @@ class FakeHub implements AsyncDisposable {
 
   async #handle(request: Request): Promise<Response> {
     const url = new URL(request.url);
-    this.requests.push(`${request.headers.get("range") ? "probe " : ""}${url.pathname}${url.search}`);
+    this.requests.push(
+      `${request.headers.get("range") ? "probe " : ""}${url.pathname}${url.search}`,
+    );
     const parts = url.pathname.split("/").slice(1).map(decodeURIComponent);
     const api = parts[0] === "api";
     const [kind, owner, name, verb, revision, ...rest] = api ? parts.slice(1) : parts;
@@ -53,7 +55,9 @@ class FakeHub implements AsyncDisposable {
       return json({ error: "Invalid credentials in Authorization header" }, 401);
     }
     const files = repo.revisions[revision];
-    if (!files) return json({ error: "Invalid rev id" }, 404, { "X-Error-Code": "RevisionNotFound" });
+    if (!files) {
+      return json({ error: "Invalid rev id" }, 404, { "X-Error-Code": "RevisionNotFound" });
+    }
     if (api && verb === "tree") return await this.#tree(url, files, rest.join("/"));
     if (!api && verb === "resolve") return this.#resolve(request, files, rest.join("/"));
     return json({ error: "Not found" }, 404);
@@ -156,8 +160,14 @@ Deno.test("loadHubDataset() concatenates the data/<split>-*.parquet shards of a 
   assert.deepEqual(train.toList(), [row(0), row(1), row(2)]);
   const test = await loadHubDataset("acme/qa", { hubUrl: hub.url, split: "test" });
   assert.deepEqual(test.toList(), [row(9)]);
-  assert.ok(hub.requests.some((r) => r.startsWith("/api/datasets/acme/qa/tree/main?") && r.includes("cursor=")));
-  assert.ok(hub.requests.includes("/datasets/acme/qa/resolve/main/data/test-00000-of-00001.parquet"));
+  assert.ok(
+    hub.requests.some((r) =>
+      r.startsWith("/api/datasets/acme/qa/tree/main?") && r.includes("cursor=")
+    ),
+  );
+  assert.ok(
+    hub.requests.includes("/datasets/acme/qa/resolve/main/data/test-00000-of-00001.parquet"),
+  );
 });
 
 Deno.test("loadHubDataset() picks <config>/<split>-*.parquet files and lists configs when none is given", async () => {
@@ -172,7 +182,11 @@ Deno.test("loadHubDataset() picks <config>/<split>-*.parquet files and lists con
       },
     },
   });
-  const ds = await loadHubDataset("openai/gsm8k", { hubUrl: hub.url, config: "main", split: "test" });
+  const ds = await loadHubDataset("openai/gsm8k", {
+    hubUrl: hub.url,
+    config: "main",
+    split: "test",
+  });
   assert.deepEqual(ds.toList(), [row(2), row(3)]);
   await assert.rejects(
     loadHubDataset("openai/gsm8k", { hubUrl: hub.url, split: "test" }),
@@ -208,7 +222,11 @@ Deno.test("loadHubDataset() reads the refs/convert/parquet branch, falling back 
     split: "validation",
   });
   assert.deepEqual(validation.toList(), [row(5)]);
-  assert.ok(hub.requests.some((r) => r.startsWith("/api/datasets/acme/scripted/tree/refs%2Fconvert%2Fparquet?")));
+  assert.ok(
+    hub.requests.some((r) =>
+      r.startsWith("/api/datasets/acme/scripted/tree/refs%2Fconvert%2Fparquet?")
+    ),
+  );
 });
 
 Deno.test("loadHubDataset() reads JSONL and CSV files named after their split", async () => {
@@ -243,12 +261,16 @@ Deno.test("loadHubDataset() names the available splits when the split is missing
     loadHubDataset("acme/qa", { hubUrl: hub.url, split: "validation" }),
     (error) =>
       error instanceof ConfigError &&
-      error.message === 'Dataset "acme/qa" (config "default") has no split "validation"; available splits: test, train',
+      error.message ===
+        'Dataset "acme/qa" (config "default") has no split "validation"; available splits: test, train',
   );
 });
 
 Deno.test("loadHubDataset() says the Hub cannot be reached when nothing listens", async () => {
-  const closed = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => new Response());
+  const closed = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    () => new Response(),
+  );
   const hubUrl = `http://127.0.0.1:${closed.addr.port}`;
   await closed.shutdown();
   await assert.rejects(
@@ -266,19 +288,33 @@ Deno.test("loadHubDataset() reports a missing repo and a refused token as Config
       revisions: { main: { "data/train-00000-of-00001.parquet": parquet([row(7)]) } },
     },
   });
-  await assert.rejects(loadHubDataset("acme/missing", { hubUrl: hub.url }), /"acme\/missing" was not found/);
-  await assert.rejects(loadHubDataset("acme/private", { hubUrl: hub.url }), /refused access \(HTTP 401\)/);
-  await assert.rejects(loadHubDataset("acme/private", { hubUrl: hub.url, accessToken: "x" }), /must start with "hf_"/);
+  await assert.rejects(
+    loadHubDataset("acme/missing", { hubUrl: hub.url }),
+    /"acme\/missing" was not found/,
+  );
+  await assert.rejects(
+    loadHubDataset("acme/private", { hubUrl: hub.url }),
+    /refused access \(HTTP 401\)/,
+  );
+  await assert.rejects(
+    loadHubDataset("acme/private", { hubUrl: hub.url, accessToken: "x" }),
+    /must start with "hf_"/,
+  );
   const ds = await loadHubDataset("acme/private", { hubUrl: hub.url, accessToken: "hf_secret" });
   assert.deepEqual(ds.toList(), [row(7)]);
-  await assert.rejects(loadHubDataset("not a repo!", { hubUrl: hub.url }), /Invalid Hugging Face dataset id/);
+  await assert.rejects(
+    loadHubDataset("not a repo!", { hubUrl: hub.url }),
+    /Invalid Hugging Face dataset id/,
+  );
 });
 
 Deno.test("loadHubDataset() with cacheDir downloads each file once", async () => {
   const cacheDir = await Deno.makeTempDir();
   try {
     await using hub = new FakeHub({
-      "acme/qa": { revisions: { main: { "data/train-00000-of-00001.parquet": parquet([row(3)]) } } },
+      "acme/qa": {
+        revisions: { main: { "data/train-00000-of-00001.parquet": parquet([row(3)]) } },
+      },
     });
     const first = await loadHubDataset("acme/qa", { hubUrl: hub.url, cacheDir });
     const downloads = () => hub.requests.filter((r) => r.includes("/resolve/")).length;

@@ -28,6 +28,7 @@ function looksLikePath(spec: string): boolean {
 export async function resolveEnvironmentModule(
   spec: string,
   registry: Registry,
+  entry: "loadEnvironment" | "loadTaskset" = "loadEnvironment",
 ): Promise<{ module: EnvironmentModule; id: string; source: string }> {
   const key = spec.replaceAll("_", "-");
   if (registry[spec] || registry[key]) {
@@ -41,8 +42,8 @@ export async function resolveEnvironmentModule(
   }
   if (!looksLikePath(spec)) {
     throw new ConfigError(
-      `Unknown environment "${spec}"; built-ins: ${Object.keys(registry).sort().join(", ")}; ` +
-        `or give a path to a module exporting loadEnvironment()`,
+      `Unknown ${entry === "loadTaskset" ? "taskset" : "environment"} "${spec}"; built-ins: ${Object.keys(registry).sort().join(", ")}; ` +
+        `or give a path to a module exporting ${entry}()`,
     );
   }
   let path = isAbsolute(spec) ? spec : resolve(spec);
@@ -70,8 +71,8 @@ export async function resolveEnvironmentModule(
       { cause: error },
     );
   }
-  if (typeof module.loadEnvironment !== "function") {
-    throw new ConfigError(`Environment module "${spec}" does not export a loadEnvironment() function`);
+  if (typeof (module as unknown as Record<string, unknown>)[entry] !== "function") {
+    throw new ConfigError(`Environment module "${spec}" does not export a ${entry}() function`);
   }
   const base = path.replace(/\/mod\.ts$/, "").split("/").pop()!.replace(/\.(ts|js)$/, "");
   return { module, id: base.replaceAll("_", "-"), source: path };
@@ -101,4 +102,27 @@ export async function loadEnvironment(
   if (!env.envId) env.envId = id;
   if (env.envArgs && Object.keys(env.envArgs).length === 0) env.envArgs = args;
   return { env, module, id };
+}
+
+/** Load a taskset by built-in id or local path (a module exporting `loadTaskset(config)`). */
+export async function loadTasksetSpec(
+  spec: string,
+  config: Record<string, unknown>,
+  registry: Record<string, () => Promise<{ loadTaskset: (c: Record<string, unknown>) => unknown }>>,
+  // deno-lint-ignore no-explicit-any
+): Promise<any> {
+  const { module, source } = await resolveEnvironmentModule(
+    spec,
+    registry as unknown as Registry,
+    "loadTaskset",
+  );
+  const load = (module as unknown as { loadTaskset: (c: Record<string, unknown>) => unknown }).loadTaskset;
+  try {
+    return await load(config);
+  } catch (error) {
+    if (error instanceof ConfigError) throw error;
+    throw new ConfigError(`loadTaskset() of ${source} threw: ${(error as Error).message ?? error}`, {
+      cause: error,
+    });
+  }
 }

@@ -117,7 +117,8 @@ export type Reply = CompletionReply | ErrorReply | RawReply | HangReply;
 
 /** What a responder learns besides the request. */
 export interface ResponderContext {
-  /** The 0-based position of this request in {@link ModelServer.requests}. */
+  /** The 0-based count of requests handed to the responder before this one (its position in
+   * {@link ModelServer.requests}). */
   index: number;
 }
 
@@ -139,6 +140,9 @@ export interface ModelServerOptions {
   apiKey?: string;
   /** The model listed by `GET /v1/models` and used when a request names none; default `"vf-demo"`. */
   model?: string;
+  /** Keep every request in {@link ModelServer.requests}; default true. A long-running server
+   * (the demo CLI) turns it off so memory stays flat. */
+  record?: boolean;
   /** Closes the server when aborted. */
   signal?: AbortSignal;
 }
@@ -148,7 +152,8 @@ export interface ModelServer extends AsyncDisposable {
   /** The base URL, ending in `/v1`, e.g. `http://127.0.0.1:41234/v1`. */
   readonly url: string;
   readonly port: number;
-  /** Every chat completions request handed to the responder, in arrival order. */
+  /** Every chat completions request handed to the responder, in arrival order (unless
+   * `record: false`). */
   readonly requests: ChatRequest[];
   /** Chat completions requests being handled now (a hang released by a client abort leaves). */
   readonly inFlight: number;
@@ -353,6 +358,8 @@ export async function startModelServer(options: ModelServerOptions): Promise<Mod
   const models = new Set<string>([defaultModel]);
   const closing = new AbortController();
   let inFlight = 0;
+  let counter = 0;
+  const record = options.record ?? true;
 
   const closedResponse = () => json(503, errorBody("The model server is closing", "server_error"));
 
@@ -387,23 +394,24 @@ export async function startModelServer(options: ModelServerOptions): Promise<Mod
   }
 
   const app = new Hono();
-  app.use("*", async (c, next) => {
-    if (apiKey === undefined) return await next();
-    const auth = c.req.header("authorization") ?? "";
-    if (auth === `Bearer ${apiKey}`) return await next();
-    const given = auth.replace(/^Bearer\s+/i, "");
-    const shown = given.length > 8 ? `${given.slice(0, 3)}...${given.slice(-4)}` : given;
-    return json(
-      401,
-      errorBody(
-        given === ""
-          ? "You didn't provide an API key. Provide it in the Authorization header as a Bearer token"
-          : `Incorrect API key provided: "${shown}"`,
-        "invalid_request_error",
-        "invalid_api_key",
-      ),
-    );
-  });
+  if (apiKey !== undefined) {
+    app.use("*", async (c, next) => {
+      const auth = c.req.header("authorization") ?? "";
+      if (auth === `Bearer ${apiKey}`) return await next();
+      const given = auth.replace(/^Bearer\s+/i, "");
+      const shown = given.length > 8 ? `${given.slice(0, 3)}...${given.slice(-4)}` : given;
+      return json(
+        401,
+        errorBody(
+          given === ""
+            ? "You didn't provide an API key. Provide it in the Authorization header as a Bearer token"
+            : `Incorrect API key provided: "${shown}"`,
+          "invalid_request_error",
+          "invalid_api_key",
+        ),
+      );
+    });
+  }
   app.get("/v1/models", () =>
     json(200, {
       object: "list",
@@ -443,7 +451,8 @@ export async function startModelServer(options: ModelServerOptions): Promise<Mod
     }
     if (typeof body.model === "string") models.add(body.model);
     const request: ChatRequest = { body, headers: Object.fromEntries(c.req.raw.headers) };
-    const index = requests.push(request) - 1;
+    const index = record ? requests.push(request) - 1 : counter;
+    counter++;
     inFlight++;
     try {
       return await answer(request, index, c.req.raw);
@@ -702,6 +711,7 @@ async function main(): Promise<void> {
     port,
     hostname: flags.hostname,
     apiKey: flags["api-key"],
+    record: false,
   });
   console.log(`vf scripted demo model (not an LLM) serving model "vf-demo" at ${server.url}`);
   // Exit at once: nothing is persisted, and a graceful close from a node:process signal

@@ -470,3 +470,12 @@ Deno.test("demoResponder() calls a calculator tool, then boxes its result", asyn
     );
   });
 });
+
+Deno.test("startModelServer() keeps no requests with record: false but still counts them", async () => {
+  await withModelServer((_, { index }) => ({ content: String(index) }), async (server) => {
+    await post(server, chatBody("a"));
+    const second: Json = (await post(server, chatBody("b"))).json();
+    assert.equal(second.choices[0].message.content, "1");
+    assert.equal(server.requests.length, 0);
+  }, { record: false });
+});

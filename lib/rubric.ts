@@ -166,8 +166,13 @@ export class Rubric {
 
   async #callOne(entry: RubricEntry, state: State): Promise<number> {
     try {
-      const value = await (entry.fn as RewardFunc)(this.#context(state));
-      const n = typeof value === "boolean" ? (value ? 1 : 0) : Number(value);
+      const value: unknown = await (entry.fn as RewardFunc)(this.#context(state));
+      // Like Python's float(): null, "", [] and objects are not numbers (Number() says 0).
+      const n = typeof value === "boolean"
+        ? (value ? 1 : 0)
+        : typeof value === "number" || (typeof value === "string" && value.trim() !== "")
+        ? Number(value)
+        : NaN;
       if (!Number.isFinite(n)) throw new TypeError(`returned ${JSON.stringify(value)}`);
       return n;
     } catch (error) {
@@ -310,6 +315,7 @@ export class RubricGroup extends Rubric {
     if (states.length === 0) return;
     const totals = states.map(() => 0);
     const metrics: Record<string, number>[] = states.map(() => ({}));
+    const preset = states.map((s) => s.trajectory.map((st) => [st.reward, st.advantage]));
     for (const rubric of this.rubrics) {
       await rubric.scoreGroup(states);
       states.forEach((s, i) => {
@@ -319,8 +325,13 @@ export class RubricGroup extends Rubric {
         }
       });
     }
-    // Steps were filled by the first member; recompute from the summed reward.
-    for (const s of states) for (const step of s.trajectory) step.reward = step.advantage = null;
+    // Members filled the steps from their own rewards; restore what was set before scoring
+    // and fill the rest from the summed reward.
+    states.forEach((s, i) =>
+      s.trajectory.forEach((step, j) => {
+        [step.reward, step.advantage] = preset[i][j] ?? [null, null];
+      })
+    );
     applyGroupScores(states, totals, metrics);
   }
 

@@ -114,8 +114,13 @@ export class ToolEnv extends MultiTurnEnv {
 
   constructor(options: ToolEnvOptions = {}) {
     const tools = options.tools ?? [];
-    super({ maxTurns: 10, ...options, toolDefs: [...(options.toolDefs ?? []), ...tools.map(toolDef)] });
-    this.errorFormatter = options.errorFormatter ?? ((e) => (e instanceof Error ? e.message : String(e)));
+    super({
+      maxTurns: 10,
+      ...options,
+      toolDefs: [...(options.toolDefs ?? []), ...tools.map(toolDef)],
+    });
+    this.errorFormatter = options.errorFormatter ??
+      ((e) => (e instanceof Error ? e.message : String(e)));
     this.stopErrors = options.stopErrors ?? [];
     this.#monitor = new Rubric({ parser: this.parser });
     this.#monitor.addMetric(({ completion }) => countToolCalls(completion), 0, "total_tool_calls");
@@ -228,13 +233,21 @@ export function pruneSchema(schema: JsonSchema, skip: string[]): JsonSchema {
   const out = structuredClone(schema) as Record<string, unknown>;
   const props = { ...(out.properties as Record<string, Record<string, unknown>> ?? {}) };
   const defs = out.$defs as Record<string, unknown> | undefined;
+  const refs: string[] = [];
   for (const name of skip) {
     const ref = props[name]?.$ref;
     delete props[name];
-    if (typeof ref === "string" && defs) delete defs[ref.split("/").pop()!];
+    if (typeof ref === "string") refs.push(ref);
   }
   out.properties = props;
   if (Array.isArray(out.required)) out.required = out.required.filter((r) => !skip.includes(r));
+  // A definition is dropped only when nothing left in the schema still refers to it.
+  for (const ref of refs) {
+    const key = ref.split("/").pop()!;
+    if (!defs || !(key in defs)) continue;
+    const { [key]: _dropped, ...others } = defs;
+    if (!JSON.stringify({ ...out, $defs: others }).includes(JSON.stringify(ref))) delete defs[key];
+  }
   if (defs && Object.keys(defs).length === 0) delete out.$defs;
   return out;
 }

@@ -38,7 +38,9 @@ export function parseDockerHost(host: string | undefined): DockerEndpoint {
     const socketPath = value.slice("unix://".length);
     return { socketPath, origin: "http://localhost", display: socketPath };
   }
-  if (value.startsWith("/")) return { socketPath: value, origin: "http://localhost", display: value };
+  if (value.startsWith("/")) {
+    return { socketPath: value, origin: "http://localhost", display: value };
+  }
   const match = /^(?:tcp|http):\/\/([^/]+)\/?$/.exec(value);
   if (match) return { origin: `http://${match[1]}`, display: `tcp://${match[1]}` };
   throw new SandboxUnavailableError(
@@ -117,6 +119,14 @@ function errorCode(error: unknown): string | undefined {
 }
 
 type Query = Record<string, string | number | boolean | undefined>;
+
+interface RequestOptions {
+  query?: Query;
+  json?: unknown;
+  body?: Uint8Array;
+  contentType?: string;
+  signal?: AbortSignal;
+}
 
 function queryString(query: Query | undefined): string {
   if (!query) return "";
@@ -212,13 +222,7 @@ export class DockerEngine {
   async #request(
     method: string,
     path: string,
-    options: {
-      query?: Query;
-      json?: unknown;
-      body?: Uint8Array;
-      contentType?: string;
-      signal?: AbortSignal;
-    } = {},
+    options: RequestOptions = {},
   ) {
     const prefix = await this.apiPrefix();
     const headers: Record<string, string> = {};
@@ -250,7 +254,7 @@ export class DockerEngine {
   async #json<T>(
     method: string,
     path: string,
-    options: Parameters<DockerEngine["#request"]>[2] & { allow404?: boolean } = {},
+    options: RequestOptions & { allow404?: boolean } = {},
   ): Promise<T | undefined> {
     const response = await this.#request(method, path, options);
     const text = await response.body.text();
@@ -365,13 +369,16 @@ export class DockerEngine {
     const prefix = await this.apiPrefix();
     let socket: Duplex;
     try {
-      const result = await upgrade(`${this.endpoint.origin}${prefix}/exec/${execId}/start`, {
-        method: "POST",
-        protocol: "tcp",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ Detach: false, Tty: false }),
-        dispatcher: this.#agent,
-      } as Parameters<typeof upgrade>[1]);
+      const result = await upgrade(
+        `${this.endpoint.origin}${prefix}/exec/${execId}/start`,
+        {
+          method: "POST",
+          protocol: "tcp",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ Detach: false, Tty: false }),
+          dispatcher: this.#agent,
+        } as Parameters<typeof upgrade>[1],
+      );
       socket = result.socket;
     } catch (error) {
       if (errorCode(error)) throw this.#unreachable(error);
@@ -461,7 +468,10 @@ export class DockerEngine {
     return {
       stat: decodeStat(response.headers["x-docker-container-path-stat"]),
       body: response.body as AsyncIterable<Uint8Array>,
-      cancel: () => response.body.destroy(),
+      cancel: () => {
+        response.body.on("error", () => {}); // destroying mid-body reports an abort
+        response.body.destroy();
+      },
     };
   }
 

@@ -108,7 +108,6 @@ export class DockerRuntime implements Runtime {
   };
   readonly spec: DockerRuntimeSpec;
   #options: DockerRuntimeOptions;
-  #engine: DockerEngine;
   #id = "";
   #name = "";
   #workdir = "/";
@@ -121,7 +120,11 @@ export class DockerRuntime implements Runtime {
     if (!spec.image) throw new TypeError("A docker runtime needs an image");
     this.spec = spec;
     this.#options = options;
-    this.#engine = options.engine ?? DockerEngine.shared();
+  }
+
+  /** Looked up per call, so closing the shared client never strands a live runtime. */
+  get #engine(): DockerEngine {
+    return this.#options.engine ?? DockerEngine.shared();
   }
 
   /** Container id; `""` before start. */
@@ -298,11 +301,31 @@ export class DockerRuntime implements Runtime {
     }
     if (head !== undefined && head.length) stderr.unshift(head);
     reportPid(undefined);
-    const exitCode = await this.#exitCode(execId);
+    let exitCode = await this.#exitCode(execId);
+    let out = decodeChunks(stdout);
+    let err = decodeChunks(stderr);
+    if (exitCode === 126 && err === "" && out.startsWith("OCI runtime exec failed")) {
+      // runc could not start the process; it reports that on stdout. Normalise to what a
+      // shell (and the subprocess runtime) reports.
+      if (/chdir to cwd/.test(out)) {
+        throw new SandboxFileNotFoundError(
+          options.cwd ?? this.#workdir,
+          `Working directory "${options.cwd}" does not exist in container "${this.#short()}"`,
+          { cause: new SandboxError(out.trim()) },
+        );
+      }
+      if (/executable file not found|no such file or directory/.test(out)) {
+        exitCode = 127;
+        err = `${argv[0]}: command not found\n`;
+      } else {
+        err = out;
+      }
+      out = "";
+    }
     return {
       exit_code: exitCode,
-      stdout: decodeChunks(stdout),
-      stderr: decodeChunks(stderr),
+      stdout: out,
+      stderr: err,
       duration_ms: Math.round(performance.now() - started),
     };
   }
@@ -350,7 +373,7 @@ export class DockerRuntime implements Runtime {
     const { maxBytes } = options;
     let target = this.#resolve(path);
     for (let hops = 0; hops < 16; hops++) {
-      const download = await this.#engine.getArchive(id, target);
+      const download = await this.#download(id, target, path);
       const stat = download.stat;
       if (stat?.linkTarget) {
         download.cancel();
@@ -366,7 +389,12 @@ export class DockerRuntime implements Runtime {
       }
       if (maxBytes !== undefined && stat && stat.size > maxBytes) {
         download.cancel();
-        throw new SandboxFileTooLargeError(path, stat.size, maxBytes, `container "${this.#short()}"`);
+        throw new SandboxFileTooLargeError(
+          path,
+          stat.size,
+          maxBytes,
+          `container "${this.#short()}"`,
+        );
       }
       const chunks: Uint8Array[] = [];
       let total = 0;
@@ -377,7 +405,12 @@ export class DockerRuntime implements Runtime {
         total += chunk.length;
         if (total > cap) {
           download.cancel();
-          throw new SandboxFileTooLargeError(path, total, maxBytes!, `container "${this.#short()}"`);
+          throw new SandboxFileTooLargeError(
+            path,
+            total,
+            maxBytes!,
+            `container "${this.#short()}"`,
+          );
         }
       }
       for (const entry of readTar(concat(chunks))) {
@@ -393,9 +426,25 @@ export class DockerRuntime implements Runtime {
           return entry.data.slice();
         }
       }
-      throw new SandboxError(`Path "${path}" in container "${this.#short()}" is not a regular file`);
+      throw new SandboxError(
+        `Path "${path}" in container "${this.#short()}" is not a regular file`,
+      );
     }
     throw new SandboxError(`Too many symlinks while reading "${path}" in "${this.#short()}"`);
+  }
+
+  /** `getArchive`, with a missing path reported as the caller named it. */
+  async #download(id: string, target: string, path: string) {
+    try {
+      return await this.#engine.getArchive(id, target);
+    } catch (error) {
+      if (!(error instanceof SandboxFileNotFoundError)) throw error;
+      throw new SandboxFileNotFoundError(
+        path,
+        `Path "${path}" does not exist in container "${this.#short()}"`,
+        { cause: error },
+      );
+    }
   }
 
   /** Writes a file through the archive endpoint, creating parent directories. */
@@ -419,7 +468,7 @@ export class DockerRuntime implements Runtime {
   /** A tar of `path`, entries named from its basename (as the Engine API returns it). */
   async archiveOut(path: string): Promise<Uint8Array> {
     const id = this.#requireRunning();
-    const download = await this.#engine.getArchive(id, this.#resolve(path));
+    const download = await this.#download(id, this.#resolve(path), path);
     const chunks: Uint8Array[] = [];
     for await (const chunk of download.body) chunks.push(chunk);
     return concat(chunks);

@@ -1,0 +1,61 @@
+/**
+ * file-sum: the seed's FileSum taskset. The agent sums the integers in /app/input.txt and
+ * writes the sum to /app/output/answer.txt; grading happens in a fresh, isolated sandbox
+ * that receives only /app/output.
+ * @module
+ */
+import { readText, reward, Task, type TaskHookContext, Taskset, type TasksetConfig } from "../../mod.ts";
+
+/** One FileSum task; `numbers` stays on the evaluator. */
+export class FileSumTask extends Task {
+  static override NEEDS_CONTAINER = true;
+
+  get numbers(): number[] {
+    return this.data.numbers as number[];
+  }
+
+  override async setup({ runtime }: TaskHookContext): Promise<void> {
+    await runtime.write("/app/input.txt", this.numbers.join("\n") + "\n");
+    // An untouched workspace must score 0, not fail on a missing file.
+    await runtime.write("/app/output/answer.txt", "");
+  }
+
+  correct = reward(async ({ runtime }) => {
+    const answer = await readText(runtime, "/app/output/answer.txt", 1024);
+    return answer.trim() === String(this.numbers.reduce((a, b) => a + b, 0)) ? 1 : 0;
+  });
+
+  override async validate(ctx: TaskHookContext): Promise<boolean> {
+    const sum = this.numbers.reduce((a, b) => a + b, 0);
+    await ctx.runtime.write("/app/output/answer.txt", `${sum}\n`);
+    return (await this.correct(ctx)) === 1;
+  }
+}
+
+const INPUTS = [[1, 2, 3], [10, 20, 30, 40], [7, -2, 5], [100, 250], [3, 3, 3, 3, 3]];
+
+/** The FileSum taskset: `num_tasks` (default 5) tasks with different inputs. */
+export class FileSumTaskset extends Taskset<FileSumTask> {
+  get id(): string {
+    return "file-sum";
+  }
+
+  *load(): Iterable<FileSumTask> {
+    for (const [i, numbers] of INPUTS.entries()) {
+      yield new FileSumTask({
+        id: `file-sum-${i}`,
+        prompt: "Sum the integers in /app/input.txt. Write only the sum to /app/output/answer.txt.",
+        image: (this.config.image as string | undefined) ?? "python:3.11-slim",
+        workdir: "/app",
+        scoring: { mode: "isolated" },
+        artifacts: [{ source: "/app/output" }],
+        numbers,
+      }, this.config.task ?? {});
+    }
+  }
+}
+
+/** Entry point used by `vf run file-sum` / `[env.taskset] id = "file-sum"`. */
+export function loadTaskset(config: TasksetConfig = {}): FileSumTaskset {
+  return new FileSumTaskset(config);
+}

@@ -1,0 +1,477 @@
+/**
+ * One conformance suite run against every runtime: Docker (busybox and python:3.11-slim, on
+ * the real engine that tests/setup.sh starts) and subprocess. Behaviour a runtime may lack
+ * is asked for through `capabilities`, never through `type`.
+ */
+
+import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import {
+  cleanupContainers,
+  CommandTimeoutError,
+  createRuntime,
+  DockerEngine,
+  DockerRuntime,
+  liveRuntimes,
+  type Runtime,
+  type RuntimeSpec,
+  SandboxError,
+  SandboxFileNotFoundError,
+  SandboxFileTooLargeError,
+  SandboxImageError,
+  SandboxStateError,
+  SandboxUnavailableError,
+  SandboxUnsupportedError,
+} from "../runtimes/mod.ts";
+import { ConfigError } from "../lib/errors.ts";
+import { readTar } from "../runtimes/_tar.ts";
+
+const RUN_ID = `conformance-${crypto.randomUUID().slice(0, 8)}`;
+const SPEC_ENV = { VF_SPEC_VAR: "from the spec" };
+
+const TARGETS: Array<{ name: string; spec: RuntimeSpec }> = [
+  {
+    name: "docker busybox",
+    spec: { type: "docker", image: "busybox", workdir: "/workspace", env: SPEC_ENV },
+  },
+  {
+    name: "docker python:3.11-slim",
+    spec: { type: "docker", image: "python:3.11-slim", workdir: "/workspace", env: SPEC_ENV },
+  },
+  { name: "subprocess", spec: { type: "subprocess", workdir: "/workspace", env: SPEC_ENV } },
+];
+
+const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
+
+/** Command lines of the processes matching `pattern`, as seen from inside the runtime. */
+async function processesMatching(rt: Runtime, pattern: string): Promise<string[]> {
+  const script = "for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null; echo; done";
+  const { stdout } = await rt.run(["sh", "-c", script]);
+  return stdout.split("\n").filter((line) => line.includes(pattern) && !line.includes("/proc/"));
+}
+
+/**
+ * Runs a test body, then closes keep-alive connections so the test leaves no open resources
+ * behind (runtimes the body holds with `await using` are disposed before that).
+ */
+function closingEngines(fn: (t: Deno.TestContext) => Promise<void>) {
+  return async (t: Deno.TestContext) => {
+    try {
+      await fn(t);
+    } finally {
+      await DockerEngine.closeShared();
+    }
+  };
+}
+
+for (const target of TARGETS) {
+  Deno.test(
+    `${target.name}: conforms to the Runtime contract`,
+    closingEngines(async (t) => {
+      await using rt = createRuntime(target.spec, { runId: RUN_ID, task: "conformance" });
+      assert.equal(rt.id, "");
+      await rt.start();
+      assert.notEqual(rt.id, "");
+      assert.ok(liveRuntimes().some((live) => live === rt), "a started runtime is registered");
+
+      await t.step("run() reports non-zero exits as results", async () => {
+        assert.equal((await rt.run(["true"])).exit_code, 0);
+        assert.equal((await rt.run(["sh", "-c", "exit 3"])).exit_code, 3);
+        const missing = await rt.run(["vf-no-such-command"]);
+        assert.equal(missing.exit_code, 127);
+        assert.equal(missing.stdout, "");
+        assert.match(missing.stderr, /vf-no-such-command/);
+        const guarded = await rt.run(["vf-no-such-command"], { timeoutMs: 10_000 });
+        assert.equal(guarded.exit_code, 127);
+      });
+
+      await t.step("run() keeps stderr separate from stdout", async () => {
+        const result = await rt.run(["sh", "-c", "echo out; echo err >&2; echo out2; exit 4"], {
+          timeoutMs: 10_000,
+        });
+        assert.deepEqual(
+          [result.exit_code, result.stdout, result.stderr],
+          [4, "out\nout2\n", "err\n"],
+        );
+        assert.ok(result.duration_ms >= 0);
+      });
+
+      await t.step("UTF-8 round-trips through write, read, run and stdin", async () => {
+        const sample = "héllo wörld ✓ 日本語 🎉\n";
+        await rt.write("utf8.txt", sample);
+        assert.equal(text(await rt.read("utf8.txt")), sample);
+        assert.equal((await rt.run(["cat", "utf8.txt"])).stdout, sample);
+        assert.equal((await rt.run(["cat"], { stdin: sample })).stdout, sample);
+        const bytes = new Uint8Array([0, 1, 2, 255, 254, 10, 13]);
+        await rt.write("binary.bin", bytes);
+        assert.deepEqual(await rt.read("binary.bin"), bytes);
+      });
+
+      await t.step("run() collects large output (6 MB)", async () => {
+        const size = 6_000_000;
+        const result = await rt.run([
+          "sh",
+          "-c",
+          `head -c ${size} /dev/zero | tr '\\0' a; head -c 100000 /dev/zero | tr '\\0' b >&2`,
+        ]);
+        assert.equal(result.exit_code, 0);
+        assert.equal(result.stdout.length, size);
+        assert.ok(/^a+$/.test(result.stdout));
+        assert.equal(result.stderr.length, 100_000);
+      });
+
+      await t.step("run() passes the spec's and the call's env", async () => {
+        const result = await rt.run(["sh", "-c", 'echo "$VF_SPEC_VAR|$VF_CALL_VAR"'], {
+          env: { VF_CALL_VAR: "from the call = ok" },
+        });
+        assert.equal(result.stdout, "from the spec|from the call = ok\n");
+        const override = await rt.run(["sh", "-c", 'echo "$VF_SPEC_VAR"'], {
+          env: { VF_SPEC_VAR: "overridden" },
+        });
+        assert.equal(override.stdout, "overridden\n");
+      });
+
+      await t.step("run() starts in the workdir and honours cwd", async () => {
+        await rt.write("/workspace/sub/dir/f.txt", "in sub/dir\n");
+        assert.equal((await rt.run(["cat", "sub/dir/f.txt"])).stdout, "in sub/dir\n");
+        assert.equal((await rt.run(["cat", "f.txt"], { cwd: "sub/dir" })).stdout, "in sub/dir\n");
+        assert.equal(
+          (await rt.run(["cat", "f.txt"], { cwd: "/workspace/sub/dir" })).stdout,
+          "in sub/dir\n",
+        );
+        await assert.rejects(
+          rt.run(["true"], { cwd: "/no/such/dir" }),
+          SandboxFileNotFoundError,
+        );
+      });
+
+      await t.step("run() as another user when the runtime supports users", async () => {
+        if (rt.capabilities.users) {
+          const result = await rt.run(["id", "-u"], { user: "nobody" });
+          assert.deepEqual([result.exit_code, result.stdout], [0, "65534\n"]);
+          assert.equal((await rt.run(["id", "-u"])).stdout, "0\n");
+        } else {
+          await assert.rejects(rt.run(["id", "-u"], { user: "nobody" }), SandboxUnsupportedError);
+        }
+      });
+
+      await t.step("a timeout kills the whole process tree", async () => {
+        const marker = 3000 + Math.floor(Math.random() * 6000);
+        const started = performance.now();
+        const error = await rt
+          .run(["sh", "-c", `sleep ${marker} & sleep ${marker + 1}; echo never`], {
+            timeoutMs: 800,
+          })
+          .then(() => undefined, (e) => e);
+        const elapsed = performance.now() - started;
+        assert.ok(error instanceof CommandTimeoutError, `expected a timeout, got ${error}`);
+        assert.match(error.message, /did not finish within 800 ms/);
+        assert.ok(error.cause instanceof Error || error.cause instanceof DOMException);
+        assert.ok(elapsed < 4_000, `timeout took ${Math.round(elapsed)} ms`);
+        assert.deepEqual(await processesMatching(rt, `sleep ${marker}`), []);
+        assert.deepEqual(await processesMatching(rt, `sleep ${marker + 1}`), []);
+      });
+
+      await t.step(
+        "aborting the signal kills the command and rejects with the reason",
+        async () => {
+          const marker = 3000 + Math.floor(Math.random() * 6000);
+          const controller = new AbortController();
+          setTimeout(() => controller.abort(new Error("stop now")), 300);
+          await assert.rejects(
+            rt.run(["sh", "-c", `sleep ${marker} & sleep ${marker}`], {
+              signal: controller.signal,
+            }),
+            /stop now/,
+          );
+          assert.deepEqual(await processesMatching(rt, `sleep ${marker}`), []);
+        },
+      );
+
+      await t.step("read() of a missing file is SandboxFileNotFoundError", async () => {
+        const error = await rt.read("no/such/file.txt").then(() => undefined, (e) => e);
+        assert.ok(error instanceof SandboxFileNotFoundError, `got ${error}`);
+        assert.ok(error instanceof SandboxError);
+        assert.equal(error.path, "no/such/file.txt");
+        await assert.rejects(rt.read("/workspace/sub"), /is a directory/);
+      });
+
+      await t.step("read() refuses files larger than maxBytes", async () => {
+        await rt.write("big.txt", "x".repeat(2000));
+        const error = await rt.read("big.txt", { maxBytes: 1000 }).then(() => undefined, (e) => e);
+        assert.ok(error instanceof SandboxFileTooLargeError, `got ${error}`);
+        assert.equal(error.size, 2000);
+        assert.match(error.message, /2000 bytes, more than maxBytes 1000/);
+        assert.equal((await rt.read("big.txt", { maxBytes: 2000 })).length, 2000);
+      });
+
+      await t.step("write() creates parent directories and sets the mode", async () => {
+        await rt.write("/workspace/deep/a/b/tool.sh", "#!/bin/sh\necho tool $1\n", { mode: 0o755 });
+        const result = await rt.run(["./deep/a/b/tool.sh", "ran"]);
+        assert.deepEqual([result.exit_code, result.stdout], [0, "tool ran\n"]);
+        await rt.write("deep/a/b/tool.sh", "#!/bin/sh\necho replaced\n", { mode: 0o755 });
+        assert.equal((await rt.run(["./deep/a/b/tool.sh"])).stdout, "replaced\n");
+        const long = `${"d".repeat(60)}/${"e".repeat(60)}/${"f".repeat(80)}.txt`;
+        await rt.write(long, "long path");
+        assert.equal(text(await rt.read(long)), "long path");
+      });
+
+      await t.step("archiveOut() → archiveIn() restores a tree in a second runtime", async () => {
+        await rt.write("out/a.txt", "A\n");
+        await rt.write("out/nested/b.txt", "B ✓\n");
+        await rt.write("out/run.sh", "#!/bin/sh\necho run\n", { mode: 0o755 });
+        const tar = await rt.archiveOut("out");
+        const names = [...readTar(tar)].map((entry) => entry.name.replace(/^\.\//, ""));
+        assert.ok(names.includes("out/nested/b.txt"), `entries: ${names}`);
+        await assert.rejects(rt.archiveOut("no-such-dir"), SandboxFileNotFoundError);
+
+        await using second = createRuntime(target.spec, { runId: RUN_ID });
+        await second.start();
+        await second.archiveIn("/restored/here", tar);
+        assert.equal(text(await second.read("/restored/here/out/a.txt")), "A\n");
+        assert.equal(text(await second.read("/restored/here/out/nested/b.txt")), "B ✓\n");
+        const ran = await second.run(["./out/run.sh"], { cwd: "/restored/here" });
+        assert.equal(ran.stdout, "run\n");
+        const file = await rt.archiveOut("out/a.txt");
+        await second.archiveIn("single", file);
+        assert.equal(text(await second.read("single/a.txt")), "A\n");
+      });
+
+      await t.step("the network is off by default when the runtime controls it", async () => {
+        if (!rt.capabilities.network_control) return;
+        const { stdout } = await rt.run(["cat", "/proc/net/dev"]);
+        const interfaces = stdout.split("\n").slice(2).map((l) => l.split(":")[0].trim())
+          .filter(Boolean);
+        assert.deepEqual(interfaces, ["lo"]);
+      });
+
+      await t.step("stop() is idempotent and later calls fail clearly", async () => {
+        const id = rt.id;
+        await rt.stop();
+        await rt.stop();
+        assert.ok(!liveRuntimes().includes(rt));
+        await assert.rejects(rt.run(["true"]), SandboxStateError);
+        await assert.rejects(rt.read("utf8.txt"), SandboxStateError);
+        await assert.rejects(rt.start(), SandboxStateError);
+        if (target.spec.type === "docker") {
+          assert.equal(await DockerEngine.shared().inspectContainer(id), undefined);
+        } else {
+          assert.equal(existsSync(id), false);
+        }
+      });
+    }),
+  );
+
+  Deno.test(
+    `${target.name}: await using removes the sandbox`,
+    closingEngines(async () => {
+      let id = "";
+      {
+        await using rt = createRuntime(target.spec, { runId: RUN_ID });
+        await rt.start();
+        id = rt.id;
+        assert.equal((await rt.run(["true"])).exit_code, 0);
+      }
+      if (target.spec.type === "docker") {
+        assert.equal(await DockerEngine.shared().inspectContainer(id), undefined);
+      } else {
+        assert.equal(existsSync(id), false);
+      }
+      const never = createRuntime(target.spec);
+      await never.stop();
+      await never.stop();
+    }),
+  );
+}
+
+Deno.test(
+  "docker: a container has labels, limits and the network it asked for",
+  closingEngines(async () => {
+    await using rt = new DockerRuntime({
+      type: "docker",
+      image: "busybox",
+      cpu: 0.5,
+      memory: "256m",
+      network: true,
+      labels: { team: "vf" },
+    }, { runId: RUN_ID, task: "task-7" });
+    await rt.start();
+    const info = (await DockerEngine.shared().inspectContainer(rt.id))!;
+    const config = info.Config as { Labels: Record<string, string> };
+    const host = info.HostConfig as Record<string, unknown>;
+    assert.deepEqual(config.Labels, {
+      "vf.managed": "1",
+      "vf.run_id": RUN_ID,
+      "vf.task": "task-7",
+      team: "vf",
+    });
+    assert.deepEqual([host.NanoCpus, host.Memory, host.NetworkMode, host.Init], [
+      500_000_000,
+      256 * 1024 * 1024,
+      "bridge",
+      true,
+    ]);
+    const { stdout } = await rt.run(["cat", "/proc/net/dev"]);
+    assert.match(stdout, /eth0:/);
+    assert.equal(rt.workdir, "/");
+  }),
+);
+
+Deno.test(
+  "docker: read() follows symlinks and write() as a non-root user",
+  closingEngines(async () => {
+    await using rt = createRuntime({ type: "docker", image: "busybox", user: "nobody" });
+    await rt.start();
+    await rt.write("/tmp/data/target.txt", "through the link");
+    assert.equal((await rt.run(["ln", "-s", "data/target.txt", "/tmp/link"])).exit_code, 0);
+    assert.equal(text(await rt.read("/tmp/link")), "through the link");
+    // Files written for a runtime with a default user belong to that user.
+    assert.equal((await rt.run(["stat", "-c", "%u", "/tmp/data/target.txt"])).stdout, "65534\n");
+    assert.equal((await rt.run(["sh", "-c", "echo more >> /tmp/data/target.txt"])).exit_code, 0);
+  }),
+);
+
+Deno.test(
+  "docker: archives move between docker and subprocess runtimes",
+  closingEngines(async () => {
+    await using docker = createRuntime({ type: "docker", image: "python:3.11-slim" });
+    await using sub = createRuntime({ type: "subprocess" });
+    await Promise.all([docker.start(), sub.start()]);
+    await docker.write("/app/output/answer.txt", "6\n");
+    await sub.archiveIn("/app", await docker.archiveOut("/app/output"));
+    assert.equal(text(await sub.read("/app/output/answer.txt")), "6\n");
+    await sub.write("/tests/check.py", "print(6 * 7)\n");
+    await docker.archiveIn("/", await sub.archiveOut("/tests"));
+    assert.equal((await docker.run(["python", "/tests/check.py"])).stdout, "42\n");
+  }),
+);
+
+Deno.test(
+  "docker: cleanupContainers() removes leftover labelled containers",
+  closingEngines(async () => {
+    const runId = `${RUN_ID}-leftover`;
+    const engine = DockerEngine.shared();
+    const leftover = new DockerRuntime({ type: "docker", image: "busybox" }, { runId });
+    const other = new DockerRuntime({ type: "docker", image: "busybox" }, { runId: `${runId}-x` });
+    await Promise.all([leftover.start(), other.start()]);
+    assert.deepEqual(await cleanupContainers({ runId, olderThanMs: 3_600_000 }), []);
+    assert.deepEqual(await cleanupContainers({ runId }), [leftover.id]);
+    assert.equal(await engine.inspectContainer(leftover.id), undefined);
+    assert.ok(await engine.inspectContainer(other.id), "another run's container is kept");
+    await leftover.stop(); // already gone: still fine
+    await other.stop();
+  }),
+);
+
+Deno.test(
+  "docker: a missing image that cannot be pulled fails clearly",
+  closingEngines(async () => {
+    const rt = createRuntime({ type: "docker", image: "vf-no-such-image:0.0" });
+    const error = await rt.start().then(() => undefined, (e) => e);
+    assert.ok(error instanceof SandboxImageError, `got ${error}`);
+    assert.match(
+      error.message,
+      /^Image "vf-no-such-image:0\.0" is not present and cannot be pulled: .+; build or load it locally$/,
+    );
+    assert.equal(liveRuntimes().includes(rt), false);
+  }),
+);
+
+Deno.test(
+  "docker: an unreachable engine is SandboxUnavailableError naming the socket",
+  closingEngines(async () => {
+    const engine = new DockerEngine("unix:///tmp/vf-no-such-docker.sock");
+    const rt = new DockerRuntime({ type: "docker", image: "busybox" }, { engine });
+    const error = await rt.start().then(() => undefined, (e) => e);
+    assert.ok(error instanceof SandboxUnavailableError, `got ${error}`);
+    assert.equal(
+      error.message,
+      'Cannot reach the Docker engine at "/tmp/vf-no-such-docker.sock"; start dockerd or set ' +
+        "DOCKER_HOST",
+    );
+    assert.ok(error.cause);
+    await engine.close();
+  }),
+);
+
+Deno.test(
+  "subprocess: commands get a scrubbed environment with HOME in the workspace",
+  closingEngines(async () => {
+    const secret = "VF_TEST_API_KEY";
+    Deno.env.set(secret, "do-not-leak");
+    Deno.env.set("VF_TEST_PLAIN", "not inherited either");
+    try {
+      await using rt = createRuntime({ type: "subprocess" });
+      await rt.start();
+      const { stdout } = await rt.run(["env"], { env: { EXPLICIT_TOKEN: "given on purpose" } });
+      const names = stdout.trim().split("\n").map((line) => line.split("=")[0]).sort();
+      assert.deepEqual(
+        names.filter((n) => !["LANG", "TERM", "TZ", "PWD", "SHLVL", "_"].includes(n)),
+        ["EXPLICIT_TOKEN", "HOME", "PATH"],
+      );
+      assert.match(stdout, new RegExp(`^HOME=${rt.id}$`, "m"));
+      assert.equal(rt.capabilities.isolation, false);
+    } finally {
+      Deno.env.delete(secret);
+      Deno.env.delete("VF_TEST_PLAIN");
+    }
+  }),
+);
+
+Deno.test("createRuntime() names the known types for an unknown one", () => {
+  assert.throws(
+    () => createRuntime({ type: "firecracker" } as unknown as RuntimeSpec),
+    (error: unknown) =>
+      error instanceof ConfigError &&
+      error.message === 'Unknown runtime type "firecracker"; known types: "docker", "subprocess"',
+  );
+});
+
+for (const [how, code] of [["SIGTERM", 143], ["SIGINT", 130], ["exit", 0]] as const) {
+  const title = how === "exit"
+    ? "a program that ends without stopping its runtimes still removes them"
+    : `${how} stops live runtimes and exits ${code}`;
+  Deno.test(
+    title,
+    closingEngines(async () => {
+      const child = new Deno.Command(Deno.execPath(), {
+        args: [
+          "run",
+          "-A",
+          fileURLToPath(new URL("./_runtime_signal_child.ts", import.meta.url)),
+          how === "exit" ? "exit" : "wait",
+        ],
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+      const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+      let out = "";
+      while (!out.includes("\n")) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        out += value;
+      }
+      const ready = JSON.parse(out.split("\n")[0]) as { container: string; dir: string };
+      if (how !== "exit") {
+        assert.ok(existsSync(ready.dir));
+        assert.ok(await DockerEngine.shared().inspectContainer(ready.container));
+        child.kill(how);
+      }
+      const status = await child.status;
+      reader.releaseLock();
+      await child.stdout.cancel().catch(() => {});
+      const stderr = await new Response(child.stderr).text();
+      assert.equal(status.code, code, stderr);
+      assert.equal(existsSync(ready.dir), false);
+      assert.equal(await DockerEngine.shared().inspectContainer(ready.container), undefined);
+    }),
+  );
+}
+
+Deno.test(
+  "leaves no containers of this run behind",
+  closingEngines(async () => {
+    assert.deepEqual(await cleanupContainers({ runId: RUN_ID }), []);
+  }),
+);
