@@ -267,14 +267,14 @@ Deno.test("resume rejects a run saved with another model, listing the mismatch",
 });
 
 Deno.test("maxConcurrent bounds the requests in flight at the server", async () => {
-  let server: ModelServer | undefined;
+  const live: { server?: ModelServer } = {};
   let maxInFlight = 0;
   const responder: Responder = (request, ctx) => {
-    maxInFlight = Math.max(maxInFlight, server!.inFlight);
+    maxInFlight = Math.max(maxInFlight, live.server!.inFlight);
     return { ...rightAnswer(request, ctx), delay_ms: 40 };
   };
   await using started = await startModelServer({ responder });
-  server = started;
+  live.server = started;
   const { outputs } = await evaluate(makeEnv(6), clientFor(started), "m", { maxConcurrent: 2 });
   assert.equal(outputs.length, 6);
   assert.equal(maxInFlight, 2);

@@ -69,6 +69,10 @@ export function stateToOutput(state: State, stateColumns: string[] = []): Rollou
     error: state.error ? serializeError(state.error) : null,
     trajectory_id: state.trajectory_id,
   };
+  if (out.error) {
+    out.error_chain = out.error.error_chain_repr;
+    out.long_error_chain = out.error.error_chain_str;
+  }
   if (state.answer) out.answer = state.answer;
   if (state.info && Object.keys(state.info).length > 0) out.info = jsonSafe(state.info) as Record<string, unknown>;
   for (const [k, v] of Object.entries(metrics)) if (!(k in out)) out[k] = v;
@@ -324,15 +328,15 @@ export async function repairTrailingLine(path: string): Promise<void> {
   }
   if (size === 0) return;
   const text = await readFile(path, "utf8");
-  if (text.endsWith("\n")) {
-    const lines = text.trimEnd().split("\n");
-    try {
-      JSON.parse(lines[lines.length - 1]);
-      return;
-    } catch { /* fall through: drop the malformed last line */ }
-  }
-  const cut = text.trimEnd().lastIndexOf("\n");
-  const keep = cut < 0 ? "" : text.slice(0, cut + 1);
+  const body = text.trimEnd();
+  const cut = body.lastIndexOf("\n");
+  try {
+    JSON.parse(body.slice(cut + 1));
+    // A complete record whose newline was lost: end the line instead of dropping the record.
+    if (!text.slice(body.length).includes("\n")) await appendFile(path, "\n");
+    return;
+  } catch { /* fall through: drop the malformed last line */ }
+  const keep = cut < 0 ? "" : body.slice(0, cut + 1);
   const fh = await open(path, "r+");
   try {
     await fh.truncate(new TextEncoder().encode(keep).length);

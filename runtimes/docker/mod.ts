@@ -456,13 +456,12 @@ export class DockerRuntime implements Runtime {
     const id = this.#requireRunning();
     const target = this.#resolve(path);
     if (target === "/") throw new TypeError(`Cannot write to "${path}": it is the root directory`);
-    const tar = packTar([{
+    await this.#putInto(id, posix.dirname(target), [{
       name: posix.basename(target),
       type: "file",
       data: toBytes(data),
       mode: options.mode ?? 0o644,
     }]);
-    await this.#putInto(id, posix.dirname(target), tar);
   }
 
   /** A tar of `path`, entries named from its basename (as the Engine API returns it). */
@@ -480,19 +479,36 @@ export class DockerRuntime implements Runtime {
     await this.#putInto(id, this.#resolve(dir), tar);
   }
 
-  async #putInto(id: string, dir: string, tar: Uint8Array): Promise<void> {
+  /**
+   * Uploads into `dir`, creating it when missing. Entries given as a list are merged with the
+   * missing directories into one upload; a ready-made tar needs a second one.
+   */
+  async #putInto(id: string, dir: string, content: TarEntry[] | Uint8Array): Promise<void> {
     const copyUIDGID = this.spec.user !== undefined;
+    const tar = content instanceof Uint8Array ? content : packTar(content);
     try {
       await this.#engine.putArchive(id, dir, tar, { copyUIDGID });
+      return;
     } catch (error) {
       if (!(error instanceof SandboxFileNotFoundError)) throw error;
-      await this.#mkdirs(id, dir);
-      await this.#engine.putArchive(id, dir, tar, { copyUIDGID });
+    }
+    // `mkdir -p` without an exec: upload the missing directories into the deepest existing one.
+    const { base, missing } = await this.#existingAncestor(id, dir);
+    const entries: TarEntry[] = missing.map((_, i) => ({
+      name: missing.slice(0, i + 1).join("/"),
+      type: "directory",
+    }));
+    if (content instanceof Uint8Array) {
+      await this.#engine.putArchive(id, base, packTar(entries), { copyUIDGID });
+      await this.#engine.putArchive(id, dir, content, { copyUIDGID });
+    } else {
+      const prefix = missing.join("/");
+      for (const entry of content) entries.push({ ...entry, name: `${prefix}/${entry.name}` });
+      await this.#engine.putArchive(id, base, packTar(entries), { copyUIDGID });
     }
   }
 
-  /** `mkdir -p` without an exec: uploads the missing directories into the deepest existing one. */
-  async #mkdirs(id: string, dir: string): Promise<void> {
+  async #existingAncestor(id: string, dir: string): Promise<{ base: string; missing: string[] }> {
     const parts = dir.split("/").filter(Boolean);
     for (let keep = parts.length - 1; keep >= 0; keep--) {
       const base = "/" + parts.slice(0, keep).join("/");
@@ -504,16 +520,9 @@ export class DockerRuntime implements Runtime {
             `a directory`,
         );
       }
-      const missing = parts.slice(keep);
-      const entries: TarEntry[] = missing.map((_, i) => ({
-        name: missing.slice(0, i + 1).join("/"),
-        type: "directory",
-      }));
-      await this.#engine.putArchive(id, base, packTar(entries), {
-        copyUIDGID: this.spec.user !== undefined,
-      });
-      return;
+      return { base, missing: parts.slice(keep) };
     }
+    return { base: "/", missing: parts };
   }
 
   /** Removes the container (force). Idempotent. */
