@@ -164,7 +164,8 @@ function flagsToConfig(flags: Record<string, unknown>): Record<string, unknown> 
       try {
         value = JSON.parse(value);
       } catch {
-        throw new ConfigError(`--${rawKey}: ${JSON.stringify(value)} is not valid JSON`);
+        const flag = `${rawKey.length === 1 ? "-" : "--"}${rawKey}`;
+        throw new ConfigError(`${flag}: ${JSON.stringify(value)} is not valid JSON`);
       }
     }
     if (STRING_KEYS.has(key) && value !== undefined) value = String(value);
@@ -257,6 +258,14 @@ async function resolveEval(config: EvalConfig, source: string) {
   const { client, model, baseUrl, keyVar } = await resolveClient(config);
   const { env: environment, module, id } = await loadEnvironment(envSpec, config.env_args ?? {}, BUILTINS);
   const environmentTyped = environment as Environment;
+  try {
+    // Build the (cached) eval dataset now, so a bad dataset fails before the run starts and
+    // the error names the environment.
+    await environmentTyped.getEvalDataset();
+  } catch (error) {
+    const reason = error instanceof ConfigError ? error.message : describeError(error);
+    throw new ConfigError(`Environment "${envSpec}": ${reason}`, { cause: error });
+  }
   if (config.extra_env_kwargs) environmentTyped.setKwargs(config.extra_env_kwargs);
   if (config.timeout) environmentTyped.setKwargs({ timeout_seconds: config.timeout });
   const defaults = module.evalDefaults ?? {};

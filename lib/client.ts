@@ -206,6 +206,22 @@ export function resolveApiKey(config: ClientConfig, env = readEnv): string {
   return "EMPTY";
 }
 
+/** Why a fetch failed: Deno and Node say only "fetch failed" and keep the reason as `cause`. */
+function fetchFailureReason(error: unknown): string {
+  const cause = error instanceof Error ? error.cause : undefined;
+  if (cause instanceof Error && cause.message) return cause.message;
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The remedy named in the authentication error: which variable to check or set. */
+function describeKeySource(config: ClientConfig, env = readEnv): string {
+  if (config.api_key) return "check the api_key given to the client";
+  if (!config.api_key_var) return "set api_key_var (-k) to the variable holding the key";
+  return env(config.api_key_var)
+    ? `check the key in $${config.api_key_var} (choose the variable with -k / api_key_var)`
+    : `$${config.api_key_var} is not set; set it or choose the variable with -k / api_key_var`;
+}
+
 function readEnv(name: string): string | undefined {
   // deno-lint-ignore no-explicit-any
   const g = globalThis as any;
@@ -221,6 +237,8 @@ export class OpenAIChatClient implements ChatClient {
   readonly baseUrl: string;
   readonly headersFromState: Record<string, string>;
   #key: string;
+  /** Where the key came from, for the authentication error (never the key itself). */
+  #keySource: string;
   #timeoutMs: number;
   #maxRetries: number;
   #headers: Record<string, string>;
@@ -228,6 +246,7 @@ export class OpenAIChatClient implements ChatClient {
   constructor(config: ClientConfig) {
     this.baseUrl = config.base_url.replace(/\/+$/, "");
     this.#key = resolveApiKey(config);
+    this.#keySource = describeKeySource(config);
     this.#timeoutMs = (config.timeout ?? 600) * 1000;
     this.#maxRetries = config.max_retries ?? 5;
     this.#headers = config.extra_headers ?? {};
@@ -286,7 +305,7 @@ export class OpenAIChatClient implements ChatClient {
         } else {
           lastError = new EndpointUnreachableError(
             `Cannot reach the model endpoint "${this.baseUrl}": ${
-              (error as Error).message
+              fetchFailureReason(error)
             }; check the base URL (-b) and that the server is running`,
             { cause: error },
           );
@@ -318,7 +337,7 @@ export class OpenAIChatClient implements ChatClient {
         throw new AuthenticationError(
           `Model endpoint "${this.baseUrl}" rejected the API key (HTTP ${res.status}): ${
             text.slice(0, 200)
-          }; check the variable named by -k / api_key_var`,
+          }; ${this.#keySource}`,
         );
       }
       if (res.status === 400 && OVERLONG_PHRASES.some((p) => lower.includes(p))) {

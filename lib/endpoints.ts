@@ -42,13 +42,20 @@ export async function loadEndpoints(path: string): Promise<Map<string, Endpoint[
     const r = Entry.safeParse(raw);
     if (!r.success) {
       const issue = r.error.issues[0];
-      throw new ConfigError(`${path}: endpoint[${i}].${issue.path.join(".")}: ${issue.message}`);
+      const field = issue.path.length ? `.${issue.path.join(".")}` : "";
+      throw new ConfigError(`${path}: endpoint[${i}]${field}: ${issue.message}`);
     }
     const e = r.data;
     const url = e.url ?? e.api_base_url;
     const key = e.key ?? e.api_key_var;
     if (e.url && e.api_base_url && e.url !== e.api_base_url) {
       throw new ConfigError(`${path}: endpoint[${i}]: url and api_base_url disagree`);
+    }
+    if (e.key && e.api_key_var && e.key !== e.api_key_var) {
+      throw new ConfigError(`${path}: endpoint[${i}]: key and api_key_var disagree`);
+    }
+    if (e.headers && e.extra_headers) {
+      throw new ConfigError(`${path}: endpoint[${i}]: give headers or extra_headers, not both`);
     }
     if (!url) throw new ConfigError(`${path}: endpoint[${i}].url: required`);
     if (!key) throw new ConfigError(`${path}: endpoint[${i}].key: required`);

@@ -72,15 +72,13 @@ export class EnvGroup extends Environment {
     const collect = async (split: "train" | "eval"): Promise<Row[]> => {
       const parts: Dataset[] = [];
       for (const [i, env] of envs.entries()) {
-        let ds: Dataset;
-        try {
-          ds = split === "train" ? await env.getDataset() : await env.getEvalDataset();
-        } catch {
-          continue; // an eval-only child has no training rows
-        }
+        if (split === "train" && !env.hasDataset) continue; // an eval-only child
+        const ds = split === "train" ? await env.getDataset() : await env.getEvalDataset();
         parts.push(Dataset.fromList(ds.toList().map((r) => ({ ...r, task: names[i] }))));
       }
-      if (parts.length === 0) throw new TypeError(`No environment in the group has a ${split} dataset`);
+      if (parts.length === 0) {
+        throw new TypeError(`No environment in the group has a ${split} dataset`);
+      }
       return Dataset.concatenate(parts).toList();
     };
     super({
@@ -102,6 +100,11 @@ export class EnvGroup extends Environment {
       envId: this.envId,
       label,
     });
+  }
+
+  /** Whether any child has a training dataset. */
+  override get hasDataset(): boolean {
+    return this.envs.some((env) => env.hasDataset);
   }
 
   /** The child environment for a task; unknown tasks go to the first environment. */

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { OpenAIChatClient } from "./client.ts";
 import { EnvGroup, EnvGroupRubric } from "./env_group.ts";
 import { SingleTurnEnv } from "./environment.ts";
+import { ConfigError } from "./errors.ts";
 import { generate } from "./evaluate.ts";
 import { contentText } from "./messages.ts";
 import { lastUserText, startModelServer } from "../tests/model_server.ts";
@@ -133,4 +134,12 @@ Deno.test("EnvGroupRubric zero-fills every child's metric names and scores unkno
   await group.rubric.scoreRollout(stray);
   assert.equal(stray.reward, 0);
   assert.deepEqual(stray.metrics, { exact: 0, long: 0, num_turns: 0, reward_0: 0 });
+});
+
+Deno.test("EnvGroup surfaces a child's dataset error instead of dropping its rows", async () => {
+  const { math } = children();
+  const broken = new SingleTurnEnv({ dataset: () => [{ text: "no question" }] });
+  const group = new EnvGroup([math, broken], { envNames: ["math", "broken"] });
+  await assert.rejects(group.getDataset(), ConfigError);
+  await assert.rejects(group.getEvalDataset(), ConfigError);
 });

@@ -163,6 +163,11 @@ export abstract class Environment {
     return this.#sources.eval !== null;
   }
 
+  /** Whether a training dataset source was given. */
+  get hasDataset(): boolean {
+    return this.#sources.train !== null;
+  }
+
   /** The formatted training dataset; shuffled copy when `seed` is given, then the first `n`. */
   async getDataset(n = -1, seed?: number | null): Promise<Dataset> {
     const ds = await this.#build("train");
@@ -233,7 +238,7 @@ export abstract class Environment {
     if (copy.task === undefined) copy.task = this.envId || "default";
     const toolDefs = "tool_defs" in info
       ? normalizeToolDefs(info.tool_defs, "info.tool_defs")
-      : this.toolDefs;
+      : [...this.toolDefs];
     const prompt = normalizeMessages(copy.prompt);
     copy.prompt = prompt;
     return {
@@ -504,6 +509,7 @@ export abstract class MultiTurnEnv extends Environment {
     const controller = new AbortController();
     const outer = options.signal;
     const onAbort = () => controller.abort(outer?.reason);
+    if (outer?.aborted) onAbort();
     outer?.addEventListener("abort", onAbort, { once: true });
     state.signal = controller.signal;
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -517,7 +523,13 @@ export abstract class MultiTurnEnv extends Environment {
         const winner = await Promise.race([loop, timeout]);
         if (winner === TIMEOUT) {
           controller.abort(new VfError("Rollout timed out"));
-          await loop.catch(() => {});
+          // Give hooks that ignore the signal a moment to settle, but never hang on them.
+          let grace: ReturnType<typeof setTimeout> | undefined;
+          await Promise.race([
+            loop.catch(() => {}),
+            new Promise((r) => (grace = setTimeout(r, 2000))),
+          ]);
+          clearTimeout(grace);
           state.timed_out = true;
           state.is_completed = true;
           state.stop_condition = "timeout_reached";

@@ -425,3 +425,15 @@ Deno.test("SingleTurnEnv accepts timeoutSeconds", async () => {
   const state = await env.rollout(row, clientFor(server), "m");
   assert.equal(state.stop_condition, "timeout_reached");
 });
+
+Deno.test("rollout() with an already aborted signal rejects without calling the model", async () => {
+  await using server = await serve(() => ({ content: "ok" }));
+  const env = new EchoEnv({ maxTurns: 2 });
+  const controller = new AbortController();
+  controller.abort(new Error("cancelled before start"));
+  await assert.rejects(
+    env.rollout(await firstRow(env), clientFor(server), "m", { signal: controller.signal }),
+    /cancelled before start/,
+  );
+  assert.equal(server.requests.length, 0);
+});

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { OpenAIChatClient } from "./client.ts";
+import { EndpointUnreachableError, OpenAIChatClient } from "./client.ts";
 import { SingleTurnEnv } from "./environment.ts";
 import { AuthenticationError, ConfigError } from "./errors.ts";
 import { evaluate, generate, type Progress } from "./evaluate.ts";
@@ -331,4 +331,11 @@ Deno.test("generate() rejects inputs without example_id", async () => {
     generate(makeEnv(1), [{ prompt: [{ role: "user", content: "q0" }] }], clientFor(server), "m"),
     ConfigError,
   );
+});
+
+Deno.test("generate() ends the run when the endpoint is unreachable", async () => {
+  const closed = await startModelServer({ responder: rightAnswer });
+  await closed.close();
+  const error = await evaluate(makeEnv(3), clientFor(closed), "m").catch((e) => e);
+  assert.ok(error instanceof EndpointUnreachableError);
 });

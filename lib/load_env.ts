@@ -90,7 +90,9 @@ export async function loadEnvironment(
   try {
     env = await module.loadEnvironment(args);
   } catch (error) {
-    if (error instanceof ConfigError) throw error;
+    if (error instanceof ConfigError) {
+      throw new ConfigError(`Environment "${spec}": ${error.message}`, { cause: error });
+    }
     throw new ConfigError(
       `loadEnvironment() of ${source} threw: ${(error as Error).message ?? error}`,
       { cause: error },

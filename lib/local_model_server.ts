@@ -601,8 +601,10 @@ export const DEMO_NO_ANSWER_TEXT =
  *   with probability `accuracy`, else wrong (answer + 1 when numeric);
  * - otherwise a fixed text, {@link DEMO_NO_ANSWER_TEXT}.
  *
- * Whether a question is answered correctly depends only on a hash of the question and `seed`,
- * so the same question and seed always get the same reply.
+ * Whether an answer is correct depends only on a hash of the question, `seed` and how many
+ * times this responder has seen the question before, so repeated rollouts of one question
+ * vary (pass@k differs from pass@1) while a whole run is reproducible: for each question the
+ * sequence of right and wrong replies is fixed, whatever order the requests arrive in.
  */
 export function demoResponder(options: DemoResponderOptions = {}): Responder {
   const accuracy = options.accuracy ?? 0.75;
@@ -623,9 +625,12 @@ export function demoResponder(options: DemoResponderOptions = {}): Responder {
     return found?.[1];
   };
 
+  const seen = new Map<string, number>();
   return (request) => {
     const question = lastUserText(request).trim();
-    const h = unitHash(`${seed}\u0000${question}`);
+    const occurrence = seen.get(question) ?? 0;
+    seen.set(question, occurrence + 1);
+    const h = unitHash(`${seed}\u0000${question}\u0000${occurrence}`);
     const correct = h < accuracy;
     const messages = request.body.messages;
 

@@ -492,6 +492,19 @@ Deno.test("ResultsWriter truncates a torn last line before its first append", as
   });
 });
 
+Deno.test("ResultsWriter keeps a complete last record whose newline was lost", async () => {
+  await withTempDir(async (dir) => {
+    const writer = new ResultsWriter(dir);
+    await writeFile(
+      writer.resultsPath,
+      JSON.stringify(out(0, 1)) + "\n" + JSON.stringify(out(1, 1)),
+    );
+    assert.equal((await loadOutputs(dir)).length, 2);
+    await writer.append([out(2, 1)]);
+    assert.deepEqual((await loadOutputs(dir)).map((o) => o.example_id), [0, 1, 2]);
+  });
+});
+
 Deno.test("ResultsWriter.writeMetadata() rewrites metadata.json", async () => {
   await withTempDir(async (dir) => {
     const writer = new ResultsWriter(dir);

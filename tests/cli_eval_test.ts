@@ -391,7 +391,7 @@ Deno.test("vf eval wordle plays a scripted game over several turns and scores so
   const appleTexts = apple.completion.map((m: Json) => `${m.role}: ${m.content}`);
   assert.deepEqual(appleTexts.filter((t: string) => t.startsWith("user")), [
     "user: crane → XXYXG (5 left)",
-    "user: plate → YXYYG (4 left)",
+    "user: plate → YYYXG (4 left)",
     "user: GGGGG\nSolved in 3!",
   ]);
 
@@ -505,6 +505,10 @@ interface BadInputCase {
   /** Substrings of the one "error: " line. */
   message: Array<string | RegExp>;
   code?: number;
+  /** The message may continue on further lines (a code frame). */
+  multiline?: boolean;
+  /** The failure comes from the model endpoint, after the run directory was created. */
+  afterStart?: boolean;
 }
 
 Deno.test("vf eval rejects bad input with one clear error line naming the file or field and a non-zero exit", async () => {
@@ -528,6 +532,12 @@ Deno.test("vf eval rejects bad input with one clear error line naming the file o
     `import { SingleTurnEnv } from "${MOD_URL}";\n` +
       `export function loadEnvironment() {\n` +
       `  return new SingleTurnEnv({ evalDataset: [{ text: "hi", answer: "x" }] });\n}\n`,
+  );
+  const lazyNoPromptEnv = file(
+    "lazy_no_prompt_env.ts",
+    `import { SingleTurnEnv } from "${MOD_URL}";\n` +
+      `export function loadEnvironment() {\n` +
+      `  return new SingleTurnEnv({ evalDataset: () => [{ text: "hi", answer: "x" }] });\n}\n`,
   );
   const brokenEnv = file("broken_env.ts", "export function loadEnvironment( {\n");
 
@@ -582,9 +592,16 @@ Deno.test("vf eval rejects bad input with one clear error line naming the file o
       message: [noPromptEnv, 'neither a "prompt" nor a "question" column'],
     },
     {
+      name: "environment module whose lazily built dataset has neither prompt nor question",
+      args: ["eval", lazyNoPromptEnv],
+      message: [lazyNoPromptEnv, 'neither a "prompt" nor a "question" column'],
+    },
+    {
       name: "environment module with a syntax error",
       args: ["eval", brokenEnv],
-      message: [`Environment module "${brokenEnv}" failed to load`],
+      message: [`Environment module "${brokenEnv}" failed to load: SyntaxError`],
+      // Deno's message goes on with a code frame pointing at the error.
+      multiline: true,
     },
     {
       name: "unreachable endpoint",
@@ -601,13 +618,24 @@ Deno.test("vf eval rejects bad input with one clear error line naming the file o
         "1",
         "-q",
       ],
-      message: ["Cannot reach the model endpoint", `127.0.0.1:${closedPort}`],
+      message: [
+        `Cannot reach the model endpoint "http://127.0.0.1:${closedPort}/v1"`,
+        /Connection refused/i,
+      ],
+      afterStart: true,
     },
     {
       name: "rejected API key",
       args: ["eval", "reverse-text", "-b", keyed.url, "-k", "VF_WRONG_KEY", "-n", "1", "-r", "1"],
       env: { VF_WRONG_KEY: "a-wrong-key" },
-      message: ["rejected the API key (HTTP 401)", "VF_WRONG_KEY"],
+      message: ["rejected the API key (HTTP 401)", "check the key in $VF_WRONG_KEY"],
+      afterStart: true,
+    },
+    {
+      name: "unset API key variable",
+      args: ["eval", "reverse-text", "-b", keyed.url, "-k", "VF_UNSET_KEY", "-n", "1", "-r", "1"],
+      message: ["rejected the API key (HTTP 401)", "$VF_UNSET_KEY is not set"],
+      afterStart: true,
     },
     {
       name: "invalid JSON in -a",
@@ -634,7 +662,12 @@ Deno.test("vf eval rejects bad input with one clear error line naming the file o
       if (typeof part === "string") assert.ok(lines[0].includes(part), `${part}\n${where}`);
       else assert.match(lines[0], part, where);
     }
-    assert.ok(!/^\s+at /m.test(res.stderr), `no stack trace without -v\n${where}`);
+    if (!c.multiline) {
+      assert.ok(!/^\s+at /m.test(res.stderr), `no stack trace without -v\n${where}`);
+    }
+    if (!c.afterStart) {
+      assert.ok(!res.stderr.includes("Saving results to"), `fails before the run starts\n${where}`);
+    }
   }
   assert.equal(keyed.requests.length, 0, "a rejected key never reaches the responder");
 });

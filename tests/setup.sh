@@ -77,6 +77,17 @@ install_packages() {
 }
 
 # -- engine -------------------------------------------------------------------------------
+drop_stale_pid() {
+  local file=$1 name=$2 pid
+  [ -f "$file" ] || return 0
+  pid=$(cat "$file" 2>/dev/null || true)
+  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
+    return 0
+  fi
+  log "removing stale $file (pid \"$pid\" is not $name)"
+  rm -f "$file"
+}
+
 start_dockerd() {
   if engine_up; then
     log "Docker engine already answering at $SOCK"
@@ -86,8 +97,11 @@ start_dockerd() {
     log "dockerd is not installed and $SOCK does not answer"
     exit 1
   fi
+  # A dockerd or containerd that was killed leaves pid files behind; when the pid is not that
+  # program any more, dockerd waits for a containerd that never answers. Drop stale ones.
+  drop_stale_pid /var/run/docker.pid dockerd
+  drop_stale_pid /var/run/docker/containerd/containerd.pid containerd
   log "starting dockerd (log: /tmp/dockerd.log)"
-  rm -f /var/run/docker.pid
   # setsid: dockerd must outlive this script and its terminal.
   setsid nohup dockerd --host "unix://$SOCK" >/tmp/dockerd.log 2>&1 </dev/null &
   local i
