@@ -6,7 +6,7 @@
 import process from "node:process";
 import { existsSync } from "node:fs";
 import { readdir, stat } from "node:fs/promises";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import yargsParser from "npm:yargs-parser@^22.0.0";
 import { BUILTINS, TASKSETS } from "./environments/mod.ts";
 import { cleanupContainers } from "./runtimes/docker/mod.ts";
@@ -26,9 +26,16 @@ import {
 import { loadEndpoints, RoundRobinClient } from "./lib/endpoints.ts";
 import type { Environment } from "./lib/environment.ts";
 import { ConfigError, describeError, VfError } from "./lib/errors.ts";
+import { initPackage, PACKAGE_KINDS, type PackageKind } from "./lib/init.ts";
 import { evaluate } from "./lib/evaluate.ts";
 import { loadExampleDataset } from "./lib/example_datasets.ts";
 import { loadEnvironment, loadTasksetSpec } from "./lib/load_env.ts";
+import {
+  RemoteEnvironment,
+  RemoteTaskset,
+  type SandboxPermissions,
+  startSandboxHost,
+} from "./lib/sandbox/remote.ts";
 import { demoResponder, startModelServer } from "./lib/local_model_server.ts";
 import { ProgressDisplay, renderSummary } from "./lib/progress.ts";
 import { loadMetadata, loadOutputs, writeJsonAtomic } from "./lib/results.ts";
@@ -42,6 +49,7 @@ Usage:
   vf run <taskset> [options]     run an agent on sandboxed tasks (see vf run --help)
   vf validate <taskset> [-n N]   check gold answers score 1.0 and untouched workspaces 0.0
   vf cleanup [--run ID] [--older-than 1h]  remove leftover sandboxes
+  vf init <name> [--kind taskset|environment]  scaffold an environment package
   vf demo [env]                  evaluate a built-in environment against vf's scripted
                                  local demo model (no API key, no network)
   vf --help | vf <command> --help
@@ -171,6 +179,14 @@ function flagsToConfig(flags: Record<string, unknown>): Record<string, unknown> 
     if (STRING_KEYS.has(key) && value !== undefined) value = String(value);
     if (key === "state_columns") value = [value].flat().flatMap((v) => String(v).split(",")).filter(Boolean);
     if (key === "resume" && value === "") value = true;
+    if (key === "sandbox" && typeof value === "boolean") {
+      setDotted(out, "sandbox.enabled", value);
+      continue;
+    }
+    if (["allow_net", "allow_read", "allow_env", "allow_import"].includes(key)) {
+      setDotted(out, `sandbox.${key}`, [value].flat().flatMap((v) => String(v).split(",")).filter(Boolean));
+      continue;
+    }
     if (key.includes(".")) setDotted(out, key, coerce(value));
     else out[key] = value;
   }
@@ -199,14 +215,57 @@ function parseArgs(argv: string[]) {
       "boolean-negation": true,
       "parse-positional-numbers": false,
     },
-    boolean: ["s", "save-results", "i", "independent-scoring", "v", "verbose", "q", "quiet", "help", "h", "version", "save"],
-    string: ["m", "model", "b", "base-url", "k", "api-key-var", "a", "S", "sampling-args", "env-args", "x", "extra-env-kwargs", "o", "output-dir", "e", "endpoints-path", "header", "C", "state-columns", "R", "resume"],
+    boolean: ["sandbox", "trust", "reload", "s", "save-results", "i", "independent-scoring", "v", "verbose", "q", "quiet", "help", "h", "version", "save"],
+    string: ["allow-net", "allow-read", "allow-env", "allow-import", "lock-file", "m", "model", "b", "base-url", "k", "api-key-var", "a", "S", "sampling-args", "env-args", "x", "extra-env-kwargs", "o", "output-dir", "e", "endpoints-path", "header", "C", "state-columns", "R", "resume"],
     number: ["n", "num-examples", "r", "rollouts-per-example", "c", "max-concurrent", "t", "max-tokens", "T", "temperature", "max-retries", "timeout", "seed"],
   });
 }
 
 function env(name: string): string | undefined {
   return process.env[name];
+}
+
+function isUrlSpec(spec: string): boolean {
+  return /^https?:\/\//.test(spec);
+}
+
+/** URL environments always run sandboxed unless --trust; local ones when --sandbox is given. */
+function wantsSandbox(spec: string, config: EvalConfig): boolean {
+  if (config.trust) return false;
+  return isUrlSpec(spec) || config.sandbox?.enabled === true;
+}
+
+function sandboxPermissions(config: EvalConfig): SandboxPermissions {
+  return {
+    allowNet: config.sandbox?.allow_net,
+    allowRead: config.sandbox?.allow_read,
+    allowEnv: config.sandbox?.allow_env,
+    allowImport: config.sandbox?.allow_import,
+  };
+}
+
+function lockFileFor(config: EvalConfig, source: string): string {
+  if (config.lock_file) return resolve(config.lock_file);
+  return source.endsWith(".toml") ? join(dirname(resolve(source)), "vf.lock") : resolve("vf.lock");
+}
+
+/** Load a taskset: sandboxed for URLs (or --sandbox), in-process otherwise. */
+async function loadTasksetFor(spec: string, tasksetConfig: Record<string, unknown>, config: EvalConfig, source: string) {
+  if (wantsSandbox(spec, config)) {
+    const { host, info } = await startSandboxHost({
+      spec,
+      kind: "taskset",
+      args: tasksetConfig,
+      permissions: sandboxPermissions(config),
+      lockFile: lockFileFor(config, source),
+      reload: config.reload,
+    });
+    return new RemoteTaskset(host, info);
+  }
+  if (isUrlSpec(spec) && !globalThis.Deno) {
+    throw new ConfigError(`Running URL environments with --trust needs Deno; this runtime cannot import "${spec}"`);
+  }
+  return await loadTasksetSpec(spec, tasksetConfig, TASKSETS);
 }
 
 /** Resolve the model endpoint: registry aliases, flags, `[client]`, defaults. */
@@ -256,8 +315,28 @@ async function resolveEval(config: EvalConfig, source: string) {
     throw new ConfigError(`${source}: no environment given; pass one (vf eval gsm8k) or set env_id`);
   }
   const { client, model, baseUrl, keyVar } = await resolveClient(config);
-  const { env: environment, module, id } = await loadEnvironment(envSpec, config.env_args ?? {}, BUILTINS);
-  const environmentTyped = environment as Environment;
+  let environmentTyped: Environment;
+  let defaults: { num_examples?: number; rollouts_per_example?: number } = {};
+  let id: string;
+  if (wantsSandbox(envSpec, config)) {
+    const { host, info } = await startSandboxHost({
+      spec: envSpec,
+      kind: "environment",
+      args: config.env_args ?? {},
+      permissions: sandboxPermissions(config),
+      lockFile: lockFileFor(config, source),
+      reload: config.reload,
+    });
+    const remote = new RemoteEnvironment(host, info);
+    environmentTyped = remote as unknown as Environment;
+    defaults = remote.evalDefaults ?? {};
+    id = remote.envId;
+  } else {
+    const loaded = await loadEnvironment(envSpec, config.env_args ?? {}, BUILTINS);
+    environmentTyped = loaded.env as Environment;
+    defaults = loaded.module.evalDefaults ?? {};
+    id = loaded.id;
+  }
   try {
     // Build the (cached) eval dataset now, so a bad dataset fails before the run starts and
     // the error names the environment.
@@ -268,7 +347,6 @@ async function resolveEval(config: EvalConfig, source: string) {
   }
   if (config.extra_env_kwargs) environmentTyped.setKwargs(config.extra_env_kwargs);
   if (config.timeout) environmentTyped.setKwargs({ timeout_seconds: config.timeout });
-  const defaults = module.evalDefaults ?? {};
   const sampling: Record<string, unknown> = { ...(config.sampling_args ?? {}) };
   if (config.max_tokens !== undefined && sampling.max_tokens === undefined) sampling.max_tokens = config.max_tokens;
   if (config.temperature !== undefined && sampling.temperature === undefined) sampling.temperature = config.temperature;
@@ -436,7 +514,7 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
   const envSection = validateTaskEnv(config.env, source);
   const { client, model, baseUrl, keyVar } = await resolveClient(config);
   const { id: tasksetId, task: taskConfig, ...tasksetKnobs } = envSection.taskset;
-  const taskset = await loadTasksetSpec(tasksetId, { ...tasksetKnobs, id: tasksetId, task: taskConfig ?? {} }, TASKSETS);
+  const taskset = await loadTasksetFor(tasksetId, { ...tasksetKnobs, id: tasksetId, task: taskConfig ?? {} }, config, source);
   const agent = envSection.agent ?? {};
   const harnessConfig = agent.harness ?? { id: "bash" };
   const policy: AgentPolicy = {
@@ -562,7 +640,11 @@ async function cmdValidate(argv: string[]): Promise<number> {
   if (!positional[0]) throw new ConfigError("vf validate needs a taskset: vf validate file-sum");
   const raw = flagsToConfig(flags as Record<string, unknown>);
   const runtime = validateRuntimeTable((raw.runtime ?? {}) as Record<string, unknown>);
-  const taskset = await loadTasksetSpec(positional[0], { id: positional[0] }, TASKSETS);
+  const evalConfig = validateEvalConfig(
+    Object.fromEntries(Object.entries(raw).filter(([k]) => ["sandbox", "trust", "reload", "lock_file"].includes(k))),
+    "command line",
+  );
+  const taskset = await loadTasksetFor(positional[0], { id: positional[0] }, evalConfig, "command line");
   const runId = `validate-${crypto.randomUUID().slice(0, 8)}`;
   const results = await validateTaskset(taskset, {
     numTasks: typeof raw.num_examples === "number" ? raw.num_examples : -1,
@@ -588,6 +670,40 @@ async function cmdValidate(argv: string[]): Promise<number> {
     results,
   }) + "\n");
   return failed ? 1 : 0;
+}
+
+const INIT_HELP = `vf init <name> [--kind taskset|environment] [--vf <url or path>]
+
+Creates the folder <name>/ with mod.ts, mod_test.ts, deno.json and README.md: a working
+minimal taskset (default; try: vf validate ./<name>) or, with --kind environment, a
+single-turn environment (try: vf eval ./<name>). Refuses a folder that is not empty.
+  --vf <url or path>   where the package imports vf's mod.ts from (default: this vf)
+`;
+
+async function cmdInit(argv: string[]): Promise<number> {
+  const flags = yargsParser(argv, { string: ["kind", "vf"], boolean: ["help", "h"] });
+  if (flags.help || flags.h) {
+    process.stdout.write(INIT_HELP);
+    return 0;
+  }
+  const positional = flags._.map(String);
+  if (positional.length !== 1) {
+    throw new ConfigError("vf init needs one package name: vf init my_taskset [--kind taskset|environment]");
+  }
+  const kind = String(flags.kind ?? "taskset");
+  if (!(PACKAGE_KINDS as readonly string[]).includes(kind)) {
+    throw new ConfigError(`--kind "${kind}" is not one of: ${PACKAGE_KINDS.join(", ")}`);
+  }
+  const result = await initPackage(positional[0], { kind: kind as PackageKind, vf: flags.vf });
+  // A bare name would be read as a built-in id, so point at the folder explicitly.
+  const path = /^[./]/.test(positional[0]) ? positional[0] : `./${positional[0]}`;
+  const next = kind === "taskset" ? `vf validate ${path}` : `vf eval ${path} -m <model> -b <base url>`;
+  process.stdout.write(
+    `Created ${kind} package "${result.name}" in ${result.dir}: ${result.files.join(", ")}\n` +
+      `vf is imported from ${result.vfSpecifier}\n` +
+      `Next: (cd ${path} && deno test -A) and ${next}\n`,
+  );
+  return 0;
 }
 
 async function cmdCleanup(argv: string[]): Promise<number> {
@@ -651,6 +767,8 @@ export async function main(argv: string[]): Promise<number> {
         return await cmdValidate(rest);
       case "cleanup":
         return await cmdCleanup(rest);
+      case "init":
+        return await cmdInit(rest);
       default:
         process.stderr.write(`error: unknown command "${command}"; run vf --help\n`);
         return 2;

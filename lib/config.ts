@@ -49,6 +49,20 @@ export const EvalConfig = z.strictObject({
   headers: z.record(z.string(), z.string()).optional(),
   verbose: z.boolean().optional(),
   quiet: z.boolean().optional(),
+  /** Run the environment under Deno's permission sandbox (always on for URLs). */
+  sandbox: z.strictObject({
+    enabled: z.boolean().optional(),
+    allow_net: z.array(z.string()).optional(),
+    allow_read: z.array(z.string()).optional(),
+    allow_env: z.array(z.string()).optional(),
+    allow_import: z.array(z.string()).optional(),
+  }).optional(),
+  /** Run a URL environment in-process, without the sandbox (explicit opt-out). */
+  trust: z.boolean().optional(),
+  /** Accept changed remote modules and re-pin them in the lock file. */
+  reload: z.boolean().optional(),
+  /** The lock file pinning remote modules; default vf.lock beside the config (or in the cwd). */
+  lock_file: z.string().optional(),
 });
 
 /** A validated evaluation config. */

@@ -5,7 +5,14 @@
 import type { ChatClient } from "./client.ts";
 import { EndpointUnreachableError } from "./client.ts";
 import { Dataset } from "./dataset.ts";
-import { AuthenticationError, OverlongPromptError, VfError } from "./errors.ts";
+import {
+  AuthenticationError,
+  InfraError,
+  InvalidModelResponseError,
+  OverlongPromptError,
+  VfError,
+} from "./errors.ts";
+import { type RolloutOutput, stateToOutput } from "./results.ts";
 import { formatRows, parseInfo } from "./formatting.ts";
 import { normalizeMessages, normalizeToolDefs } from "./messages.ts";
 import { Parser } from "./parser.ts";
@@ -335,6 +342,25 @@ export abstract class Environment {
     );
     await this.scoreStates(states, options.independentScoring ?? false);
     return states;
+  }
+
+  /**
+   * Run a group and serialise it: what `generate` calls. `retryable` tells whether a
+   * rollout hit an infrastructure or invalid-response error worth a fresh attempt.
+   */
+  async runGroupOutputs(
+    inputs: Row[],
+    client: ChatClient,
+    model: string,
+    options: RolloutOptions & { independentScoring?: boolean; stateColumns?: string[] } = {},
+  ): Promise<{ outputs: RolloutOutput[]; retryable: boolean }> {
+    const states = await this.runGroup(inputs, client, model, options);
+    return {
+      outputs: states.map((s) => stateToOutput(s, options.stateColumns)),
+      retryable: states.some((s) =>
+        s.error instanceof InfraError || s.error instanceof InvalidModelResponseError
+      ),
+    };
   }
 
   /** Score finished states (group scoring by default). */

@@ -7,7 +7,13 @@
 import type { ChatClient } from "./client.ts";
 import { Dataset } from "./dataset.ts";
 import { type Environment, isFatalError } from "./environment.ts";
-import { ConfigError, InfraError, InvalidModelResponseError } from "./errors.ts";
+
+/** What `generate`/`evaluate` need of an environment (in-process or sandboxed). */
+export type EnvironmentHandle = Pick<
+  Environment,
+  "envId" | "envArgs" | "samplingArgs" | "passThreshold" | "runGroupOutputs" | "getEvalDataset"
+>;
+import { ConfigError } from "./errors.ts";
 import {
   loadMetadata,
   loadOutputs,
@@ -15,9 +21,7 @@ import {
   type RolloutOutput,
   type RunMetadata,
   ResultsWriter,
-  stateToOutput,
 } from "./results.ts";
-import type { State } from "./state.ts";
 import type { Row, SamplingArgs } from "./types.ts";
 import { VERSION } from "./version.ts";
 
@@ -76,17 +80,13 @@ function groupByExample(inputs: Row[]): Row[][] {
   return [...groups.values()];
 }
 
-function retryable(state: State): boolean {
-  return state.error instanceof InfraError || state.error instanceof InvalidModelResponseError;
-}
-
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
 /** Run rollouts for `inputs` (rows with `prompt` and `example_id`) and score them. */
 export async function generate(
-  env: Environment,
+  env: EnvironmentHandle,
   inputs: Row[] | Dataset,
   client: ChatClient,
   model: string,
@@ -156,18 +156,19 @@ export async function generate(
   if (writer) await writer.writeMetadata(builder.build());
 
   const runOne = async (group: Row[]): Promise<void> => {
-    let states: State[] = [];
+    let outputs: RolloutOutput[] = [];
     const retries = options.maxRetries ?? 0;
     for (let attempt = 0; attempt <= retries; attempt++) {
-      states = await env.runGroup(group, client, model, {
+      const result = await env.runGroupOutputs(group, client, model, {
         samplingArgs: options.samplingArgs,
         signal: controller.signal,
         independentScoring: options.independentScoring,
+        stateColumns: options.stateColumns,
       });
-      if (!states.some(retryable) || attempt === retries) break;
+      outputs = result.outputs;
+      if (!result.retryable || attempt === retries) break;
       await sleep(Math.min(1000 * 2 ** attempt, 60_000) * (0.5 + Math.random() / 2));
     }
-    const outputs = states.map((s) => stateToOutput(s, options.stateColumns));
     errors += outputs.filter((o) => o.error).length;
     builder.add(outputs);
     if (keep) all.push(...outputs);
@@ -232,7 +233,7 @@ export interface EvaluateOptions extends GenerateOptions {
 
 /** Evaluate a model on the environment's evaluation dataset. */
 export async function evaluate(
-  env: Environment,
+  env: EnvironmentHandle,
   client: ChatClient,
   model: string,
   options: EvaluateOptions = {},

@@ -64,6 +64,7 @@ export async function resolveEnvironmentModule(
   }
   let module: EnvironmentModule;
   try {
+    if ("Bun" in globalThis) (await import("./_bun_imports.ts")).registerBunImports();
     module = await import(pathToFileURL(path).href);
   } catch (error) {
     throw new ConfigError(

@@ -577,6 +577,15 @@ function sampler(seed: number): () => number {
 const MAX_VARIABLES = 8;
 const SAMPLE_POINTS = 6;
 const MIN_VALID_POINTS = 3;
+// simplify() can take exponential time; larger expressions that sampling cannot decide are
+// reported as not equivalent rather than left to the timeout.
+const MAX_SIMPLIFY_NODES = 200;
+
+function nodeCount(node: MathNode): number {
+  let count = 0;
+  node.traverse(() => count++);
+  return count;
+}
 
 function expressionsEqual(a: ParsedExpression, b: ParsedExpression): boolean {
   const variables = [...new Set([...a.variables, ...b.variables])];
@@ -599,6 +608,7 @@ function expressionsEqual(a: ParsedExpression, b: ParsedExpression): boolean {
   }
   if (valid >= MIN_VALID_POINTS) return true;
   // Sampling could not decide (undefined at every point): ask the simplifier.
+  if (nodeCount(a.node) + nodeCount(b.node) > MAX_SIMPLIFY_NODES) return false;
   const math = mathjs();
   const difference = math.simplify(new math.OperatorNode("-", "subtract", [a.node, b.node]));
   return math.isConstantNode(difference) && difference.value === 0;
@@ -774,7 +784,12 @@ interface WorkerReply {
 
 const POOL_SIZE = 2;
 const IDLE_MS = 2000;
-const WORKER_URL = new URL("./_math_worker.ts", import.meta.url).href;
+// In a binary built by `bun build --compile` every bundled module shares the executable's
+// import.meta.url (`file:///$bunfs/root/vf`, `B:/~BUN/root/` on Windows); the worker is a
+// separate entrypoint there, at its path from the project root (scripts/compile.ts).
+const WORKER_URL = /\/(\$bunfs|~BUN)\/root\//.test(import.meta.url)
+  ? new URL("./lib/_math_worker.ts", import.meta.url).href
+  : new URL("./_math_worker.ts", import.meta.url).href;
 
 const slots: Slot[] = [];
 const queue: Job[] = [];
@@ -848,7 +863,13 @@ function spawn(): void {
     removeSlot(slot);
     // A worker that never started (missing read permission, a bundle without the worker
     // file) will not start next time either: check in this thread from now on.
-    if (!slot.ready && !anyWorkerReady) workersUnavailable = true;
+    if (!slot.ready && !anyWorkerReady && !workersUnavailable) {
+      workersUnavailable = true;
+      // Said once: a pathological answer can now block the process.
+      console.warn(
+        `Math worker "${WORKER_URL}" failed to start (${event.message}); checking answers in this thread without a timeout`,
+      );
+    }
     if (job) {
       settle(job);
       job.resolve(false);

@@ -49,6 +49,19 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+/** `promise`'s value, or undefined when it takes longer than `ms` (the timer is cleared). */
+export async function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms))),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Environment entries as `KEY=value` strings. */
 export function envList(env: Record<string, string> | undefined): string[] | undefined {
   if (!env) return undefined;

@@ -22,7 +22,7 @@ import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import process from "node:process";
 import { CommandTimeoutError } from "../lib/errors.ts";
-import { decodeChunks, describeArgv, resolveSandboxPath, sleep, toBytes } from "./_util.ts";
+import { decodeChunks, describeArgv, resolveSandboxPath, toBytes, within } from "./_util.ts";
 import {
   SandboxError,
   SandboxFileNotFoundError,
@@ -108,10 +108,22 @@ export class SubprocessRuntime implements Runtime {
       return Promise.reject(new SandboxStateError("Cannot start a stopped subprocess runtime"));
     }
     this.#starting ??= (async () => {
-      this.#root = await realpath(await mkdtemp(join(tmpdir(), "vf-subprocess-")));
-      this.#state = "running";
       trackRuntime(this);
-      await mkdir(this.hostPath("."), { recursive: true });
+      try {
+        this.#root = await realpath(await mkdtemp(join(tmpdir(), "vf-subprocess-")));
+        await mkdir(join(this.#root, this.#workdir), { recursive: true });
+      } catch (error) {
+        this.#state = "stopped";
+        untrackRuntime(this);
+        if (this.#root) await rm(this.#root, { recursive: true, force: true });
+        throw new SandboxError(`Cannot create the subprocess runtime's workspace: ${error}`, {
+          cause: error,
+        });
+      }
+      if (this.#state === "stopped") {
+        throw new SandboxStateError("The subprocess runtime was stopped while it was starting");
+      }
+      this.#state = "running";
     })();
     return this.#starting;
   }
@@ -179,7 +191,7 @@ export class SubprocessRuntime implements Runtime {
 
     if (outcome === "timeout" || outcome === "abort") {
       killGroup(child.pid);
-      await Promise.race([exited, sleep(2_000)]);
+      await within(exited, 2_000);
       child.stdout!.destroy();
       child.stderr!.destroy();
       if (outcome === "abort") throw signal!.reason;
@@ -282,13 +294,12 @@ export class SubprocessRuntime implements Runtime {
   /** Kills the process groups it started and removes the temp dir. Idempotent. */
   stop(): Promise<void> {
     if (this.#stopping) return this.#stopping;
-    const wasRunning = this.#state !== "new" || this.#starting !== undefined;
     this.#state = "stopped";
     this.#stopping = (async () => {
       await this.#starting?.catch(() => {});
       for (const pid of this.#groups) killGroup(pid);
       this.#groups.clear();
-      if (wasRunning && this.#root) await rm(this.#root, { recursive: true, force: true });
+      if (this.#root) await rm(this.#root, { recursive: true, force: true });
     })().finally(() => untrackRuntime(this));
     return this.#stopping;
   }

@@ -440,19 +440,11 @@ Deno.test("vf eval records endpoint failures on the rollouts and exits 0: 500s, 
     responder: () => textReply("<reversed_text>\nlate\n</reversed_text>", { delay_ms: 5_000 }),
   });
   await using malformed = await startModelServer({ responder: () => ({ raw: '{"choices": [' }) });
-  const args = (model: string, url: string, ...extra: string[]) => [
-    "eval",
-    "reverse-text",
-    "-m",
-    model,
-    "-b",
-    url,
-    "-n",
-    "2",
-    "-r",
-    "1",
-    ...extra,
-  ];
+  const args = (
+    model: string,
+    url: string,
+    ...extra: string[]
+  ) => [..."eval reverse-text -n 2 -r 1".split(" "), "-m", model, "-b", url, ...extra];
   const [failingRes, slowRes, malformedRes] = await Promise.all([
     runCli(args("failing", failing.url, "--client.max_retries", "1"), { cwd: tmp.path }),
     runCli(args("slow", slow.url, "--client.timeout", "1", "--client.max_retries", "0"), {

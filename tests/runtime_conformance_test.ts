@@ -264,7 +264,7 @@ for (const target of TARGETS) {
   );
 
   Deno.test(
-    `${target.name}: await using removes the sandbox`,
+    `${target.name}: await using and stop() during start() remove the sandbox`,
     closingEngines(async () => {
       let id = "";
       {
@@ -281,6 +281,18 @@ for (const target of TARGETS) {
       const never = createRuntime(target.spec);
       await never.stop();
       await never.stop();
+
+      // stop() while start() is still running: start rejects and nothing is left behind.
+      const racing = createRuntime(target.spec, { runId: RUN_ID });
+      const starting = racing.start();
+      await racing.stop();
+      await assert.rejects(starting, SandboxStateError);
+      assert.ok(!liveRuntimes().includes(racing));
+      if (racing.id && target.spec.type === "docker") {
+        assert.equal(await DockerEngine.shared().inspectContainer(racing.id), undefined);
+      } else if (racing.id) {
+        assert.equal(existsSync(racing.id), false);
+      }
     }),
   );
 }
@@ -361,6 +373,43 @@ Deno.test(
     assert.ok(await engine.inspectContainer(other.id), "another run's container is kept");
     await leftover.stop(); // already gone: still fine
     await other.stop();
+  }),
+);
+
+Deno.test(
+  "docker: concurrent runtimes and commands share one connection pool",
+  closingEngines(async () => {
+    const runtimes = Array.from(
+      { length: 4 },
+      () => createRuntime({ type: "docker", image: "busybox" }, { runId: RUN_ID }),
+    );
+    try {
+      await Promise.all(runtimes.map((rt) => rt.start()));
+      const results = await Promise.all(
+        runtimes.flatMap((rt, i) =>
+          Array.from({ length: 5 }, async (_, j) => {
+            await rt.write(`/data/${j}.txt`, `${i}-${j}`);
+            const { stdout } = await rt.run(["cat", `/data/${j}.txt`], { timeoutMs: 20_000 });
+            return stdout === `${i}-${j}`;
+          })
+        ),
+      );
+      assert.deepEqual(results, Array(20).fill(true));
+    } finally {
+      await Promise.all(runtimes.map((rt) => rt.stop()));
+    }
+  }),
+);
+
+Deno.test(
+  "docker: a container removed behind the runtime's back is SandboxUnavailableError",
+  closingEngines(async () => {
+    await using rt = createRuntime({ type: "docker", image: "busybox" }, { runId: RUN_ID });
+    await rt.start();
+    await DockerEngine.shared().removeContainer(rt.id, { force: true });
+    await assert.rejects(rt.run(["true"]), SandboxUnavailableError);
+    await assert.rejects(rt.read("/etc/passwd"), SandboxUnavailableError);
+    await assert.rejects(rt.write("/tmp/x", "x"), SandboxUnavailableError);
   }),
 );
 

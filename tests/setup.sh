@@ -33,7 +33,8 @@ is_debian_root() {
 install_packages() {
   local missing=()
   for p in "${PACKAGES[@]}"; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$p")
   done
   if [ ${#missing[@]} -eq 0 ]; then
     log "packages already installed: ${PACKAGES[*]}"
@@ -104,16 +105,17 @@ start_dockerd() {
   log "starting dockerd (log: /tmp/dockerd.log)"
   # setsid: dockerd must outlive this script and its terminal.
   setsid nohup dockerd --host "unix://$SOCK" >/tmp/dockerd.log 2>&1 </dev/null &
-  local i
+  local pid=$! i
   for i in $(seq 1 60); do
     if engine_up; then
       log "dockerd answered after ${i}s"
       return
     fi
+    kill -0 "$pid" 2>/dev/null || break
     sleep 1
   done
   tail -30 /tmp/dockerd.log >&2
-  log "dockerd did not answer on $SOCK within 60s; see /tmp/dockerd.log"
+  log "dockerd did not answer on $SOCK (exited or took over 60s); see /tmp/dockerd.log"
   exit 1
 }
 
@@ -226,6 +228,11 @@ build_python() {
 }
 
 # -- main ---------------------------------------------------------------------------------
+# One run at a time: concurrent test runs would race to start dockerd or import images.
+if [ "$(id -u)" = 0 ] && command -v flock >/dev/null 2>&1; then
+  exec 9>/tmp/vf-setup.lock
+  flock 9
+fi
 if is_debian_root; then
   install_packages
   start_dockerd
@@ -238,7 +245,11 @@ else
     command -v "$p" >/dev/null 2>&1 || log "missing: $p"
   done
   if ! engine_up; then
-    log "the Docker engine at $SOCK does not answer; start dockerd or run this script as root"
+    if [ -S "$SOCK" ] && [ ! -w "$SOCK" ]; then
+      log "no permission to use $SOCK; add this user to the docker group or run as root"
+    else
+      log "the Docker engine at $SOCK does not answer; start dockerd or run this script as root"
+    fi
     exit 1
   fi
   for img in busybox:latest python:3.11-slim; do

@@ -279,8 +279,9 @@ export class DockerEngine {
   /** `GET /_ping`: true when the engine answers. */
   async ping(): Promise<boolean> {
     try {
-      await this.#raw("GET", "/_ping");
-      return true;
+      const response = await request(`${this.endpoint.origin}/_ping`, { dispatcher: this.#agent });
+      await response.body.dump();
+      return response.statusCode === 200;
     } catch {
       return false;
     }

@@ -19,6 +19,7 @@ import {
   resolveSandboxPath,
   sleep,
   toBytes,
+  within,
 } from "../_util.ts";
 import {
   SandboxApiError,
@@ -288,9 +289,9 @@ export class DockerRuntime implements Runtime {
     if (onAbort) signal?.removeEventListener("abort", onAbort);
 
     if (outcome !== "done") {
-      const known = await Promise.race([pid, sleep(2_000).then(() => undefined)]);
+      const known = await within(pid, 2_000);
       if (known !== undefined) await this.#killTree(id, known).catch(() => {});
-      await Promise.race([stream.done, sleep(2_000)]);
+      await within(stream.done, 2_000);
       stream.destroy();
       if (outcome === "abort") throw signal!.reason;
       throw new CommandTimeoutError(
@@ -363,7 +364,7 @@ export class DockerRuntime implements Runtime {
       User: "0",
     });
     const stream = await this.#engine.startExec(execId, { onStdout() {}, onStderr() {} });
-    await Promise.race([stream.done, sleep(5_000)]);
+    await within(stream.done, 5_000);
     stream.destroy();
   }
 

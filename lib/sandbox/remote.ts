@@ -1,0 +1,459 @@
+/**
+ * The evaluator's side of sandboxed environments: starts the host under Deno's permission
+ * system, pins remote modules in a lock file, and serves the host's model and sandbox
+ * requests. `RemoteEnvironment` and `RemoteTaskset` look like local ones to the runner.
+ * @module
+ */
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync } from "node:fs";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { homedir } from "node:os";
+import { delimiter, dirname, join } from "node:path";
+import process from "node:process";
+import { fileURLToPath } from "node:url";
+import type { Runtime } from "../../runtimes/runtime.ts";
+import type { ChatClient } from "../client.ts";
+import { Dataset } from "../dataset.ts";
+import type { RolloutOptions } from "../environment.ts";
+import { ConfigError } from "../errors.ts";
+import type { RolloutOutput } from "../results.ts";
+import { Task, type TaskData, type TaskHookContext, type TaskScores, Taskset } from "../task.ts";
+import type { Row, SamplingArgs } from "../types.ts";
+import { fromBase64, RemoteError, RpcPeer, toBase64 } from "./protocol.ts";
+
+/** What a sandboxed environment may do beyond loading its own modules. */
+export interface SandboxPermissions {
+  /** Hosts (`host` or `host:port`) it may connect to. */
+  allowNet?: string[];
+  /** Paths it may read (besides its cache dir). */
+  allowRead?: string[];
+  /** Environment variable names it may read. */
+  allowEnv?: string[];
+  /** Extra hosts it may import modules from. */
+  allowImport?: string[];
+}
+
+/** Options of {@link startSandboxHost}. */
+export interface SandboxHostOptions {
+  /** The environment module: an http(s) URL or a local path/file URL. */
+  spec: string;
+  kind: "environment" | "taskset";
+  args: Record<string, unknown>;
+  permissions?: SandboxPermissions;
+  /** Lock file pinning remote modules' content hashes; default `./vf.lock`. */
+  lockFile?: string;
+  /** Accept changed remote modules (re-pin them). */
+  reload?: boolean;
+  /** Base of the per-environment cache dirs; default `~/.cache/vf/sandbox`. */
+  cacheRoot?: string;
+  /** The `deno` executable; default this process under Deno, else `deno` on PATH. */
+  denoPath?: string;
+}
+
+/** Find the Deno executable for the sandbox, or explain how to get one. */
+export function findDeno(): string {
+  // deno-lint-ignore no-explicit-any
+  const g = globalThis as any;
+  if (g.Deno?.execPath && !g.Bun) return g.Deno.execPath();
+  for (const dir of (process.env.PATH ?? "").split(delimiter)) {
+    const candidate = join(dir, "deno");
+    if (dir && existsSync(candidate)) return candidate;
+  }
+  throw new ConfigError(
+    "Environments loaded from URLs run under Deno's permission sandbox, but no \"deno\" is on PATH; " +
+      "install it (npm install -g deno) or pass --trust to run the environment unsandboxed",
+  );
+}
+
+const PASS_ENV =
+  /^(SSL_CERT_FILE|SSL_CERT_DIR|NODE_EXTRA_CA_CERTS|DENO_CERT|DENO_TLS_CA_STORE|NPM_CONFIG_REGISTRY|HTTPS?_PROXY|NO_PROXY|https?_proxy|no_proxy)$/;
+
+function isUrl(spec: string): boolean {
+  return /^https?:\/\//.test(spec);
+}
+
+async function declaredPermissions(spec: string): Promise<SandboxPermissions> {
+  // An environment may declare what it needs in vf.json beside its mod.ts.
+  try {
+    let text: string;
+    if (isUrl(spec)) {
+      const res = await fetch(new URL("vf.json", spec), { signal: AbortSignal.timeout(10_000) });
+      if (!res.ok) return {};
+      text = await res.text();
+    } else {
+      const path = spec.startsWith("file:") ? fileURLToPath(spec) : spec;
+      const file = join(path.endsWith(".ts") || path.endsWith(".js") ? dirname(path) : path, "vf.json");
+      if (!existsSync(file)) return {};
+      text = await readFile(file, "utf8");
+    }
+    const p = JSON.parse(text)?.permissions ?? {};
+    return { allowNet: p.net ?? [], allowImport: p.import ?? [], allowEnv: [], allowRead: [] };
+  } catch {
+    return {};
+  }
+}
+
+function hostPort(url: string): string {
+  const u = new URL(url);
+  return u.port ? `${u.hostname}:${u.port}` : u.hostname;
+}
+
+/** Drop pinned entries of one origin so a `--reload` can re-pin them. */
+async function unpin(lockFile: string, origin: string): Promise<void> {
+  if (!existsSync(lockFile)) return;
+  const lock = JSON.parse(await readFile(lockFile, "utf8"));
+  for (const key of Object.keys(lock.remote ?? {})) if (key.startsWith(origin)) delete lock.remote[key];
+  await writeFile(lockFile, JSON.stringify(lock, null, 2) + "\n");
+}
+
+/** A running sandbox host. */
+export class SandboxHost {
+  readonly peer: RpcPeer;
+  readonly #child: ReturnType<typeof spawn>;
+  readonly #clients = new Map<number, ChatClient>();
+  readonly #runtimes = new Map<number, Runtime>();
+  readonly #runtimeIds = new WeakMap<Runtime, number>();
+  #nextId = 1;
+  #stderr = "";
+  readonly done: Promise<void>;
+
+  constructor(child: ReturnType<typeof spawn>) {
+    this.#child = child;
+    this.peer = new RpcPeer(
+      (line) =>
+        new Promise((resolve, reject) => child.stdin!.write(line, (e) => (e ? reject(e) : resolve()))),
+      (method, params) => this.#serve(method, params as Record<string, unknown>),
+    );
+    child.stderr!.on("data", (d: Uint8Array) => {
+      const text = new TextDecoder().decode(d);
+      this.#stderr = (this.#stderr + text).slice(-4000);
+      process.stderr.write(text.replace(/^/gm, "[sandbox] "));
+    });
+    this.done = this.peer.pump(
+      child.stdout as unknown as AsyncIterable<Uint8Array>,
+      () => {
+        const integrity = /Integrity check failed[\s\S]*?Specifier: (\S+)/.exec(this.#stderr);
+        if (integrity) return new ConfigError(`Integrity check failed for "${integrity[1]}"`);
+        const tail = this.#stderr.trim().split("\n").slice(-3).join(" ");
+        return new ConfigError(`The sandboxed environment host exited: ${tail || "no output"}`);
+      },
+    );
+  }
+
+  /** Register a client for the host's model calls. */
+  registerClient(client: ChatClient): number {
+    const id = this.#nextId++;
+    this.#clients.set(id, client);
+    return id;
+  }
+
+  /** A handle for a live runtime the host may operate on. */
+  runtimeHandle(runtime: Runtime): Record<string, unknown> {
+    let rid = this.#runtimeIds.get(runtime);
+    if (rid === undefined) {
+      rid = this.#nextId++;
+      this.#runtimeIds.set(runtime, rid);
+      this.#runtimes.set(rid, runtime);
+    }
+    return { rid, type: runtime.type, id: runtime.id, capabilities: runtime.capabilities };
+  }
+
+  async #serve(method: string, p: Record<string, unknown>): Promise<unknown> {
+    if (method === "model.get_response") {
+      const client = this.#clients.get(Number(p.client));
+      if (!client) throw new Error("Unknown client");
+      return await client.getResponse(p.prompt as never, String(p.model), {
+        tools: p.tools as never,
+        samplingArgs: p.sampling_args as SamplingArgs,
+        headers: p.headers as Record<string, string>,
+      });
+    }
+    const runtime = this.#runtimes.get(Number(p.rid));
+    if (!runtime) throw new Error(`Unknown runtime ${p.rid}`);
+    switch (method) {
+      case "runtime.run": {
+        const o = (p.options ?? {}) as Record<string, unknown>;
+        return await runtime.run(p.argv as string[], {
+          ...o,
+          stdin: typeof o.stdin === "string" ? fromBase64(o.stdin) : undefined,
+        });
+      }
+      case "runtime.read":
+        return toBase64(await runtime.read(String(p.path), { maxBytes: p.max_bytes as number | undefined }));
+      case "runtime.write":
+        await runtime.write(String(p.path), fromBase64(String(p.data)), { mode: p.mode as number | undefined });
+        return null;
+      case "runtime.archive_out":
+        return toBase64(await runtime.archiveOut(String(p.path)));
+      case "runtime.archive_in":
+        await runtime.archiveIn(String(p.dir), fromBase64(String(p.tar)));
+        return null;
+      default:
+        throw new Error(`Unknown method "${method}"`);
+    }
+  }
+
+  /** Stop the host process. */
+  async close(): Promise<void> {
+    this.#child.stdin?.end();
+    this.#child.kill("SIGTERM");
+    await this.done.catch(() => {});
+  }
+}
+
+/** Start a sandboxed host and load the environment or taskset in it. */
+export async function startSandboxHost(
+  options: SandboxHostOptions,
+): Promise<{ host: SandboxHost; info: Record<string, unknown> }> {
+  const deno = options.denoPath ?? findDeno();
+  const url = isUrl(options.spec) || options.spec.startsWith("file:")
+    ? options.spec
+    : new URL(`file://${join(process.cwd(), options.spec)}`).href;
+  const declared = await declaredPermissions(options.spec);
+  const perms: Required<SandboxPermissions> = {
+    allowNet: [...(declared.allowNet ?? []), ...(options.permissions?.allowNet ?? [])],
+    allowRead: [...(options.permissions?.allowRead ?? [])],
+    allowEnv: [...(options.permissions?.allowEnv ?? [])],
+    allowImport: [...(declared.allowImport ?? []), ...(options.permissions?.allowImport ?? [])],
+  };
+  const cacheRoot = options.cacheRoot ?? join(homedir(), ".cache", "vf", "sandbox");
+  const cacheDir = join(cacheRoot, createHash("sha256").update(url).digest("hex").slice(0, 16));
+  await mkdir(cacheDir, { recursive: true });
+  const lockFile = options.lockFile ?? join(process.cwd(), "vf.lock");
+  const reads = [cacheDir, ...perms.allowRead];
+  if (!isUrl(url)) {
+    // A local module under --sandbox: it may read its own folder to load its files.
+    const path = fileURLToPath(url);
+    reads.push(path.endsWith(".ts") || path.endsWith(".js") ? dirname(path) : path);
+  }
+  const origin = isUrl(url) ? new URL(url).origin : null;
+  const importHosts = [...(origin ? [hostPort(url)] : []), ...perms.allowImport];
+  const hostPath = fileURLToPath(new URL("./host.ts", import.meta.url));
+
+  const launch = async (reloadOrigin: boolean) => {
+    const args = [
+      "run",
+      "--quiet",
+      "--no-prompt",
+      "--no-config",
+      `--lock=${lockFile}`,
+      `--allow-read=${reads.join(",")}`,
+      `--allow-write=${cacheDir}`,
+      ...(importHosts.length ? [`--allow-import=${importHosts.join(",")}`] : []),
+      ...(perms.allowNet.length ? [`--allow-net=${perms.allowNet.join(",")}`] : []),
+      ...(perms.allowEnv.length ? [`--allow-env=${perms.allowEnv.join(",")}`] : []),
+      ...(reloadOrigin && origin ? [`--reload=${origin}`] : []),
+      hostPath,
+    ];
+    const childEnv: Record<string, string> = {
+      HOME: cacheDir,
+      NO_COLOR: "1",
+      DENO_DIR: process.env.DENO_DIR ?? join(homedir(), ".cache", "deno"),
+      PATH: process.env.PATH ?? "/usr/bin:/bin",
+    };
+    // Deno itself needs these to fetch modules; the environment's code cannot read them
+    // (no --allow-env), and no credentials are passed.
+    for (const [k, v] of Object.entries(process.env)) {
+      if (v && PASS_ENV.test(k)) childEnv[k] = v;
+    }
+    const child = spawn(deno, args, { cwd: cacheDir, env: childEnv, stdio: ["pipe", "pipe", "pipe"] });
+    const host = new SandboxHost(child);
+    try {
+      const info = await host.peer.call<Record<string, unknown>>("load", {
+        url,
+        kind: options.kind,
+        args: options.args,
+        id: url.replace(/\/mod\.ts$/, "").split("/").pop(),
+      });
+      return { host, info };
+    } catch (error) {
+      await host.close();
+      throw error;
+    }
+  };
+
+  if (options.reload && origin) await unpin(lockFile, origin);
+  try {
+    // Re-fetch the environment's own modules so a changed module is caught against the lock.
+    return await launch(true);
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    if (/integrity check failed/i.test(message)) {
+      const which = /for "([^"]+)"/.exec(message)?.[1] ?? options.spec;
+      throw new ConfigError(
+        `Remote module "${which}" changed since it was pinned in "${lockFile}"; ` +
+          `re-run with --reload to accept the new version`,
+      );
+    }
+    if (origin && /error sending request|connection refused|dns error|failed to fetch|tcp connect/i.test(message)) {
+      // Offline: run from the pinned cache.
+      try {
+        return await launch(false);
+      } catch (second) {
+        throw new ConfigError(
+          `Cannot load environment "${options.spec}": ${second instanceof Error ? second.message : second}`,
+        );
+      }
+    }
+    if (error instanceof RemoteError) {
+      throw new ConfigError(`Environment "${options.spec}" failed to load in the sandbox: ${message}`);
+    }
+    throw error;
+  }
+}
+
+/** A sandboxed environment, driven like a local one by `generate`/`evaluate`. */
+export class RemoteEnvironment {
+  envId: string;
+  envArgs: Record<string, unknown>;
+  samplingArgs: SamplingArgs;
+  passThreshold: number;
+  evalDefaults: { num_examples?: number; rollouts_per_example?: number } | null;
+  readonly host: SandboxHost;
+  #clientIds = new WeakMap<ChatClient, number>();
+
+  constructor(host: SandboxHost, info: Record<string, unknown>) {
+    this.host = host;
+    this.envId = String(info.env_id ?? "");
+    this.envArgs = (info.env_args ?? {}) as Record<string, unknown>;
+    this.samplingArgs = (info.sampling_args ?? {}) as SamplingArgs;
+    this.passThreshold = Number(info.pass_threshold ?? 0.5);
+    this.evalDefaults = (info.eval_defaults ?? null) as RemoteEnvironment["evalDefaults"];
+  }
+
+  async getEvalDataset(n = -1, seed?: number | null): Promise<Dataset> {
+    return Dataset.fromList(await this.host.peer.call<Row[]>("env.eval_dataset", { n, seed: seed ?? null }));
+  }
+
+  async runGroupOutputs(
+    inputs: Row[],
+    client: ChatClient,
+    model: string,
+    options: RolloutOptions & { independentScoring?: boolean; stateColumns?: string[] } = {},
+  ): Promise<{ outputs: RolloutOutput[]; retryable: boolean }> {
+    let id = this.#clientIds.get(client);
+    if (id === undefined) {
+      id = this.host.registerClient(client);
+      this.#clientIds.set(client, id);
+    }
+    options.signal?.throwIfAborted();
+    return await this.host.peer.call("env.run_group", {
+      inputs,
+      model,
+      client: { id, base_url: client.baseUrl, headers_from_state: client.headersFromState },
+      sampling_args: options.samplingArgs ?? {},
+      independent_scoring: options.independentScoring ?? false,
+      state_columns: options.stateColumns ?? [],
+    });
+  }
+
+  setKwargs(_kwargs: Record<string, unknown>): void {
+    throw new ConfigError("--extra-env-kwargs and --timeout are not supported for sandboxed environments");
+  }
+
+  async teardown(): Promise<void> {
+    await this.host.peer.call("env.teardown").catch(() => {});
+    await this.host.close();
+  }
+}
+
+interface RemoteTaskInfo {
+  key: string;
+  hash: string;
+  data: TaskData;
+  needs_container: boolean;
+  runtime_env: Record<string, string>;
+}
+
+/** A task whose hooks run in the sandboxed host, operating on evaluator-owned runtimes. */
+export class RemoteTask extends Task {
+  readonly #host: SandboxHost;
+  readonly #info: RemoteTaskInfo;
+
+  constructor(host: SandboxHost, info: RemoteTaskInfo) {
+    super(info.data);
+    this.#host = host;
+    this.#info = info;
+  }
+
+  override get key(): string {
+    return this.#info.key;
+  }
+
+  override get hash(): string {
+    return this.#info.hash;
+  }
+
+  override get needsContainer(): boolean {
+    return this.#info.needs_container;
+  }
+
+  override runtimeEnv(): Record<string, string> {
+    return { ...this.#info.runtime_env };
+  }
+
+  async #hook(hook: string, ctx: TaskHookContext): Promise<unknown> {
+    const r = await this.#host.peer.call<{ result: unknown; info: Record<string, unknown> }>("task.hook", {
+      key: this.key,
+      hook,
+      runtime: this.#host.runtimeHandle(ctx.runtime),
+      info: ctx.trace.info,
+      messages: ctx.trace.messages,
+    });
+    Object.assign(ctx.trace.info, r.info);
+    return r.result;
+  }
+
+  override async setup(ctx: TaskHookContext): Promise<void> {
+    await this.#hook("setup", ctx);
+  }
+
+  override async finalize(ctx: TaskHookContext): Promise<void> {
+    await this.#hook("finalize", ctx);
+  }
+
+  override async stageVerifier(ctx: TaskHookContext): Promise<void> {
+    await this.#hook("stageVerifier", ctx);
+  }
+
+  override async validate(ctx: TaskHookContext): Promise<boolean | void> {
+    return (await this.#hook("validate", ctx)) as boolean | undefined;
+  }
+
+  override async score(ctx: TaskHookContext): Promise<TaskScores> {
+    const r = await this.#host.peer.call<{ scores: TaskScores; info: Record<string, unknown> }>("task.score", {
+      key: this.key,
+      runtime: this.#host.runtimeHandle(ctx.runtime),
+      info: ctx.trace.info,
+      messages: ctx.trace.messages,
+    });
+    Object.assign(ctx.trace.info, r.info);
+    return r.scores;
+  }
+}
+
+/** A sandboxed taskset. */
+export class RemoteTaskset extends Taskset<RemoteTask> {
+  readonly #id: string;
+  readonly host: SandboxHost;
+
+  constructor(host: SandboxHost, info: Record<string, unknown>) {
+    super({});
+    this.host = host;
+    this.#id = String(info.id ?? "remote");
+  }
+
+  get id(): string {
+    return this.#id;
+  }
+
+  async load(): Promise<RemoteTask[]> {
+    const list = await this.host.peer.call<RemoteTaskInfo[]>("taskset.list", { limit: -1 });
+    return list.map((info) => new RemoteTask(this.host, info));
+  }
+
+  async close(): Promise<void> {
+    await this.host.close();
+  }
+}

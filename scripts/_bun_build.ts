@@ -1,0 +1,67 @@
+/**
+ * Builds the single `vf` binary with Bun's bundler; run by `scripts/compile.ts` as
+ * `bun scripts/_bun_build.ts <outfile> [--no-bytecode]` from the project root, after Deno has
+ * filled `node_modules`. Bun does not know `npm:` specifiers, so a plugin resolves them to the
+ * installed packages (by path, which also keeps Bun from swapping in its `undici` shim). The
+ * math worker is a second entrypoint: a compiled binary can only start workers it embeds.
+ * @module
+ */
+import { statSync } from "node:fs";
+import { resolve } from "node:path";
+import process from "node:process";
+import { resolveNpmSpecifier } from "../lib/_npm_resolve.ts";
+
+interface BuildArtifact {
+  path: string;
+  kind: string;
+}
+interface BunBuild {
+  build(options: Record<string, unknown>): Promise<
+    { success: boolean; logs: unknown[]; outputs: BuildArtifact[] }
+  >;
+}
+interface PluginBuilder {
+  onResolve(
+    options: { filter: RegExp },
+    callback: (args: { path: string; importer: string }) => { path: string } | undefined,
+  ): void;
+}
+
+const bun = (globalThis as unknown as { Bun?: BunBuild }).Bun;
+if (bun === undefined) throw new Error("scripts/_bun_build.ts runs under Bun: bun scripts/_bun_build.ts");
+
+const root = resolve(import.meta.dirname!, "..");
+const args = process.argv.slice(2);
+const outfile = resolve(args.find((a) => !a.startsWith("--")) ?? "dist/vf");
+
+const npmSpecifiers = {
+  name: "npm-specifiers",
+  setup(build: PluginBuilder) {
+    build.onResolve({ filter: /^npm:/ }, ({ path, importer }) => {
+      const found = resolveNpmSpecifier(path, root);
+      if (found === undefined) {
+        throw new Error(
+          `Cannot resolve "${path}" imported by ${importer}: not in ${root}/node_modules; run deno install`,
+        );
+      }
+      return { path: found };
+    });
+  },
+};
+
+const result = await bun.build({
+  entrypoints: [resolve(root, "cli.ts"), resolve(root, "lib/_math_worker.ts")],
+  // Paths inside the binary are relative to the project root: lib/math_verify.ts starts the
+  // worker as `./lib/_math_worker.ts`.
+  root,
+  target: "bun",
+  format: "esm",
+  minify: true,
+  bytecode: !args.includes("--no-bytecode"),
+  plugins: [npmSpecifiers],
+  // Like `deno run`, the binary reads no .env or bunfig.toml from the working directory.
+  compile: { outfile, autoloadDotenv: false, autoloadBunfig: false },
+});
+for (const log of result.logs) console.error(log);
+if (!result.success) process.exit(1);
+console.log(`built ${outfile} (${(statSync(outfile).size / 1e6).toFixed(1)} MB)`);

@@ -1,0 +1,87 @@
+/**
+ * `deno task compile [outfile]`: builds the single `vf` binary (default `dist/vf`) with
+ * `bun build --compile`, which works offline (`deno compile` downloads its runtime; see the
+ * `compile:deno` task). Steps: Deno fills `node_modules` (`"nodeModulesDir": "auto"`); a Bun
+ * is found on PATH or installed from npm into `.tools/bun` (never a project dependency);
+ * Bun runs `scripts/_bun_build.ts`, which maps `npm:` specifiers to `node_modules`.
+ * @module
+ */
+import { stat } from "node:fs/promises";
+import { join, resolve } from "node:path";
+
+const ROOT = resolve(import.meta.dirname!, "..");
+/** The Bun release line the binary is built and tested with. */
+const BUN_RANGE = "1.4.x";
+const LOCAL_BUN = join(ROOT, ".tools/bun/node_modules/.bin/bun");
+
+async function run(cmd: string, args: string[], what: string): Promise<string> {
+  let out: Deno.CommandOutput;
+  try {
+    out = await new Deno.Command(cmd, { args, cwd: ROOT, stdout: "piped", stderr: "inherit" }).output();
+  } catch (error) {
+    throw new Error(`Cannot ${what}: "${cmd}" did not start (${(error as Error).message})`);
+  }
+  const stdout = new TextDecoder().decode(out.stdout);
+  if (!out.success) {
+    throw new Error(`Cannot ${what}: "${cmd} ${args.join(" ")}" exited with ${out.code}\n${stdout}`);
+  }
+  return stdout;
+}
+
+/** The version `bun --version` prints, or undefined when it does not run. */
+async function bunVersion(bun: string): Promise<string | undefined> {
+  try {
+    const out = await new Deno.Command(bun, { args: ["--version"], stdout: "piped", stderr: "null" })
+      .output();
+    return out.success ? new TextDecoder().decode(out.stdout).trim() : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** `bun` from PATH when it is 1.4 or newer, else the one in `.tools/bun` (installed if needed). */
+async function findBun(): Promise<string> {
+  const onPath = await bunVersion("bun");
+  const [major, minor] = (onPath ?? "0.0").split(".").map(Number);
+  if (major > 1 || (major === 1 && minor >= 4)) return "bun";
+  if (await bunVersion(LOCAL_BUN) === undefined) {
+    console.error(`installing bun@${BUN_RANGE} into .tools/bun (npm)`);
+    await run(
+      "npm",
+      ["install", "--prefix", join(ROOT, ".tools/bun"), "--no-audit", "--no-fund", `bun@${BUN_RANGE}`],
+      `install bun@${BUN_RANGE}; install npm, or put bun 1.4+ on PATH`,
+    );
+    if (await bunVersion(LOCAL_BUN) === undefined) {
+      throw new Error(`Cannot run "${LOCAL_BUN}" after npm installed it; put bun 1.4+ on PATH`);
+    }
+  }
+  return LOCAL_BUN;
+}
+
+/** Builds the binary; returns its path. */
+export async function compile(outfile = join(ROOT, "dist/vf")): Promise<string> {
+  const start = performance.now();
+  // Fills node_modules (nodeModulesDir "auto") with every package the binary imports.
+  await run(Deno.execPath(), ["install", "--quiet", "--entrypoint", "cli.ts", "lib/_math_worker.ts"], "fill node_modules");
+  const bun = await findBun();
+  console.error(`bundling with bun ${await bunVersion(bun)}`);
+  await run(bun, [join(ROOT, "scripts/_bun_build.ts"), outfile], "build the binary");
+  const { size } = await stat(outfile);
+  const seconds = ((performance.now() - start) / 1000).toFixed(1);
+  console.log(`built ${outfile}: ${(size / 1e6).toFixed(1)} MB in ${seconds} s`);
+  return outfile;
+}
+
+if (import.meta.main) {
+  const outfile = Deno.args[0];
+  if (outfile === "--help" || outfile === "-h") {
+    console.log("Usage: deno task compile [outfile]   (default dist/vf)");
+  } else {
+    try {
+      await compile(outfile === undefined ? undefined : resolve(outfile));
+    } catch (error) {
+      console.error((error as Error).message);
+      Deno.exit(1);
+    }
+  }
+}

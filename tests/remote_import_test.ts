@@ -1,0 +1,163 @@
+/**
+ * Remote import (DESIGN.md): a Deno program with no config of its own imports vf's `mod.ts`
+ * from a URL, builds an environment and evaluates it against a real model server.
+ *
+ * This repo is served over loopback HTTP; the program runs from an empty temp dir with its
+ * own `DENO_DIR`, so nothing resolves through this repo's `deno.json`, import map,
+ * `node_modules` or caches.
+ * @module
+ */
+import assert from "node:assert/strict";
+import { extname, join, normalize, sep } from "node:path";
+import { fileURLToPath } from "node:url";
+import { lastUserText, startModelServer, textReply } from "./model_server.ts";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+
+const CONTENT_TYPES: Record<string, string> = {
+  ".ts": "application/typescript",
+  ".js": "application/javascript",
+  ".mjs": "application/javascript",
+  ".json": "application/json",
+};
+
+interface StaticServer extends AsyncDisposable {
+  origin: string;
+  /** Paths requested, in order. */
+  requested: string[];
+}
+
+/** Serve the files under `root` read-only on 127.0.0.1 (a free port). */
+function serveDir(root: string): Promise<StaticServer> {
+  const requested: string[] = [];
+  const listening = Promise.withResolvers<number>();
+  const server = Deno.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    onListen: ({ port }) => listening.resolve(port),
+  }, async (request) => {
+    const pathname = decodeURIComponent(new URL(request.url).pathname);
+    requested.push(pathname);
+    const path = normalize(join(root, pathname));
+    if (!path.startsWith(root.endsWith(sep) ? root : root + sep)) {
+      return new Response("forbidden", { status: 403 });
+    }
+    try {
+      const body = await Deno.readFile(path);
+      const type = CONTENT_TYPES[extname(path)] ?? "application/octet-stream";
+      return new Response(body, { headers: { "content-type": type } });
+    } catch {
+      return new Response("not found", { status: 404 });
+    }
+  });
+  return listening.promise.then((port) => ({
+    origin: `http://127.0.0.1:${port}`,
+    requested,
+    [Symbol.asyncDispose]: () => server.shutdown(),
+  }));
+}
+
+/** The user's program: it knows vf only by URL. */
+function program(vfUrl: string): string {
+  return `import { evaluate, OpenAIChatClient, Rubric, SingleTurnEnv } from "${vfUrl}";
+
+const [baseUrl] = Deno.args;
+const env = new SingleTurnEnv({
+  evalDataset: [
+    { question: "What is 2+2?", answer: "4" },
+    { question: "What is 3+3?", answer: "6" },
+  ],
+  systemPrompt: "Answer with a number only.",
+  rubric: new Rubric({
+    funcs: [function exact({ completion, answer, parser }) {
+      return parser.parseAnswer(completion)?.trim() === answer;
+    }],
+  }),
+});
+const client = new OpenAIChatClient({ base_url: baseUrl, api_key: "remote-test-key" });
+const { metadata, outputs } = await evaluate(env, client, "remote-model", {
+  rolloutsPerExample: 3,
+});
+console.log(JSON.stringify({ metadata, outputs: outputs.length }));
+`;
+}
+
+/** What the child needs from this environment to reach the npm registry (TLS, proxies). */
+const PASS_THROUGH = [
+  "PATH",
+  "HOME",
+  "TMPDIR",
+  "NPM_CONFIG_REGISTRY",
+  "NODE_EXTRA_CA_CERTS", // how Deno trusts an intercepting proxy's CA
+  "DENO_CERT",
+  "DENO_TLS_CA_STORE",
+  "SSL_CERT_FILE",
+  "SSL_CERT_DIR",
+  "HTTP_PROXY",
+  "HTTPS_PROXY",
+  "http_proxy",
+  "https_proxy",
+];
+
+/** A clean environment: no config or caches of this repo's run leak into the child. */
+function childEnv(denoDir: string): Record<string, string> {
+  const env: Record<string, string> = { NO_COLOR: "1", DENO_DIR: denoDir };
+  for (const name of PASS_THROUGH) {
+    const value = Deno.env.get(name);
+    if (value !== undefined) env[name] = value;
+  }
+  // The vf server and the model server are on loopback: never through a proxy.
+  const noProxy = Deno.env.get("NO_PROXY") ?? Deno.env.get("no_proxy");
+  env.NO_PROXY = noProxy ? `${noProxy},127.0.0.1` : "127.0.0.1";
+  return env;
+}
+
+Deno.test("a program with no config imports mod.ts by URL and evaluates a model", async () => {
+  await using files = await serveDir(ROOT);
+  // Answers 2+2 right and 3+3 wrong: avg_reward 0.5 over 2 examples × 3 rollouts.
+  await using model = await startModelServer({
+    apiKey: "remote-test-key",
+    responder: (request) => textReply(lastUserText(request).includes("2+2") ? "4" : "7"),
+  });
+  const work = await Deno.makeTempDir({ prefix: "vf_remote_import_" });
+  const denoDir = await Deno.makeTempDir({ prefix: "vf_remote_import_deno_dir_" });
+  try {
+    await Deno.writeTextFile(join(work, "main.ts"), program(`${files.origin}/mod.ts`));
+    const run = async (args: string[]) => {
+      const out = await new Deno.Command(Deno.execPath(), {
+        args,
+        cwd: work,
+        env: childEnv(denoDir),
+        clearEnv: true,
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const stdout = new TextDecoder().decode(out.stdout);
+      const stderr = new TextDecoder().decode(out.stderr);
+      return { code: out.code, stdout, stderr, transcript: `exit ${out.code}\n${stdout}\n${stderr}` };
+    };
+
+    const res = await run(["run", "-A", `--reload=${files.origin}`, "main.ts", model.url]);
+    assert.equal(res.code, 0, res.transcript);
+    const { metadata, outputs } = JSON.parse(res.stdout.trim().split("\n").at(-1)!);
+    assert.equal(metadata.num_rollouts, 6);
+    assert.equal(outputs, 6);
+    assert.equal(metadata.avg_reward, 0.5);
+    assert.equal(metadata.model, "remote-model");
+    assert.equal(model.requests.length, 6);
+    assert.ok(files.requested.includes("/mod.ts"), "mod.ts was not fetched from the server");
+
+    // The user's own type check sees vf's types through the URL.
+    const check = await run(["check", `--allow-import=${new URL(files.origin).host}`, "main.ts"]);
+    assert.equal(check.code, 0, check.transcript);
+
+    // Nothing was written next to the program: no lockfile, no node_modules, no config.
+    const left = [];
+    for await (const entry of Deno.readDir(work)) left.push(entry.name);
+    assert.deepEqual(left, ["main.ts"]);
+  } finally {
+    await Deno.remove(work, { recursive: true });
+    await Deno.remove(denoDir, { recursive: true });
+  }
+});
