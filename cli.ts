@@ -10,6 +10,7 @@ import { dirname, join, resolve } from "node:path";
 import yargsParser from "npm:yargs-parser@^22.0.0";
 import { BUILTINS, TASKSETS } from "./environments/mod.ts";
 import { cleanupContainers } from "./runtimes/docker/mod.ts";
+import { setAppHandlesSignals, stopAllRuntimes } from "./runtimes/registry.ts";
 import { getHarness } from "./lib/harness.ts";
 import type { AgentPolicy } from "./lib/task_rollout.ts";
 import { runTaskset, validateTaskset } from "./lib/task_run.ts";
@@ -688,7 +689,9 @@ async function cmdInit(argv: string[]): Promise<number> {
   }
   const positional = flags._.map(String);
   if (positional.length !== 1) {
-    throw new ConfigError("vf init needs one package name: vf init my_taskset [--kind taskset|environment]");
+    throw new ConfigError(
+      "vf init needs one package name: vf init my_taskset [--kind taskset|environment]",
+    );
   }
   const kind = String(flags.kind ?? "taskset");
   if (!(PACKAGE_KINDS as readonly string[]).includes(kind)) {
@@ -697,7 +700,9 @@ async function cmdInit(argv: string[]): Promise<number> {
   const result = await initPackage(positional[0], { kind: kind as PackageKind, vf: flags.vf });
   // A bare name would be read as a built-in id, so point at the folder explicitly.
   const path = /^[./]/.test(positional[0]) ? positional[0] : `./${positional[0]}`;
-  const next = kind === "taskset" ? `vf validate ${path}` : `vf eval ${path} -m <model> -b <base url>`;
+  const next = kind === "taskset"
+    ? `vf validate ${path}`
+    : `vf eval ${path} -m <model> -b <base url>`;
   process.stdout.write(
     `Created ${kind} package "${result.name}" in ${result.dir}: ${result.files.join(", ")}\n` +
       `vf is imported from ${result.vfSpecifier}\n` +
@@ -782,6 +787,10 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 if (import.meta.main) {
+  // The CLI handles SIGINT/SIGTERM: it aborts the run, keeps finished results and stops
+  // its sandboxes; the runtime registry still cleans up at exit.
+  setAppHandlesSignals(true);
   const code = await main(process.argv.slice(2));
+  await stopAllRuntimes({ timeoutMs: 15_000 });
   process.exit(code);
 }

@@ -37,7 +37,9 @@ Deno.test("initPackage() writes a taskset whose mod.ts imports vf by a relative 
     assert.ok(mod.includes('"busybox"') && mod.includes("/app/output/greeting.txt"));
     assert.deepEqual((await readJson(join(dir, "deno.json"))).imports, { vf: result.vfSpecifier });
     assert.ok((await Deno.readTextFile(join(dir, "mod_test.ts"))).includes('from "vf"'));
-    assert.ok((await Deno.readTextFile(join(dir, "README.md"))).includes("vf validate ./greet_task"));
+    assert.ok(
+      (await Deno.readTextFile(join(dir, "README.md"))).includes("vf validate ./greet_task"),
+    );
   });
 });
 
@@ -68,7 +70,7 @@ Deno.test("initPackage() with kind environment writes a SingleTurnEnv with three
     assert.equal(rows.length, 3);
     assert.equal(rows[0].prompt.at(-1).content, "What is the capital of France?");
     assert.equal(rows[0].answer, "Paris");
-    assert.deepEqual(env.rubric.entries.map((e: { name: string }) => e.name), ["exactAnswer"]);
+    assert.ok(env.rubric.funcNames.includes("exactAnswer"), env.rubric.funcNames.join(", "));
   });
 });
 
@@ -107,15 +109,23 @@ Deno.test("initPackage() imports vf from a --vf URL as given, or from mod.ts und
     assert.ok((await Deno.readTextFile(join(tmp, "a", "mod.ts"))).includes(`from "${url}"`));
     assert.deepEqual((await readJson(join(tmp, "a", "deno.json"))).imports, { vf: url });
 
-    const b = await initPackage(join(tmp, "b"), { vf: "https://example.com/vf/", kind: "environment" });
+    const b = await initPackage(join(tmp, "b"), {
+      vf: "https://example.com/vf/",
+      kind: "environment",
+    });
     assert.equal(b.vfSpecifier, "https://example.com/vf/mod.ts");
 
     // A local path (folder or file, or a file: URL) becomes a path relative to the package.
-    const c = await initPackage(join(tmp, "c"), { vf: fileURLToPath(new URL("..", import.meta.url)) });
+    const c = await initPackage(join(tmp, "c"), {
+      vf: fileURLToPath(new URL("..", import.meta.url)),
+    });
     assert.equal(resolve(join(tmp, "c"), c.vfSpecifier), VF_MOD);
     const d = await initPackage(join(tmp, "d"), { vf: pathToFileURL(VF_MOD).href });
     assert.equal(resolve(join(tmp, "d"), d.vfSpecifier), VF_MOD);
-    await assert.rejects(initPackage(join(tmp, "e"), { vf: join(tmp, "nowhere") }), /does not exist/);
+    await assert.rejects(
+      initPackage(join(tmp, "e"), { vf: join(tmp, "nowhere") }),
+      /does not exist/,
+    );
   });
 });
 

@@ -57,7 +57,20 @@ const MATH_WORDS = new Set([
   "infty",
   "infinity",
 ]);
-const SHORT_UNITS = new Set(["cm", "mm", "km", "kg", "mg", "ft", "yd", "mi", "hr", "ml", "oz", "lb"]);
+const SHORT_UNITS = new Set([
+  "cm",
+  "mm",
+  "km",
+  "kg",
+  "mg",
+  "ft",
+  "yd",
+  "mi",
+  "hr",
+  "ml",
+  "oz",
+  "lb",
+]);
 
 /** Index of the `}` matching the `{` at `open`, skipping escaped braces; -1 if unbalanced. */
 function matchBrace(s: string, open: number): number {
@@ -117,8 +130,9 @@ function unwrapTextCommands(s: string): string {
 
 /** Drops unit words after a plain number: `5 apples`, `12 cm`, `3 dollars`. */
 function stripUnitWords(s: string): string {
-  const m = /^([+-]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:\/\d+)?)\s+([A-Za-z][A-Za-z.]*(?:\s+[A-Za-z][A-Za-z.]*)*)$/
-    .exec(s);
+  const m =
+    /^([+-]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:\/\d+)?)\s+([A-Za-z][A-Za-z.]*(?:\s+[A-Za-z][A-Za-z.]*)*)$/
+      .exec(s);
   if (!m) return s;
   const first = m[2].split(/\s+/)[0].replace(/\.$/, "");
   if (MATH_WORDS.has(first.toLowerCase())) return s;
@@ -214,7 +228,9 @@ const LATEX_FRACTION = new RegExp(String.raw`^([+-]?)\\frac\{([+-]?${NUM})\}\{([
 
 function parsePlainNumber(t: string): PlainNumber | null {
   if (/^[+-]?\d+$/.test(t)) return { value: Number(t), int: BigInt(t) };
-  if (/^[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:e[+-]?\d+)?$/i.test(t)) return { value: Number(t), int: null };
+  if (/^[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:e[+-]?\d+)?$/i.test(t)) {
+    return { value: Number(t), int: null };
+  }
   const m = SLASH_FRACTION.exec(t) ?? LATEX_FRACTION.exec(t);
   if (!m) return null;
   const den = Number(m[3]);
@@ -235,7 +251,9 @@ function withPercentVariants(n: PlainNumber, percent: boolean): PlainNumber[] {
 function plainNumbersEqual(g: Normalized, gn: PlainNumber, p: Normalized, pn: PlainNumber) {
   for (const a of withPercentVariants(gn, g.percent)) {
     for (const b of withPercentVariants(pn, p.percent)) {
-      if (a.int !== null && b.int !== null ? a.int === b.int : closeRelative(a.value, b.value, 1e-6)) {
+      if (
+        a.int !== null && b.int !== null ? a.int === b.int : closeRelative(a.value, b.value, 1e-6)
+      ) {
         return true;
       }
     }
@@ -453,7 +471,9 @@ class LatexToMathjs {
     const m = /\\([A-Za-z]+)/y;
     m.lastIndex = this.#i;
     const found = m.exec(this.#s);
-    if (!found) throw new SyntaxError(`Unsupported escape "${this.#s.slice(this.#i, this.#i + 2)}"`);
+    if (!found) {
+      throw new SyntaxError(`Unsupported escape "${this.#s.slice(this.#i, this.#i + 2)}"`);
+    }
     this.#i += found[0].length;
     const name = found[1];
     switch (name) {
@@ -988,6 +1008,11 @@ export function closeMathWorkers(): void {
 }
 
 /** Worker counters for tests: started, terminated, and terminated because a check timed out. */
-export function _mathWorkerStats(): { live: number; started: number; terminated: number; timedOut: number } {
+export function _mathWorkerStats(): {
+  live: number;
+  started: number;
+  terminated: number;
+  timedOut: number;
+} {
   return { live: slots.length, ...stats };
 }

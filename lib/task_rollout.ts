@@ -429,7 +429,7 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
   } catch (raw) {
     const phaseName = raw instanceof PhaseError ? raw.phase : "rollout";
     const error = raw instanceof PhaseError ? raw.error : raw;
-    if (signal?.aborted && error === signal.reason) throw error;
+    if (signal?.aborted) throw signal.reason; // interrupted: not a result, nothing to record
     trace.error = { ...serializeError(error), phase: phaseName };
     trace.stop_condition ??= recorder.stop_condition ?? "has_error";
   } finally {

@@ -37,7 +37,7 @@ export {
   SandboxUnavailableError,
   SandboxUnsupportedError,
 } from "./errors.ts";
-export { liveRuntimes, stopAllRuntimes } from "./registry.ts";
+export { liveRuntimes, setAppHandlesSignals, stopAllRuntimes } from "./registry.ts";
 export {
   cleanupContainers,
   type CleanupFilter,

@@ -55,11 +55,23 @@ const onExit = () => {
   }
 };
 
+let appHandlesSignals = false;
+
+/**
+ * Let the application handle SIGINT/SIGTERM itself (the CLI aborts its run, saves what is
+ * finished and stops its runtimes); the registry then only cleans up at exit.
+ */
+export function setAppHandlesSignals(value: boolean): void {
+  appHandlesSignals = value;
+}
+
 function install(): void {
   if (installed) return;
   installed = true;
-  process.on("SIGINT", onSigint);
-  process.on("SIGTERM", onSigterm);
+  if (!appHandlesSignals) {
+    process.on("SIGINT", onSigint);
+    process.on("SIGTERM", onSigterm);
+  }
   process.on("beforeExit", onBeforeExit);
   process.on("exit", onExit);
 }

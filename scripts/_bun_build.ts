@@ -56,11 +56,15 @@ const result = await bun.build({
   root,
   target: "bun",
   format: "esm",
-  minify: true,
+  // Identifiers stay: error classes name themselves with `new.target.name`, which results
+  // record (`keepNames` does not keep class names in Bun 1.4).
+  minify: { whitespace: true, syntax: true, identifiers: false },
   bytecode: !args.includes("--no-bytecode"),
   plugins: [npmSpecifiers],
-  // Like `deno run`, the binary reads no .env or bunfig.toml from the working directory.
-  compile: { outfile, autoloadDotenv: false, autoloadBunfig: false },
+  // Like `deno run`, the binary reads no .env or bunfig.toml from the working directory. It
+  // does read package.json files: without them a module loaded from disk (a local
+  // environment) cannot import packages from a node_modules folder.
+  compile: { outfile, autoloadDotenv: false, autoloadBunfig: false, autoloadPackageJson: true },
 });
 for (const log of result.logs) console.error(log);
 if (!result.success) process.exit(1);

@@ -10,6 +10,7 @@
 import assert from "node:assert/strict";
 import { extname, join, normalize, sep } from "node:path";
 import { fileURLToPath } from "node:url";
+import { childEnv } from "./_child_env.ts";
 import { lastUserText, startModelServer, textReply } from "./model_server.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -82,36 +83,6 @@ console.log(JSON.stringify({ metadata, outputs: outputs.length }));
 `;
 }
 
-/** What the child needs from this environment to reach the npm registry (TLS, proxies). */
-const PASS_THROUGH = [
-  "PATH",
-  "HOME",
-  "TMPDIR",
-  "NPM_CONFIG_REGISTRY",
-  "NODE_EXTRA_CA_CERTS", // how Deno trusts an intercepting proxy's CA
-  "DENO_CERT",
-  "DENO_TLS_CA_STORE",
-  "SSL_CERT_FILE",
-  "SSL_CERT_DIR",
-  "HTTP_PROXY",
-  "HTTPS_PROXY",
-  "http_proxy",
-  "https_proxy",
-];
-
-/** A clean environment: no config or caches of this repo's run leak into the child. */
-function childEnv(denoDir: string): Record<string, string> {
-  const env: Record<string, string> = { NO_COLOR: "1", DENO_DIR: denoDir };
-  for (const name of PASS_THROUGH) {
-    const value = Deno.env.get(name);
-    if (value !== undefined) env[name] = value;
-  }
-  // The vf server and the model server are on loopback: never through a proxy.
-  const noProxy = Deno.env.get("NO_PROXY") ?? Deno.env.get("no_proxy");
-  env.NO_PROXY = noProxy ? `${noProxy},127.0.0.1` : "127.0.0.1";
-  return env;
-}
-
 Deno.test("a program with no config imports mod.ts by URL and evaluates a model", async () => {
   await using files = await serveDir(ROOT);
   // Answers 2+2 right and 3+3 wrong: avg_reward 0.5 over 2 examples × 3 rollouts.
@@ -127,7 +98,7 @@ Deno.test("a program with no config imports mod.ts by URL and evaluates a model"
       const out = await new Deno.Command(Deno.execPath(), {
         args,
         cwd: work,
-        env: childEnv(denoDir),
+        env: childEnv({ DENO_DIR: denoDir }),
         clearEnv: true,
         stdin: "null",
         stdout: "piped",
@@ -135,7 +106,12 @@ Deno.test("a program with no config imports mod.ts by URL and evaluates a model"
       }).output();
       const stdout = new TextDecoder().decode(out.stdout);
       const stderr = new TextDecoder().decode(out.stderr);
-      return { code: out.code, stdout, stderr, transcript: `exit ${out.code}\n${stdout}\n${stderr}` };
+      return {
+        code: out.code,
+        stdout,
+        stderr,
+        transcript: `exit ${out.code}\n${stdout}\n${stderr}`,
+      };
     };
 
     const res = await run(["run", "-A", `--reload=${files.origin}`, "main.ts", model.url]);

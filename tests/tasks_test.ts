@@ -230,6 +230,11 @@ function bashModel(...commands: string[]): Responder {
   );
 }
 
+/** `vf run <target>` against `server`, writing under `./out`, plus `flags`. */
+function vfRun(target: string, server: ModelServer, ...flags: string[]): string[] {
+  return ["run", target, "-m", MODEL, "-b", server.url, "-o", "out", ...flags];
+}
+
 const CAT_INPUT = "cat /app/input.txt";
 const WRITE_SUM = "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt";
 
@@ -297,11 +302,13 @@ class OutputsTask extends Task {
     await runtime.write("/app/out/keep.txt", "kept\\n");
     await runtime.write("/app/out/debug.log", "log\\n");
     await runtime.write("/app/out/cache/blob.bin", "x".repeat(Number(this.data.blob_bytes ?? 16)));
+    await runtime.write("/logs/artifacts/note.txt", "collected without being declared\\n");
   }
   kept = reward(async ({ runtime }) => (await exists(runtime, "/app/out/keep.txt")) ? 1 : 0);
   cache_present = metric(async ({ runtime }) => (await exists(runtime, "/app/out/cache")) ? 1 : 0);
   log_present = metric(async ({ runtime }) => (await exists(runtime, "/app/out/debug.log")) ? 1 : 0);
   nope_present = metric(async ({ runtime }) => (await exists(runtime, "/app/nope")) ? 1 : 0);
+  logs_note = metric(async ({ runtime }) => (await exists(runtime, "/logs/artifacts/note.txt")) ? 1 : 0);
 }
 
 class AgentUserTask extends Task {
@@ -352,6 +359,8 @@ class CustomTaskset extends Taskset {
           new OutputsTask({ ...base, id: "too-big", scoring: isolated, blob_bytes: 8192,
             artifact_max_bytes: 4096, artifacts: [{ source: "/app/out" }] }),
         ];
+      case "relative":
+        return [new OutputsTask({ ...base, id: "relative", scoring: isolated, artifacts: [{ source: "out" }] })];
       case "agent-user":
         return [new AgentUserTask({ ...base, id: "agent-user", agent_user: "nobody",
           artifacts: [{ source: "/app/output" }] })];
@@ -423,20 +432,7 @@ Deno.test("vf validate passes file-sum and py-grader, fails a wrong gold answer,
 Deno.test("vf run file-sum: a model that sums with the bash tool scores 1 per task and every trace records the rollout", async () => {
   await using s = await scenario();
   await using server = await modelServer(fileSumModel());
-  const res = await s.cli([
-    "run",
-    "file-sum",
-    "-n",
-    "2",
-    "-r",
-    "1",
-    "-m",
-    MODEL,
-    "-b",
-    server.url,
-    "-o",
-    "out",
-  ]);
+  const res = await s.cli(vfRun("file-sum", server, "-n", "2", "-r", "1"));
   const run = await runOf(res);
   assert.equal(run.dir, join(s.path, "out", "evals", `file-sum--${MODEL}`, run.runId));
   assert.match(res.stdout, /reward 1\.0000 {2}errors 0 of 2/);
@@ -528,7 +524,7 @@ Deno.test("py-grader: the agent cannot read the private tests, which score a cor
     return textReply("done");
   }));
   const run = await runOf(
-    await s.cli(["run", "py-grader", "-n", "2", "-m", MODEL, "-b", server.url, "-o", "out"]),
+    await s.cli(vfRun("py-grader", server, "-n", "2")),
   );
   const [add, reverse] = byKey(run.traces);
   assert.equal(add.task.key, "py-grader-add");
@@ -593,22 +589,16 @@ api_key_var = "VF_TEST_KEY"
   const env = { VF_TEST_KEY: "test-key" };
   const [shared, fromToml] = await Promise.all([
     s.cli(
-      [
-        "run",
+      vfRun(
         "file-sum",
+        server,
         "-n",
         "1",
-        "-m",
-        MODEL,
-        "-b",
-        server.url,
         "-k",
         "VF_TEST_KEY",
-        "-o",
-        "out",
         "--env.agent.scoring.mode",
         "shared",
-      ],
+      ),
       env,
     ),
     s.cli(["eval", "@", toml, "-n", "1", "-r", "2", "-o", "out"], env),
@@ -652,20 +642,14 @@ api_key_var = "VF_TEST_KEY"
 Deno.test("a grading sandbox that cannot start is retried in fresh sandboxes and recorded as an infrastructure error, never reward 0", async () => {
   await using s = await scenario();
   await using server = await modelServer(fileSumModel());
-  const args = [
-    "run",
+  const args = vfRun(
     "file-sum",
+    server,
     "-n",
     "1",
-    "-m",
-    MODEL,
-    "-b",
-    server.url,
-    "-o",
-    "out",
     "--env.agent.scoring.runtime.image",
     "does-not-exist:latest",
-  ];
+  );
   const [retried, once] = await Promise.all([
     s.cli(args),
     s.cli([...args, "--env.agent.scoring.retries", "0"]),
@@ -692,24 +676,17 @@ Deno.test("a grading sandbox that cannot start is retried in fresh sandboxes and
 // ---------------------------------------------------------------------------------------
 // Artifacts
 
-Deno.test("artifacts: a missing required artifact fails the rollout, a missing optional one does not, exclude globs stay out of the grader, and artifact_max_bytes is enforced", async () => {
+Deno.test("artifacts: a missing required artifact fails the rollout, a missing optional one does not, exclude globs stay out of the grader, /logs/artifacts travels, relative paths need a shared workdir, and artifact_max_bytes is enforced", async () => {
   await using s = await scenario();
   const module = await s.file("custom_tasks.ts", CUSTOM_TASKSET);
   await using server = await modelServer(() => textReply("done"));
-  const run = await runOf(
-    await s.cli([
-      "run",
-      module,
-      "-m",
-      MODEL,
-      "-b",
-      server.url,
-      "-o",
-      "out",
-      "--env.taskset.variant",
-      "artifacts",
-    ]),
-  );
+  const args = vfRun(module, server, "--env.taskset.variant");
+  const [artifacts, relative, relativeElsewhere] = await Promise.all([
+    s.cli([...args, "artifacts"]),
+    s.cli([...args, "relative"]),
+    s.cli([...args, "relative", "--env.agent.scoring.runtime.workdir", "/elsewhere"]),
+  ]);
+  const run = await runOf(artifacts);
   const traces = Object.fromEntries(run.traces.map((t: Json) => [t.task.key, t]));
   assert.deepEqual(Object.keys(traces).sort(), [
     "excluded",
@@ -729,12 +706,22 @@ Deno.test("artifacts: a missing required artifact fails the rollout, a missing o
   const optional = traces["optional-missing"];
   assert.equal(optional.ok, true, describeTrace(optional));
   assert.equal(optional.reward, 1);
-  assert.deepEqual(optional.metrics, { cache_present: 1, log_present: 1, nope_present: 0 });
+  assert.deepEqual(optional.metrics, {
+    cache_present: 1,
+    log_present: 1,
+    logs_note: 1,
+    nope_present: 0,
+  });
 
   const excluded = traces["excluded"];
   assert.equal(excluded.ok, true, describeTrace(excluded));
   assert.equal(excluded.reward, 1);
-  assert.deepEqual(excluded.metrics, { cache_present: 0, log_present: 0, nope_present: 0 });
+  assert.deepEqual(excluded.metrics, {
+    cache_present: 0,
+    log_present: 0,
+    logs_note: 1,
+    nope_present: 0,
+  });
 
   const tooBig = traces["too-big"];
   assert.equal(tooBig.ok, false);
@@ -745,6 +732,19 @@ Deno.test("artifacts: a missing required artifact fails the rollout, a missing o
     /^Artifacts exceed artifact_max_bytes \(4096 bytes\) at "\/app\/out"; exclude files or raise TaskData\.artifact_max_bytes$/,
   );
   assert.equal(run.metadata.num_errors, 2);
+
+  const [sameWorkdir] = (await runOf(relative)).traces;
+  assert.equal(sameWorkdir.reward, 1, describeTrace(sameWorkdir));
+  const [otherWorkdir] = (await runOf(relativeElsewhere)).traces;
+  assert.equal(otherWorkdir.reward, null);
+  assert.deepEqual([otherWorkdir.error.error, otherWorkdir.error.phase], [
+    "ConfigError",
+    "scoring",
+  ]);
+  assert.match(
+    otherWorkdir.error.message,
+    /^Relative artifact path "out" requires the agent and grading sandboxes to share a workdir \("\/app" vs "\/elsewhere"\); use an absolute path$/,
+  );
 });
 
 Deno.test("collectArtifacts() leaves excluded files out and restoreArtifacts() replaces the grader's copy", async () => {
@@ -814,18 +814,7 @@ Deno.test("agent_user: the bash tool runs as nobody (uid 65534) and can write th
     bashModel("id -u; echo hello > /app/output/x.txt && cat /app/output/x.txt; touch /root/x"),
   );
   const run = await runOf(
-    await s.cli([
-      "run",
-      module,
-      "-m",
-      MODEL,
-      "-b",
-      server.url,
-      "-o",
-      "out",
-      "--env.taskset.variant",
-      "agent-user",
-    ]),
+    await s.cli(vfRun(module, server, "--env.taskset.variant", "agent-user")),
   );
   const [t] = run.traces;
   assert.equal(t.reward, 1, describeTrace(t));
@@ -843,22 +832,16 @@ Deno.test("scoring.env: a ${VAR:-default} template resolves inside the grading s
   const expectSha = createHash("sha256").update(secret).digest("hex");
   await using server = await modelServer(bashModel('echo "agent sees [$SECRET_X]"'));
   const template = "${VF_TEST_SECRET:-fallback}";
-  const args = [
-    "run",
+  const args = vfRun(
     module,
-    "-m",
-    MODEL,
-    "-b",
-    server.url,
-    "-o",
-    "out",
+    server,
     "--env.taskset.variant",
     "secret",
     "--env.taskset.expect_sha",
     expectSha,
     "--env.agent.scoring.env.SECRET_X",
     template,
-  ];
+  );
   const [withSecret, withoutSecret] = await Promise.all([
     s.cli(args, { VF_TEST_SECRET: secret }),
     s.cli(args),
@@ -895,7 +878,7 @@ Deno.test("vf cleanup --run removes the containers of an evaluator that was kill
   await using s = await scenario();
   await using server = await modelServer(bashModel("sleep 30"));
   const child = spawnCli(
-    ["run", "file-sum", "-n", "1", "-m", MODEL, "-b", server.url, "-o", "out"],
+    vfRun("file-sum", server, "-n", "1"),
     s.path,
     {},
     "null",
@@ -963,20 +946,7 @@ Deno.test("--resume <run dir> re-runs only the failed rollout and keeps the late
       : textReply("done");
   }));
   const first = await runOf(
-    await s.cli([
-      "run",
-      "file-sum",
-      "-n",
-      "2",
-      "-m",
-      MODEL,
-      "-b",
-      flaky.url,
-      "-o",
-      "out",
-      "--client.max_retries",
-      "0",
-    ]),
+    await s.cli(vfRun("file-sum", flaky, "-n", "2", "--client.max_retries", "0")),
   );
   const failed = first.traces.find((t: Json) => t.task.key === "file-sum-0");
   assert.equal(failed.ok, false, describeTrace(failed));
@@ -987,18 +957,7 @@ Deno.test("--resume <run dir> re-runs only the failed rollout and keeps the late
   assert.equal(first.metadata.num_errors, 1);
 
   await using healthy = await modelServer(fileSumModel());
-  const resumed = await s.cli([
-    "run",
-    "file-sum",
-    "-n",
-    "2",
-    "-m",
-    MODEL,
-    "-b",
-    healthy.url,
-    "--resume",
-    first.dir,
-  ]);
+  const resumed = await s.cli(vfRun("file-sum", healthy, "-n", "2", "--resume", first.dir));
   const second = await runOf(resumed);
   assert.equal(second.dir, first.dir);
   // One rollout (three model turns), all of them for file-sum-0.
@@ -1028,20 +987,14 @@ Deno.test("subprocess runtime: isolated scoring is refused with a clear error, s
   await using server = await modelServer(
     bashModel("awk '{ s += $1 } END { print s }' input.txt > answer.txt"),
   );
-  const args = [
-    "run",
+  const args = vfRun(
     module,
-    "-m",
-    MODEL,
-    "-b",
-    server.url,
-    "-o",
-    "out",
+    server,
     "--env.taskset.variant",
     "plain",
     "--env.agent.runtime.type",
     "subprocess",
-  ];
+  );
   const [isolated, shared] = await Promise.all([
     s.cli([...args, "--env.agent.scoring.mode", "isolated"]),
     s.cli([...args, "--env.agent.scoring.mode", "shared"]),
@@ -1077,22 +1030,9 @@ Deno.test("best-of-n: --env.id best-of-n --env.n 3 runs three rollouts per task 
     }
     return textReply("done");
   }));
-  const res = await s.cli([
-    "run",
-    "file-sum",
-    "-n",
-    "1",
-    "-m",
-    MODEL,
-    "-b",
-    server.url,
-    "-o",
-    "out",
-    "--env.id",
-    "best-of-n",
-    "--env.n",
-    "3",
-  ]);
+  const res = await s.cli(
+    vfRun("file-sum", server, "-n", "1", "--env.id", "best-of-n", "--env.n", "3"),
+  );
   const run = await runOf(res);
   const traces = byKey(run.traces);
   assert.deepEqual(traces.map((t) => [t.task.key, t.rollout_index]), [["file-sum-0", 0], [

@@ -6,7 +6,14 @@
  * @module
  */
 
-import { Agent, request, upgrade } from "npm:undici@^8.12.0";
+import type * as Undici from "npm:undici@^8.12.0";
+
+// Loaded on first use: importing undici touches the environment, which sandboxed
+// environment code (that imports vf's mod.ts) is not allowed to read.
+let undiciModule: Promise<typeof Undici> | undefined;
+function undici(): Promise<typeof Undici> {
+  return (undiciModule ??= import("npm:undici@^8.12.0"));
+}
 import type { Duplex } from "node:stream";
 import process from "node:process";
 import {
@@ -143,18 +150,24 @@ function queryString(query: Query | undefined): string {
 export class DockerEngine {
   /** Where the engine listens. */
   readonly endpoint: DockerEndpoint;
-  #agent: Agent;
+  #agentPromise: Promise<Undici.Agent> | undefined;
   #prefix: Promise<string> | undefined;
   static #shared = new Map<string, DockerEngine>();
 
   /** @param host a `DOCKER_HOST` value; default `process.env.DOCKER_HOST` or the default socket */
   constructor(host?: string) {
     this.endpoint = parseDockerHost(host ?? process.env.DOCKER_HOST);
-    this.#agent = new Agent({
-      connect: this.endpoint.socketPath ? { socketPath: this.endpoint.socketPath } : {},
-      keepAliveTimeout: 30_000,
-      keepAliveMaxTimeout: 120_000,
-    });
+  }
+
+  /** The keep-alive connection pool, created on first use. */
+  #agent(): Promise<Undici.Agent> {
+    return (this.#agentPromise ??= undici().then((u) =>
+      new u.Agent({
+        connect: this.endpoint.socketPath ? { socketPath: this.endpoint.socketPath } : {},
+        keepAliveTimeout: 30_000,
+        keepAliveMaxTimeout: 120_000,
+      })
+    ));
   }
 
   /** The process-wide client for `host` (default `DOCKER_HOST` or the default socket). */
@@ -177,7 +190,8 @@ export class DockerEngine {
 
   /** Closes this client's connections. */
   async close(): Promise<void> {
-    await this.#agent.close();
+    if (this.#agentPromise) await (await this.#agentPromise).close();
+    this.#agentPromise = undefined;
   }
 
   #unreachable(error: unknown): SandboxUnavailableError {
@@ -204,7 +218,10 @@ export class DockerEngine {
   async #raw(method: string, path: string): Promise<unknown> {
     let response;
     try {
-      response = await request(this.endpoint.origin + path, { method, dispatcher: this.#agent });
+      response = await (await undici()).request(this.endpoint.origin + path, {
+        method,
+        dispatcher: await this.#agent(),
+      });
     } catch (error) {
       throw this.#unreachable(error);
     }
@@ -235,13 +252,16 @@ export class DockerEngine {
       body = options.body;
     }
     try {
-      return await request(this.endpoint.origin + prefix + path + queryString(options.query), {
-        method,
-        headers,
-        body,
-        dispatcher: this.#agent,
-        signal: options.signal,
-      });
+      return await (await undici()).request(
+        this.endpoint.origin + prefix + path + queryString(options.query),
+        {
+          method,
+          headers,
+          body,
+          dispatcher: await this.#agent(),
+          signal: options.signal,
+        },
+      );
     } catch (error) {
       if (options.signal?.aborted) throw options.signal.reason;
       if (errorCode(error)) throw this.#unreachable(error);
@@ -279,7 +299,9 @@ export class DockerEngine {
   /** `GET /_ping`: true when the engine answers. */
   async ping(): Promise<boolean> {
     try {
-      const response = await request(`${this.endpoint.origin}/_ping`, { dispatcher: this.#agent });
+      const response = await (await undici()).request(`${this.endpoint.origin}/_ping`, {
+        dispatcher: await this.#agent(),
+      });
       await response.body.dump();
       return response.statusCode === 200;
     } catch {
@@ -370,15 +392,15 @@ export class DockerEngine {
     const prefix = await this.apiPrefix();
     let socket: Duplex;
     try {
-      const result = await upgrade(
+      const result = await (await undici()).upgrade(
         `${this.endpoint.origin}${prefix}/exec/${execId}/start`,
         {
           method: "POST",
           protocol: "tcp",
           headers: { "content-type": "application/json" },
           body: JSON.stringify({ Detach: false, Tty: false }),
-          dispatcher: this.#agent,
-        } as Parameters<typeof upgrade>[1],
+          dispatcher: await this.#agent(),
+        } as Parameters<typeof Undici.upgrade>[1],
       );
       socket = result.socket;
     } catch (error) {
