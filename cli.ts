@@ -31,6 +31,8 @@ import { initPackage, PACKAGE_KINDS, type PackageKind } from "./lib/init.ts";
 import { evaluate } from "./lib/evaluate.ts";
 import { loadExampleDataset } from "./lib/example_datasets.ts";
 import { loadEnvironment, loadTasksetSpec } from "./lib/load_env.ts";
+import { startEnvServer } from "./lib/env_server.ts";
+import { forwardableConfig, ServerEnvironment } from "./lib/env_client.ts";
 import {
   RemoteEnvironment,
   RemoteTaskset,
@@ -53,6 +55,8 @@ Usage:
   vf init <name> [--kind taskset|environment]  scaffold an environment package
   vf demo [env]                  evaluate a built-in environment against vf's scripted
                                  local demo model (no API key, no network)
+  vf serve <env> [--port 8123]   serve an environment over HTTP to trainers and evaluators
+                                 (vf eval <env> --server <url>; see vf serve --help)
   vf --help | vf <command> --help
   vf --version
 
@@ -82,6 +86,8 @@ Environment:
       --env-args <json>         arguments for loadEnvironment()
   -x, --extra-env-kwargs <json> settings applied to the loaded env (e.g. '{"max_turns":5}')
       --timeout <seconds>       wall-clock limit per rollout
+      --server <url>            run the rollouts on an env server started with vf serve; the
+                                endpoint and the key from -k are sent to it in each request
 Results:
   -s, --save-results            save results (the default; kept for verifiers users)
       --no-save                 do not write results
@@ -150,7 +156,7 @@ const ALIASES: Record<string, string> = {
   save: "save",
 };
 const JSON_KEYS = new Set(["sampling_args", "env_args", "extra_env_kwargs"]);
-const STRING_KEYS = new Set(["model", "base_url", "api_key_var", "output_dir", "endpoints_path", "env_id"]);
+const STRING_KEYS = new Set(["model", "base_url", "api_key_var", "output_dir", "endpoints_path", "env_id", "server"]);
 
 /** Turn parsed flags into config keys (snake_case, dotted keys nested). */
 function flagsToConfig(flags: Record<string, unknown>): Record<string, unknown> {
@@ -217,7 +223,7 @@ function parseArgs(argv: string[]) {
       "parse-positional-numbers": false,
     },
     boolean: ["sandbox", "trust", "reload", "s", "save-results", "i", "independent-scoring", "v", "verbose", "q", "quiet", "help", "h", "version", "save"],
-    string: ["allow-net", "allow-read", "allow-env", "allow-import", "lock-file", "m", "model", "b", "base-url", "k", "api-key-var", "a", "S", "sampling-args", "env-args", "x", "extra-env-kwargs", "o", "output-dir", "e", "endpoints-path", "header", "C", "state-columns", "R", "resume"],
+    string: ["allow-net", "allow-read", "allow-env", "allow-import", "lock-file", "m", "model", "b", "base-url", "k", "api-key-var", "a", "S", "sampling-args", "env-args", "x", "extra-env-kwargs", "o", "output-dir", "e", "endpoints-path", "header", "C", "state-columns", "R", "resume", "server"],
     number: ["n", "num-examples", "r", "rollouts-per-example", "c", "max-concurrent", "t", "max-tokens", "T", "temperature", "max-retries", "timeout", "seed"],
   });
 }
@@ -309,9 +315,30 @@ async function resolveClient(config: EvalConfig) {
   return { client, model, baseUrl, keyVar };
 }
 
+/** `vf eval --server`: the environment lives in a `vf serve` process, loaded with its own args. */
+async function connectEnvServer(config: EvalConfig, envSpec: string, client: ChatClient) {
+  const misplaced = [
+    ["--env-args", config.env_args],
+    ["-x/--extra-env-kwargs", config.extra_env_kwargs],
+    ["--timeout", config.timeout],
+    ["--sandbox", config.sandbox],
+  ].filter(([, v]) => v !== undefined).map(([k]) => k);
+  if (misplaced.length) {
+    throw new ConfigError(`${misplaced.join(", ")} apply where the environment is loaded; pass them to vf serve`);
+  }
+  forwardableConfig(client); // fails now, not in the first rollout, when it cannot be forwarded
+  const served = await ServerEnvironment.connect(config.server!, { token: env("VF_SERVER_TOKEN") });
+  const norm = (s: string) =>
+    s.replace(/\/mod\.ts$/, "").replace(/\/+$/, "").split("/").pop()!.replace(/\.(ts|js)$/, "").replaceAll("_", "-");
+  if (envSpec !== config.server && served.envId && norm(envSpec) !== norm(served.envId)) {
+    throw new ConfigError(`The env server at "${config.server}" serves "${served.envId}", not "${envSpec}"`);
+  }
+  return served;
+}
+
 /** Resolve everything `vf eval` needs from the merged config. */
 async function resolveEval(config: EvalConfig, source: string) {
-  const envSpec = config.env_id ?? (config.env?.id as string | undefined);
+  const envSpec = config.env_id ?? (config.env?.id as string | undefined) ?? config.server;
   if (!envSpec) {
     throw new ConfigError(`${source}: no environment given; pass one (vf eval gsm8k) or set env_id`);
   }
@@ -319,7 +346,12 @@ async function resolveEval(config: EvalConfig, source: string) {
   let environmentTyped: Environment;
   let defaults: { num_examples?: number; rollouts_per_example?: number } = {};
   let id: string;
-  if (wantsSandbox(envSpec, config)) {
+  if (config.server) {
+    const served = await connectEnvServer(config, envSpec, client);
+    environmentTyped = served as unknown as Environment;
+    defaults = served.evalDefaults ?? {};
+    id = served.envId;
+  } else if (wantsSandbox(envSpec, config)) {
     const { host, info } = await startSandboxHost({
       spec: envSpec,
       kind: "environment",
@@ -746,6 +778,92 @@ async function cmdDemo(argv: string[]): Promise<number> {
   return await cmdEval([envId, "-m", "vf-demo", "-b", server.url, "-k", "VF_DEMO_KEY", ...rest]);
 }
 
+const SERVE_HELP = `vf serve <env> [options]
+
+Serves one environment over HTTP so trainers and evaluators elsewhere can run rollouts with
+it: GET /health, GET /info, POST /dataset, POST /rollouts (NDJSON stream), POST /cancel.
+Evaluate through it with: vf eval <env> --server http://HOST:PORT -m <model> -b <url> -k <VAR>
+  --port <p>                  port (default 8123; 0 picks a free one)
+  --host <addr>               interface (default 127.0.0.1)
+  -c, --max-concurrent <n>    groups running at once across all requests (default 32)
+  --env-args <json>           arguments for loadEnvironment()
+  -x, --extra-env-kwargs <json>  settings applied to the loaded env
+  --timeout <seconds>         wall-clock limit per rollout
+  --allow-key-var <NAME>      a variable requests may name as client.api_key_var to use this
+                              server's key (repeatable; by default none is ever read)
+Requests carry the model endpoint and its API key: keep the server on loopback, or behind
+TLS on a trusted network. When VF_SERVER_TOKEN is set, requests must send it as a bearer
+token (vf eval --server sends $VF_SERVER_TOKEN). Runs until SIGINT or SIGTERM.
+`;
+
+async function cmdServe(argv: string[]): Promise<number> {
+  const flags = yargsParser(argv, {
+    configuration: { "camel-case-expansion": false, "parse-positional-numbers": false },
+    boolean: ["help", "h"],
+    string: ["host", "env-args", "x", "extra-env-kwargs", "allow-key-var"],
+    number: ["port", "c", "max-concurrent", "timeout"],
+  });
+  if (flags.help || flags.h) {
+    process.stdout.write(SERVE_HELP);
+    return 0;
+  }
+  const positional = flags._.map(String);
+  if (positional.length !== 1) throw new ConfigError("vf serve needs one environment: vf serve gsm8k --port 8123");
+  const config = flagsToConfig(flags as Record<string, unknown>);
+  const last = (v: unknown) => (Array.isArray(v) ? v[v.length - 1] : v);
+  const port = Number(last(flags.port) ?? 8123);
+  const maxConcurrent = Number(last(flags.c ?? flags["max-concurrent"]) ?? 32);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`--port ${port} is not a port number`);
+  if (!Number.isInteger(maxConcurrent) || maxConcurrent < 1) {
+    throw new ConfigError(`-c/--max-concurrent must be an integer ≥ 1, got ${maxConcurrent}`);
+  }
+  const hostname = String(last(flags.host) ?? "127.0.0.1");
+  const loaded = await loadEnvironment(positional[0], (config.env_args ?? {}) as Record<string, unknown>, BUILTINS);
+  const environment = loaded.env as Environment;
+  try {
+    await environment.getEvalDataset();
+  } catch (error) {
+    const reason = error instanceof ConfigError ? error.message : describeError(error);
+    throw new ConfigError(`Environment "${positional[0]}": ${reason}`, { cause: error });
+  }
+  if (config.extra_env_kwargs) environment.setKwargs(config.extra_env_kwargs as Record<string, unknown>);
+  if (flags.timeout !== undefined) environment.setKwargs({ timeout_seconds: Number(last(flags.timeout)) });
+  const token = env("VF_SERVER_TOKEN") || undefined;
+  const server = await startEnvServer(environment, {
+    port,
+    hostname,
+    maxConcurrent,
+    envId: environment.envId || loaded.id,
+    evalDefaults: loaded.module.evalDefaults ?? null,
+    token,
+    allowKeyVars: [flags["allow-key-var"] ?? []].flat().map(String),
+  });
+  const loopback = ["127.0.0.1", "localhost", "::1"].includes(hostname);
+  if (!loopback && !token) {
+    process.stderr.write(
+      `warning: serving on ${hostname} without VF_SERVER_TOKEN: anyone who reaches the port can run rollouts, ` +
+        `and model keys travel in request bodies; use a trusted network and TLS\n`,
+    );
+  }
+  process.stdout.write(
+    `vf serve: environment "${environment.envId || loaded.id}" at ${server.url} (${maxConcurrent} groups at once)\n`,
+  );
+  const stop = Promise.withResolvers<string>();
+  const onSignal = (sig: string) => stop.resolve(sig);
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  try {
+    const sig = await stop.promise;
+    process.stderr.write(`${sig}: stopping the env server\n`);
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    await server.close();
+    await environment.teardown().catch(() => {});
+  }
+  return 0;
+}
+
 /** Run the CLI; returns the exit code. */
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
@@ -774,6 +892,8 @@ export async function main(argv: string[]): Promise<number> {
         return await cmdCleanup(rest);
       case "init":
         return await cmdInit(rest);
+      case "serve":
+        return await cmdServe(rest);
       default:
         process.stderr.write(`error: unknown command "${command}"; run vf --help\n`);
         return 2;

@@ -80,7 +80,10 @@ export function registerBunImports(): void {
   bun.plugin({
     name: "vf-imports",
     setup(build) {
-      build.onResolve({ filter: /.*/, namespace: "npm" }, ({ path, importer }) => resolveNpm(path, importer));
+      build.onResolve(
+        { filter: /.*/, namespace: "npm" },
+        ({ path, importer }) => resolveNpm(path, importer),
+      );
       build.onResolve({ filter: /(^|[/\\])mod\.ts$/ }, ({ path, importer }) => {
         if (!importer) return undefined;
         const target = path.startsWith("file:")

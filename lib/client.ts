@@ -235,6 +235,8 @@ function readEnv(name: string): string | undefined {
 /** OpenAI chat completions over `fetch`. */
 export class OpenAIChatClient implements ChatClient {
   readonly baseUrl: string;
+  /** The config it was built from, e.g. to forward the endpoint to an env server. */
+  readonly config?: Readonly<ClientConfig>;
   readonly headersFromState: Record<string, string>;
   #key: string;
   /** Where the key came from, for the authentication error (never the key itself). */
@@ -245,6 +247,7 @@ export class OpenAIChatClient implements ChatClient {
 
   constructor(config: ClientConfig) {
     this.baseUrl = config.base_url.replace(/\/+$/, "");
+    this.config = { ...config };
     this.#key = resolveApiKey(config);
     this.#keySource = describeKeySource(config);
     this.#timeoutMs = (config.timeout ?? 600) * 1000;
@@ -280,8 +283,22 @@ export class OpenAIChatClient implements ChatClient {
     let lastError: unknown;
     for (let attempt = 0; attempt <= this.#maxRetries; attempt++) {
       options.signal?.throwIfAborted();
-      const timeout = AbortSignal.timeout(this.#timeoutMs);
-      const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
+      // One controller and one timer per attempt (cheaper than AbortSignal.timeout/any at
+      // thousands of requests per second); the timer also bounds reading the body.
+      const controller = new AbortController();
+      const timeout = { aborted: false };
+      const timer = setTimeout(() => {
+        timeout.aborted = true;
+        controller.abort(new DOMException("Model request timed out", "TimeoutError"));
+      }, this.#timeoutMs);
+      const outer = options.signal;
+      const onOuter = () => controller.abort(outer!.reason);
+      outer?.addEventListener("abort", onOuter, { once: true });
+      const signal = controller.signal;
+      const release = () => {
+        clearTimeout(timer);
+        outer?.removeEventListener("abort", onOuter);
+      };
       let res: globalThis.Response;
       try {
         res = await fetch(url, {
@@ -296,6 +313,7 @@ export class OpenAIChatClient implements ChatClient {
           signal,
         });
       } catch (error) {
+        release();
         if (options.signal?.aborted) throw options.signal.reason;
         if (timeout.aborted) {
           lastError = new ModelError(
@@ -316,9 +334,20 @@ export class OpenAIChatClient implements ChatClient {
         }
         throw lastError;
       }
-      const text = await res.text().catch((e) => {
-        throw new ModelError(`Reading the response from "${url}" failed`, { cause: e });
-      });
+      let text: string;
+      try {
+        text = await res.text();
+      } catch (e) {
+        if (options.signal?.aborted) throw options.signal.reason;
+        throw new ModelError(
+          timeout.aborted
+            ? `Model request to "${url}" timed out after ${this.#timeoutMs / 1000}s`
+            : `Reading the response from "${url}" failed`,
+          { cause: e },
+        );
+      } finally {
+        release();
+      }
       if (res.ok) {
         let json: unknown;
         try {

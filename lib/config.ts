@@ -63,6 +63,8 @@ export const EvalConfig = z.strictObject({
   reload: z.boolean().optional(),
   /** The lock file pinning remote modules; default vf.lock beside the config (or in the cwd). */
   lock_file: z.string().optional(),
+  /** Run rollouts on this env server (`vf serve`) instead of loading the environment here. */
+  server: z.string().optional(),
 });
 
 /** A validated evaluation config. */

@@ -10,8 +10,8 @@
  */
 import { existsSync } from "node:fs";
 import { mkdir, readdir, stat, writeFile } from "node:fs/promises";
-import { basename, dirname, join, relative, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { basename, isAbsolute, join, relative, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { ConfigError } from "./errors.ts";
 
 /** What `vf init` scaffolds. */
@@ -125,8 +125,11 @@ function modPath(path: string): string {
 }
 
 function relativeSpecifier(fromDir: string, file: string): string {
-  const rel = relative(fromDir, resolve(dirname(file), basename(file))).replaceAll("\\", "/");
-  return rel.startsWith(".") ? rel : `./${rel}`;
+  const rel = relative(fromDir, file);
+  // No relative path between two Windows drives: use the file URL.
+  if (isAbsolute(rel)) return pathToFileURL(file).href;
+  const posix = rel.replaceAll("\\", "/");
+  return posix.startsWith(".") ? posix : `./${posix}`;
 }
 
 /** `hello_world` → `HelloWorld`; a leading digit gets a `P` in front. */

@@ -264,11 +264,20 @@ export class MetadataBuilder {
 /** Appends outputs to `results.jsonl` and rewrites `metadata.json` atomically. */
 export class ResultsWriter {
   readonly dir: string;
+  /** Minimum time between metadata rewrites; pending metadata is written by `flush()`. */
+  readonly metadataIntervalMs: number;
   #repaired = false;
   #queue: Promise<void> = Promise.resolve();
+  #pendingLines: string[] = [];
+  #pendingWaiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
+  #flushScheduled = false;
+  #pendingMetadata: Record<string, unknown> | null = null;
+  #metadataTimer: ReturnType<typeof setTimeout> | undefined;
+  #lastMetadataAt = 0;
 
-  constructor(dir: string) {
+  constructor(dir: string, options: { metadataIntervalMs?: number } = {}) {
     this.dir = dir;
+    this.metadataIntervalMs = options.metadataIntervalMs ?? 500;
   }
 
   get resultsPath(): string {
@@ -279,34 +288,75 @@ export class ResultsWriter {
     return join(this.dir, "metadata.json");
   }
 
-  /** Append outputs (serialised one per line), repairing a torn last line first. */
-  append(outputs: RolloutOutput[]): Promise<void> {
-    const next = this.#queue.then(async () => {
-      await mkdir(this.dir, { recursive: true });
-      if (!this.#repaired) {
-        await repairTrailingLine(this.resultsPath);
-        this.#repaired = true;
-      }
-      const lines = outputs.map((o) => JSON.stringify(o) + "\n").join("");
-      await appendFile(this.resultsPath, lines);
-    });
+  #enqueue(job: () => Promise<void>): Promise<void> {
+    const next = this.#queue.then(job);
     this.#queue = next.catch(() => {});
     return next;
   }
 
-  /** Rewrite `metadata.json` (temp file, then rename). */
+  /**
+   * Append outputs (serialised one per line), repairing a torn last line first. Appends
+   * that arrive together are written with one call; the promise resolves once on disk.
+   */
+  append(outputs: RolloutOutput[]): Promise<void> {
+    for (const o of outputs) this.#pendingLines.push(JSON.stringify(o) + "\n");
+    const done = new Promise<void>((resolve, reject) => this.#pendingWaiters.push({ resolve, reject }));
+    if (!this.#flushScheduled) {
+      this.#flushScheduled = true;
+      queueMicrotask(() => {
+        this.#enqueue(async () => {
+          this.#flushScheduled = false;
+          const lines = this.#pendingLines.join("");
+          const waiters = this.#pendingWaiters;
+          this.#pendingLines = [];
+          this.#pendingWaiters = [];
+          try {
+            await mkdir(this.dir, { recursive: true });
+            if (!this.#repaired) {
+              await repairTrailingLine(this.resultsPath);
+              this.#repaired = true;
+            }
+            await appendFile(this.resultsPath, lines);
+            for (const w of waiters) w.resolve();
+          } catch (error) {
+            for (const w of waiters) w.reject(error);
+          }
+        });
+      });
+    }
+    return done;
+  }
+
+  /** Rewrite `metadata.json` (temp file, then rename), at most every `metadataIntervalMs`. */
   writeMetadata(metadata: Record<string, unknown>): Promise<void> {
-    const next = this.#queue.then(async () => {
+    this.#pendingMetadata = metadata;
+    const wait = this.#lastMetadataAt + this.metadataIntervalMs - Date.now();
+    if (wait <= 0) return this.#writePendingMetadata();
+    this.#metadataTimer ??= setTimeout(() => {
+      this.#metadataTimer = undefined;
+      this.#writePendingMetadata().catch(() => {});
+    }, wait);
+    return Promise.resolve();
+  }
+
+  #writePendingMetadata(): Promise<void> {
+    clearTimeout(this.#metadataTimer);
+    this.#metadataTimer = undefined;
+    return this.#enqueue(async () => {
+      const metadata = this.#pendingMetadata;
+      if (!metadata) return;
+      this.#pendingMetadata = null;
+      this.#lastMetadataAt = Date.now();
       await mkdir(this.dir, { recursive: true });
       await writeJsonAtomic(this.metadataPath, metadata);
     });
-    this.#queue = next.catch(() => {});
-    return next;
   }
 
-  /** Wait for queued writes. */
-  flush(): Promise<void> {
-    return this.#queue;
+  /** Wait for queued writes, writing any pending metadata now. */
+  async flush(): Promise<void> {
+    await this.#queue;
+    if (this.#pendingMetadata) await this.#writePendingMetadata();
+    await this.#queue;
   }
 }
 

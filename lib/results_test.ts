@@ -505,11 +505,13 @@ Deno.test("ResultsWriter keeps a complete last record whose newline was lost", a
   });
 });
 
-Deno.test("ResultsWriter.writeMetadata() rewrites metadata.json", async () => {
+Deno.test("ResultsWriter.writeMetadata() rewrites metadata.json, throttled until flush()", async () => {
   await withTempDir(async (dir) => {
-    const writer = new ResultsWriter(dir);
+    const writer = new ResultsWriter(dir, { metadataIntervalMs: 60_000 });
     await writer.writeMetadata({ env_id: "a", num_examples: 1 });
     await writer.writeMetadata({ env_id: "b", num_examples: 2 });
+    assert.equal(JSON.parse(await readFile(writer.metadataPath, "utf8")).env_id, "a");
+    await writer.flush();
     assert.deepEqual(JSON.parse(await readFile(writer.metadataPath, "utf8")), {
       env_id: "b",
       num_examples: 2,

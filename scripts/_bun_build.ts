@@ -28,7 +28,9 @@ interface PluginBuilder {
 }
 
 const bun = (globalThis as unknown as { Bun?: BunBuild }).Bun;
-if (bun === undefined) throw new Error("scripts/_bun_build.ts runs under Bun: bun scripts/_bun_build.ts");
+if (bun === undefined) {
+  throw new Error("scripts/_bun_build.ts runs under Bun: bun scripts/_bun_build.ts");
+}
 
 const root = resolve(import.meta.dirname!, "..");
 const args = process.argv.slice(2);

@@ -6,7 +6,8 @@
  * Bun runs `scripts/_bun_build.ts`, which maps `npm:` specifiers to `node_modules`.
  * @module
  */
-import { stat } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { rename, rm, stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
 
 const ROOT = resolve(import.meta.dirname!, "..");
@@ -17,13 +18,16 @@ const LOCAL_BUN = join(ROOT, ".tools/bun/node_modules/.bin/bun");
 async function run(cmd: string, args: string[], what: string): Promise<string> {
   let out: Deno.CommandOutput;
   try {
-    out = await new Deno.Command(cmd, { args, cwd: ROOT, stdout: "piped", stderr: "inherit" }).output();
+    out = await new Deno.Command(cmd, { args, cwd: ROOT, stdout: "piped", stderr: "inherit" })
+      .output();
   } catch (error) {
     throw new Error(`Cannot ${what}: "${cmd}" did not start (${(error as Error).message})`);
   }
   const stdout = new TextDecoder().decode(out.stdout);
   if (!out.success) {
-    throw new Error(`Cannot ${what}: "${cmd} ${args.join(" ")}" exited with ${out.code}\n${stdout}`);
+    throw new Error(
+      `Cannot ${what}: "${cmd} ${args.join(" ")}" exited with ${out.code}\n${stdout}`,
+    );
   }
   return stdout;
 }
@@ -31,7 +35,11 @@ async function run(cmd: string, args: string[], what: string): Promise<string> {
 /** The version `bun --version` prints, or undefined when it does not run. */
 async function bunVersion(bun: string): Promise<string | undefined> {
   try {
-    const out = await new Deno.Command(bun, { args: ["--version"], stdout: "piped", stderr: "null" })
+    const out = await new Deno.Command(bun, {
+      args: ["--version"],
+      stdout: "piped",
+      stderr: "null",
+    })
       .output();
     return out.success ? new TextDecoder().decode(out.stdout).trim() : undefined;
   } catch {
@@ -48,24 +56,50 @@ async function findBun(): Promise<string> {
     console.error(`installing bun@${BUN_RANGE} into .tools/bun (npm)`);
     await run(
       "npm",
-      ["install", "--prefix", join(ROOT, ".tools/bun"), "--no-audit", "--no-fund", `bun@${BUN_RANGE}`],
+      [
+        "install",
+        "--prefix",
+        join(ROOT, ".tools/bun"),
+        "--no-audit",
+        "--no-fund",
+        `bun@${BUN_RANGE}`,
+      ],
       `install bun@${BUN_RANGE}; install npm, or put bun 1.4+ on PATH`,
     );
-    if (await bunVersion(LOCAL_BUN) === undefined) {
-      throw new Error(`Cannot run "${LOCAL_BUN}" after npm installed it; put bun 1.4+ on PATH`);
-    }
   }
-  return LOCAL_BUN;
+  if (await bunVersion(LOCAL_BUN) !== undefined) return LOCAL_BUN;
+  // The package's postinstall moves the platform binary into place; where npm did not run it,
+  // the binary is still in the platform package.
+  const oven = join(ROOT, ".tools/bun/node_modules/@oven");
+  for (const entry of existsSync(oven) ? Deno.readDirSync(oven) : []) {
+    const bun = join(oven, entry.name, "bin/bun");
+    if (await bunVersion(bun) !== undefined) return bun;
+  }
+  throw new Error(`Cannot run "${LOCAL_BUN}" after npm installed it; put bun 1.4+ on PATH`);
 }
 
 /** Builds the binary; returns its path. */
 export async function compile(outfile = join(ROOT, "dist/vf")): Promise<string> {
   const start = performance.now();
   // Fills node_modules (nodeModulesDir "auto") with every package the binary imports.
-  await run(Deno.execPath(), ["install", "--quiet", "--entrypoint", "cli.ts", "lib/_math_worker.ts"], "fill node_modules");
+  await run(Deno.execPath(), [
+    "install",
+    "--quiet",
+    "--entrypoint",
+    "cli.ts",
+    "lib/_math_worker.ts",
+  ], "fill node_modules");
   const bun = await findBun();
   console.error(`bundling with bun ${await bunVersion(bun)}`);
-  await run(bun, [join(ROOT, "scripts/_bun_build.ts"), outfile], "build the binary");
+  // Built beside the target and renamed: a run that is interrupted, or a test suite building
+  // at the same time, never leaves a half-written binary at `outfile`.
+  const partial = `${outfile}.${Deno.pid}.tmp`;
+  try {
+    await run(bun, [join(ROOT, "scripts/_bun_build.ts"), partial], "build the binary");
+    await rename(partial, outfile);
+  } finally {
+    await rm(partial, { force: true });
+  }
   const { size } = await stat(outfile);
   const seconds = ((performance.now() - start) / 1000).toFixed(1);
   console.log(`built ${outfile}: ${(size / 1e6).toFixed(1)} MB in ${seconds} s`);

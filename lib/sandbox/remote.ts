@@ -6,12 +6,12 @@
  */
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
-import { delimiter, dirname, join } from "node:path";
+import { delimiter, dirname, join, resolve } from "node:path";
 import process from "node:process";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import type { Runtime } from "../../runtimes/runtime.ts";
 import type { ChatClient } from "../client.ts";
 import { Dataset } from "../dataset.ts";
@@ -92,6 +92,15 @@ async function declaredPermissions(spec: string): Promise<SandboxPermissions> {
   } catch {
     return {};
   }
+}
+
+/** The module URL of a spec: URLs as given; a local file or folder (folder → its mod.ts). */
+function localModuleUrl(spec: string): string {
+  if (isUrl(spec)) return spec;
+  let path = spec.startsWith("file:") ? fileURLToPath(spec) : resolve(spec);
+  if (existsSync(path) && statSync(path).isDirectory()) path = join(path, "mod.ts");
+  if (!existsSync(path)) throw new ConfigError(`Environment path "${spec}" does not exist`);
+  return pathToFileURL(path).href;
 }
 
 function hostPort(url: string): string {
@@ -207,10 +216,8 @@ export async function startSandboxHost(
   options: SandboxHostOptions,
 ): Promise<{ host: SandboxHost; info: Record<string, unknown> }> {
   const deno = options.denoPath ?? findDeno();
-  const url = isUrl(options.spec) || options.spec.startsWith("file:")
-    ? options.spec
-    : new URL(`file://${join(process.cwd(), options.spec)}`).href;
-  const declared = await declaredPermissions(options.spec);
+  const url = localModuleUrl(options.spec);
+  const declared = await declaredPermissions(url);
   const perms: Required<SandboxPermissions> = {
     allowNet: [...(declared.allowNet ?? []), ...(options.permissions?.allowNet ?? [])],
     allowRead: [...(options.permissions?.allowRead ?? [])],
@@ -226,6 +233,9 @@ export async function startSandboxHost(
     // A local module under --sandbox: it may read its own folder to load its files.
     const path = fileURLToPath(url);
     reads.push(path.endsWith(".ts") || path.endsWith(".js") ? dirname(path) : path);
+    // It imports vf by file URL: let it load vf's own modules (public code, no data).
+    const vfRoot = fileURLToPath(new URL("../../", import.meta.url));
+    reads.push(join(vfRoot, "mod.ts"), join(vfRoot, "lib"), join(vfRoot, "runtimes"));
   }
   const origin = isUrl(url) ? new URL(url).origin : null;
   const importHosts = [...(origin ? [hostPort(url)] : []), ...perms.allowImport];

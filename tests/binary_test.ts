@@ -1,0 +1,191 @@
+/**
+ * The single `vf` binary (`deno task compile`, built with `bun build --compile`): builds
+ * `dist/vf` when it is missing or older than the sources, then runs it the way a user without
+ * Deno or Node would, with a PATH that holds neither, against real parts: a model server on
+ * loopback and the Docker engine.
+ * @module
+ */
+import assert from "node:assert/strict";
+import { mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { compile } from "../scripts/compile.ts";
+import { loadExampleDataset } from "../lib/example_datasets.ts";
+import { VERSION } from "../lib/version.ts";
+import { demoResponder, lastUserText, type Responder, startModelServer } from "./model_server.ts";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const VF = join(ROOT, "dist/vf");
+const SOURCES = [
+  "cli.ts",
+  "mod.ts",
+  "deno.json",
+  "deno.lock",
+  "lib",
+  "runtimes",
+  "environments",
+  "scripts",
+];
+
+/** The newest modification time among the files the binary is built from (tests excluded). */
+async function newestSource(path: string): Promise<number> {
+  const info = await stat(path);
+  if (!info.isDirectory()) return path.endsWith("_test.ts") ? 0 : info.mtimeMs;
+  let newest = 0;
+  for (const entry of await readdir(path)) {
+    newest = Math.max(newest, await newestSource(join(path, entry)));
+  }
+  return newest;
+}
+
+let built: Promise<void> | undefined;
+
+/** Builds dist/vf once per run, and only when a source is newer than it. */
+function ensureBinary(): Promise<void> {
+  built ??= (async () => {
+    const binary = await stat(VF).then((s) => s.mtimeMs, () => 0);
+    let newest = 0;
+    for (const source of SOURCES) newest = Math.max(newest, await newestSource(join(ROOT, source)));
+    if (binary >= newest) return;
+    const start = performance.now();
+    await compile(VF);
+    console.log(`built dist/vf in ${((performance.now() - start) / 1000).toFixed(1)} s`);
+  })();
+  return built;
+}
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs the binary with a clean environment whose PATH is an empty folder: no deno, no node
+ * (nor anything else) can be started by name.
+ */
+async function vf(args: string[], cwd: string): Promise<Run> {
+  await ensureBinary();
+  const emptyBin = join(cwd, "empty-bin");
+  await Deno.mkdir(emptyBin, { recursive: true });
+  const env: Record<string, string> = { PATH: emptyBin, HOME: cwd, NO_COLOR: "1" };
+  const dockerHost = Deno.env.get("DOCKER_HOST");
+  if (dockerHost) env.DOCKER_HOST = dockerHost;
+  const out = await new Deno.Command(VF, {
+    args,
+    cwd,
+    env,
+    clearEnv: true,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(90_000),
+  }).output();
+  const decoder = new TextDecoder();
+  return { code: out.code, stdout: decoder.decode(out.stdout), stderr: decoder.decode(out.stderr) };
+}
+
+function transcript(run: Run): string {
+  return `exit ${run.code}\n--- stdout\n${run.stdout}\n--- stderr\n${run.stderr}`;
+}
+
+async function withTempDir<T>(fn: (dir: string) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(join(tmpdir(), "vf-binary-"));
+  try {
+    return await fn(dir);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Every rollout record of the one run under `<dir>/outputs/evals`. */
+async function readResults(dir: string): Promise<Record<string, unknown>[]> {
+  const evals = join(dir, "outputs/evals");
+  const [envModel] = await readdir(evals);
+  const [runId] = await readdir(join(evals, envModel));
+  const text = await readFile(join(evals, envModel, runId, "results.jsonl"), "utf8");
+  return text.trim().split("\n").map((line) => JSON.parse(line));
+}
+
+Deno.test("dist/vf --version and --help run without deno or node on PATH", async () => {
+  await withTempDir(async (dir) => {
+    const version = await vf(["--version"], dir);
+    assert.equal(version.code, 0, transcript(version));
+    assert.equal(version.stdout.trim(), `vf ${VERSION}`);
+    const help = await vf(["--help"], dir);
+    assert.equal(help.code, 0, transcript(help));
+    assert.match(help.stdout, /vf eval <env>/);
+    assert.match(help.stdout, /gsm8k, reverse-text, calculator, wordle/);
+  });
+});
+
+Deno.test("dist/vf validate environments/file_sum loads a local module that imports ../../mod.ts, in Docker", async () => {
+  await withTempDir(async (dir) => {
+    const run = await vf(["validate", join(ROOT, "environments/file_sum"), "-n", "2"], dir);
+    assert.equal(run.code, 0, transcript(run));
+    const summary = JSON.parse(run.stdout.trim().split("\n").at(-1)!);
+    assert.equal(summary.runtime, "docker");
+    assert.equal(summary.passed, 2, transcript(run));
+    assert.equal(summary.failed, 0);
+  });
+});
+
+Deno.test("dist/vf eval gsm8k writes results.jsonl: math rubric in its worker, metric and error names kept", async () => {
+  const answers = new Map<string, string>();
+  for (const row of loadExampleDataset("gsm8k-sample", { split: "test" })) {
+    answers.set(String(row.question), String(row.answer));
+  }
+  const first = [...answers.keys()][0];
+  const demo = demoResponder({ answers, accuracy: 1 });
+  // The first question gets the right answer, every other one an HTTP 400.
+  const responder: Responder = (request, context) =>
+    lastUserText(request).includes(first) ? demo(request, context) : { status: 400 };
+  await using server = await startModelServer({ responder });
+  await withTempDir(async (dir) => {
+    const run = await vf(
+      ["eval", "gsm8k", "-m", "m", "-b", server.url, "-n", "2", "-r", "2", "-q"],
+      dir,
+    );
+    assert.equal(run.code, 0, transcript(run));
+    // A worker that cannot start is reported; the binary must embed and find it.
+    assert.doesNotMatch(run.stderr, /Math worker/, transcript(run));
+    const results = await readResults(dir);
+    assert.equal(results.length, 4);
+    const solved = results.filter((r) => r.example_id === 0);
+    const failed = results.filter((r) => r.example_id === 1);
+    for (const r of solved) {
+      assert.equal(r.reward, 1);
+      assert.deepEqual(r.metrics, { correct_answer: 1, num_turns: 1 });
+    }
+    // Error classes name themselves after their class: bundling must keep the names.
+    for (const r of failed) assert.equal((r.error as { error: string }).error, "ModelError");
+  });
+});
+
+Deno.test("dist/vf eval of a local module importing npm:zod and ../../mod.ts (calculator tools)", async () => {
+  await using server = await startModelServer({ responder: demoResponder({ accuracy: 1 }) });
+  await withTempDir(async (dir) => {
+    const args = [
+      "eval",
+      join(ROOT, "environments/calculator"),
+      "-m",
+      "m",
+      "-b",
+      server.url,
+      "-n",
+      "2",
+      "-r",
+      "1",
+      "-q",
+    ];
+    const run = await vf(args, dir);
+    assert.equal(run.code, 0, transcript(run));
+    const results = await readResults(dir);
+    assert.equal(results.length, 2);
+    for (const r of results) {
+      assert.equal(r.error, null, JSON.stringify(r.error));
+      assert.equal(r.reward, 1, JSON.stringify(r.completion));
+    }
+  });
+});
