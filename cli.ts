@@ -321,17 +321,22 @@ async function connectEnvServer(config: EvalConfig, envSpec: string, client: Cha
     ["--env-args", config.env_args],
     ["-x/--extra-env-kwargs", config.extra_env_kwargs],
     ["--timeout", config.timeout],
-    ["--sandbox", config.sandbox],
+    ["--sandbox", config.sandbox?.enabled || undefined],
   ].filter(([, v]) => v !== undefined).map(([k]) => k);
   if (misplaced.length) {
-    throw new ConfigError(`${misplaced.join(", ")} apply where the environment is loaded; pass them to vf serve`);
+    throw new ConfigError(
+      `${misplaced.join(", ")} apply where the environment is loaded; pass them to vf serve`,
+    );
   }
   forwardableConfig(client); // fails now, not in the first rollout, when it cannot be forwarded
   const served = await ServerEnvironment.connect(config.server!, { token: env("VF_SERVER_TOKEN") });
   const norm = (s: string) =>
-    s.replace(/\/mod\.ts$/, "").replace(/\/+$/, "").split("/").pop()!.replace(/\.(ts|js)$/, "").replaceAll("_", "-");
+    s.replace(/\/mod\.ts$/, "").replace(/\/+$/, "").split("/").pop()!.replace(/\.(ts|js)$/, "")
+      .replaceAll("_", "-");
   if (envSpec !== config.server && served.envId && norm(envSpec) !== norm(served.envId)) {
-    throw new ConfigError(`The env server at "${config.server}" serves "${served.envId}", not "${envSpec}"`);
+    throw new ConfigError(
+      `The env server at "${config.server}" serves "${served.envId}", not "${envSpec}"`,
+    );
   }
   return served;
 }
@@ -808,17 +813,25 @@ async function cmdServe(argv: string[]): Promise<number> {
     return 0;
   }
   const positional = flags._.map(String);
-  if (positional.length !== 1) throw new ConfigError("vf serve needs one environment: vf serve gsm8k --port 8123");
+  if (positional.length !== 1) {
+    throw new ConfigError("vf serve needs one environment: vf serve gsm8k --port 8123");
+  }
   const config = flagsToConfig(flags as Record<string, unknown>);
   const last = (v: unknown) => (Array.isArray(v) ? v[v.length - 1] : v);
   const port = Number(last(flags.port) ?? 8123);
   const maxConcurrent = Number(last(flags.c ?? flags["max-concurrent"]) ?? 32);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`--port ${port} is not a port number`);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new ConfigError(`--port ${port} is not a port number`);
+  }
   if (!Number.isInteger(maxConcurrent) || maxConcurrent < 1) {
     throw new ConfigError(`-c/--max-concurrent must be an integer ≥ 1, got ${maxConcurrent}`);
   }
   const hostname = String(last(flags.host) ?? "127.0.0.1");
-  const loaded = await loadEnvironment(positional[0], (config.env_args ?? {}) as Record<string, unknown>, BUILTINS);
+  const loaded = await loadEnvironment(
+    positional[0],
+    (config.env_args ?? {}) as Record<string, unknown>,
+    BUILTINS,
+  );
   const environment = loaded.env as Environment;
   try {
     await environment.getEvalDataset();
@@ -826,8 +839,12 @@ async function cmdServe(argv: string[]): Promise<number> {
     const reason = error instanceof ConfigError ? error.message : describeError(error);
     throw new ConfigError(`Environment "${positional[0]}": ${reason}`, { cause: error });
   }
-  if (config.extra_env_kwargs) environment.setKwargs(config.extra_env_kwargs as Record<string, unknown>);
-  if (flags.timeout !== undefined) environment.setKwargs({ timeout_seconds: Number(last(flags.timeout)) });
+  if (config.extra_env_kwargs) {
+    environment.setKwargs(config.extra_env_kwargs as Record<string, unknown>);
+  }
+  if (flags.timeout !== undefined) {
+    environment.setKwargs({ timeout_seconds: Number(last(flags.timeout)) });
+  }
   const token = env("VF_SERVER_TOKEN") || undefined;
   const server = await startEnvServer(environment, {
     port,
@@ -846,7 +863,9 @@ async function cmdServe(argv: string[]): Promise<number> {
     );
   }
   process.stdout.write(
-    `vf serve: environment "${environment.envId || loaded.id}" at ${server.url} (${maxConcurrent} groups at once)\n`,
+    `vf serve: environment "${
+      environment.envId || loaded.id
+    }" at ${server.url} (${maxConcurrent} groups at once)\n`,
   );
   const stop = Promise.withResolvers<string>();
   const onSignal = (sig: string) => stop.resolve(sig);

@@ -139,7 +139,10 @@ export class ServerEnvironment {
    * Connect to an env server and read its `/info`.
    * @throws {EnvServerError} when the server cannot be reached or speaks another protocol
    */
-  static async connect(url: string, options: ServerEnvironmentOptions = {}): Promise<ServerEnvironment> {
+  static async connect(
+    url: string,
+    options: ServerEnvironmentOptions = {},
+  ): Promise<ServerEnvironment> {
     const base = url.replace(/\/+$/, "");
     if (!/^https?:\/\//.test(base)) {
       throw new ConfigError(`Env server URL "${url}" must start with http:// or https://`);
@@ -172,7 +175,10 @@ export class ServerEnvironment {
         signal,
       });
     } catch (error) {
-      if (signal.aborted && !(signal.reason instanceof DOMException && signal.reason.name === "TimeoutError")) {
+      if (
+        signal.aborted &&
+        !(signal.reason instanceof DOMException && signal.reason.name === "TimeoutError")
+      ) {
         throw signal.reason;
       }
       throw this.#unreachable(error);
@@ -183,7 +189,9 @@ export class ServerEnvironment {
       try {
         message = JSON.parse(text).error ?? message;
       } catch { /* not JSON */ }
-      throw new EnvServerError(`The env server at "${this.url}" answered ${path} with HTTP ${res.status}: ${message}`);
+      throw new EnvServerError(
+        `The env server at "${this.url}" answered ${path} with HTTP ${res.status}: ${message}`,
+      );
     }
     return res;
   }
@@ -204,7 +212,10 @@ export class ServerEnvironment {
 
   /** Formatted evaluation rows: a shuffled copy when `seed` is given, then the first `n`. */
   async getEvalDataset(n = -1, seed?: number | null): Promise<Dataset> {
-    const { rows } = await this.#call<{ rows: Row[] }>("POST", "/dataset", { n, seed: seed ?? null });
+    const { rows } = await this.#call<{ rows: Row[] }>("POST", "/dataset", {
+      n,
+      seed: seed ?? null,
+    });
     return Dataset.fromList(rows);
   }
 
@@ -251,8 +262,10 @@ export class ServerEnvironment {
       }, controller.signal);
       const decoder = new TextDecoder();
       let buffer = "";
+      let last: Error | null = null;
       const reader = res.body!.getReader();
       try {
+        // Read to the end even after the last line, so the connection can be reused.
         while (true) {
           let chunk: ReadableStreamReadResult<Uint8Array>;
           try {
@@ -270,21 +283,22 @@ export class ServerEnvironment {
           while ((newline = buffer.indexOf("\n")) >= 0) {
             const text = buffer.slice(0, newline);
             buffer = buffer.slice(newline + 1);
-            if (!text.trim()) continue;
+            if (!text.trim() || finished) continue;
             const line = JSON.parse(text) as RolloutsLine;
             if (line.type === "group") {
-              yield { example_id: line.example_id, outputs: line.outputs as RolloutOutput[], retryable: line.retryable };
+              yield {
+                example_id: line.example_id,
+                outputs: line.outputs as RolloutOutput[],
+                retryable: line.retryable,
+              };
             } else if (line.type === "done") {
               finished = true;
-              return;
             } else if (line.type === "error") {
               finished = true;
-              if (outer?.aborted) throw outer.reason;
               const Known = ERRORS[line.error];
-              if (Known) {
-                throw new Known(line.message);
-              }
-              throw new EnvServerError(`The env server at "${this.url}" failed request "${requestId}": ${line.error}: ${line.message}`);
+              last = Known ? new Known(line.message) : new EnvServerError(
+                `The env server at "${this.url}" failed request "${requestId}": ${line.error}: ${line.message}`,
+              );
             }
           }
         }
@@ -292,6 +306,8 @@ export class ServerEnvironment {
         reader.releaseLock();
       }
       if (outer?.aborted) throw outer.reason;
+      if (last) throw last;
+      if (finished) return;
       throw new EnvServerError(
         `The env server at "${this.url}" ended request "${requestId}" before it finished; it may have restarted`,
       );

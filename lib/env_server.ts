@@ -36,7 +36,7 @@ import { Hono } from "npm:hono@^4.13.0";
 // deno-lint-ignore no-import-prefix
 import { z } from "npm:zod@^4.6.0";
 import { type ClientConfig, OpenAIChatClient } from "./client.ts";
-import type { Environment } from "./environment.ts";
+import type { EnvironmentHandle } from "./evaluate.ts";
 import { serveHttp } from "./local_model_server.ts";
 import type { Row } from "./types.ts";
 import { VERSION } from "./version.ts";
@@ -220,7 +220,7 @@ function groupByExample(inputs: Row[]): Row[][] {
 /**
  * Serve `env` over HTTP until closed.
  *
- * @param env a loaded environment; it is shared by every request
+ * @param env a loaded environment (or any handle `generate` accepts); every request shares it
  * @param options port, hostname, concurrency and access settings
  * @returns the running server; close it when done
  * @throws when the port cannot be bound
@@ -231,7 +231,7 @@ function groupByExample(inputs: Row[]): Row[][] {
  * ```
  */
 export async function startEnvServer(
-  env: Environment,
+  env: EnvironmentHandle,
   options: EnvServerOptions = {},
 ): Promise<EnvServer> {
   const maxConcurrent = options.maxConcurrent ?? 32;
@@ -245,6 +245,23 @@ export async function startEnvServer(
   const heartbeatMs = options.heartbeatMs ?? 15_000;
   const closing = new AbortController();
   const encoder = new TextEncoder();
+  // One timer for every open stream: each maps to a function that sends a heartbeat when idle.
+  const streams = new Set<() => void>();
+  let ticker: ReturnType<typeof setInterval> | undefined;
+  const watch = (beat: () => void) => {
+    streams.add(beat);
+    ticker ??= setInterval(
+      () => streams.forEach((b) => b()),
+      Math.max(10, Math.floor(heartbeatMs / 2)),
+    );
+  };
+  const unwatch = (beat: () => void) => {
+    streams.delete(beat);
+    if (streams.size === 0 && ticker !== undefined) {
+      clearInterval(ticker);
+      ticker = undefined;
+    }
+  };
 
   function clientFor(config: z.infer<typeof ClientConfigWire>): OpenAIChatClient | Response {
     const resolved: ClientConfig = { ...config };
@@ -273,11 +290,11 @@ export async function startEnvServer(
     requests.set(requestId, controller);
     const groups = groupByExample(body.inputs as Row[]);
     let open = true;
-    let heartbeat: ReturnType<typeof setInterval> | undefined;
+    let lastWrite = Date.now();
+    let beat = () => {};
 
     const stream = new ReadableStream<Uint8Array>({
       start(sink) {
-        let lastWrite = Date.now();
         const write = (line: RolloutsLine) => {
           if (!open) return;
           lastWrite = Date.now();
@@ -285,9 +302,10 @@ export async function startEnvServer(
             sink.enqueue(encoder.encode(JSON.stringify(line) + "\n"));
           } catch { /* the client went away; cancel() aborts the rest */ }
         };
-        heartbeat = setInterval(() => {
+        beat = () => {
           if (Date.now() - lastWrite >= heartbeatMs) write({ type: "heartbeat" });
-        }, Math.max(10, Math.floor(heartbeatMs / 2)));
+        };
+        watch(beat);
 
         let failure: unknown = null;
         let count = 0;
@@ -326,7 +344,7 @@ export async function startEnvServer(
           })
         ));
         void done.then(() => {
-          clearInterval(heartbeat);
+          unwatch(beat);
           requests.delete(requestId);
           if (failure === null) {
             write({ type: "done", count });
@@ -344,8 +362,10 @@ export async function startEnvServer(
       cancel() {
         // The client disconnected: stop its rollouts.
         open = false;
-        clearInterval(heartbeat);
-        controller.abort(new Cancelled(`Request "${requestId}" was cancelled: the client disconnected`));
+        unwatch(beat);
+        controller.abort(
+          new Cancelled(`Request "${requestId}" was cancelled: the client disconnected`),
+        );
       },
     });
     return new Response(stream, {
@@ -361,7 +381,9 @@ export async function startEnvServer(
   if (options.token !== undefined) {
     const expected = `Bearer ${options.token}`;
     app.use("*", async (c, next) => {
-      if (c.req.path === "/health" || c.req.header("authorization") === expected) return await next();
+      if (c.req.path === "/health" || c.req.header("authorization") === expected) {
+        return await next();
+      }
       return json(401, {
         error: "Missing or wrong token; send Authorization: Bearer <token> (VF_SERVER_TOKEN)",
       });

@@ -9,7 +9,12 @@ import { contentText } from "./messages.ts";
 import type { RolloutOutput } from "./results.ts";
 import { Rubric } from "./rubric.ts";
 import type { Messages, Row } from "./types.ts";
-import { lastUserText, type ModelServer, type Responder, startModelServer } from "../tests/model_server.ts";
+import {
+  lastUserText,
+  type ModelServer,
+  type Responder,
+  startModelServer,
+} from "../tests/model_server.ts";
 
 const QUESTIONS = ["q0", "q1", "q2", "q3", "q4", "q5"];
 
@@ -39,7 +44,12 @@ const halfRight: Responder = (request) => {
 };
 
 function clientFor(server: ModelServer): OpenAIChatClient {
-  return new OpenAIChatClient({ base_url: server.url, api_key: "test-key", max_retries: 0, timeout: 10 });
+  return new OpenAIChatClient({
+    base_url: server.url,
+    api_key: "test-key",
+    max_retries: 0,
+    timeout: 10,
+  });
 }
 
 function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
@@ -55,7 +65,11 @@ async function readLines(res: Response): Promise<Array<Record<string, unknown>>>
   return text.split("\n").filter((l) => l.trim()).map((l) => JSON.parse(l));
 }
 
-async function eventually(check: () => boolean | Promise<boolean>, what: string, ms = 5000): Promise<void> {
+async function eventually(
+  check: () => boolean | Promise<boolean>,
+  what: string,
+  ms = 5000,
+): Promise<void> {
   const end = Date.now() + ms;
   while (!(await check())) {
     if (Date.now() > end) throw new Error(`Timed out waiting for ${what}`);
@@ -82,7 +96,7 @@ function essence(o: RolloutOutput) {
   };
 }
 
-async function freePort(): Promise<number> {
+function freePort(): number {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (listener.addr as Deno.NetAddr).port;
   listener.close();
@@ -97,7 +111,15 @@ Deno.test("GET /health, GET /info and POST /dataset describe the served environm
   const health = await (await fetch(`${server.url}/health`)).json();
   assert.deepEqual(
     { ...health, version: typeof health.version },
-    { ok: true, env_id: "echo-test", in_flight: 0, queued: 0, max_concurrent: 7, requests: 0, version: "string" },
+    {
+      ok: true,
+      env_id: "echo-test",
+      in_flight: 0,
+      queued: 0,
+      max_concurrent: 7,
+      requests: 0,
+      version: "string",
+    },
   );
   const info = await (await fetch(`${server.url}/info`)).json();
   assert.equal(info.env_id, "echo-test");
@@ -117,7 +139,10 @@ Deno.test("GET /health, GET /info and POST /dataset describe the served environm
   const served = await ServerEnvironment.connect(server.url);
   assert.equal(served.envId, "echo-test");
   assert.deepEqual(served.samplingArgs, { temperature: 0.5 });
-  assert.deepEqual((await served.getEvalDataset(2)).toList(), (await local.getEvalDataset(2)).toList());
+  assert.deepEqual(
+    (await served.getEvalDataset(2)).toList(),
+    (await local.getEvalDataset(2)).toList(),
+  );
 });
 
 Deno.test("POST /rollouts streams one line per group, then done", async () => {
@@ -172,7 +197,9 @@ Deno.test("evaluate() through ServerEnvironment matches a local run", async () =
 });
 
 Deno.test("concurrent requests never run more than maxConcurrent groups; the rest queue", async () => {
-  await using model = await startModelServer({ responder: () => ({ content: "x", delay_ms: 150 }) });
+  await using model = await startModelServer({
+    responder: () => ({ content: "x", delay_ms: 150 }),
+  });
   const env = makeEnv();
   await using server = await startEnvServer(env, { maxConcurrent: 2 });
   let maxInFlight = 0;
@@ -261,7 +288,11 @@ Deno.test("aborting evaluate() through ServerEnvironment cancels the server's ro
   controller.abort(reason);
   await assert.rejects(run, (e) => e === reason);
   assert.ok(Date.now() - started < 2000);
-  await eventually(() => model.inFlight === 0 && server.inFlight === 0, "the rollouts to stop", 2000);
+  await eventually(
+    () => model.inFlight === 0 && server.inFlight === 0,
+    "the rollouts to stop",
+    2000,
+  );
 });
 
 Deno.test("a client disconnecting from the stream cancels its rollouts", async () => {
@@ -271,7 +302,11 @@ Deno.test("a client disconnecting from the stream cancels its rollouts", async (
   const controller = new AbortController();
   const res = await fetch(`${server.url}/rollouts`, {
     method: "POST",
-    body: JSON.stringify({ inputs: await inputsFor(env, 1, 2), model: "m", client: { base_url: model.url } }),
+    body: JSON.stringify({
+      inputs: await inputsFor(env, 1, 2),
+      model: "m",
+      client: { base_url: model.url },
+    }),
     signal: controller.signal,
   });
   assert.equal(res.status, 200);
@@ -279,16 +314,22 @@ Deno.test("a client disconnecting from the stream cancels its rollouts", async (
   controller.abort();
   await res.body?.cancel().catch(() => {});
   await eventually(() => model.inFlight === 0, "the model requests to be aborted");
-  await eventually(async () => (await (await fetch(`${server.url}/health`)).json()).requests === 0, "the request to end");
+  await eventually(
+    async () => (await (await fetch(`${server.url}/health`)).json()).requests === 0,
+    "the request to end",
+  );
   assert.equal(server.inFlight, 0);
 });
 
 Deno.test("evaluate() fails clearly while the server is down and works again after a restart", async () => {
   await using model = await startModelServer({ responder: halfRight });
-  const port = await freePort();
+  const port = freePort();
   const first = await startEnvServer(makeEnv(), { port });
   const served = await ServerEnvironment.connect(first.url);
-  const ok = await evaluate(served, clientFor(model), "m", { numExamples: 2, rolloutsPerExample: 2 });
+  const ok = await evaluate(served, clientFor(model), "m", {
+    numExamples: 2,
+    rolloutsPerExample: 2,
+  });
   assert.equal(ok.outputs.length, 4);
   await first.close();
 
@@ -306,7 +347,10 @@ Deno.test("evaluate() fails clearly while the server is down and works again aft
 
   await using second = await startEnvServer(makeEnv(), { port });
   assert.equal(second.port, port);
-  const again = await evaluate(served, clientFor(model), "m", { numExamples: 2, rolloutsPerExample: 2 });
+  const again = await evaluate(served, clientFor(model), "m", {
+    numExamples: 2,
+    rolloutsPerExample: 2,
+  });
   assert.equal(again.outputs.length, 4);
   assert.deepEqual(again.outputs.map(essence), ok.outputs.map(essence));
 });
@@ -345,10 +389,22 @@ Deno.test("bad request bodies get a 400 naming the field", async () => {
     ["/rollouts", { ...valid, inputs: [] }, /^inputs: /],
     ["/rollouts", { ...valid, inputs: [{ prompt: "hi" }] }, /^inputs\.0\.example_id: /],
     ["/rollouts", { ...valid, inputs: [{ example_id: 0, prompt: 5 }] }, /^inputs\.0\.prompt: /],
-    ["/rollouts", { ...valid, client: { base_url: "ftp://x" } }, /^client\.base_url: must be an http\(s\) URL/],
-    ["/rollouts", { ...valid, client: { base_url: "http://x", api_kye: "k" } }, /^client: .*api_kye/],
+    [
+      "/rollouts",
+      { ...valid, client: { base_url: "ftp://x" } },
+      /^client\.base_url: must be an http\(s\) URL/,
+    ],
+    [
+      "/rollouts",
+      { ...valid, client: { base_url: "http://x", api_kye: "k" } },
+      /^client: .*api_kye/,
+    ],
     ["/rollouts", { ...valid, sampling: {} }, /sampling/],
-    ["/rollouts", { ...valid, client: { base_url: "http://x", api_key_var: "HOME" } }, /^client\.api_key_var: "HOME" is not allowed/],
+    [
+      "/rollouts",
+      { ...valid, client: { base_url: "http://x", api_key_var: "HOME" } },
+      /^client\.api_key_var: "HOME" is not allowed/,
+    ],
     ["/dataset", { n: "3" }, /^n: /],
     ["/cancel", {}, /^request_id: /],
   ];
@@ -376,4 +432,23 @@ Deno.test("a token guards every route but /health", async () => {
   const served = await ServerEnvironment.connect(server.url, { token: "s3cret" });
   const { outputs } = await evaluate(served, clientFor(model), "m", { numExamples: 1 });
   assert.equal(outputs.length, 1);
+});
+
+Deno.test("an idle stream gets heartbeat lines, which ServerEnvironment skips", async () => {
+  await using model = await startModelServer({
+    responder: () => ({ content: "a0", delay_ms: 250 }),
+  });
+  const env = makeEnv();
+  await using server = await startEnvServer(env, { heartbeatMs: 40 });
+  const res = await post(`${server.url}/rollouts`, {
+    inputs: await inputsFor(env, 1, 1),
+    model: "m",
+    client: { base_url: model.url },
+  });
+  const types = (await readLines(res)).map((l) => l.type);
+  assert.ok(types.filter((t) => t === "heartbeat").length >= 2, types.join(","));
+  assert.deepEqual(types.filter((t) => t !== "heartbeat"), ["group", "done"]);
+  const served = await ServerEnvironment.connect(server.url);
+  const { outputs } = await evaluate(served, clientFor(model), "m", { numExamples: 1 });
+  assert.equal(outputs[0].reward, 1);
 });

@@ -35,6 +35,24 @@ export async function resolveEnvironmentModule(
     const load = registry[spec] ?? registry[key];
     return { module: await load(), id: registry[spec] ? spec : key, source: `built-in "${spec}"` };
   }
+  if (/^https?:\/\//.test(spec) && "Deno" in globalThis && !("Bun" in globalThis)) {
+    // Only `--trust` gets here (URL environments otherwise run in the sandbox): Deno imports
+    // the URL in-process.
+    let module: EnvironmentModule;
+    try {
+      module = await import(spec);
+    } catch (error) {
+      throw new ConfigError(
+        `Environment module "${spec}" failed to load: ${(error as Error).message ?? error}`,
+        { cause: error },
+      );
+    }
+    if (typeof (module as unknown as Record<string, unknown>)[entry] !== "function") {
+      throw new ConfigError(`Environment module "${spec}" does not export a ${entry}() function`);
+    }
+    const base = new URL(spec).pathname.replace(/\/mod\.ts$/, "").split("/").pop()!;
+    return { module, id: base.replace(/\.(ts|js)$/, "").replaceAll("_", "-"), source: spec };
+  }
   if (/^https?:\/\//.test(spec)) {
     throw new ConfigError(
       `Loading environments from URLs ("${spec}") is not available in this build; use a local path or a built-in id`,
@@ -42,7 +60,9 @@ export async function resolveEnvironmentModule(
   }
   if (!looksLikePath(spec)) {
     throw new ConfigError(
-      `Unknown ${entry === "loadTaskset" ? "taskset" : "environment"} "${spec}"; built-ins: ${Object.keys(registry).sort().join(", ")}; ` +
+      `Unknown ${entry === "loadTaskset" ? "taskset" : "environment"} "${spec}"; built-ins: ${
+        Object.keys(registry).sort().join(", ")
+      }; ` +
         `or give a path to a module exporting ${entry}()`,
     );
   }
@@ -100,7 +120,9 @@ export async function loadEnvironment(
     );
   }
   if (!env || typeof env !== "object") {
-    throw new ConfigError(`loadEnvironment() of ${source} returned ${String(env)}, not an environment`);
+    throw new ConfigError(
+      `loadEnvironment() of ${source} returned ${String(env)}, not an environment`,
+    );
   }
   if (!env.envId) env.envId = id;
   if (env.envArgs && Object.keys(env.envArgs).length === 0) env.envArgs = args;
@@ -119,13 +141,17 @@ export async function loadTasksetSpec(
     registry as unknown as Registry,
     "loadTaskset",
   );
-  const load = (module as unknown as { loadTaskset: (c: Record<string, unknown>) => unknown }).loadTaskset;
+  const load =
+    (module as unknown as { loadTaskset: (c: Record<string, unknown>) => unknown }).loadTaskset;
   try {
     return await load(config);
   } catch (error) {
     if (error instanceof ConfigError) throw error;
-    throw new ConfigError(`loadTaskset() of ${source} threw: ${(error as Error).message ?? error}`, {
-      cause: error,
-    });
+    throw new ConfigError(
+      `loadTaskset() of ${source} threw: ${(error as Error).message ?? error}`,
+      {
+        cause: error,
+      },
+    );
   }
 }

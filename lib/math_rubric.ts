@@ -3,7 +3,7 @@
  * @module
  */
 import { extractBoxedAnswer } from "./extract.ts";
-import { verifyMath } from "./math_verify.ts";
+import { closeMathWorkers, verifyMath } from "./math_verify.ts";
 import { MaybeThinkParser, type Parser } from "./parser.ts";
 import { type RewardFunc, Rubric } from "./rubric.ts";
 
@@ -38,5 +38,6 @@ export class MathRubric extends Rubric {
       return (await verifyMath(answer, response, { timeoutMs, maxChars })) ? 1 : 0;
     };
     this.entries.unshift({ name: "correct_answer", weight: 1, fn: correctAnswer, group: false });
+    this.addTeardown(() => closeMathWorkers(), { name: "close_math_workers" });
   }
 }

@@ -116,7 +116,7 @@ Deno.test("dist/vf --version and --help run without deno or node on PATH", async
     const help = await vf(["--help"], dir);
     assert.equal(help.code, 0, transcript(help));
     assert.match(help.stdout, /vf eval <env>/);
-    assert.match(help.stdout, /gsm8k, reverse-text, calculator, wordle/);
+    assert.match(help.stdout, /Environments: .*gsm8k/);
   });
 });
 

@@ -40,7 +40,11 @@ function freePort(): number {
   return port;
 }
 
-async function waitForHealth(url: string, server: Deno.ChildProcess, ms = 60_000): Promise<Record<string, unknown>> {
+async function waitForHealth(
+  url: string,
+  server: Deno.ChildProcess,
+  ms = 60_000,
+): Promise<Record<string, unknown>> {
   const end = Date.now() + ms;
   let exited = false;
   server.status.then(() => (exited = true));
@@ -52,7 +56,9 @@ async function waitForHealth(url: string, server: Deno.ChildProcess, ms = 60_000
     } catch { /* not listening yet */ }
     await new Promise((r) => setTimeout(r, 100));
   }
-  throw new Error(exited ? "vf serve exited before it was healthy" : `vf serve was not healthy after ${ms} ms`);
+  throw new Error(
+    exited ? "vf serve exited before it was healthy" : `vf serve was not healthy after ${ms} ms`,
+  );
 }
 
 Deno.test("vf eval --server runs an eval through a vf serve process", async () => {
@@ -67,20 +73,37 @@ Deno.test("vf eval --server runs an eval through a vf serve process", async () =
     assert.equal(health.max_concurrent, 4);
 
     const evalRun = await cli(
-      ["eval", "gsm8k", "--server", url, "-m", "m", "-b", model.url, "-k", "VF_TEST_KEY", "-n", "2", "-r", "2", "-o", tmp],
+      [
+        "eval",
+        "gsm8k",
+        "--server",
+        url,
+        "-m",
+        "m",
+        "-b",
+        model.url,
+        "-k",
+        "VF_TEST_KEY",
+        "-n",
+        "2",
+        "-r",
+        "2",
+        "-o",
+        tmp,
+      ],
       tmp,
       { VF_TEST_KEY: "key-from-the-evaluator" },
     ).output();
-    const transcript = `exit ${evalRun.code}\n--- stdout\n${decoder.decode(evalRun.stdout)}\n--- stderr\n${
-      decoder.decode(evalRun.stderr)
-    }`;
+    const transcript = `exit ${evalRun.code}\n--- stdout\n${
+      decoder.decode(evalRun.stdout)
+    }\n--- stderr\n${decoder.decode(evalRun.stderr)}`;
     assert.equal(evalRun.code, 0, transcript);
 
     const base = join(tmp, "evals", "gsm8k--m");
     const dirs = [...Deno.readDirSync(base)].map((e) => e.name);
     assert.equal(dirs.length, 1, transcript);
-    const rows = Deno.readTextFileSync(join(base, dirs[0], "results.jsonl")).trim().split("\n").map((l) =>
-      JSON.parse(l)
+    const rows = Deno.readTextFileSync(join(base, dirs[0], "results.jsonl")).trim().split("\n").map(
+      (l) => JSON.parse(l),
     );
     assert.equal(rows.length, 4);
     assert.deepEqual(rows.map((r) => r.example_id).sort(), [0, 0, 1, 1]);
@@ -89,10 +112,23 @@ Deno.test("vf eval --server runs an eval through a vf serve process", async () =
     assert.equal(metadata.base_url, model.url);
     // The model calls came from the server, with the key the evaluator read from -k.
     assert.equal(model.requests.length, 4);
-    assert.ok(model.requests.every((r) => r.headers.authorization === "Bearer key-from-the-evaluator"));
+    assert.ok(
+      model.requests.every((r) => r.headers.authorization === "Bearer key-from-the-evaluator"),
+    );
 
     // A mismatched environment name is refused before any rollout runs.
-    const wrong = await cli(["eval", "wordle", "--server", url, "-m", "m", "-b", model.url, "-n", "1"], tmp).output();
+    const wrong = await cli([
+      "eval",
+      "wordle",
+      "--server",
+      url,
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-n",
+      "1",
+    ], tmp).output();
     assert.equal(wrong.code, 1);
     assert.match(decoder.decode(wrong.stderr), /serves "gsm8k", not "wordle"/);
     assert.equal(model.requests.length, 4);
@@ -110,7 +146,16 @@ Deno.test("vf eval --server names the URL when no server is listening", async ()
   const tmp = await Deno.makeTempDir({ prefix: "vf_serve_" });
   try {
     const url = `http://127.0.0.1:${freePort()}`;
-    const out = await cli(["eval", "gsm8k", "--server", url, "-m", "m", "-b", "http://127.0.0.1:1/v1"], tmp).output();
+    const out = await cli([
+      "eval",
+      "gsm8k",
+      "--server",
+      url,
+      "-m",
+      "m",
+      "-b",
+      "http://127.0.0.1:1/v1",
+    ], tmp).output();
     assert.equal(out.code, 1);
     assert.match(decoder.decode(out.stderr), new RegExp(`Cannot reach the env server at "${url}"`));
   } finally {

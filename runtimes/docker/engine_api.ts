@@ -1,6 +1,8 @@
 /**
- * A minimal Docker Engine API client over keep-alive connections (undici), on a unix socket
- * or `tcp://host:port` from `DOCKER_HOST`. It speaks only the endpoints vf needs and never
+ * A minimal Docker Engine API client over keep-alive connections (undici), on a unix socket,
+ * `tcp://host:port` (TLS with client certificates when `DOCKER_TLS_VERIFY` is set) or
+ * `ssh://user@host[:port]` (each connection an SSH channel to the remote engine socket; see
+ * `ssh_dial.ts`), from `DOCKER_HOST`. It speaks only the endpoints vf needs and never
  * runs the docker CLI. The API version is negotiated once per engine: the lower of the
  * engine's `ApiVersion` and {@linkcode MAX_API_VERSION}.
  * @module
@@ -14,6 +16,9 @@ let undiciModule: Promise<typeof Undici> | undefined;
 function undici(): Promise<typeof Undici> {
   return (undiciModule ??= import("npm:undici@^8.12.0"));
 }
+import { readFile } from "node:fs/promises";
+import { homedir } from "node:os";
+import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import process from "node:process";
 import {
@@ -22,6 +27,7 @@ import {
   SandboxImageError,
   SandboxUnavailableError,
 } from "../errors.ts";
+import { parseSshTarget, SshDialer, type SshDialOptions, sshOptionsFromEnv } from "./ssh_dial.ts";
 
 /** The newest Engine API version this client speaks. */
 export const MAX_API_VERSION = "1.43";
@@ -30,16 +36,28 @@ export const DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock";
 
 /** Where the engine listens. */
 export interface DockerEndpoint {
-  /** Unix socket path, or undefined for TCP. */
+  /** Unix socket path, or undefined for TCP and SSH. */
   socketPath?: string;
-  /** Origin used in request URLs (`http://localhost` for unix sockets). */
+  /** Origin used in request URLs (`http://localhost` for unix sockets and SSH). */
   origin: string;
-  /** How to name the endpoint in messages: the socket path or `tcp://host:port`. */
+  /** How to name the endpoint in messages: the socket path, `tcp://host:port` or the ssh URL. */
   display: string;
+  /** Set for `ssh://` hosts. */
+  ssh?: { user: string; host: string; port: number };
+  /** True for `tcp://` with TLS. */
+  tls?: boolean;
 }
 
-/** Parses a `DOCKER_HOST` value (`unix:///path`, `tcp://host:port`, `http://host:port`). */
-export function parseDockerHost(host: string | undefined): DockerEndpoint {
+/**
+ * Parses a `DOCKER_HOST` value (`unix:///path`, `tcp://host:port`, `http://host:port`,
+ * `https://host:port`, `ssh://[user@]host[:port]`).
+ * @param host the value; default the local socket
+ * @param options.tls use TLS for `tcp://` (what `DOCKER_TLS_VERIFY` asks for)
+ */
+export function parseDockerHost(
+  host: string | undefined,
+  options: { tls?: boolean } = {},
+): DockerEndpoint {
   const value = host?.trim() || `unix://${DEFAULT_DOCKER_SOCKET}`;
   if (value.startsWith("unix://")) {
     const socketPath = value.slice("unix://".length);
@@ -48,11 +66,43 @@ export function parseDockerHost(host: string | undefined): DockerEndpoint {
   if (value.startsWith("/")) {
     return { socketPath: value, origin: "http://localhost", display: value };
   }
-  const match = /^(?:tcp|http):\/\/([^/]+)\/?$/.exec(value);
-  if (match) return { origin: `http://${match[1]}`, display: `tcp://${match[1]}` };
+  if (value.startsWith("ssh://")) {
+    const ssh = parseSshTarget(value, process.env.USER || "root");
+    const display = `ssh://${ssh.user}@${ssh.host.includes(":") ? `[${ssh.host}]` : ssh.host}${
+      ssh.port === 22 ? "" : `:${ssh.port}`
+    }`;
+    return { origin: "http://localhost", display, ssh };
+  }
+  const match = /^(tcp|http|https):\/\/([^/]+)\/?$/.exec(value);
+  if (match) {
+    const tls = match[1] === "https" || (match[1] === "tcp" && options.tls === true);
+    return tls
+      ? { origin: `https://${match[2]}`, display: `tcp://${match[2]}`, tls: true }
+      : { origin: `http://${match[2]}`, display: `tcp://${match[2]}` };
+  }
   throw new SandboxUnavailableError(
-    `Unsupported DOCKER_HOST "${value}"; use unix:///path/to/docker.sock or tcp://host:port`,
+    `Unsupported DOCKER_HOST "${value}"; use unix:///path/to/docker.sock, tcp://host:port or ` +
+      `ssh://user@host`,
   );
+}
+
+/** How to reach the engine besides `DOCKER_HOST`; unset fields come from the environment. */
+export interface DockerEngineOptions {
+  /**
+   * TLS for `tcp://` hosts, verifying the engine against `ca.pem` and presenting `cert.pem` /
+   * `key.pem`; default on when `DOCKER_TLS_VERIFY` is set to anything but `""`, `0` or `false`.
+   */
+  tlsVerify?: boolean;
+  /** Folder of `ca.pem`, `cert.pem`, `key.pem`; default `DOCKER_CERT_PATH`, else `~/.docker`. */
+  certPath?: string;
+  /** SSH settings for `ssh://` hosts (default from the `DOCKER_SSH_*` variables). */
+  ssh?: SshDialOptions;
+  /** Where `DOCKER_*` settings are read; default `process.env`. */
+  env?: Record<string, string | undefined>;
+}
+
+function tlsWanted(value: string | undefined): boolean {
+  return value !== undefined && !["", "0", "false"].includes(value.toLowerCase());
 }
 
 /** Compares dotted API versions numerically. */
@@ -119,10 +169,15 @@ function errorCode(error: unknown): string | undefined {
   let current: unknown = error;
   for (let i = 0; i < 5 && current instanceof Error; i++) {
     const code = (current as { code?: unknown }).code;
-    if (typeof code === "string" && CONNECT_ERRORS.has(code)) return code;
+    if (typeof code === "string" && (CONNECT_ERRORS.has(code) || isTlsCode(code))) return code;
     current = current.cause;
   }
   return undefined;
+}
+
+/** Certificate and handshake failures (node's `ERR_TLS_*` and OpenSSL's verify codes). */
+function isTlsCode(code: string): boolean {
+  return /^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_|SELF_SIGNED_)/.test(code);
 }
 
 type Query = Record<string, string | number | boolean | undefined>;
@@ -150,29 +205,99 @@ function queryString(query: Query | undefined): string {
 export class DockerEngine {
   /** Where the engine listens. */
   readonly endpoint: DockerEndpoint;
+  /** The `DOCKER_HOST` value this client was made for (`""`: the default socket). */
+  readonly host: string;
+  readonly #options: DockerEngineOptions;
+  readonly #env: Record<string, string | undefined>;
   #agentPromise: Promise<Undici.Agent> | undefined;
+  #dialer: SshDialer | undefined;
   #prefix: Promise<string> | undefined;
   static #shared = new Map<string, DockerEngine>();
 
-  /** @param host a `DOCKER_HOST` value; default `process.env.DOCKER_HOST` or the default socket */
-  constructor(host?: string) {
-    this.endpoint = parseDockerHost(host ?? process.env.DOCKER_HOST);
+  /**
+   * @param host a `DOCKER_HOST` value; default `DOCKER_HOST` or the default socket
+   * @param options TLS and SSH settings (default from the environment)
+   */
+  constructor(host?: string, options: DockerEngineOptions = {}) {
+    this.#options = options;
+    this.#env = options.env ?? process.env;
+    const tls = options.tlsVerify ?? tlsWanted(this.#env.DOCKER_TLS_VERIFY);
+    this.host = host ?? this.#env.DOCKER_HOST ?? "";
+    this.endpoint = parseDockerHost(this.host, { tls });
+  }
+
+  /** How to reach this engine again (what the sandbox ledger records; no secrets). */
+  get hostInfo(): Record<string, unknown> {
+    const info: Record<string, unknown> = {
+      docker_host: this.host || `unix://${DEFAULT_DOCKER_SOCKET}`,
+    };
+    if (this.endpoint.tls) Object.assign(info, { tls_verify: true, cert_path: this.certPath });
+    return info;
+  }
+
+  /** The certificate folder used for TLS. */
+  get certPath(): string {
+    return this.#options.certPath ?? (this.#env.DOCKER_CERT_PATH || join(homedir(), ".docker"));
+  }
+
+  async #tlsFiles(): Promise<{ ca: string; cert: string; key: string }> {
+    const dir = this.certPath;
+    const read = async (name: string) => {
+      try {
+        return await readFile(join(dir, name), "utf8");
+      } catch (error) {
+        throw new SandboxUnavailableError(
+          `Cannot use TLS for the Docker engine at "${this.endpoint.display}": cannot read ` +
+            `"${join(dir, name)}"; set DOCKER_CERT_PATH to the folder of ca.pem, cert.pem ` +
+            `and key.pem`,
+          { cause: error },
+        );
+      }
+    };
+    const [ca, cert, key] = await Promise.all([
+      read("ca.pem"),
+      read("cert.pem"),
+      read("key.pem"),
+    ]);
+    return { ca, cert, key };
   }
 
   /** The keep-alive connection pool, created on first use. */
   #agent(): Promise<Undici.Agent> {
-    return (this.#agentPromise ??= undici().then((u) =>
-      new u.Agent({
-        connect: this.endpoint.socketPath ? { socketPath: this.endpoint.socketPath } : {},
-        keepAliveTimeout: 30_000,
-        keepAliveMaxTimeout: 120_000,
-      })
-    ));
+    const promise = this.#agentPromise ??= (async () => {
+      const u = await undici();
+      const common = { keepAliveTimeout: 30_000, keepAliveMaxTimeout: 120_000 };
+      const { socketPath, ssh, tls } = this.endpoint;
+      if (socketPath) return new u.Agent({ ...common, connect: { socketPath } });
+      if (tls) return new u.Agent({ ...common, connect: await this.#tlsFiles() });
+      if (ssh) {
+        const dialer = this.#dialer ??= new SshDialer(ssh, {
+          ...sshOptionsFromEnv(this.#env),
+          ...this.#options.ssh,
+        });
+        return new u.Agent({
+          ...common,
+          connect: (_opts: unknown, callback: (error: Error | null, socket: Duplex | null) => void) => {
+            dialer.dial().then((socket) => callback(null, socket), (error) => callback(error, null));
+          },
+        } as unknown as Undici.Agent.Options);
+      }
+      return new u.Agent(common);
+    })();
+    promise.catch(() => {
+      if (this.#agentPromise === promise) this.#agentPromise = undefined;
+    });
+    return promise;
   }
 
   /** The process-wide client for `host` (default `DOCKER_HOST` or the default socket). */
   static shared(host?: string): DockerEngine {
-    const key = host ?? process.env.DOCKER_HOST ?? "";
+    const env = process.env;
+    const key = [
+      host ?? env.DOCKER_HOST ?? "",
+      env.DOCKER_TLS_VERIFY ?? "",
+      env.DOCKER_CERT_PATH ?? "",
+    ].join("\0");
     let engine = DockerEngine.#shared.get(key);
     if (!engine) {
       engine = new DockerEngine(host);
@@ -190,11 +315,25 @@ export class DockerEngine {
 
   /** Closes this client's connections. */
   async close(): Promise<void> {
-    if (this.#agentPromise) await (await this.#agentPromise).close();
+    const agent = this.#agentPromise;
     this.#agentPromise = undefined;
+    if (agent) await (await agent.catch(() => undefined))?.close();
+    const dialer = this.#dialer;
+    this.#dialer = undefined;
+    await dialer?.close();
   }
 
   #unreachable(error: unknown): SandboxUnavailableError {
+    if (error instanceof SandboxUnavailableError) return error;
+    const code = errorCode(error);
+    if (this.endpoint.tls && (code === undefined || isTlsCode(code) || code === "ECONNRESET")) {
+      return new SandboxUnavailableError(
+        `Cannot reach the Docker engine at "${this.endpoint.display}" over TLS (${
+          code ?? (error as Error)?.message
+        }); check the certificates in "${this.certPath}" (DOCKER_CERT_PATH)`,
+        { cause: error },
+      );
+    }
     return new SandboxUnavailableError(
       `Cannot reach the Docker engine at "${this.endpoint.display}"; start dockerd or set DOCKER_HOST`,
       { cause: error },
@@ -264,7 +403,9 @@ export class DockerEngine {
       );
     } catch (error) {
       if (options.signal?.aborted) throw options.signal.reason;
-      if (errorCode(error)) throw this.#unreachable(error);
+      if (errorCode(error) || error instanceof SandboxUnavailableError) {
+        throw this.#unreachable(error);
+      }
       throw new SandboxApiError(0, `Docker request ${method} ${path} failed: ${error}`, {
         cause: error,
       });
@@ -404,7 +545,9 @@ export class DockerEngine {
       );
       socket = result.socket;
     } catch (error) {
-      if (errorCode(error)) throw this.#unreachable(error);
+      if (errorCode(error) || error instanceof SandboxUnavailableError) {
+        throw this.#unreachable(error);
+      }
       throw new SandboxApiError(0, `Cannot start exec "${execId}": ${error}`, { cause: error });
     }
     let pending: Uint8Array = new Uint8Array(0);

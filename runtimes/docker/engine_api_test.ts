@@ -8,7 +8,7 @@ import {
 } from "./engine_api.ts";
 import { parseMemory } from "./mod.ts";
 
-Deno.test("parseDockerHost() understands unix sockets and tcp://host:port", () => {
+Deno.test("parseDockerHost() understands unix sockets, tcp://host:port with or without TLS, and ssh://", () => {
   assert.deepEqual(parseDockerHost(undefined), {
     socketPath: "/var/run/docker.sock",
     origin: "http://localhost",
@@ -19,9 +19,20 @@ Deno.test("parseDockerHost() understands unix sockets and tcp://host:port", () =
     origin: "http://127.0.0.1:2375",
     display: "tcp://127.0.0.1:2375",
   });
+  assert.deepEqual(parseDockerHost("tcp://127.0.0.1:2376", { tls: true }), {
+    origin: "https://127.0.0.1:2376",
+    display: "tcp://127.0.0.1:2376",
+    tls: true,
+  });
+  assert.deepEqual(parseDockerHost("ssh://me@host:2222"), {
+    origin: "http://localhost",
+    display: "ssh://me@host:2222",
+    ssh: { user: "me", host: "host", port: 2222 },
+  });
+  assert.equal(parseDockerHost("ssh://me@host").ssh?.port, 22);
   assert.throws(
-    () => parseDockerHost("ssh://me@host"),
-    /Unsupported DOCKER_HOST "ssh:\/\/me@host"/,
+    () => parseDockerHost("ftp://me@host"),
+    /Unsupported DOCKER_HOST "ftp:\/\/me@host"/,
   );
 });
 

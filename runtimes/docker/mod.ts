@@ -29,6 +29,7 @@ import {
   SandboxStateError,
   SandboxUnavailableError,
 } from "../errors.ts";
+import { type Ledger, defaultLedger, registerCleaner } from "../ledger.ts";
 import { trackRuntime, untrackRuntime } from "../registry.ts";
 import type {
   DockerRuntimeSpec,
@@ -95,6 +96,11 @@ export interface DockerRuntimeOptions {
   task?: string;
   /** Engine client; default {@linkcode DockerEngine.shared}. */
   engine?: DockerEngine;
+  /**
+   * The sandbox ledger the container is recorded in before it is requested; default the
+   * process's (`VF_LEDGER`), `null` for none.
+   */
+  ledger?: Ledger | null;
 }
 
 type State = "new" | "starting" | "running" | "stopped";
@@ -116,11 +122,15 @@ export class DockerRuntime implements Runtime {
   #starting: Promise<void> | undefined;
   #launch: Promise<void> | undefined;
   #stopping: Promise<void> | undefined;
+  #ledger: Ledger | null;
+  #recorded = false;
+  #labels: Record<string, string> = {};
 
   constructor(spec: DockerRuntimeSpec, options: DockerRuntimeOptions = {}) {
     if (!spec.image) throw new TypeError("A docker runtime needs an image");
     this.spec = spec;
     this.#options = options;
+    this.#ledger = options.ledger === undefined ? defaultLedger() : options.ledger;
   }
 
   /** Looked up per call, so closing the shared client never strands a live runtime. */
@@ -192,6 +202,10 @@ export class DockerRuntime implements Runtime {
     if (spec.cpu !== undefined) hostConfig.NanoCpus = Math.round(spec.cpu * 1e9);
     if (spec.memory !== undefined) hostConfig.Memory = parseMemory(spec.memory);
     const name = `vf-${randomHex(6)}`;
+    this.#labels = labels;
+    // Ledger first: a creator killed between request and response leaves a findable name.
+    await this.#record("requested", engine, name);
+    this.#name = name;
     this.#id = await engine.createContainer({
       Image: spec.image,
       Entrypoint: [""],
@@ -202,11 +216,29 @@ export class DockerRuntime implements Runtime {
       Labels: labels,
       HostConfig: hostConfig,
     }, { name, signal });
-    this.#name = name;
+    await this.#record("created", engine, name);
     this.#checkNotStopped();
     signal?.throwIfAborted();
     await engine.startContainer(this.#id, { signal });
     this.#checkNotStopped();
+  }
+
+  async #record(
+    event: "requested" | "created" | "stopped",
+    engine: DockerEngine,
+    name: string,
+  ): Promise<void> {
+    if (!this.#ledger) return;
+    await this.#ledger.record({
+      event,
+      type: "docker",
+      key: name,
+      id: this.#id || undefined,
+      run_id: this.#options.runId,
+      labels: event === "requested" ? this.#labels : undefined,
+      host: event === "requested" ? engine.hostInfo : undefined,
+    });
+    if (event === "requested") this.#recorded = true;
   }
 
   #checkNotStopped(): void {
@@ -533,7 +565,11 @@ export class DockerRuntime implements Runtime {
     this.#state = "stopped";
     this.#stopping = (async () => {
       if (wasStarting) await this.#launch?.catch(() => {});
-      if (this.#id) await this.#engine.removeContainer(this.#id, { force: true });
+      const engine = this.#engine;
+      // Without an id the create request may still have reached the engine: remove by name.
+      const target = this.#id || this.#name;
+      if (target) await engine.removeContainer(target, { force: true });
+      if (this.#recorded && this.#name) await this.#record("stopped", engine, this.#name);
     })().finally(() => untrackRuntime(this));
     return this.#stopping;
   }
@@ -575,3 +611,43 @@ export async function cleanupContainers(
   }));
   return removed;
 }
+
+/**
+ * Removes the ledger's live Docker sandboxes (by container id, else name) on the engine each
+ * was created on. Registered as the ledger cleaner of type `docker`.
+ */
+export async function cleanupDockerLedger(
+  sandboxes: Array<{ key: string; id?: string; host?: Record<string, unknown> }>,
+): Promise<{ removed: string[]; failed: Array<{ key: string; error: string }> }> {
+  const engines = new Map<string, DockerEngine>();
+  const engineFor = (host: Record<string, unknown> | undefined) => {
+    const dockerHost = typeof host?.docker_host === "string" ? host.docker_host : "";
+    const tls = host?.tls_verify === true;
+    const certPath = typeof host?.cert_path === "string" ? host.cert_path : undefined;
+    const key = JSON.stringify([dockerHost, tls, certPath ?? ""]);
+    let engine = engines.get(key);
+    if (!engine) {
+      engine = new DockerEngine(dockerHost || undefined, { tlsVerify: tls, certPath });
+      // A sandbox recorded without a host lives on whatever DOCKER_HOST names now.
+      engines.set(key, engine);
+    }
+    return engine;
+  };
+  const removed: string[] = [];
+  const failed: Array<{ key: string; error: string }> = [];
+  try {
+    await Promise.all(sandboxes.map(async (s) => {
+      try {
+        await engineFor(s.host).removeContainer(s.id || s.key, { force: true });
+        removed.push(s.key);
+      } catch (error) {
+        failed.push({ key: s.key, error: error instanceof Error ? error.message : String(error) });
+      }
+    }));
+  } finally {
+    await Promise.all([...engines.values()].map((e) => e.close()));
+  }
+  return { removed, failed };
+}
+
+registerCleaner("docker", cleanupDockerLedger);

@@ -1,0 +1,150 @@
+/**
+ * Host-key verification against an OpenSSH known_hosts file: plain and hashed (`|1|`)
+ * host names, `[host]:port` for ports other than 22, `*`/`?` patterns and `!` negation,
+ * and `@revoked` keys. `@cert-authority` lines are ignored (certificates are not supported).
+ * @module
+ */
+
+import { Buffer } from "node:buffer";
+import { createHash, createHmac } from "node:crypto";
+import { appendFile, mkdir, readFile } from "node:fs/promises";
+import { dirname } from "node:path";
+
+/** The name a host has in known_hosts: `host`, or `[host]:port` when the port is not 22. */
+export function knownHostsName(host: string, port: number): string {
+  return port === 22 ? host : `[${host}]:${port}`;
+}
+
+/** The key type named inside an SSH wire-format public key blob (`ssh-ed25519`, ...). */
+export function keyTypeOf(blob: Uint8Array): string {
+  const buf = Buffer.from(blob.buffer, blob.byteOffset, blob.byteLength);
+  if (buf.length < 4) return "unknown";
+  const len = buf.readUInt32BE(0);
+  return buf.subarray(4, 4 + len).toString("latin1");
+}
+
+/** `SHA256:<base64>` fingerprint of a key blob, as `ssh-keygen -l` prints it. */
+export function fingerprint(blob: Uint8Array): string {
+  return "SHA256:" + createHash("sha256").update(blob).digest("base64").replace(/=+$/, "");
+}
+
+/** What known_hosts says about a host's key. */
+export interface HostKeyCheck {
+  /** `known`: a line matches; `unknown`: no line names the host; `mismatch`: lines name the host but none has this key; `revoked`: an `@revoked` line has this key. */
+  status: "known" | "unknown" | "mismatch" | "revoked";
+  /** 1-based line of the matching (or first conflicting) entry. */
+  line?: number;
+  /** Key types known_hosts holds for the host. */
+  knownTypes: string[];
+}
+
+function globToRegExp(pattern: string): RegExp {
+  const body = pattern.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(
+    /\?/g,
+    ".",
+  );
+  return new RegExp(`^${body}$`, "i");
+}
+
+function hostMatches(field: string, name: string): boolean {
+  if (field.startsWith("|1|")) {
+    const [, , salt, hash] = field.split("|");
+    if (!salt || !hash) return false;
+    const mac = createHmac("sha1", Buffer.from(salt, "base64")).update(name).digest("base64");
+    return mac === hash;
+  }
+  let matched = false;
+  for (const pattern of field.split(",")) {
+    if (pattern.startsWith("!")) {
+      if (globToRegExp(pattern.slice(1)).test(name)) return false;
+    } else if (globToRegExp(pattern).test(name)) {
+      matched = true;
+    }
+  }
+  return matched;
+}
+
+/**
+ * Checks `keyBlob` (the server's host key) for `host:port` against known_hosts text.
+ * @param text known_hosts content
+ */
+export function checkHostKey(
+  text: string,
+  host: string,
+  port: number,
+  keyBlob: Uint8Array,
+): HostKeyCheck {
+  const name = knownHostsName(host, port);
+  const type = keyTypeOf(keyBlob);
+  const data = Buffer.from(keyBlob.buffer, keyBlob.byteOffset, keyBlob.byteLength).toString(
+    "base64",
+  );
+  const knownTypes: string[] = [];
+  let known: number | undefined;
+  let conflict: number | undefined;
+  const lines = text.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i].trim();
+    if (!line || line.startsWith("#")) continue;
+    const fields = line.split(/\s+/);
+    let marker: string | undefined;
+    if (fields[0].startsWith("@")) marker = fields.shift();
+    if (fields.length < 3 || marker === "@cert-authority") continue;
+    const [hosts, keyType, keyData] = fields;
+    if (!hostMatches(hosts, name)) continue;
+    const same = keyType === type && keyData === data;
+    if (marker === "@revoked") {
+      if (same) return { status: "revoked", line: i + 1, knownTypes };
+      continue;
+    }
+    if (!knownTypes.includes(keyType)) knownTypes.push(keyType);
+    if (same) known ??= i + 1;
+    else if (keyType === type) conflict ??= i + 1;
+  }
+  if (known !== undefined) return { status: "known", line: known, knownTypes };
+  if (conflict !== undefined) return { status: "mismatch", line: conflict, knownTypes };
+  // Keys of other types only: OpenSSH asks for a known type first, and so do we (see
+  // hostKeyAlgorithms); a server that still offers another type is treated as a mismatch.
+  if (knownTypes.length) return { status: "mismatch", knownTypes };
+  return { status: "unknown", knownTypes };
+}
+
+/** Reads known_hosts; a missing file is empty. */
+export async function readKnownHosts(path: string): Promise<string> {
+  try {
+    return await readFile(path, "utf8");
+  } catch (error) {
+    if ((error as { code?: string }).code === "ENOENT") return "";
+    throw error;
+  }
+}
+
+/** Appends the host's key to known_hosts (trust on first use), creating the file 0600. */
+export async function addKnownHost(
+  path: string,
+  host: string,
+  port: number,
+  keyBlob: Uint8Array,
+): Promise<void> {
+  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+  const data = Buffer.from(keyBlob.buffer, keyBlob.byteOffset, keyBlob.byteLength).toString(
+    "base64",
+  );
+  const existing = await readKnownHosts(path);
+  const prefix = existing && !existing.endsWith("\n") ? "\n" : "";
+  await appendFile(
+    path,
+    `${prefix}${knownHostsName(host, port)} ${keyTypeOf(keyBlob)} ${data}\n`,
+    { mode: 0o600 },
+  );
+}
+
+/** ssh2 host-key algorithm names for known_hosts key types. */
+export function hostKeyAlgorithms(knownTypes: string[]): string[] {
+  const out: string[] = [];
+  for (const type of knownTypes) {
+    if (type === "ssh-rsa") out.push("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa");
+    else out.push(type);
+  }
+  return [...new Set(out)];
+}

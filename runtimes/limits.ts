@@ -1,0 +1,312 @@
+/**
+ * Sandbox limits per runtime type: at most `maxLive` sandboxes alive at once (a slot is taken
+ * before the create request and given back once the sandbox is removed) and at most
+ * `createRate` creations per second (a token bucket of depth `createBurst`). Limits wrap
+ * `start()`: {@linkcode SandboxLimits.wrap} returns a runtime whose `start()` waits for a
+ * slot and a token and whose `stop()` frees the slot. Model-connection limits are separate
+ * (`lib/limits.ts`).
+ * @module
+ */
+
+import type { RunOptions, RunResult, Runtime, RuntimeCapabilities } from "./runtime.ts";
+
+/** The limits of one runtime type; unset means unlimited. */
+export interface SandboxLimit {
+  /** Sandboxes alive at once (requested and not yet removed). */
+  maxLive?: number;
+  /** Creations per second. */
+  createRate?: number;
+  /** Creations allowed back to back before the rate applies; default 1. */
+  createBurst?: number;
+}
+
+function abortError(signal: AbortSignal): unknown {
+  return signal.reason ?? new DOMException("Aborted", "AbortError");
+}
+
+/** A FIFO token bucket: `take()` resolves when a token is free. */
+export class TokenBucket {
+  readonly rate: number;
+  readonly burst: number;
+  #tokens: number;
+  #last = performance.now();
+  #queue: Array<{ resolve: () => void; reject: (e: unknown) => void; signal?: AbortSignal }> =
+    [];
+  #timer: ReturnType<typeof setTimeout> | undefined;
+
+  /**
+   * @param rate tokens per second (> 0)
+   * @param burst bucket depth (≥ 1); default 1
+   */
+  constructor(rate: number, burst = 1) {
+    if (!(rate > 0)) throw new RangeError(`Token bucket rate must be > 0, got ${rate}`);
+    this.rate = rate;
+    this.burst = Math.max(1, burst);
+    this.#tokens = this.burst;
+  }
+
+  #refill(): void {
+    const now = performance.now();
+    this.#tokens = Math.min(this.burst, this.#tokens + ((now - this.#last) / 1000) * this.rate);
+    this.#last = now;
+  }
+
+  #drain = (): void => {
+    this.#timer = undefined;
+    this.#refill();
+    while (this.#queue.length && this.#tokens >= 1) {
+      const next = this.#queue.shift()!;
+      if (next.signal?.aborted) continue;
+      this.#tokens -= 1;
+      next.resolve();
+    }
+    if (this.#queue.length) {
+      const wait = ((1 - this.#tokens) / this.rate) * 1000;
+      this.#timer = setTimeout(this.#drain, Math.max(1, Math.ceil(wait)));
+    }
+  };
+
+  /** Waits for a token. */
+  take(options: { signal?: AbortSignal } = {}): Promise<void> {
+    const { signal } = options;
+    if (signal?.aborted) return Promise.reject(abortError(signal));
+    this.#refill();
+    if (this.#queue.length === 0 && this.#tokens >= 1) {
+      this.#tokens -= 1;
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve, reject) => {
+      const entry = { resolve, reject, signal };
+      this.#queue.push(entry);
+      signal?.addEventListener("abort", () => {
+        const i = this.#queue.indexOf(entry);
+        if (i >= 0) this.#queue.splice(i, 1);
+        reject(abortError(signal));
+      }, { once: true });
+      if (!this.#timer) this.#drain();
+    });
+  }
+}
+
+/** A held live-sandbox slot. `release()` is idempotent. */
+export interface SandboxSlot {
+  release(): void;
+}
+
+interface Waiter {
+  resolve: (slot: SandboxSlot) => void;
+  reject: (e: unknown) => void;
+  signal?: AbortSignal;
+}
+
+/** Live-count and creation-rate limits of one runtime type. */
+export class SandboxLimiter {
+  readonly limit: Readonly<SandboxLimit>;
+  #live = 0;
+  #peak = 0;
+  #high: Waiter[] = [];
+  #low: Waiter[] = [];
+  #bucket: TokenBucket | undefined;
+
+  constructor(limit: SandboxLimit = {}) {
+    if (limit.maxLive !== undefined && !(limit.maxLive >= 1)) {
+      throw new RangeError(`maxLive must be at least 1, got ${limit.maxLive}`);
+    }
+    this.limit = { ...limit };
+    if (limit.createRate !== undefined) {
+      this.#bucket = new TokenBucket(limit.createRate, limit.createBurst ?? 1);
+    }
+  }
+
+  /** Slots held now. */
+  get live(): number {
+    return this.#live;
+  }
+
+  /** The most slots held at once. */
+  get peak(): number {
+    return this.#peak;
+  }
+
+  /** Callers waiting for a slot. */
+  get waiting(): number {
+    return this.#high.length + this.#low.length;
+  }
+
+  /** True when a slot is free now and nobody is queued for it. */
+  get hasFreeSlot(): boolean {
+    return this.waiting === 0 && (this.limit.maxLive === undefined ||
+      this.#live < this.limit.maxLive);
+  }
+
+  #grant(): SandboxSlot {
+    this.#live++;
+    this.#peak = Math.max(this.#peak, this.#live);
+    let released = false;
+    return {
+      release: () => {
+        if (released) return;
+        released = true;
+        this.#live--;
+        this.#wake();
+      },
+    };
+  }
+
+  #wake(): void {
+    const max = this.limit.maxLive ?? Infinity;
+    while (this.#live < max) {
+      const next = this.#high.shift() ?? this.#low.shift();
+      if (!next) return;
+      if (next.signal?.aborted) continue;
+      next.resolve(this.#grant());
+    }
+  }
+
+  /**
+   * Waits for a live slot, then for a creation token. `low` priority (warm-pool refills)
+   * only gets a slot nobody at normal priority is waiting for.
+   */
+  async acquire(
+    options: { signal?: AbortSignal; priority?: "normal" | "low" } = {},
+  ): Promise<SandboxSlot> {
+    const { signal } = options;
+    signal?.throwIfAborted();
+    const max = this.limit.maxLive ?? Infinity;
+    let slot: SandboxSlot;
+    const queue = options.priority === "low" ? this.#low : this.#high;
+    const ahead = options.priority === "low" ? this.waiting : this.#high.length;
+    if (this.#live < max && ahead === 0) slot = this.#grant();
+    else {
+      slot = await new Promise<SandboxSlot>((resolve, reject) => {
+        const waiter: Waiter = { resolve, reject, signal };
+        queue.push(waiter);
+        signal?.addEventListener("abort", () => {
+          const i = queue.indexOf(waiter);
+          if (i >= 0) {
+            queue.splice(i, 1);
+            reject(abortError(signal));
+          }
+        }, { once: true });
+      });
+    }
+    if (this.#bucket) {
+      try {
+        await this.#bucket.take({ signal });
+      } catch (error) {
+        slot.release();
+        throw error;
+      }
+    }
+    return slot;
+  }
+}
+
+/** Limits for every runtime type: defaults plus per-type overrides. */
+export class SandboxLimits {
+  readonly #defaults: SandboxLimit;
+  readonly #perType: Record<string, SandboxLimit>;
+  readonly #limiters = new Map<string, SandboxLimiter>();
+
+  /**
+   * @param defaults limits of every runtime type (`max_sandboxes`, `sandbox_create_rate`)
+   * @param perType overrides by runtime type
+   */
+  constructor(defaults: SandboxLimit = {}, perType: Record<string, SandboxLimit> = {}) {
+    this.#defaults = defaults;
+    this.#perType = perType;
+  }
+
+  /** The limiter of a runtime type (created on first use). */
+  for(type: string): SandboxLimiter {
+    let limiter = this.#limiters.get(type);
+    if (!limiter) {
+      limiter = new SandboxLimiter({ ...this.#defaults, ...this.#perType[type] });
+      this.#limiters.set(type, limiter);
+    }
+    return limiter;
+  }
+
+  /**
+   * Wraps a runtime (not started) so its `start()` first takes a slot and a creation token
+   * of its type and its `stop()` gives the slot back.
+   * @param options.priority `low` for warm-pool refills
+   */
+  wrap(runtime: Runtime, options: { priority?: "normal" | "low" } = {}): LimitedRuntime {
+    return new LimitedRuntime(runtime, this.for(runtime.type), options.priority ?? "normal");
+  }
+}
+
+/** A runtime whose lifetime holds a live slot of a {@linkcode SandboxLimiter}. */
+export class LimitedRuntime implements Runtime {
+  /** The wrapped runtime. */
+  readonly inner: Runtime;
+  readonly #limiter: SandboxLimiter;
+  readonly #priority: "normal" | "low";
+  #slot: SandboxSlot | undefined;
+  #starting: Promise<void> | undefined;
+  #stopped = false;
+
+  constructor(inner: Runtime, limiter: SandboxLimiter, priority: "normal" | "low" = "normal") {
+    this.inner = inner;
+    this.#limiter = limiter;
+    this.#priority = priority;
+  }
+
+  get type(): string {
+    return this.inner.type;
+  }
+  get id(): string {
+    return this.inner.id;
+  }
+  get capabilities(): RuntimeCapabilities {
+    return this.inner.capabilities;
+  }
+
+  /** Waits for a slot and a creation token, then starts the wrapped runtime. */
+  start(options: { signal?: AbortSignal } = {}): Promise<void> {
+    return this.#starting ??= (async () => {
+      this.#slot = await this.#limiter.acquire({ signal: options.signal, priority: this.#priority });
+      if (this.#stopped) {
+        this.#slot.release();
+        throw new DOMException("The runtime was stopped while waiting for a slot", "AbortError");
+      }
+      try {
+        await this.inner.start(options);
+      } catch (error) {
+        await this.stop().catch(() => {});
+        throw error;
+      }
+    })();
+  }
+
+  run(argv: string[], options?: RunOptions): Promise<RunResult> {
+    return this.inner.run(argv, options);
+  }
+  read(path: string, options?: { maxBytes?: number }): Promise<Uint8Array> {
+    return this.inner.read(path, options);
+  }
+  write(path: string, data: string | Uint8Array, options?: { mode?: number }): Promise<void> {
+    return this.inner.write(path, data, options);
+  }
+  archiveOut(path: string): Promise<Uint8Array> {
+    return this.inner.archiveOut(path);
+  }
+  archiveIn(dir: string, tar: Uint8Array): Promise<void> {
+    return this.inner.archiveIn(dir, tar);
+  }
+
+  /** Stops the wrapped runtime, then frees the slot (even when stopping failed). */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    try {
+      await this.inner.stop();
+    } finally {
+      this.#slot?.release();
+    }
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.stop();
+  }
+}
