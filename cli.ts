@@ -10,6 +10,11 @@ import { dirname, join, resolve } from "node:path";
 import yargsParser from "npm:yargs-parser@^22.0.0";
 import { BUILTINS, TASKSETS } from "./environments/mod.ts";
 import { cleanupContainers } from "./runtimes/docker/mod.ts";
+import { cleanupLedger, defaultLedger } from "./runtimes/ledger.ts";
+import { SandboxUnavailableError } from "./runtimes/errors.ts";
+import { sandboxLimitsFromConfig } from "./runtimes/limits.ts";
+import { WarmPool } from "./runtimes/pool.ts";
+import { limitModelConnections } from "./lib/limits.ts";
 import { setAppHandlesSignals, stopAllRuntimes } from "./runtimes/registry.ts";
 import { getHarness } from "./lib/harness.ts";
 import type { AgentPolicy } from "./lib/task_rollout.ts";
@@ -591,6 +596,15 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
     await writeJsonAtomic(join(runDir, "config.json"), resolved);
     process.stderr.write(`Saving traces to ${runDir}\n`);
   }
+  // Sandboxes come through the limits and the warm pool; model calls through their own limit.
+  const sandboxLimits = sandboxLimitsFromConfig(config.limits);
+  const warmPool = agent.runtime?.warm_pool ?? 0;
+  const sandboxes = sandboxLimits || warmPool > 0
+    ? new WarmPool({ size: warmPool, runId: runDir ? runDir.split("/").pop()! : runId, limits: sandboxLimits })
+    : undefined;
+  policy.sandboxes = sandboxes;
+  const maxModel = config.limits?.max_model_connections;
+  const modelClient = maxModel ? limitModelConnections(client, maxModel) : client;
   const quiet = config.quiet ?? false;
   const started = Date.now();
   const controller = new AbortController();
@@ -607,7 +621,7 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
     const { traces, summary } = await runTaskset({
       taskset,
       policy,
-      client,
+      client: modelClient,
       model,
       samplingArgs: config.sampling_args,
       numTasks,
@@ -649,6 +663,7 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
     }
     throw error;
   } finally {
+    await sandboxes?.close();
     process.off("SIGINT", onSignal);
     process.off("SIGTERM", onSignal);
   }
@@ -751,15 +766,33 @@ async function cmdInit(argv: string[]): Promise<number> {
 async function cmdCleanup(argv: string[]): Promise<number> {
   const flags = parseArgs(argv);
   if (flags.help || flags.h) {
-    process.stdout.write("vf cleanup [--run ID] [--older-than 30m]\n\nRemove sandboxes vf left behind (labelled vf.managed=1).\n");
+    process.stdout.write(
+      "vf cleanup [--run ID] [--older-than 30m]\n\nRemove sandboxes vf left behind: Docker containers labelled vf.managed=1 on\n" +
+        "DOCKER_HOST, and every sandbox the local ledger (VF_LEDGER, default ~/.cache/vf/ledger.jsonl)\n" +
+        "still lists as live, on every runtime type and host it was created on.\n",
+    );
     return 0;
   }
   const runId = flags.run === undefined ? undefined : String(flags.run);
   const older = flags["older-than"] === undefined ? undefined : parseDuration(String(flags["older-than"]));
-  const removed = await cleanupContainers({ runId, olderThanMs: older });
+  let removed: string[] = [];
+  let dockerError: unknown;
+  try {
+    removed = await cleanupContainers({ runId, olderThanMs: older });
+  } catch (error) {
+    // No engine on DOCKER_HOST: the ledger may still reach sandboxes on other hosts and runtimes.
+    if (!(error instanceof SandboxUnavailableError)) throw error;
+    dockerError = error;
+  }
+  const ledger = await cleanupLedger({ runId, olderThanMs: older });
   process.stdout.write(`removed ${removed.length} container${removed.length === 1 ? "" : "s"}\n`);
   for (const id of removed) process.stdout.write(`  ${id.slice(0, 12)}\n`);
-  return 0;
+  process.stdout.write(`ledger: ${ledger.removed.length} sandbox${ledger.removed.length === 1 ? "" : "es"} removed or already gone\n`);
+  for (const key of ledger.removed) process.stdout.write(`  ${key}\n`);
+  await defaultLedger()?.compact().catch(() => {});
+  if (dockerError) process.stderr.write(`warning: docker: ${describeError(dockerError)}\n`);
+  for (const f of ledger.failed) process.stderr.write(`warning: ${f.type} sandbox "${f.key}" remains: ${f.error}\n`);
+  return ledger.failed.length ? 1 : 0;
 }
 
 async function cmdDemo(argv: string[]): Promise<number> {

@@ -80,6 +80,15 @@ export type { EvaluateOptions, GenerateOptions, GenerateOutputs, Progress } from
 export { loadMetadata, loadOutputs, passAtK, stateToOutput } from "./lib/results.ts";
 export type { RolloutOutput, RunMetadata } from "./lib/results.ts";
 export { loadEnvironment } from "./lib/load_env.ts";
+export { ENV_SERVER_PROTOCOL, startEnvServer } from "./lib/env_server.ts";
+export type { EnvServer, EnvServerOptions, RolloutsLine } from "./lib/env_server.ts";
+export { EnvServerError, ServerEnvironment } from "./lib/env_client.ts";
+export type {
+  GroupResult,
+  ServerEnvironmentOptions,
+  ServerInfo,
+  StreamRolloutsOptions,
+} from "./lib/env_client.ts";
 export type { EnvironmentModule } from "./lib/load_env.ts";
 export { VERSION } from "./lib/version.ts";
 
@@ -111,5 +120,23 @@ export { collectArtifacts, restoreArtifacts, runTaskRollout } from "./lib/task_r
 export type { AgentPolicy, TaskRolloutOptions, TaskTrace } from "./lib/task_rollout.ts";
 export { loadTraces, runTaskset, selectTasks, validateTaskset } from "./lib/task_run.ts";
 export type { JudgeConfig, RunTasksetOptions, TaskRunSummary, ValidationResult } from "./lib/task_run.ts";
-export { cleanupContainers, createRuntime } from "./runtimes/mod.ts";
+export {
+  cleanupContainers,
+  cleanupLedger,
+  createRuntime,
+  Ledger,
+  liveEntries,
+  recordSandbox,
+  registerCleaner,
+  SandboxLimits,
+  WarmPool,
+} from "./runtimes/mod.ts";
+export type {
+  Cleaner,
+  LedgerEntry,
+  LiveSandbox,
+  SandboxLimit,
+  SandboxSource,
+} from "./runtimes/mod.ts";
+export { limitModelConnections, Semaphore } from "./lib/limits.ts";
 export type { RunOptions, RunResult, Runtime, RuntimeCapabilities, RuntimeSpec } from "./runtimes/mod.ts";

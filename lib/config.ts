@@ -63,6 +63,8 @@ export const EvalConfig = z.strictObject({
   reload: z.boolean().optional(),
   /** The lock file pinning remote modules; default vf.lock beside the config (or in the cwd). */
   lock_file: z.string().optional(),
+  /** Sandbox and model-connection limits (`[limits]`). */
+  limits: z.lazy(() => LimitsSection).optional(),
   /** Run rollouts on this env server (`vf serve`) instead of loading the environment here. */
   server: z.string().optional(),
 });
@@ -155,6 +157,27 @@ export const RuntimeTable = z.strictObject({
   workdir: z.string().optional(),
   network: z.boolean().optional(),
   env: z.record(z.string(), z.string()).optional(),
+  /** Started agent sandboxes kept ready per sandbox shape (grading sandboxes are always fresh). */
+  warm_pool: z.number().int().min(0).optional(),
+});
+
+const SandboxLimitTable = z.strictObject({
+  /** Sandboxes alive at once. */
+  max_sandboxes: z.number().int().min(1).optional(),
+  /** Sandbox creations per second. */
+  sandbox_create_rate: z.number().positive().optional(),
+  /** Creations allowed back to back before the rate applies (default 1). */
+  sandbox_create_burst: z.number().int().min(1).optional(),
+});
+
+/**
+ * The `[limits]` table: sandbox limits for every runtime type (overridable per type in
+ * `[limits.runtime.<type>]`) and, separately, the model-connection limit.
+ */
+export const LimitsSection = SandboxLimitTable.extend({
+  /** Model requests in flight at once. */
+  max_model_connections: z.number().int().min(1).optional(),
+  runtime: z.record(z.string(), SandboxLimitTable).optional(),
 });
 
 /** The `[env]` table of a taskset run (the seed's TOML shape). */

@@ -452,3 +452,22 @@ Deno.test("an idle stream gets heartbeat lines, which ServerEnvironment skips", 
   const { outputs } = await evaluate(served, clientFor(model), "m", { numExamples: 1 });
   assert.equal(outputs[0].reward, 1);
 });
+
+Deno.test("streamRollouts() yields groups as they finish; leaving early cancels the rest", async () => {
+  await using model = await startModelServer({
+    responder: (req) => (lastUserText(req) === "q0" ? { content: "a0" } : { hang: true }),
+  });
+  const env = makeEnv();
+  await using server = await startEnvServer(env);
+  const served = await ServerEnvironment.connect(server.url);
+  const config = { base_url: model.url, api_key: "k" };
+  const seen: number[] = [];
+  for await (const group of served.streamRollouts(await inputsFor(env, 3, 2), config, "m")) {
+    seen.push(group.example_id);
+    assert.equal(group.outputs.length, 2);
+    await eventually(() => model.inFlight === 4, "the other groups' model requests");
+    break;
+  }
+  assert.deepEqual(seen, [0]);
+  await eventually(() => model.inFlight === 0 && server.inFlight === 0, "the rest to be cancelled");
+});

@@ -6,7 +6,14 @@
  */
 import process from "node:process";
 import { posix } from "node:path";
-import { SandboxFileNotFoundError } from "../runtimes/errors.ts";
+import {
+  SandboxFileNotFoundError,
+  SandboxFileTooLargeError,
+  SandboxImageError,
+  SandboxUnavailableError,
+  SandboxUnsupportedError,
+} from "../runtimes/errors.ts";
+import type { SandboxSource } from "../runtimes/pool.ts";
 import { createRuntime, type Runtime, type RuntimeSpec } from "../runtimes/runtime.ts";
 import { packTar, readTar, type TarEntry } from "../runtimes/_tar.ts";
 import type { ChatClient } from "./client.ts";
@@ -43,6 +50,17 @@ export interface AgentPolicy {
   scoring?: ScoringConfig;
   maxTurns?: number;
   toolTimeoutSeconds?: number;
+  /**
+   * Where sandboxes come from (sandbox limits, a warm pool for agent sandboxes); default:
+   * created and started here. Grading sandboxes are requested with `role: "grader"` and are
+   * always fresh.
+   */
+  sandboxes?: SandboxSource;
+  /**
+   * Fresh sandboxes tried after the agent sandbox fails to be created, reached or made ready
+   * (a `SandboxError` during setup); default 2.
+   */
+  infraRetries?: number;
 }
 
 /** One rollout's trace, one line of `traces.jsonl`. */
@@ -56,7 +74,8 @@ export interface TaskTrace {
   rollout_index: number;
   model: string;
   harness: string;
-  runtime: { type: string; image?: string };
+  /** `attempts`: agent sandboxes tried (infrastructure failures retry in a fresh one). */
+  runtime: { type: string; image?: string; attempts?: number };
   scoring: { mode: "shared" | "isolated"; attempts: number };
   messages: Messages;
   model_calls: ModelCallRecord[];
@@ -66,7 +85,8 @@ export interface TaskTrace {
   rewards: Record<string, number>;
   metrics: Record<string, number>;
   ok: boolean;
-  error: (SerializedError & { phase: string }) | null;
+  /** `infra`: the failure was infrastructure (sandbox, engine), not the agent's or the task's. */
+  error: (SerializedError & { phase: string; infra?: boolean }) | null;
   usage: { input_tokens: number; output_tokens: number };
   timing: Record<string, number>;
   info: Record<string, unknown>;
@@ -331,7 +351,7 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
     }
   };
   const t0 = performance.now();
-  let agent: Runtime | null = null;
+  let agent = null as Runtime | null;
   try {
     const agentSpec = await inPhase("config", async () => {
       const spec = resolveRuntimeSpec(policy.runtime, task, "agent");
@@ -346,7 +366,6 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
       }
       return spec;
     });
-    agent = createRuntime(agentSpec, { runId: options.runId, task: task.key });
     const ctx = (runtime: Runtime, s?: AbortSignal): TaskHookContext => ({
       runtime,
       task,
@@ -354,14 +373,40 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
       trace: view,
       signal: s,
     });
+    const retries = policy.infraRetries ?? 2;
     await inPhase("setup", () =>
-      timed("setup", () =>
-        phase("setup", data.timeout?.setup, signal, async (s) => {
-          await agent!.start({ signal: s });
-          await task.setup(ctx(agent!, s));
-          if (data.agent_user) await grantAgentUser(agent!, task, data.agent_user);
-        })
-      ));
+      timed("setup", async () => {
+        for (let attempt = 0;; attempt++) {
+          trace.runtime.attempts = attempt + 1;
+          let ready = false;
+          try {
+            await phase("setup", data.timeout?.setup, signal, async (s) => {
+              const t1 = performance.now();
+              await startSandbox(policy, agentSpec, "agent", options, s, (rt) => (agent = rt));
+              ready = true;
+              timing.sandbox_ms = Math.round(performance.now() - t1);
+              await task.setup(ctx(agent!, s));
+              if (data.agent_user) await grantAgentUser(agent!, task, data.agent_user);
+            });
+            return;
+          } catch (raw) {
+            let error = raw;
+            if (!ready && raw instanceof TaskError && /timed out/.test(raw.message)) {
+              error = new SandboxUnavailableError(
+                `The agent sandbox did not become ready within the setup timeout ` +
+                  `(${data.timeout?.setup}s)`,
+                { cause: raw },
+              );
+            }
+            const stale = agent;
+            agent = null;
+            await stale?.stop().catch(() => {});
+            if (signal?.aborted || attempt >= retries || !isSandboxInfra(error)) throw error;
+            // Back off before asking the backend again: 0.25 s, 0.5 s, 1 s, ... (max 5 s).
+            await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * 2 ** attempt)));
+          }
+        }
+      }));
     await inPhase("agent", () =>
       timed("agent", () =>
         phase("agent", data.timeout?.agent, signal, (s) =>
@@ -395,7 +440,7 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
     } else {
       const artifacts = await inPhase("artifacts", () => timed("artifacts", () => collectArtifacts(agent!, task)));
       view.artifacts = artifacts;
-      await agent.stop();
+      await agent!.stop();
       agent = null;
       const graderConfig: RuntimeConfig = { ...policy.runtime, ...(scoring.runtime ?? {}) };
       const scoringEnv: Record<string, string> = {};
@@ -431,12 +476,51 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
     const error = raw instanceof PhaseError ? raw.error : raw;
     if (signal?.aborted) throw signal.reason; // interrupted: not a result, nothing to record
     trace.error = { ...serializeError(error), phase: phaseName };
+    if (error instanceof InfraError) trace.error.infra = true;
     trace.stop_condition ??= recorder.stop_condition ?? "has_error";
   } finally {
     if (agent) await agent.stop().catch(() => {});
     timing.total_ms = Math.round(performance.now() - t0);
   }
   return trace;
+}
+
+/** Sandbox failures worth a fresh sandbox: it could not be created, reached or made ready. */
+function isSandboxInfra(error: unknown): boolean {
+  return error instanceof SandboxError && !(
+    error instanceof SandboxFileNotFoundError || error instanceof SandboxFileTooLargeError ||
+    error instanceof SandboxImageError || error instanceof SandboxUnsupportedError
+  );
+}
+
+/**
+ * A started sandbox from the policy's source, else created and started here. `hold` gets it
+ * as soon as the caller may use it, so the caller stops it whatever happens next; one that
+ * arrives after the phase ended is stopped here.
+ */
+async function startSandbox(
+  policy: AgentPolicy,
+  spec: RuntimeSpec,
+  role: "agent" | "grader",
+  options: TaskRolloutOptions,
+  signal: AbortSignal,
+  hold: (runtime: Runtime) => void,
+): Promise<Runtime> {
+  const labels = { runId: options.runId, task: options.task.key };
+  if (!policy.sandboxes) {
+    const runtime = createRuntime(spec, labels);
+    hold(runtime);
+    await runtime.start({ signal });
+    return runtime;
+  }
+  const runtime = await policy.sandboxes.acquire(spec, { ...labels, role, signal });
+  if (signal.aborted) {
+    // The phase is over (timeout, interrupt): nobody will use or stop this one.
+    await runtime.stop().catch(() => {});
+    throw signal.reason;
+  }
+  hold(runtime);
+  return runtime;
 }
 
 async function gradeIsolated(
@@ -452,13 +536,13 @@ async function gradeIsolated(
   let last: unknown;
   for (let attempt = 0; attempt <= retries; attempt++) {
     trace.scoring.attempts = attempt + 1;
-    const grader = createRuntime(spec, { runId: options.runId, task: task.key });
+    let grader = null as Runtime | null;
     try {
       return await phase("scoring", task.data.timeout?.scoring, signal, async (s) => {
-        const ctx: TaskHookContext = { runtime: grader, task, data: task.data, trace: view, signal: s };
-        await grader.start({ signal: s });
+        await startSandbox(options.policy, spec, "grader", options, s, (rt) => (grader = rt));
+        const ctx: TaskHookContext = { runtime: grader!, task, data: task.data, trace: view, signal: s };
         await task.setup(ctx);
-        await restoreArtifacts(grader, artifacts);
+        await restoreArtifacts(grader!, artifacts);
         await task.stageVerifier(ctx);
         return await task.score(ctx);
       });
@@ -466,7 +550,7 @@ async function gradeIsolated(
       if (signal?.aborted) throw error;
       last = error;
     } finally {
-      await grader.stop().catch(() => {});
+      await grader?.stop().catch(() => {});
     }
   }
   throw new InfraError(

@@ -66,6 +66,8 @@ export interface TaskRunSummary {
   rollouts_per_task: number;
   num_rollouts: number;
   num_errors: number;
+  /** Rollouts lost to infrastructure (sandbox, engine) after retries; not in `avg_reward`. */
+  num_infra_errors: number;
   avg_reward: number;
   avg_rewards: Record<string, number>;
   avg_metrics: Record<string, number>;
@@ -160,7 +162,9 @@ export function summarizeTraces(
     ...base,
     num_rollouts: traces.length,
     num_errors: traces.filter((t) => t.error).length,
-    avg_reward: mean(traces.map((t) => t.reward ?? 0)),
+    num_infra_errors: traces.filter((t) => t.error?.infra).length,
+    // Infrastructure failures are not the model's: left out of the average, never scored 0.
+    avg_reward: mean(traces.filter((t) => !t.error?.infra).map((t) => t.reward ?? 0)),
     avg_rewards: keyed((t) => t.rewards),
     avg_metrics: keyed((t) => t.metrics),
     pass_at_k: passAt,

@@ -1,7 +1,8 @@
 /**
- * Host-key verification against an OpenSSH known_hosts file: plain and hashed (`|1|`)
- * host names, `[host]:port` for ports other than 22, `*`/`?` patterns and `!` negation,
- * and `@revoked` keys. `@cert-authority` lines are ignored (certificates are not supported).
+ * Host-key verification against an OpenSSH known_hosts file, shared by the SSH runtime and
+ * the Docker-over-SSH dialer: plain and hashed (`|1|`) host names, `[host]:port` for ports
+ * other than 22, `*`/`?` patterns and `!` negation, and `@revoked` keys. `@cert-authority`
+ * lines are ignored (host certificates are not supported).
  * @module
  */
 
@@ -147,4 +148,94 @@ export function hostKeyAlgorithms(knownTypes: string[]): string[] {
     else out.push(type);
   }
   return [...new Set(out)];
+}
+
+/** `yes`: only keys already in known_hosts; `accept-new`: record unknown hosts' keys; `no`: no checking. */
+export type HostKeyChecking = "yes" | "accept-new" | "no";
+
+/** Checks the key a server offers; {@linkcode hostKeyVerifier} makes one. */
+export interface HostKeyVerifier {
+  /** ssh2's `hostVerifier`: calls `done(true)` to accept the key. */
+  verify(key: Uint8Array, done: (ok: boolean) => void): void;
+  /** Why the last key was refused (a sentence with the remedy), if it was. */
+  rejection(): string | undefined;
+}
+
+/**
+ * A host-key verifier for ssh2's `hostVerifier` option.
+ * @param options.knownHostsFile the known_hosts file
+ * @param options.checking default `yes`
+ * @param options.acceptNewHint how the caller enables `accept-new`, for the message about
+ *   an unknown host (default "set host key checking to accept-new")
+ */
+export function hostKeyVerifier(
+  host: string,
+  port: number,
+  options: { knownHostsFile: string; checking?: HostKeyChecking; acceptNewHint?: string },
+): HostKeyVerifier {
+  const { knownHostsFile: file } = options;
+  const checking = options.checking ?? "yes";
+  const hint = options.acceptNewHint ?? "set host key checking to accept-new";
+  const where = knownHostsName(host, port);
+  let refused: string | undefined;
+  return {
+    rejection: () => refused,
+    verify(key, done) {
+      refused = undefined;
+      if (checking === "no") return done(true);
+      const offered = `${keyTypeOf(key)} ${fingerprint(key)}`;
+      (async () => {
+        let text: string;
+        try {
+          text = await readKnownHosts(file);
+        } catch (error) {
+          refused = `cannot read known_hosts "${file}": ${error}`;
+          return false;
+        }
+        const check = checkHostKey(text, host, port, key);
+        switch (check.status) {
+          case "known":
+            return true;
+          case "revoked":
+            refused = `the host key of "${where}" (${offered}) is marked @revoked in ` +
+              `"${file}" line ${check.line}; refusing to connect`;
+            return false;
+          case "mismatch":
+            refused = `the host key of "${where}" (${offered}) does not match known_hosts ` +
+              `"${file}"${check.line ? ` line ${check.line}` : ""} (someone may be ` +
+              `intercepting the connection); if the host was reinstalled, remove the old entry ` +
+              `with ssh-keygen -R "${where}" -f "${file}"`;
+            return false;
+          default:
+            if (checking === "accept-new") {
+              try {
+                await addKnownHost(file, host, port, key);
+              } catch (error) {
+                refused = `cannot record the host key of "${where}" in "${file}": ${error}`;
+                return false;
+              }
+              return true;
+            }
+            refused = `the host key of "${where}" (${offered}) is not in known_hosts ` +
+              `"${file}"; check the fingerprint, then add it (ssh-keyscan -p ${port} ${host} ` +
+              `>> "${file}") or ${hint}`;
+            return false;
+        }
+      })().then(done, (error) => {
+        refused = `cannot check the host key of "${where}": ${error}`;
+        done(false);
+      });
+    },
+  };
+}
+
+/** ssh2 `algorithms.serverHostKey` for a host known_hosts already has keys for, else undefined. */
+export async function knownHostKeyAlgorithms(
+  file: string,
+  host: string,
+  port: number,
+): Promise<string[] | undefined> {
+  const text = await readKnownHosts(file).catch(() => "");
+  const check = checkHostKey(text, host, port, new Uint8Array(0));
+  return check.knownTypes.length ? hostKeyAlgorithms(check.knownTypes) : undefined;
 }

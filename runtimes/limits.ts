@@ -310,3 +310,36 @@ export class LimitedRuntime implements Runtime {
     return this.stop();
   }
 }
+
+/** The sandbox part of a `[limits]` table (snake_case, as in TOML). */
+export interface SandboxLimitsConfig {
+  max_sandboxes?: number;
+  sandbox_create_rate?: number;
+  sandbox_create_burst?: number;
+  /** Per runtime type overrides (`[limits.runtime.docker]`). */
+  runtime?: Record<
+    string,
+    { max_sandboxes?: number; sandbox_create_rate?: number; sandbox_create_burst?: number }
+  >;
+}
+
+/** {@linkcode SandboxLimits} from a `[limits]` table; undefined when it sets no sandbox limit. */
+export function sandboxLimitsFromConfig(
+  config: SandboxLimitsConfig | undefined,
+): SandboxLimits | undefined {
+  if (!config) return undefined;
+  const toLimit = (t: Omit<SandboxLimitsConfig, "runtime">): SandboxLimit => {
+    const limit: SandboxLimit = {};
+    if (t.max_sandboxes !== undefined) limit.maxLive = t.max_sandboxes;
+    if (t.sandbox_create_rate !== undefined) limit.createRate = t.sandbox_create_rate;
+    if (t.sandbox_create_burst !== undefined) limit.createBurst = t.sandbox_create_burst;
+    return limit;
+  };
+  const defaults = toLimit(config);
+  const perType = Object.fromEntries(
+    Object.entries(config.runtime ?? {}).map(([type, t]) => [type, toLimit(t)]),
+  );
+  const any = Object.keys(defaults).length > 0 ||
+    Object.values(perType).some((l) => Object.keys(l).length > 0);
+  return any ? new SandboxLimits(defaults, perType) : undefined;
+}

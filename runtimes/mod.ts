@@ -41,8 +41,48 @@ export { liveRuntimes, setAppHandlesSignals, stopAllRuntimes } from "./registry.
 export {
   cleanupContainers,
   type CleanupFilter,
+  cleanupDockerLedger,
   DockerEngine,
   DockerRuntime,
   type DockerRuntimeOptions,
 } from "./docker/mod.ts";
+export type { DockerEngineOptions } from "./docker/engine_api.ts";
+export type { SshDialOptions } from "./docker/ssh_dial.ts";
 export { scrubbedEnv, SubprocessRuntime } from "./subprocess.ts";
+export {
+  type Cleaner,
+  type CleanerResult,
+  cleanupLedger,
+  defaultLedger,
+  Ledger,
+  type LedgerCleanupReport,
+  type LedgerEntry,
+  type LedgerFilter,
+  liveEntries,
+  type LiveSandbox,
+  recordSandbox,
+  registerCleaner,
+  setDefaultLedger,
+} from "./ledger.ts";
+export {
+  LimitedRuntime,
+  type SandboxLimit,
+  SandboxLimiter,
+  SandboxLimits,
+  sandboxLimitsFromConfig,
+  TokenBucket,
+} from "./limits.ts";
+export {
+  type AcquireOptions,
+  poolKey,
+  type SandboxSource,
+  WarmPool,
+  type WarmPoolOptions,
+  type WarmPoolStats,
+} from "./pool.ts";
+export {
+  checkKnownHosts,
+  type HostKeyChecking,
+  hostKeyVerifier,
+  knownHostsLine,
+} from "./_known_hosts.ts";

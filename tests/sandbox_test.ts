@@ -672,7 +672,7 @@ Deno.test("--trust is the explicit opt-out: a URL environment then runs in-proce
   );
 });
 
-Deno.test("--sandbox runs a local environment under the permission system: it reads its own folder but nothing outside it", async () => {
+Deno.test("--sandbox runs a local environment (or a built-in id) under the permission system: it reads its own folder but nothing outside it", async () => {
   await using w = await workdir();
   await using model = await modelServer(halfRightModel);
   await Deno.mkdir(join(w.path, "packages"));
@@ -708,9 +708,10 @@ export function loadEnvironment() {
 `,
   });
 
-  const [sandboxed, inProcess] = await Promise.all([
+  const [sandboxed, inProcess, builtin] = await Promise.all([
     w.cli(evalArgs(pkg, model, "-n", "4", "-r", "1", "--sandbox"), {}, "sandboxed.lock"),
     w.cli(evalArgs(pkg, model, "-n", "4", "-r", "1"), {}, "in-process.lock"),
+    w.cli(evalArgs("reverse-text", model, "-n", "1", "-r", "1", "--sandbox"), {}, "builtin.lock"),
   ]);
   const byPath = (rows: Json[]): Record<string, Json> =>
     Object.fromEntries(rows.map((r) => [r.info.path, r]));
@@ -722,6 +723,9 @@ export function loadEnvironment() {
     assert.equal(row.info.content, undefined, JSON.stringify(row));
     assert.match(row.error.message, /^Permission denied: .*read access to /, JSON.stringify(row));
   }
+  // A built-in id runs sandboxed from vf's environments/ folder.
+  const [reversed] = await evalRows(builtin);
+  assert.equal(reversed.error ?? null, null, JSON.stringify(reversed));
   // The same package in-process (no --sandbox) is trusted and reads all of them.
   for (const row of Object.values(byPath(await evalRows(inProcess)))) {
     assert.equal(row.error ?? null, null, JSON.stringify(row));

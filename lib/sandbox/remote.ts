@@ -97,6 +97,11 @@ async function declaredPermissions(spec: string): Promise<SandboxPermissions> {
 /** The module URL of a spec: URLs as given; a local file or folder (folder → its mod.ts). */
 function localModuleUrl(spec: string): string {
   if (isUrl(spec)) return spec;
+  if (/^[\w-]+$/.test(spec)) {
+    // A built-in id: its module in vf's environments/ folder.
+    const builtin = new URL(`../../environments/${spec.replaceAll("-", "_")}/mod.ts`, import.meta.url);
+    if (existsSync(builtin)) return builtin.href;
+  }
   let path = spec.startsWith("file:") ? fileURLToPath(spec) : resolve(spec);
   if (existsSync(path) && statSync(path).isDirectory()) path = join(path, "mod.ts");
   if (!existsSync(path)) throw new ConfigError(`Environment path "${spec}" does not exist`);
@@ -114,6 +119,24 @@ async function unpin(lockFile: string, origin: string): Promise<void> {
   const lock = JSON.parse(await readFile(lockFile, "utf8"));
   for (const key of Object.keys(lock.remote ?? {})) if (key.startsWith(origin)) delete lock.remote[key];
   await writeFile(lockFile, JSON.stringify(lock, null, 2) + "\n");
+}
+
+/**
+ * The host's entry file. From source it is `host.ts` beside this module; a compiled binary
+ * has no source files, so it writes the embedded copy into the cache first.
+ */
+async function hostEntry(cacheRoot: string): Promise<string> {
+  const here = new URL("./host.ts", import.meta.url);
+  if (here.protocol === "file:" && existsSync(fileURLToPath(here))) return fileURLToPath(here);
+  const { HOST_SOURCE } = await import("./_host_source.ts");
+  const digest = createHash("sha256").update(JSON.stringify(HOST_SOURCE)).digest("hex").slice(0, 12);
+  const dir = join(cacheRoot, `host-${digest}`);
+  await mkdir(dir, { recursive: true });
+  for (const [name, text] of Object.entries(HOST_SOURCE)) {
+    const path = join(dir, name);
+    if (!existsSync(path)) await writeFile(path, text);
+  }
+  return join(dir, "host.ts");
 }
 
 /** A running sandbox host. */
@@ -239,7 +262,7 @@ export async function startSandboxHost(
   }
   const origin = isUrl(url) ? new URL(url).origin : null;
   const importHosts = [...(origin ? [hostPort(url)] : []), ...perms.allowImport];
-  const hostPath = fileURLToPath(new URL("./host.ts", import.meta.url));
+  const hostPath = await hostEntry(cacheRoot);
 
   const launch = async (reloadOrigin: boolean) => {
     const args = [

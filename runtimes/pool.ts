@@ -1,0 +1,285 @@
+/**
+ * Where a rollout's sandboxes come from: {@linkcode WarmPool} keeps `size` started sandboxes
+ * ready per sandbox shape (the runtime spec without its labels: type, image, cpu, memory,
+ * network, env, workdir, ...), so a rollout's first command is an exec, not a container
+ * start. Each sandbox is used once: acquiring one takes it out of the pool and starts a
+ * replacement in the background, within the sandbox limits (refills wait behind normal
+ * requests for a slot). Pooled sandboxes carry the label `vf.pool=1` and the run id like
+ * every other, so they are counted, recorded in the ledger and cleaned the same way.
+ *
+ * Grading sandboxes never come from the pool: `acquire(spec, { role: "grader" })` always
+ * starts a fresh one. With `size: 0` the pool only applies the limits.
+ * @module
+ */
+
+import { SandboxStateError } from "./errors.ts";
+import type { SandboxLimits } from "./limits.ts";
+import { createRuntime, type Runtime, type RuntimeSpec } from "./runtime.ts";
+
+/** Options of {@linkcode SandboxSource.acquire}. */
+export interface AcquireOptions {
+  /** Run id label of a fresh sandbox. */
+  runId?: string;
+  /** Task label of a fresh sandbox (pooled ones are started before their task is known). */
+  task?: string;
+  /** `grader` sandboxes are always fresh. Default `agent`. */
+  role?: "agent" | "grader";
+  signal?: AbortSignal;
+}
+
+/** A supplier of started sandboxes (what `AgentPolicy.sandboxes` takes). */
+export interface SandboxSource {
+  /** A started runtime for `spec`; the caller stops it. */
+  acquire(spec: RuntimeSpec, options?: AcquireOptions): Promise<Runtime>;
+  /** Stops what the source still holds. */
+  close(): Promise<void>;
+}
+
+/** Builds a runtime (not started); default `createRuntime`. */
+export type RuntimeFactory = (
+  spec: RuntimeSpec,
+  options: { runId?: string; task?: string },
+) => Runtime;
+
+/** Options of {@linkcode WarmPool}. */
+export interface WarmPoolOptions {
+  /** Started sandboxes kept ready per sandbox shape; default 0 (no pooling). */
+  size?: number;
+  /** Run id label of pooled sandboxes. */
+  runId?: string;
+  /** Live-count and creation-rate limits applied to every sandbox, pooled or fresh. */
+  limits?: SandboxLimits;
+  /** Default `createRuntime`. */
+  create?: RuntimeFactory;
+}
+
+/** Counters of a pool's use. */
+export interface WarmPoolStats {
+  /** Acquires served by a sandbox that was already started. */
+  hits: number;
+  /** Agent acquires that had to start a sandbox (pool empty or not yet filled). */
+  misses: number;
+  /** Grading (never pooled) acquires. */
+  fresh: number;
+  /** Pooled starts that failed. */
+  failures: number;
+  /** Sandboxes ready now, over all shapes. */
+  ready: number;
+  /** Pooled starts in flight. */
+  starting: number;
+}
+
+interface Waiter {
+  resolve: (runtime: Runtime | undefined) => void;
+}
+
+interface Bucket {
+  key: string;
+  spec: RuntimeSpec;
+  ready: Runtime[];
+  starting: number;
+  inflight: Set<Promise<void>>;
+  waiters: Waiter[];
+  failures: number;
+  retryAt: number;
+}
+
+function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
+  if (value && typeof value === "object") {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/** The pool key of a spec: canonical JSON of everything but its labels. */
+export function poolKey(spec: RuntimeSpec): string {
+  const { labels: _labels, ...shape } = spec as RuntimeSpec & { labels?: unknown };
+  return canonical(shape);
+}
+
+/** Keeps started sandboxes ready per sandbox shape. */
+export class WarmPool implements SandboxSource {
+  readonly size: number;
+  readonly #options: WarmPoolOptions;
+  readonly #create: RuntimeFactory;
+  readonly #buckets = new Map<string, Bucket>();
+  #closed = false;
+  #hits = 0;
+  #misses = 0;
+  #fresh = 0;
+  #failures = 0;
+
+  constructor(options: WarmPoolOptions = {}) {
+    this.size = Math.max(0, Math.floor(options.size ?? 0));
+    this.#options = options;
+    this.#create = options.create ?? ((spec, o) => createRuntime(spec, o));
+  }
+
+  /** Use counters. */
+  get stats(): WarmPoolStats {
+    let ready = 0;
+    let starting = 0;
+    for (const b of this.#buckets.values()) {
+      ready += b.ready.length;
+      starting += b.starting;
+    }
+    return {
+      hits: this.#hits,
+      misses: this.#misses,
+      fresh: this.#fresh,
+      failures: this.#failures,
+      ready,
+      starting,
+    };
+  }
+
+  #wrap(runtime: Runtime, priority: "normal" | "low"): Runtime {
+    return this.#options.limits ? this.#options.limits.wrap(runtime, { priority }) : runtime;
+  }
+
+  /** Starts a sandbox now (outside the pool). */
+  async #startFresh(spec: RuntimeSpec, options: AcquireOptions): Promise<Runtime> {
+    const limiter = this.#options.limits?.for(spec.type);
+    if (limiter && !limiter.hasFreeSlot) await this.#evictIdle(spec.type, poolKey(spec));
+    const runtime = this.#wrap(
+      this.#create(spec, { runId: options.runId ?? this.#options.runId, task: options.task }),
+      "normal",
+    );
+    await runtime.start({ signal: options.signal });
+    return runtime;
+  }
+
+  /** Frees a slot held by an idle pooled sandbox of another shape (they would never be used). */
+  async #evictIdle(type: string, exceptKey: string): Promise<void> {
+    for (const bucket of this.#buckets.values()) {
+      if (bucket.key === exceptKey || bucket.spec.type !== type) continue;
+      const idle = bucket.ready.shift();
+      if (idle) {
+        await idle.stop().catch(() => {});
+        return;
+      }
+    }
+  }
+
+  #bucket(spec: RuntimeSpec): Bucket {
+    const key = poolKey(spec);
+    let bucket = this.#buckets.get(key);
+    if (!bucket) {
+      const labels = { ...(spec as { labels?: Record<string, string> }).labels, "vf.pool": "1" };
+      const pooled = (spec.type === "docker" || "labels" in spec)
+        ? { ...spec, labels } as RuntimeSpec
+        : spec;
+      bucket = {
+        key,
+        spec: pooled,
+        ready: [],
+        starting: 0,
+        inflight: new Set(),
+        waiters: [],
+        failures: 0,
+        retryAt: 0,
+      };
+      this.#buckets.set(key, bucket);
+    }
+    return bucket;
+  }
+
+  /** Starts pooled sandboxes until `size` are ready or starting. */
+  #refill(bucket: Bucket): void {
+    if (this.#closed || this.size === 0) return;
+    const wait = bucket.retryAt - Date.now();
+    if (wait > 0) {
+      setTimeout(() => this.#refill(bucket), wait).unref?.();
+      return;
+    }
+    while (bucket.ready.length + bucket.starting < this.size) {
+      bucket.starting++;
+      const runtime = this.#wrap(this.#create(bucket.spec, { runId: this.#options.runId }), "low");
+      const started = runtime.start().then(
+        () => {
+          bucket.starting--;
+          bucket.failures = 0;
+          if (this.#closed) return runtime.stop().catch(() => {});
+          const waiter = bucket.waiters.shift();
+          if (waiter) {
+            this.#hits++;
+            waiter.resolve(runtime);
+            this.#refill(bucket);
+          } else bucket.ready.push(runtime);
+        },
+        () => {
+          bucket.starting--;
+          bucket.failures++;
+          this.#failures++;
+          // Back off so an unreachable backend is not hammered by refills.
+          bucket.retryAt = Date.now() + Math.min(30_000, 500 * 2 ** (bucket.failures - 1));
+          bucket.waiters.shift()?.resolve(undefined);
+        },
+      ).finally(() => bucket.inflight.delete(started));
+      bucket.inflight.add(started);
+    }
+  }
+
+  /**
+   * A started sandbox for `spec`: a pooled one when ready, else one being started for the
+   * pool, else a fresh one. Grading sandboxes are always fresh.
+   */
+  async acquire(spec: RuntimeSpec, options: AcquireOptions = {}): Promise<Runtime> {
+    if (this.#closed) throw new SandboxStateError("The warm pool is closed");
+    options.signal?.throwIfAborted();
+    if (options.role === "grader" || this.size === 0) {
+      if (options.role === "grader") this.#fresh++;
+      else this.#misses++;
+      return await this.#startFresh(spec, options);
+    }
+    const bucket = this.#bucket(spec);
+    const ready = bucket.ready.shift();
+    if (ready) {
+      this.#hits++;
+      this.#refill(bucket);
+      return ready;
+    }
+    this.#refill(bucket);
+    if (bucket.starting > bucket.waiters.length) {
+      const runtime = await new Promise<Runtime | undefined>((resolve, reject) => {
+        const waiter: Waiter = { resolve };
+        bucket.waiters.push(waiter);
+        options.signal?.addEventListener("abort", () => {
+          const i = bucket.waiters.indexOf(waiter);
+          if (i >= 0) bucket.waiters.splice(i, 1);
+          reject(options.signal!.reason);
+        }, { once: true });
+      });
+      if (runtime) return runtime;
+    }
+    this.#misses++;
+    return await this.#startFresh(spec, options);
+  }
+
+  /** Fills the pool for `spec` and waits until its sandboxes are started (or failed). */
+  async prewarm(spec: RuntimeSpec): Promise<void> {
+    const bucket = this.#bucket(spec);
+    this.#refill(bucket);
+    await Promise.allSettled([...bucket.inflight]);
+  }
+
+  /** Stops every pooled sandbox, including those still starting. Idempotent. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    const stops: Promise<unknown>[] = [];
+    for (const bucket of this.#buckets.values()) {
+      for (const waiter of bucket.waiters.splice(0)) waiter.resolve(undefined);
+      for (const runtime of bucket.ready.splice(0)) stops.push(runtime.stop().catch(() => {}));
+      stops.push(...bucket.inflight);
+    }
+    await Promise.allSettled(stops);
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}

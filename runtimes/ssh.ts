@@ -1,0 +1,1086 @@
+/**
+ * The SSH runtime: any host reachable over SSH (a VM, an HPC login node) as a sandbox.
+ * Commands run as execs and files move through SFTP, over one connection per host and
+ * identity shared by every runtime of this process (reconnected when it drops).
+ *
+ * Isolation: a shared SSH host is not a sandbox. Commands run as the login user next to
+ * everything else on the host, so `capabilities.isolation` is false unless the spec says
+ * the host is dedicated to this rollout (`dedicated: true`, e.g. a VM created for it).
+ * `capabilities.users` is true when commands can switch users: `runuser` when the login is
+ * root, else passwordless `sudo -n`. The runtime never controls the network.
+ *
+ * Workspace: by default each runtime creates a fresh `/tmp/vf-<hex>` on start and removes it
+ * on stop; a `workdir` given in the spec is created when missing and left in place.
+ *
+ * Host keys are checked against `knownHostsPath` (default `~/.ssh/known_hosts`); an unknown
+ * host is refused with its fingerprint unless `trustOnFirstUse` is set, which records it.
+ * @module
+ */
+
+import { Buffer } from "node:buffer";
+import { createHash } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { homedir, userInfo } from "node:os";
+import { join, posix } from "node:path";
+import process from "node:process";
+import { CommandTimeoutError } from "../lib/errors.ts";
+import { hostKeyVerifier, knownHostKeyAlgorithms } from "./_known_hosts.ts";
+import { decodeChunks, describeArgv, randomHex, resolveSandboxPath, toBytes, within } from "./_util.ts";
+import {
+  SandboxError,
+  SandboxFileNotFoundError,
+  SandboxFileTooLargeError,
+  SandboxStateError,
+  SandboxUnavailableError,
+  SandboxUnsupportedError,
+} from "./errors.ts";
+import { trackRuntime, untrackRuntime } from "./registry.ts";
+import type { RunOptions, RunResult, Runtime, RuntimeCapabilities } from "./runtime.ts";
+
+/** A host reached over SSH. */
+export interface SshRuntimeSpec {
+  type: "ssh";
+  /** Host name or address. */
+  host: string;
+  /** Default 22. */
+  port?: number;
+  /** Login user; default the local user name. */
+  user?: string;
+  /** Private key file (unencrypted; use the agent for encrypted keys). */
+  privateKeyPath?: string;
+  /** Authenticate through the agent at `SSH_AUTH_SOCK`. */
+  agent?: boolean;
+  /** known_hosts file; default `~/.ssh/known_hosts`. */
+  knownHostsPath?: string;
+  /** Accept and record the key of a host known_hosts does not know yet; default false. */
+  trustOnFirstUse?: boolean;
+  /** Working directory; default a fresh `/tmp/vf-<hex>` per runtime, removed on stop. */
+  workdir?: string;
+  /** Environment of every command. */
+  env?: Record<string, string>;
+  /** The host is used by this runtime alone (e.g. a VM made for it); sets `capabilities.isolation`. */
+  dedicated?: boolean;
+  /** The server's `MaxSessions` (channels per connection); default 10, OpenSSH's default. */
+  maxSessions?: number;
+  /** Give up connecting after this long; default 20 s. */
+  connectTimeoutMs?: number;
+}
+
+/** Options of {@linkcode SshRuntime}'s constructor besides the spec. */
+export interface SshRuntimeOptions {
+  /** Run id (informational; SSH hosts carry no labels). */
+  runId?: string;
+  /** Task name or id (informational). */
+  task?: string;
+  /** A private key given as text instead of `privateKeyPath` (e.g. an ephemeral key). */
+  privateKey?: string;
+  /** What to call the sandbox in messages; default `SSH host "user@host:port"`. */
+  label?: string;
+}
+
+// ---- the slice of ssh2's API used here (the package ships no types) --------------------
+
+interface Ssh2Stream {
+  on(event: "data", fn: (chunk: Uint8Array) => void): this;
+  on(event: "exit", fn: (code: number | null, signal?: string) => void): this;
+  on(event: "close" | "end", fn: () => void): this;
+  on(event: "error", fn: (error: Error) => void): this;
+  stderr: { on(event: "data", fn: (chunk: Uint8Array) => void): unknown };
+  write(data: Uint8Array): boolean;
+  end(data?: Uint8Array): void;
+  close(): void;
+}
+
+interface Ssh2Stats {
+  size: number;
+  mode: number;
+  isDirectory(): boolean;
+}
+
+type SftpCallback<T = void> = (error: (Error & { code?: number }) | undefined, value: T) => void;
+
+interface Ssh2Sftp {
+  stat(path: string, cb: SftpCallback<Ssh2Stats>): void;
+  mkdir(path: string, attrs: { mode?: number }, cb: SftpCallback): void;
+  readFile(path: string, cb: SftpCallback<Uint8Array>): void;
+  writeFile(path: string, data: Uint8Array, options: { mode?: number }, cb: SftpCallback): void;
+  chmod(path: string, mode: number, cb: SftpCallback): void;
+  on(event: "close", fn: () => void): this;
+  end(): void;
+}
+
+interface Ssh2AuthAttempt {
+  type: "publickey" | "agent";
+  username: string;
+  key?: string;
+  agent?: string;
+}
+
+interface Ssh2Client {
+  on(event: "ready" | "close" | "end", fn: () => void): this;
+  on(event: "error", fn: (error: Error & { level?: string }) => void): this;
+  once(event: "ready" | "close", fn: () => void): this;
+  once(event: "error", fn: (error: Error & { level?: string }) => void): this;
+  connect(config: Record<string, unknown>): void;
+  exec(command: string, cb: (error: Error | undefined, stream: Ssh2Stream) => void): void;
+  sftp(cb: (error: Error | undefined, sftp: Ssh2Sftp) => void): void;
+  end(): void;
+  destroy(): void;
+}
+
+interface Ssh2Module {
+  Client: new () => Ssh2Client;
+  utils: {
+    parseKey(data: string | Uint8Array, passphrase?: string): unknown;
+    generateKeyPairSync(type: "ed25519"): { private: string; public: string };
+  };
+}
+
+let ssh2Module: Promise<Ssh2Module> | undefined;
+/** ssh2, loaded on first use so programs that never use SSH never load it. */
+export function loadSsh2(): Promise<Ssh2Module> {
+  return (ssh2Module ??= import("npm:ssh2@^1.17.0").then((m) =>
+    (m.default ?? m) as Ssh2Module
+  ));
+}
+
+// ---- connections ----------------------------------------------------------------------
+
+/** Where and as whom to connect. */
+interface SshTarget {
+  host: string;
+  port: number;
+  user: string;
+  privateKeyPath?: string;
+  privateKey?: string;
+  agent?: boolean;
+  knownHostsPath: string;
+  trustOnFirstUse: boolean;
+  maxSessions: number;
+  connectTimeoutMs: number;
+}
+
+const DEFAULT_KEYS = ["id_ed25519", "id_ecdsa", "id_rsa"];
+
+function hostPort(target: { host: string; port: number }): string {
+  const host = target.host.includes(":") ? `[${target.host}]` : target.host;
+  return `${host}:${target.port}`;
+}
+
+/** A counting semaphore. */
+class Slots {
+  #free: number;
+  #waiters: Array<() => void> = [];
+  constructor(count: number) {
+    this.#free = count;
+  }
+  async take(): Promise<() => void> {
+    if (this.#free > 0) this.#free--;
+    else await new Promise<void>((resolve) => this.#waiters.push(resolve));
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const next = this.#waiters.shift();
+      if (next) next();
+      else this.#free++;
+    };
+  }
+}
+
+/** A running command: its output arrives through the callbacks given to `exec`. */
+interface ExecHandle {
+  /** Settles when the channel closes: the exit code, or the signal that ended it. */
+  done: Promise<{ code: number | null; signal?: string }>;
+  /** Closes the channel without waiting (the remote process is not killed by this). */
+  close(): void;
+}
+
+/**
+ * One SSH connection (ssh2 Client) shared by every runtime with the same host, port, user
+ * and identity. It reconnects on the next use after a drop. Channels are limited to the
+ * server's MaxSessions: one for SFTP, one kept for killing timed-out commands, the rest for
+ * commands.
+ */
+export class SshConnection {
+  readonly key: string;
+  readonly target: SshTarget;
+  /** Runtimes holding this connection. */
+  refs = 0;
+  /** TCP connections made so far (1 unless it reconnected). */
+  connects = 0;
+  #client: Promise<Ssh2Client> | undefined;
+  #sftp: Promise<Ssh2Sftp> | undefined;
+  #commands: Slots;
+  #reserved = new Slots(1);
+  #closed = false;
+
+  constructor(key: string, target: SshTarget) {
+    this.key = key;
+    this.target = target;
+    this.#commands = new Slots(Math.max(1, target.maxSessions - 2));
+  }
+
+  /** `user@host:port`, for messages. */
+  get display(): string {
+    return `${this.target.user}@${hostPort(this.target)}`;
+  }
+
+  #unavailable(detail: string, cause?: unknown): SandboxUnavailableError {
+    return new SandboxUnavailableError(`Cannot use SSH host "${this.display}": ${detail}`, {
+      cause,
+    });
+  }
+
+  async #auth(): Promise<Ssh2AuthAttempt[]> {
+    const { utils } = await loadSsh2();
+    const t = this.target;
+    const attempts: Ssh2AuthAttempt[] = [];
+    const addKey = (text: string, source: string) => {
+      const parsed = utils.parseKey(text);
+      if (parsed instanceof Error) {
+        const encrypted = /encrypted|passphrase/i.test(parsed.message);
+        throw this.#unavailable(
+          encrypted
+            ? `the private key ${source} is encrypted; load it into an ssh-agent and set agent: true`
+            : `the private key ${source} cannot be parsed: ${parsed.message}`,
+          parsed,
+        );
+      }
+      attempts.push({ type: "publickey", username: t.user, key: text });
+    };
+    if (t.privateKey) addKey(t.privateKey, "given to the runtime");
+    if (t.privateKeyPath) {
+      let text: string;
+      try {
+        text = await readFile(t.privateKeyPath, "utf8");
+      } catch (error) {
+        throw this.#unavailable(
+          `cannot read privateKeyPath "${t.privateKeyPath}": ${(error as Error).message}`,
+          error,
+        );
+      }
+      addKey(text, `"${t.privateKeyPath}"`);
+    }
+    const sock = process.env.SSH_AUTH_SOCK;
+    if (t.agent) {
+      if (!sock) {
+        throw this.#unavailable("agent is true but SSH_AUTH_SOCK is not set; start ssh-agent");
+      }
+      attempts.push({ type: "agent", username: t.user, agent: sock });
+    }
+    if (!attempts.length) {
+      // Like ssh: the agent when there is one, then the default key files.
+      if (sock) attempts.push({ type: "agent", username: t.user, agent: sock });
+      for (const name of DEFAULT_KEYS) {
+        const text = await readFile(join(homedir(), ".ssh", name), "utf8").catch(() => "");
+        if (text && !(utils.parseKey(text) instanceof Error)) {
+          attempts.push({ type: "publickey", username: t.user, key: text });
+        }
+      }
+    }
+    if (!attempts.length) {
+      throw this.#unavailable(
+        "no SSH identity; set privateKeyPath, set agent: true with an ssh-agent running, or " +
+          "add ~/.ssh/id_ed25519",
+      );
+    }
+    return attempts;
+  }
+
+  /** Whether a connection is up or being made. */
+  get connected(): boolean {
+    return this.#client !== undefined;
+  }
+
+  /** The connected client, connecting (again) when needed. */
+  client(): Promise<Ssh2Client> {
+    if (this.#closed) return Promise.reject(this.#unavailable("the connection was closed"));
+    if (this.#client) return this.#client;
+    const promise: Promise<Ssh2Client> = this.#connect(() => {
+      if (this.#client !== promise) return;
+      this.#client = undefined;
+      this.#sftp = undefined;
+    });
+    this.#client = promise;
+    promise.catch(() => {
+      if (this.#client === promise) this.#client = undefined;
+    });
+    return promise;
+  }
+
+  async #connect(onGone: () => void): Promise<Ssh2Client> {
+    const { Client } = await loadSsh2();
+    const t = this.target;
+    const attempts = await this.#auth();
+    const verifier = hostKeyVerifier(t.host, t.port, {
+      knownHostsFile: t.knownHostsPath,
+      checking: t.trustOnFirstUse ? "accept-new" : "yes",
+      acceptNewHint: "set trustOnFirstUse: true in the runtime spec",
+    });
+    const serverHostKey = await knownHostKeyAlgorithms(t.knownHostsPath, t.host, t.port);
+    const client = new Client();
+    this.connects++;
+    await new Promise<void>((resolve, reject) => {
+      let settled = false;
+      client.on("close", onGone);
+      client.on("end", onGone);
+      client.once("ready", () => {
+        settled = true;
+        resolve();
+      });
+      // Always listening: ssh2 may emit more than one error, and an unheard one would throw.
+      client.on("error", (error) => {
+        onGone();
+        if (settled) return;
+        settled = true;
+        reject(this.#connectError(error, verifier.rejection(), attempts));
+      });
+      let next = 0;
+      client.connect({
+        host: t.host,
+        port: t.port,
+        username: t.user,
+        // Methods in order; ssh2 calls this again after each failure.
+        authHandler: (
+          _methods: unknown,
+          _partial: unknown,
+          callback: (next: Ssh2AuthAttempt | false) => void,
+        ) => callback(attempts[next++] ?? false),
+        hostVerifier: (key: Uint8Array, done: (ok: boolean) => void) => verifier.verify(key, done),
+        algorithms: serverHostKey ? { serverHostKey } : undefined,
+        readyTimeout: t.connectTimeoutMs,
+        keepaliveInterval: 15_000,
+        keepaliveCountMax: 4,
+      });
+    });
+    return client;
+  }
+
+  #connectError(
+    error: Error & { level?: string; code?: string },
+    refused: string | undefined,
+    attempts: Ssh2AuthAttempt[],
+  ): SandboxUnavailableError {
+    const t = this.target;
+    if (refused) return this.#unavailable(refused, error);
+    if (error.level === "client-authentication") {
+      const tried = [...new Set(attempts.map((a) => a.type === "agent" ? "the agent" : "a key"))]
+        .join(" and ");
+      return this.#unavailable(
+        `authentication as "${t.user}" failed (tried ${tried}); check privateKeyPath or the ` +
+          `agent, and that the key is in the host's authorized_keys for "${t.user}"`,
+        error,
+      );
+    }
+    if (error.level === "client-timeout") {
+      return this.#unavailable(
+        `no SSH handshake within ${t.connectTimeoutMs} ms; check that the host is up and sshd ` +
+          `listens on port ${t.port}`,
+        error,
+      );
+    }
+    return this.#unavailable(
+      `cannot connect (${error.code ?? error.message}); check that the host is up and sshd ` +
+        `listens on port ${t.port}`,
+      error,
+    );
+  }
+
+  /** The SFTP session of the current connection. */
+  sftp(): Promise<Ssh2Sftp> {
+    if (this.#sftp) return this.#sftp;
+    const promise = (async () => {
+      const client = await this.client();
+      return await new Promise<Ssh2Sftp>((resolve, reject) => {
+        client.sftp((error, sftp) => {
+          if (error) {
+            reject(this.#unavailable(`cannot open SFTP: ${error.message}`, error));
+            return;
+          }
+          sftp.on("close", () => {
+            if (this.#sftp === promise) this.#sftp = undefined;
+          });
+          resolve(sftp);
+        });
+      });
+    })();
+    this.#sftp = promise;
+    promise.catch(() => {
+      if (this.#sftp === promise) this.#sftp = undefined;
+    });
+    return promise;
+  }
+
+  /**
+   * Runs `command` (a shell command line) on a new channel.
+   * @param io.reserved use the channel kept for kills, so it never waits behind commands
+   */
+  async exec(
+    command: string,
+    io: {
+      stdin?: Uint8Array;
+      onStdout(chunk: Uint8Array): void;
+      onStderr(chunk: Uint8Array): void;
+      reserved?: boolean;
+    },
+  ): Promise<ExecHandle> {
+    const release = await (io.reserved ? this.#reserved : this.#commands).take();
+    let stream: Ssh2Stream;
+    try {
+      const client = await this.client();
+      stream = await new Promise<Ssh2Stream>((resolve, reject) => {
+        client.exec(command, (error, s) => error ? reject(error) : resolve(s));
+      });
+    } catch (error) {
+      release();
+      if (error instanceof SandboxError) throw error;
+      throw this.#unavailable(`cannot start a command: ${(error as Error).message}`, error);
+    }
+    let exit: { code: number | null; signal?: string } | undefined;
+    const done = new Promise<{ code: number | null; signal?: string }>((resolve, reject) => {
+      stream.on("data", io.onStdout);
+      stream.stderr.on("data", io.onStderr);
+      stream.on("exit", (code, signal) => (exit = { code, signal }));
+      stream.on("error", () => {}); // reported through close without an exit status
+      stream.on("close", () => {
+        release();
+        if (exit) resolve(exit);
+        else reject(this.#unavailable("the connection closed before the command finished"));
+      });
+    });
+    done.catch(() => {});
+    if (io.stdin !== undefined && io.stdin.length) stream.end(Buffer.from(io.stdin));
+    else stream.end();
+    return {
+      done,
+      close: () => {
+        try {
+          stream.close();
+        } catch {
+          // already closed
+        }
+      },
+    };
+  }
+
+  /** Closes the connection for good. */
+  close(): void {
+    this.#closed = true;
+    const client = this.#client;
+    this.#client = undefined;
+    this.#sftp = undefined;
+    client?.then((c) => c.end(), () => {});
+  }
+}
+
+const pool = new Map<string, SshConnection>();
+
+function poolKey(t: SshTarget): string {
+  const identity = createHash("sha256")
+    .update(JSON.stringify([t.privateKeyPath, t.privateKey, t.agent, t.knownHostsPath]))
+    .digest("hex").slice(0, 16);
+  return `${t.user}@${hostPort(t)}#${identity}`;
+}
+
+function acquire(target: SshTarget): SshConnection {
+  const key = poolKey(target);
+  let connection = pool.get(key);
+  if (!connection) {
+    connection = new SshConnection(key, target);
+    pool.set(key, connection);
+  }
+  connection.refs++;
+  return connection;
+}
+
+function release(connection: SshConnection): void {
+  connection.refs--;
+  if (connection.refs > 0) return;
+  if (pool.get(connection.key) === connection) pool.delete(connection.key);
+  connection.close();
+}
+
+/** The SSH connections of this process that runtimes hold now. */
+export function sshConnections(): SshConnection[] {
+  return [...pool.values()];
+}
+
+// ---- remote shell snippets -------------------------------------------------------------
+
+/** Quotes a word for a POSIX shell. */
+export function shellQuote(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+}
+
+/** A command line that runs `script` under /bin/sh whatever the login shell is. */
+function shCommand(script: string, args: string[]): string {
+  return `exec /bin/sh -c ${shellQuote(script)} vf ${args.map(shellQuote).join(" ")}`;
+}
+
+/** Control lines the wrappers print first on stderr, then strip. */
+const CONTROL = 0x1f;
+
+/**
+ * Runs "$@" in directory $1. sshd starts every exec in a new session (setsid), so the
+ * command's pid, reported on stderr's first line, is also its process group.
+ */
+const RUN_WRAPPER = `cd "$1" 2>/dev/null || { printf '\\037vf:nocwd\\n' >&2; exit 1; }
+shift
+printf '\\037vf:%s\\n' "$$" >&2
+exec "$@"`;
+
+/**
+ * Kills the process trees of the pids given: freezes each group, walks /proc for
+ * descendants that left it (by PPid), then SIGKILLs them all. Without /proc it kills the
+ * groups only.
+ */
+const KILL_TREES = `all=" "
+for p in "$@"; do all="$all$p "; kill -STOP -- "-$p" 2>/dev/null || kill -STOP "$p" 2>/dev/null; done
+if [ -d /proc/self ]; then
+  changed=1
+  while [ "$changed" = 1 ]; do
+    changed=0
+    for d in /proc/[0-9]*; do
+      n=\${d#/proc/}
+      case "$all" in *" $n "*) continue ;; esac
+      pp=
+      while read -r k v rest; do
+        if [ "$k" = "PPid:" ]; then pp=$v; break; fi
+      done 2>/dev/null <"$d/status"
+      case "$all" in *" $pp "*) all="$all$n "; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac
+    done
+  done
+fi
+for p in "$@"; do kill -KILL -- "-$p" 2>/dev/null; done
+for n in $all; do kill -KILL "$n" 2>/dev/null; done
+exit 0`;
+
+/**
+ * Prepares the workspace and reports what the host offers: "<uid> <switch>", where switch
+ * is how commands change user (runuser for root, sudo -n, or none). $1 is the workdir and
+ * $2 "new" (create it, failing when it exists) or "ensure" (mkdir -p).
+ */
+const PREPARE = `if [ "$2" = new ]; then mkdir -m 755 -- "$1" || exit 3; else mkdir -p -- "$1" || exit 3; fi
+uid=$(id -u)
+if [ "$uid" = 0 ] && command -v runuser >/dev/null 2>&1; then sw=runuser
+elif command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then sw=sudo
+else sw=none; fi
+echo "$uid $sw"`;
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+type State = "new" | "starting" | "running" | "stopped";
+
+/** A host reached over SSH as a {@linkcode Runtime}. */
+export class SshRuntime implements Runtime {
+  readonly type: string = "ssh";
+  readonly capabilities: RuntimeCapabilities;
+  readonly spec: SshRuntimeSpec;
+  #options: SshRuntimeOptions;
+  #target: SshTarget;
+  #connection: SshConnection | undefined;
+  #id = "";
+  #workdir: string;
+  #ownsWorkdir: boolean;
+  /** The workdir was prepared (and, when owned, created) on the host. */
+  #created = false;
+  #switch: "runuser" | "sudo" | "none" = "none";
+  #uid = -1;
+  #state: State = "new";
+  #starting: Promise<void> | undefined;
+  #launch: Promise<void> | undefined;
+  #stopping: Promise<void> | undefined;
+  /** Process groups of commands still running; killed on stop. */
+  #groups = new Set<number>();
+
+  constructor(spec: SshRuntimeSpec, options: SshRuntimeOptions = {}) {
+    if (!spec.host) throw new TypeError("An ssh runtime needs a host");
+    for (const name of Object.keys(spec.env ?? {})) {
+      if (!ENV_NAME.test(name)) throw new TypeError(`Invalid environment variable name "${name}"`);
+    }
+    this.spec = spec;
+    this.#options = options;
+    this.#target = {
+      host: spec.host,
+      port: spec.port ?? 22,
+      user: spec.user ?? localUser(),
+      privateKeyPath: spec.privateKeyPath,
+      privateKey: options.privateKey,
+      agent: spec.agent,
+      knownHostsPath: spec.knownHostsPath ?? join(homedir(), ".ssh", "known_hosts"),
+      trustOnFirstUse: spec.trustOnFirstUse ?? false,
+      maxSessions: spec.maxSessions ?? 10,
+      connectTimeoutMs: spec.connectTimeoutMs ?? 20_000,
+    };
+    this.#ownsWorkdir = spec.workdir === undefined;
+    this.#workdir = spec.workdir === undefined ? "" : posix.resolve("/", spec.workdir);
+    this.capabilities = { isolation: spec.dedicated === true, users: false, network_control: false };
+  }
+
+  /** `vf-<hex>`; `""` before start. */
+  get id(): string {
+    return this.#id;
+  }
+
+  /** The working directory on the host; `""` before start when it is the default. */
+  get workdir(): string {
+    return this.#workdir;
+  }
+
+  /** `user@host:port`. */
+  get address(): string {
+    return `${this.#target.user}@${hostPort(this.#target)}`;
+  }
+
+  /** The shared connection, while started. */
+  get connection(): SshConnection | undefined {
+    return this.#connection;
+  }
+
+  #label(): string {
+    return this.#options.label ?? `SSH host "${this.address}"`;
+  }
+
+  /** Connects, prepares the working directory and learns whether commands can switch users. */
+  start(options: { signal?: AbortSignal } = {}): Promise<void> {
+    if (this.#state === "stopped") {
+      return Promise.reject(new SandboxStateError("Cannot start a stopped ssh runtime"));
+    }
+    if (this.#starting) return this.#starting;
+    this.#state = "starting";
+    trackRuntime(this);
+    this.#launch = this.#start(options.signal);
+    this.#starting = this.#launch.then(
+      () => {
+        if (this.#state === "starting") this.#state = "running";
+      },
+      async (error) => {
+        await this.stop().catch(() => {});
+        throw error;
+      },
+    );
+    return this.#starting;
+  }
+
+  async #start(signal: AbortSignal | undefined): Promise<void> {
+    signal?.throwIfAborted();
+    this.#id = `vf-${randomHex(6)}`;
+    if (this.#ownsWorkdir) this.#workdir = `/tmp/${this.#id}`;
+    this.#connection = acquire(this.#target);
+    await this.#connection.client();
+    this.#checkNotStopped();
+    signal?.throwIfAborted();
+    const { code, stdout, stderr } = await this.#capture(
+      shCommand(PREPARE, [this.#workdir, this.#ownsWorkdir ? "new" : "ensure"]),
+    );
+    if (code !== 0) {
+      throw new SandboxError(
+        `Cannot create working directory "${this.#workdir}" on ${this.#label()}: ` +
+          `${new TextDecoder().decode(stderr).trim() || `exit ${code}`}`,
+      );
+    }
+    this.#created = true;
+    const [uid, sw] = new TextDecoder().decode(stdout).trim().split(" ");
+    this.#uid = Number(uid);
+    this.#switch = sw === "runuser" || sw === "sudo" ? sw : "none";
+    this.capabilities.users = this.#switch !== "none";
+    this.#checkNotStopped();
+  }
+
+  #checkNotStopped(): void {
+    if (this.#state === "stopped") {
+      throw new SandboxStateError("The ssh runtime was stopped while it was starting");
+    }
+  }
+
+  #requireRunning(): SshConnection {
+    if (this.#state === "running" && this.#connection) return this.#connection;
+    if (this.#state === "stopped") {
+      throw new SandboxStateError(`SSH runtime "${this.#id}" on ${this.#label()} is stopped`);
+    }
+    throw new SandboxStateError("The ssh runtime is not started; call start() first");
+  }
+
+  #resolve(path: string): string {
+    return resolveSandboxPath(this.#workdir, path);
+  }
+
+  /** Runs a helper command line and collects its output as bytes. */
+  async #capture(
+    command: string,
+    stdin?: Uint8Array,
+  ): Promise<{ code: number; stdout: Uint8Array; stderr: Uint8Array }> {
+    const connection = this.#connection!;
+    const out: Uint8Array[] = [];
+    const err: Uint8Array[] = [];
+    const handle = await connection.exec(command, {
+      stdin,
+      onStdout: (c) => out.push(c),
+      onStderr: (c) => err.push(c),
+    });
+    const exit = await handle.done;
+    return { code: exit.code ?? 128, stdout: concatBytes(out), stderr: concatBytes(err) };
+  }
+
+  /** Runs `argv` on the host in the working directory (no shell around it). */
+  async run(argv: string[], options: RunOptions = {}): Promise<RunResult> {
+    const connection = this.#requireRunning();
+    if (!Array.isArray(argv) || argv.length === 0) {
+      throw new TypeError("run() needs a non-empty argv");
+    }
+    const { signal, timeoutMs } = options;
+    signal?.throwIfAborted();
+    const started = performance.now();
+    const cwd = this.#resolve(options.cwd ?? ".");
+    const env = { ...this.spec.env, ...options.env };
+    for (const name of Object.keys(env)) {
+      if (!ENV_NAME.test(name)) throw new TypeError(`Invalid environment variable name "${name}"`);
+    }
+    const inner: string[] = [];
+    if (options.user !== undefined) {
+      if (this.#switch === "none") {
+        throw new SandboxUnsupportedError(
+          `${this.#label()} cannot run commands as user "${options.user}": the login user is ` +
+            `not root and has no passwordless sudo (capabilities.users is false)`,
+        );
+      }
+      inner.push(
+        ...(this.#switch === "runuser"
+          ? ["runuser", "-u", options.user, "--"]
+          : ["sudo", "-n", "-u", options.user, "--"]),
+      );
+    }
+    const pairs = Object.entries(env).map(([k, v]) => `${k}=${v}`);
+    if (pairs.length) inner.push("env", ...pairs);
+    inner.push(...argv);
+
+    const stdout: Uint8Array[] = [];
+    const stderr: Uint8Array[] = [];
+    let head: Uint8Array | undefined = new Uint8Array(0);
+    let control: string | undefined;
+    let reportPid!: (pid: number | undefined) => void;
+    const pid = new Promise<number | undefined>((resolve) => (reportPid = resolve));
+    const handle = await connection.exec(shCommand(RUN_WRAPPER, [cwd, ...inner]), {
+      stdin: options.stdin === undefined ? undefined : toBytes(options.stdin),
+      onStdout: (chunk) => stdout.push(chunk),
+      onStderr: (chunk) => {
+        if (head === undefined) {
+          stderr.push(chunk);
+          return;
+        }
+        const buf = concatBytes([head, chunk]);
+        if (buf[0] !== CONTROL) {
+          head = undefined;
+          stderr.push(buf);
+          reportPid(undefined);
+          return;
+        }
+        const newline = buf.indexOf(10);
+        if (newline < 0) {
+          head = buf;
+          return;
+        }
+        head = undefined;
+        control = new TextDecoder().decode(buf.subarray(4, newline)); // after "\x1fvf:"
+        const value = Number(control);
+        reportPid(Number.isInteger(value) && value > 1 ? value : undefined);
+        if (newline + 1 < buf.length) stderr.push(buf.slice(newline + 1));
+      },
+    });
+    pid.then((p) => p !== undefined && this.#groups.add(p));
+
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let onAbort: (() => void) | undefined;
+    const interrupted = new Promise<"timeout" | "abort">((resolve) => {
+      if (timeoutMs !== undefined) timer = setTimeout(() => resolve("timeout"), timeoutMs);
+      if (signal) {
+        onAbort = () => resolve("abort");
+        signal.addEventListener("abort", onAbort, { once: true });
+      }
+    });
+    let outcome: "done" | "timeout" | "abort";
+    let exit: { code: number | null; signal?: string } | undefined;
+    try {
+      outcome = await Promise.race([
+        handle.done.then((e) => {
+          exit = e;
+          return "done" as const;
+        }),
+        interrupted,
+      ]);
+    } finally {
+      clearTimeout(timer);
+      if (onAbort) signal?.removeEventListener("abort", onAbort);
+    }
+    reportPid(undefined);
+    const group = await pid;
+
+    if (outcome !== "done") {
+      if (group !== undefined) await this.#killGroups([group]).catch(() => {});
+      await within(handle.done.catch(() => {}), 2_000);
+      handle.close();
+      if (group !== undefined) this.#groups.delete(group);
+      if (outcome === "abort") throw signal!.reason;
+      throw new CommandTimeoutError(
+        `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms on ` +
+          `${this.#label()}; its process tree was killed (raise timeoutMs if it needs longer)`,
+        { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
+      );
+    }
+    if (group !== undefined) this.#groups.delete(group);
+    if (control === "nocwd") {
+      throw new SandboxFileNotFoundError(
+        options.cwd ?? cwd,
+        `Working directory "${options.cwd ?? cwd}" does not exist on ${this.#label()}`,
+      );
+    }
+    if (head !== undefined && head.length) stderr.unshift(head);
+    return {
+      exit_code: exit!.code ?? 128 + signalNumber(exit!.signal),
+      stdout: decodeChunks(stdout),
+      stderr: decodeChunks(stderr),
+      duration_ms: Math.round(performance.now() - started),
+    };
+  }
+
+  /** Kills process trees through a second channel (kept free for this). */
+  async #killGroups(groups: number[]): Promise<void> {
+    const connection = this.#connection;
+    if (!connection || groups.length === 0) return;
+    const args = groups.map(String);
+    let command = shCommand(KILL_TREES, args);
+    if (this.#switch === "sudo" && this.#uid !== 0) {
+      command = `exec sudo -n /bin/sh -c ${shellQuote(KILL_TREES)} vf ${args.join(" ")}`;
+    }
+    const handle = await connection.exec(command, {
+      onStdout() {},
+      onStderr() {},
+      reserved: true,
+    });
+    await within(handle.done.catch(() => {}), 5_000);
+    handle.close();
+  }
+
+  async #sftp(): Promise<Ssh2Sftp> {
+    return await this.#requireRunning().sftp();
+  }
+
+  #sftpError(error: Error & { code?: number }, op: string, path: string): SandboxError {
+    if (error instanceof SandboxError) return error;
+    if (error.code === 2) {
+      return new SandboxFileNotFoundError(
+        path,
+        `Path "${path}" does not exist on ${this.#label()}`,
+        { cause: error },
+      );
+    }
+    if (typeof error.code !== "number") {
+      // SFTP status errors carry a numeric code; anything else is the session going away.
+      return new SandboxUnavailableError(
+        `Lost the SFTP session to ${this.#label()}: ${error.message}`,
+        { cause: error },
+      );
+    }
+    return new SandboxError(`Cannot ${op} "${path}" on ${this.#label()}: ${error.message}`, {
+      cause: error,
+    });
+  }
+
+  async #stat(sftp: Ssh2Sftp, target: string): Promise<Ssh2Stats | undefined> {
+    return await new Promise((resolve, reject) => {
+      sftp.stat(target, (error, stats) => {
+        if (!error) resolve(stats);
+        else if (error.code === 2) resolve(undefined);
+        else reject(error);
+      });
+    });
+  }
+
+  /** Reads a file through SFTP (following symlinks). */
+  async read(path: string, options: { maxBytes?: number } = {}): Promise<Uint8Array> {
+    const sftp = await this.#sftp();
+    const target = this.#resolve(path);
+    try {
+      const stats = await this.#stat(sftp, target);
+      if (!stats) {
+        throw new SandboxFileNotFoundError(path, `Path "${path}" does not exist on ${this.#label()}`);
+      }
+      if (stats.isDirectory()) {
+        throw new SandboxError(
+          `Path "${path}" on ${this.#label()} is a directory; read a file or use archiveOut()`,
+        );
+      }
+      const { maxBytes } = options;
+      if (maxBytes !== undefined && stats.size > maxBytes) {
+        throw new SandboxFileTooLargeError(path, stats.size, maxBytes, this.#label());
+      }
+      const data = await new Promise<Uint8Array>((resolve, reject) => {
+        sftp.readFile(target, (error, value) => error ? reject(error) : resolve(value));
+      });
+      if (maxBytes !== undefined && data.length > maxBytes) {
+        throw new SandboxFileTooLargeError(path, data.length, maxBytes, this.#label());
+      }
+      return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    } catch (error) {
+      throw this.#sftpError(error as Error, "read", path);
+    }
+  }
+
+  /** Writes a file through SFTP, creating parent directories. */
+  async write(
+    path: string,
+    data: string | Uint8Array,
+    options: { mode?: number } = {},
+  ): Promise<void> {
+    const sftp = await this.#sftp();
+    const target = this.#resolve(path);
+    if (target === "/") throw new TypeError(`Cannot write to "${path}": it is the root directory`);
+    const mode = options.mode ?? 0o644;
+    try {
+      await this.#mkdirp(sftp, posix.dirname(target));
+      const bytes = toBytes(data);
+      // ssh2 writes anything that is not a Buffer as text.
+      const buffer = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      await new Promise<void>((resolve, reject) => {
+        sftp.writeFile(target, buffer, { mode }, (error) => error ? reject(error) : resolve());
+      });
+      // The mode given at open applies only to new files (and the umask applies to it).
+      await new Promise<void>((resolve, reject) => {
+        sftp.chmod(target, mode, (error) => error ? reject(error) : resolve());
+      });
+    } catch (error) {
+      throw this.#sftpError(error as Error, "write", path);
+    }
+  }
+
+  async #mkdirp(sftp: Ssh2Sftp, dir: string): Promise<void> {
+    const stats = await this.#stat(sftp, dir);
+    if (stats) {
+      if (!stats.isDirectory()) {
+        throw new SandboxError(
+          `Cannot create directory "${dir}" on ${this.#label()}: it exists and is not a directory`,
+        );
+      }
+      return;
+    }
+    if (dir !== "/") await this.#mkdirp(sftp, posix.dirname(dir));
+    await new Promise<void>((resolve, reject) => {
+      sftp.mkdir(dir, { mode: 0o755 }, async (error) => {
+        if (!error) return resolve();
+        // Created meanwhile by a concurrent write: fine.
+        const now = await this.#stat(sftp, dir).catch(() => undefined);
+        if (now?.isDirectory()) resolve();
+        else reject(error);
+      });
+    });
+  }
+
+  /** A tar of `path` made by the host's `tar`, entries named from its basename. */
+  async archiveOut(path: string): Promise<Uint8Array> {
+    const sftp = await this.#sftp();
+    const target = this.#resolve(path);
+    const stats = await this.#stat(sftp, target).catch((e) => {
+      throw this.#sftpError(e, "archive", path);
+    });
+    if (!stats) {
+      throw new SandboxFileNotFoundError(path, `Path "${path}" does not exist on ${this.#label()}`);
+    }
+    const parent = target === "/" ? "/" : posix.dirname(target);
+    const name = target === "/" ? "." : posix.basename(target);
+    const { code, stdout, stderr } = await this.#capture(
+      shCommand('exec tar -C "$1" -cf - "$2"', [parent, name]),
+    );
+    if (code !== 0) {
+      throw new SandboxError(
+        `tar of "${path}" failed on ${this.#label()}: ${new TextDecoder().decode(stderr).trim()}`,
+      );
+    }
+    return stdout;
+  }
+
+  /** Extracts `tar` into `dir` with the host's `tar`, creating `dir` first. */
+  async archiveIn(dir: string, tar: Uint8Array): Promise<void> {
+    this.#requireRunning();
+    const target = this.#resolve(dir);
+    const { code, stderr } = await this.#capture(
+      shCommand('mkdir -p -- "$1" && exec tar -C "$1" -x -o -f -', [target]),
+      tar,
+    );
+    if (code !== 0) {
+      throw new SandboxError(
+        `Extracting into "${dir}" failed on ${this.#label()}: ` +
+          new TextDecoder().decode(stderr).trim(),
+      );
+    }
+  }
+
+  /** Kills the commands still running, removes the default workdir, releases the connection. */
+  stop(): Promise<void> {
+    if (this.#stopping) return this.#stopping;
+    const wasStarting = this.#state === "starting";
+    this.#state = "stopped";
+    this.#stopping = (async () => {
+      if (wasStarting) await this.#launch?.catch(() => {});
+      const connection = this.#connection;
+      if (!connection) return;
+      try {
+        await within(this.#cleanupRemote(), 15_000);
+      } finally {
+        this.#connection = undefined;
+        release(connection);
+      }
+    })().finally(() => untrackRuntime(this));
+    return this.#stopping;
+  }
+
+  async #cleanupRemote(): Promise<void> {
+    const groups = [...this.#groups];
+    this.#groups.clear();
+    if (groups.length) await this.#killGroups(groups).catch(() => {});
+    if (this.#created && this.#ownsWorkdir && this.#workdir.startsWith("/tmp/vf-")) {
+      await this.#capture(shCommand('rm -rf -- "$1"', [this.#workdir])).catch(() => {});
+    }
+  }
+
+  /** Same as {@linkcode stop}. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.stop();
+  }
+}
+
+function localUser(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return process.env.USER ?? "root";
+  }
+}
+
+function concatBytes(chunks: Uint8Array[]): Uint8Array {
+  if (chunks.length === 1) return chunks[0];
+  let total = 0;
+  for (const c of chunks) total += c.length;
+  const out = new Uint8Array(total);
+  let offset = 0;
+  for (const c of chunks) {
+    out.set(c, offset);
+    offset += c.length;
+  }
+  return out;
+}
+
+function signalNumber(signal: string | undefined): number {
+  const table: Record<string, number> = {
+    HUP: 1,
+    INT: 2,
+    QUIT: 3,
+    ABRT: 6,
+    KILL: 9,
+    SEGV: 11,
+    PIPE: 13,
+    ALRM: 14,
+    TERM: 15,
+  };
+  return table[(signal ?? "").replace(/^SIG/, "")] ?? 0;
+}
