@@ -80,9 +80,3 @@ export {
   type WarmPoolOptions,
   type WarmPoolStats,
 } from "./pool.ts";
-export {
-  checkKnownHosts,
-  type HostKeyChecking,
-  hostKeyVerifier,
-  knownHostsLine,
-} from "./_known_hosts.ts";

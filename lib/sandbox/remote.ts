@@ -117,7 +117,7 @@ function hostPort(url: string): string {
 async function unpin(lockFile: string, origin: string): Promise<void> {
   if (!existsSync(lockFile)) return;
   const lock = JSON.parse(await readFile(lockFile, "utf8"));
-  for (const key of Object.keys(lock.remote ?? {})) if (key.startsWith(origin)) delete lock.remote[key];
+  for (const key of Object.keys(lock.remote ?? {})) if (key.startsWith(`${origin}/`)) delete lock.remote[key];
   await writeFile(lockFile, JSON.stringify(lock, null, 2) + "\n");
 }
 

@@ -19,7 +19,7 @@ import { readFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
-import { type HostKeyChecking, hostKeyVerifier } from "../_known_hosts.ts";
+import { type HostKeyChecking, hostKeyVerifier, knownHostKeyAlgorithms } from "../_known_hosts.ts";
 import { SandboxUnavailableError } from "../errors.ts";
 
 /** The parts of an `ssh://` DOCKER_HOST. */
@@ -180,10 +180,16 @@ export class SshDialer {
       }
       const knownHostsFile = this.#options.knownHostsFile ??
         join(homedir(), ".ssh", "known_hosts");
+      const checking = this.#options.hostKeyChecking ?? "yes";
       const verifier = hostKeyVerifier(this.target.host, this.target.port, {
         knownHostsFile,
-        checking: this.#options.hostKeyChecking,
+        checking,
+        acceptNewHint: "set DOCKER_SSH_HOST_KEY_CHECKING=accept-new",
       });
+      // Ask for a key type known_hosts has, as OpenSSH does, so a second key is no mismatch.
+      const serverHostKey = checking === "no"
+        ? undefined
+        : await knownHostKeyAlgorithms(knownHostsFile, this.target.host, this.target.port);
       const client = new Client();
       await new Promise<void>((resolve, reject) => {
         client.once("ready", () => resolve());
@@ -203,6 +209,7 @@ export class SshDialer {
           agent,
           hostVerifier: (key: Uint8Array, done: (ok: boolean) => void) =>
             verifier.verify(key, done),
+          algorithms: serverHostKey ? { serverHostKey } : undefined,
           readyTimeout: this.#options.readyTimeoutMs ?? 20_000,
           keepaliveInterval: 15_000,
         });
