@@ -462,7 +462,7 @@ Deno.test("a hostile URL environment is denied the SSH key, API key, Docker sock
       `read access to "${w.sshKeyPath.replaceAll(".", "\\.")}"; grant it with --allow-read=`,
     ),
     api_key: /env access to "OPENAI_API_KEY"; grant it with --allow-env=OPENAI_API_KEY/,
-    docker: /read access to "\/var\/run\/docker\.sock"; grant it with --allow-read=/,
+    docker: /read access to "\/var\/run\/docker\.sock"; vf never grants access to the Docker socket/,
     spawn: /run access to "sh"; vf never grants run access .* --trust/,
     net: new RegExp(
       `net access to "${hostPort}"; grant it with --allow-net=${hostPort} \\(TOML: \\[sandbox\\] allow_net`,
@@ -626,7 +626,7 @@ Deno.test("a URL taskset runs sandboxed on the evaluator's Docker runtime: vf va
     assert.equal(denied.phase, "setup");
     assert.match(
       denied.message,
-      /^Permission denied: .*read access to "\/var\/run\/docker\.sock"; grant it with --allow-read=/,
+      /^Permission denied: .*read access to "\/var\/run\/docker\.sock"; vf never grants access to the Docker socket/,
     );
     assert.equal(byKey.write.error, null, JSON.stringify(byKey.write));
     assert.equal(byKey.write.reward, 1, JSON.stringify(byKey.write));

@@ -34,7 +34,9 @@ export function explainPermission(message: string): string {
   const m = PERMISSION_RE.exec(message);
   if (!m) return message;
   const [, kind, target, flag] = m;
-  const hint = ["net", "read", "env"].includes(flag)
+  const hint = /docker\.sock/.test(target)
+    ? "vf never grants access to the Docker socket; sandboxes are reached through ctx.runtime"
+    : ["net", "read", "env"].includes(flag)
     ? `grant it with --allow-${flag}=${target} (TOML: [sandbox] allow_${flag} = ["${target}"])`
     : `vf never grants ${flag} access to sandboxed environments; run trusted code with --trust`;
   return `Permission denied: the sandboxed environment tried to use ${kind} access to "${target}"; ${hint}`;

@@ -241,6 +241,18 @@ export async function startSandboxHost(
   const deno = options.denoPath ?? findDeno();
   const url = localModuleUrl(options.spec);
   const declared = await declaredPermissions(url);
+  for (const host of [...(declared.allowNet ?? []), ...(declared.allowImport ?? [])]) {
+    // A declaration is the environment's own claim: only plain hosts, never ranges or wildcards.
+    if (!/^[A-Za-z0-9.-]+(:\d+)?$/.test(host) || /^0\.0\.0\.0(:|$)/.test(host)) {
+      throw new ConfigError(
+        `Environment "${options.spec}" declares network access to "${host}" in vf.json; only plain ` +
+          `host or host:port entries are accepted there (grant wider access yourself with --allow-net)`,
+      );
+    }
+  }
+  if (declared.allowNet?.length) {
+    process.stderr.write(`Sandboxed environment may connect to: ${declared.allowNet.join(", ")} (declared in vf.json)\n`);
+  }
   const perms: Required<SandboxPermissions> = {
     allowNet: [...(declared.allowNet ?? []), ...(options.permissions?.allowNet ?? [])],
     allowRead: [...(options.permissions?.allowRead ?? [])],
