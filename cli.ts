@@ -116,6 +116,8 @@ Runs an agent on each task of a taskset inside sandboxes and grades it.
   --env.agent.runtime.type docker|subprocess   --env.agent.runtime.cpu 2 --env.agent.runtime.memory 4
   --env.agent.scoring.mode shared|isolated      --env.agent.scoring.runtime.image <image>
   --env.id best-of-n --env.n 4        best-of-n (adds best / pass_at_n metrics)
+  --env.agent.runtime.warm_pool 4     keep started agent sandboxes ready (grading stays fresh)
+  --limits.max_sandboxes 32  --limits.sandbox_create_rate 8  --limits.max_model_connections 64
   -R, --resume <run dir>              re-run only the missing or failed rollouts
 Writes outputs/evals/<taskset>--<model>/<run_id>/{traces.jsonl,metadata.json,config.json}.
 Tasksets: ${Object.keys(TASKSETS).join(", ")}, or a path to a module exporting loadTaskset().
@@ -787,8 +789,10 @@ async function cmdCleanup(argv: string[]): Promise<number> {
   const ledger = await cleanupLedger({ runId, olderThanMs: older });
   process.stdout.write(`removed ${removed.length} container${removed.length === 1 ? "" : "s"}\n`);
   for (const id of removed) process.stdout.write(`  ${id.slice(0, 12)}\n`);
-  process.stdout.write(`ledger: ${ledger.removed.length} sandbox${ledger.removed.length === 1 ? "" : "es"} removed or already gone\n`);
-  for (const key of ledger.removed) process.stdout.write(`  ${key}\n`);
+  if (ledger.removed.length) {
+    process.stdout.write(`removed ${ledger.removed.length} more sandbox${ledger.removed.length === 1 ? "" : "es"} listed in the ledger\n`);
+    for (const key of ledger.removed) process.stdout.write(`  ${key}\n`);
+  }
   await defaultLedger()?.compact().catch(() => {});
   if (dockerError) process.stderr.write(`warning: docker: ${describeError(dockerError)}\n`);
   for (const f of ledger.failed) process.stderr.write(`warning: ${f.type} sandbox "${f.key}" remains: ${f.error}\n`);

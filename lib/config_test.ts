@@ -2,7 +2,14 @@ import assert from "node:assert/strict";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { deepMerge, readToml, resolveTemplate, setDotted, validateEvalConfig } from "./config.ts";
+import {
+  deepMerge,
+  readToml,
+  resolveTemplate,
+  setDotted,
+  validateEvalConfig,
+  validateTaskEnv,
+} from "./config.ts";
 import { ConfigError } from "./errors.ts";
 
 async function withTomlFile(text: string, fn: (path: string) => Promise<void>): Promise<void> {
@@ -261,4 +268,34 @@ Deno.test("resolveTemplate() leaves text without templates (and bare $VAR) alone
 
 Deno.test("resolveTemplate() does not resolve templates inside substituted values", () => {
   assert.equal(resolveTemplate("${A}", env({ A: "${B}", B: "no" })), "${B}");
+});
+
+Deno.test("validateEvalConfig() checks the [limits] table and warm_pool in [env.agent.runtime]", () => {
+  const limits = {
+    max_sandboxes: 32,
+    sandbox_create_rate: 8,
+    max_model_connections: 64,
+    runtime: { ssh: { max_sandboxes: 4 } },
+  };
+  assert.deepEqual(validateEvalConfig({ limits }, "eval.toml").limits, limits);
+  const cases: Array<[Record<string, unknown>, RegExp]> = [
+    [{ limits: { max_sandbox: 2 } }, /^eval\.toml: limits: unknown key "max_sandbox"/],
+    [{ limits: { max_sandboxes: 0 } }, /^eval\.toml: limits\.max_sandboxes: /],
+    [{ limits: { sandbox_create_rate: -1 } }, /^eval\.toml: limits\.sandbox_create_rate: /],
+    [{ limits: { runtime: { ssh: { rate: 1 } } } }, /^eval\.toml: limits\.runtime\.ssh: unknown/],
+  ];
+  for (const [raw, pattern] of cases) {
+    assert.throws(
+      () => validateEvalConfig(raw, "eval.toml"),
+      (e: unknown) => e instanceof ConfigError && pattern.test(e.message),
+      JSON.stringify(raw),
+    );
+  }
+  const env = { taskset: { id: "file-sum" }, agent: { runtime: { warm_pool: 4 } } };
+  assert.equal(validateTaskEnv(env, "s").agent?.runtime?.warm_pool, 4);
+  assert.throws(
+    () => validateTaskEnv({ ...env, agent: { runtime: { warm_pool: -1 } } }, "s"),
+    (e: unknown) =>
+      e instanceof ConfigError && /^s: env\.agent\.runtime\.warm_pool: /.test(e.message),
+  );
 });

@@ -74,7 +74,10 @@ export interface TaskTrace {
   rollout_index: number;
   model: string;
   harness: string;
-  /** `attempts`: agent sandboxes tried (infrastructure failures retry in a fresh one). */
+  /**
+   * `attempts`: agent sandboxes tried when more than one was needed (infrastructure failures
+   * retry in a fresh sandbox); absent means the first one worked.
+   */
   runtime: { type: string; image?: string; attempts?: number };
   scoring: { mode: "shared" | "isolated"; attempts: number };
   messages: Messages;
@@ -353,6 +356,7 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
   const t0 = performance.now();
   let agent = null as Runtime | null;
   try {
+    // deno-lint-ignore require-await
     const agentSpec = await inPhase("config", async () => {
       const spec = resolveRuntimeSpec(policy.runtime, task, "agent");
       if (mode === "isolated" && spec.type === "subprocess") {
@@ -377,7 +381,7 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
     await inPhase("setup", () =>
       timed("setup", async () => {
         for (let attempt = 0;; attempt++) {
-          trace.runtime.attempts = attempt + 1;
+          if (attempt > 0) trace.runtime.attempts = attempt + 1;
           let ready = false;
           try {
             await phase("setup", data.timeout?.setup, signal, async (s) => {
@@ -445,6 +449,7 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
       const graderConfig: RuntimeConfig = { ...policy.runtime, ...(scoring.runtime ?? {}) };
       const scoringEnv: Record<string, string> = {};
       for (const [k, v] of Object.entries(scoring.env ?? {})) scoringEnv[k] = resolveTemplate(v, envLookup);
+      // deno-lint-ignore require-await
       const graderSpec = await inPhase("scoring", async () => {
         const spec = resolveRuntimeSpec(graderConfig, task, "grader", scoringEnv);
         if (spec.type === "subprocess") {

@@ -106,7 +106,7 @@ export interface ToolEnvOptions extends MultiTurnEnvOptions {
 /** A multi-turn environment whose model calls tools until it answers in plain text. */
 export class ToolEnv extends MultiTurnEnv {
   tools: ToolSpec[] = [];
-  toolMap = new Map<string, ToolSpec>();
+  toolMap: Map<string, ToolSpec> = new Map();
   errorFormatter: (error: unknown) => string;
   // deno-lint-ignore no-explicit-any
   stopErrors: Array<new (...args: any[]) => Error>;
@@ -254,7 +254,7 @@ export function pruneSchema(schema: JsonSchema, skip: string[]): JsonSchema {
 
 /** Tools with hidden arguments injected from the rollout state by `updateToolArgs`. */
 export abstract class StatefulToolEnv extends ToolEnv {
-  skippedArgs = new Map<string, string[]>();
+  skippedArgs: Map<string, string[]> = new Map();
 
   /** Add a tool whose `argsToSkip` are hidden from the model and filled by `updateToolArgs`. */
   override addTool(tool: ToolSpec, options: { argsToSkip?: string[] } = {}): void {

@@ -80,7 +80,9 @@ export interface LedgerFilter {
 }
 
 /** The ledger path from the environment; `null` when `VF_LEDGER=off`. */
-export function defaultLedgerPath(env: Record<string, string | undefined> = process.env): string | null {
+export function defaultLedgerPath(
+  env: Record<string, string | undefined> = process.env,
+): string | null {
   const explicit = env.VF_LEDGER;
   if (explicit !== undefined && explicit !== "") return explicit === "off" ? null : explicit;
   const cache = env.XDG_CACHE_HOME || join(env.HOME || homedir(), ".cache");
@@ -249,16 +251,18 @@ export async function liveEntries(filter: LedgerFilter = {}): Promise<LiveSandbo
 
 /** What a cleaner reports for each sandbox it was given. */
 export interface CleanerResult {
-  /** Keys of sandboxes now gone (removed, or found already gone). */
+  /** Keys of sandboxes it removed. */
   removed: string[];
+  /** Keys of sandboxes that were already gone. */
+  gone?: string[];
   /** Keys it could not remove, with why. */
   failed?: Array<{ key: string; error: string }>;
 }
 
 /**
  * Removes a runtime type's leftover sandboxes. It receives the ledger's live entries of its
- * type (already filtered by run and age) and reports which are gone; those get a `stopped`
- * line. A cleaner must treat "not found" as removed.
+ * type (already filtered by run and age) and reports which it removed and which were already
+ * gone ("not found"); both get a `stopped` line. Anything else stays live for the next run.
  */
 export type Cleaner = (sandboxes: LiveSandbox[]) => Promise<CleanerResult>;
 
@@ -278,10 +282,12 @@ export function cleanerTypes(): string[] {
   return [...cleaners.keys()];
 }
 
-/** What {@linkcode cleanupLedger} did, per runtime type. */
+/** What {@linkcode cleanupLedger} did. */
 export interface LedgerCleanupReport {
-  /** Sandboxes removed (or found gone), as `type:key`. */
+  /** Sandboxes removed, as `type:key`. */
   removed: string[];
+  /** Sandboxes the ledger listed that were already gone, as `type:key`. */
+  gone: string[];
   /** Sandboxes still live after cleanup, with the reason. */
   failed: Array<{ type: string; key: string; error: string }>;
 }
@@ -298,7 +304,7 @@ export async function cleanupLedger(
   options: { ledger?: Ledger | null } = {},
 ): Promise<LedgerCleanupReport> {
   const ledger = options.ledger === undefined ? defaultLedger() : options.ledger;
-  const report: LedgerCleanupReport = { removed: [], failed: [] };
+  const report: LedgerCleanupReport = { removed: [], gone: [], failed: [] };
   if (!ledger) return report;
   const live = await ledger.live(filter);
   const byType = new Map<string, LiveSandbox[]>();
@@ -322,9 +328,10 @@ export async function cleanupLedger(
       for (const s of sandboxes) report.failed.push({ type, key: s.key, error: String(error) });
       return;
     }
-    const gone = new Set(result.removed);
+    const removed = new Set(result.removed);
+    const gone = new Set(result.gone ?? []);
     for (const s of sandboxes) {
-      if (!gone.has(s.key)) continue;
+      if (!removed.has(s.key) && !gone.has(s.key)) continue;
       await ledger.record({
         event: "stopped",
         type,
@@ -332,7 +339,7 @@ export async function cleanupLedger(
         id: s.id,
         run_id: s.run_id,
       });
-      report.removed.push(`${type}:${s.key}`);
+      (removed.has(s.key) ? report.removed : report.gone).push(`${type}:${s.key}`);
     }
     for (const f of result.failed ?? []) report.failed.push({ type, ...f });
   }));

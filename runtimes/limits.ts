@@ -30,8 +30,7 @@ export class TokenBucket {
   readonly burst: number;
   #tokens: number;
   #last = performance.now();
-  #queue: Array<{ resolve: () => void; reject: (e: unknown) => void; signal?: AbortSignal }> =
-    [];
+  #queue: Array<{ resolve: () => void; reject: (e: unknown) => void; signal?: AbortSignal }> = [];
   #timer: ReturnType<typeof setTimeout> | undefined;
 
   /**
@@ -266,7 +265,10 @@ export class LimitedRuntime implements Runtime {
   /** Waits for a slot and a creation token, then starts the wrapped runtime. */
   start(options: { signal?: AbortSignal } = {}): Promise<void> {
     return this.#starting ??= (async () => {
-      this.#slot = await this.#limiter.acquire({ signal: options.signal, priority: this.#priority });
+      this.#slot = await this.#limiter.acquire({
+        signal: options.signal,
+        priority: this.#priority,
+      });
       if (this.#stopped) {
         this.#slot.release();
         throw new DOMException("The runtime was stopped while waiting for a slot", "AbortError");

@@ -1,6 +1,6 @@
 /**
- * Sandbox runtimes behind one small interface: Docker containers through the Engine API and
- * local subprocesses in a temp dir.
+ * Sandbox runtimes behind one small interface: Docker containers through the Engine API,
+ * hosts over SSH, Prime Intellect sandboxes, and local subprocesses in a temp dir.
  *
  * @example
  * ```ts
@@ -27,6 +27,29 @@ export {
   type SubprocessRuntimeSpec,
 } from "./runtime.ts";
 export {
+  shellQuote,
+  SshConnectError,
+  type SshFailure,
+  SshConnection,
+  sshConnections,
+  sshConnectionsClosed,
+  SshRuntime,
+  type SshRuntimeOptions,
+  type SshRuntimeSpec,
+} from "./ssh.ts";
+export {
+  cleanupPrime,
+  listPrimeSandboxes,
+  PRIME_API_BASE,
+  PrimeApi,
+  type PrimeApiOptions,
+  PrimeRuntime,
+  type PrimeCleanupFilter,
+  type PrimeRuntimeOptions,
+  type PrimeRuntimeSpec,
+  type PrimeSandbox,
+} from "./prime.ts";
+export {
   CommandTimeoutError,
   SandboxApiError,
   SandboxError,
@@ -40,8 +63,8 @@ export {
 export { liveRuntimes, setAppHandlesSignals, stopAllRuntimes } from "./registry.ts";
 export {
   cleanupContainers,
-  type CleanupFilter,
   cleanupDockerLedger,
+  type CleanupFilter,
   DockerEngine,
   DockerRuntime,
   type DockerRuntimeOptions,

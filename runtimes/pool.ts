@@ -63,6 +63,8 @@ export interface WarmPoolStats {
   fresh: number;
   /** Pooled starts that failed. */
   failures: number;
+  /** Idle pooled sandboxes stopped to free a slot for a waiting request. */
+  evicted: number;
   /** Sandboxes ready now, over all shapes. */
   ready: number;
   /** Pooled starts in flight. */
@@ -112,6 +114,8 @@ export class WarmPool implements SandboxSource {
   #misses = 0;
   #fresh = 0;
   #failures = 0;
+  #evicted = 0;
+  readonly #retryTimers = new Map<Bucket, ReturnType<typeof setTimeout>>();
 
   constructor(options: WarmPoolOptions = {}) {
     this.size = Math.max(0, Math.floor(options.size ?? 0));
@@ -132,6 +136,7 @@ export class WarmPool implements SandboxSource {
       misses: this.#misses,
       fresh: this.#fresh,
       failures: this.#failures,
+      evicted: this.#evicted,
       ready,
       starting,
     };
@@ -143,22 +148,30 @@ export class WarmPool implements SandboxSource {
 
   /** Starts a sandbox now (outside the pool). */
   async #startFresh(spec: RuntimeSpec, options: AcquireOptions): Promise<Runtime> {
-    const limiter = this.#options.limits?.for(spec.type);
-    if (limiter && !limiter.hasFreeSlot) await this.#evictIdle(spec.type, poolKey(spec));
     const runtime = this.#wrap(
       this.#create(spec, { runId: options.runId ?? this.#options.runId, task: options.task }),
       "normal",
     );
-    await runtime.start({ signal: options.signal });
+    const limiter = this.#options.limits?.for(spec.type);
+    const full = limiter !== undefined && !limiter.hasFreeSlot;
+    // Queue for a slot first, so a slot freed by an eviction comes to this request.
+    const starting = runtime.start({ signal: options.signal });
+    if (full) await this.#evictIdle(spec.type);
+    await starting;
     return runtime;
   }
 
-  /** Frees a slot held by an idle pooled sandbox of another shape (they would never be used). */
-  async #evictIdle(type: string, exceptKey: string): Promise<void> {
+  /**
+   * Stops one idle pooled sandbox of `type` so its slot goes to a request that is waiting:
+   * otherwise idle pooled sandboxes (of another shape, or when a grader asks) could hold
+   * every slot while nobody can use them.
+   */
+  async #evictIdle(type: string): Promise<void> {
     for (const bucket of this.#buckets.values()) {
-      if (bucket.key === exceptKey || bucket.spec.type !== type) continue;
+      if (bucket.spec.type !== type) continue;
       const idle = bucket.ready.shift();
       if (idle) {
+        this.#evicted++;
         await idle.stop().catch(() => {});
         return;
       }
@@ -193,7 +206,15 @@ export class WarmPool implements SandboxSource {
     if (this.#closed || this.size === 0) return;
     const wait = bucket.retryAt - Date.now();
     if (wait > 0) {
-      setTimeout(() => this.#refill(bucket), wait).unref?.();
+      if (!this.#retryTimers.has(bucket)) {
+        this.#retryTimers.set(
+          bucket,
+          setTimeout(() => {
+            this.#retryTimers.delete(bucket);
+            this.#refill(bucket);
+          }, wait),
+        );
+      }
       return;
     }
     while (bucket.ready.length + bucket.starting < this.size) {
@@ -270,6 +291,8 @@ export class WarmPool implements SandboxSource {
   /** Stops every pooled sandbox, including those still starting. Idempotent. */
   async close(): Promise<void> {
     this.#closed = true;
+    for (const timer of this.#retryTimers.values()) clearTimeout(timer);
+    this.#retryTimers.clear();
     const stops: Promise<unknown>[] = [];
     for (const bucket of this.#buckets.values()) {
       for (const waiter of bucket.waiters.splice(0)) waiter.resolve(undefined);

@@ -9,7 +9,11 @@
 
 import { ConfigError } from "../lib/errors.ts";
 import { DockerRuntime } from "./docker/mod.ts";
+import { PrimeRuntime, type PrimeRuntimeSpec } from "./prime.ts";
+import { SshRuntime, type SshRuntimeSpec } from "./ssh.ts";
 import { SubprocessRuntime } from "./subprocess.ts";
+
+export type { PrimeRuntimeSpec, SshRuntimeSpec };
 
 /** Options of {@linkcode Runtime.run}. */
 export interface RunOptions {
@@ -103,10 +107,14 @@ export interface SubprocessRuntimeSpec {
 }
 
 /** A runtime spec, tagged by `type`. */
-export type RuntimeSpec = DockerRuntimeSpec | SubprocessRuntimeSpec;
+export type RuntimeSpec =
+  | DockerRuntimeSpec
+  | SubprocessRuntimeSpec
+  | SshRuntimeSpec
+  | PrimeRuntimeSpec;
 
 /** The runtime types {@linkcode createRuntime} knows. */
-export const RUNTIME_TYPES = ["docker", "subprocess"] as const;
+export const RUNTIME_TYPES = ["docker", "subprocess", "ssh", "prime"] as const;
 
 /**
  * Builds a runtime (not started) from its spec.
@@ -124,6 +132,10 @@ export function createRuntime(
       return new DockerRuntime(spec, options);
     case "subprocess":
       return new SubprocessRuntime(spec);
+    case "ssh":
+      return new SshRuntime(spec, options);
+    case "prime":
+      return new PrimeRuntime(spec, options);
     default: {
       const type = (spec as { type?: unknown }).type;
       throw new ConfigError(

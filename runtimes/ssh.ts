@@ -76,6 +76,20 @@ export interface SshRuntimeOptions {
   privateKey?: string;
   /** What to call the sandbox in messages; default `SSH host "user@host:port"`. */
   label?: string;
+  /** The host is deleted after stop (a VM made for this runtime): skip the remote cleanup. */
+  disposable?: boolean;
+}
+
+/** Why an SSH connection could not be made. */
+export type SshFailure = "network" | "timeout" | "auth" | "host-key" | "identity";
+
+/** An SSH connection could not be made; `reason` says which step failed. */
+export class SshConnectError extends SandboxUnavailableError {
+  readonly reason: SshFailure;
+  constructor(reason: SshFailure, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.reason = reason;
+  }
 }
 
 // ---- the slice of ssh2's API used here (the package ships no types) --------------------
@@ -126,6 +140,7 @@ interface Ssh2Client {
   sftp(cb: (error: Error | undefined, sftp: Ssh2Sftp) => void): void;
   end(): void;
   destroy(): void;
+  setNoDelay?(noDelay: boolean): void;
 }
 
 interface Ssh2Module {
@@ -232,6 +247,12 @@ export class SshConnection {
     });
   }
 
+  #failure(reason: SshFailure, detail: string, cause?: unknown): SshConnectError {
+    return new SshConnectError(reason, `Cannot connect to SSH host "${this.display}": ${detail}`, {
+      cause,
+    });
+  }
+
   async #auth(): Promise<Ssh2AuthAttempt[]> {
     const { utils } = await loadSsh2();
     const t = this.target;
@@ -240,7 +261,7 @@ export class SshConnection {
       const parsed = utils.parseKey(text);
       if (parsed instanceof Error) {
         const encrypted = /encrypted|passphrase/i.test(parsed.message);
-        throw this.#unavailable(
+        throw this.#failure("identity", 
           encrypted
             ? `the private key ${source} is encrypted; load it into an ssh-agent and set agent: true`
             : `the private key ${source} cannot be parsed: ${parsed.message}`,
@@ -255,7 +276,7 @@ export class SshConnection {
       try {
         text = await readFile(t.privateKeyPath, "utf8");
       } catch (error) {
-        throw this.#unavailable(
+        throw this.#failure("identity", 
           `cannot read privateKeyPath "${t.privateKeyPath}": ${(error as Error).message}`,
           error,
         );
@@ -265,7 +286,7 @@ export class SshConnection {
     const sock = process.env.SSH_AUTH_SOCK;
     if (t.agent) {
       if (!sock) {
-        throw this.#unavailable("agent is true but SSH_AUTH_SOCK is not set; start ssh-agent");
+        throw this.#failure("identity", "agent is true but SSH_AUTH_SOCK is not set; start ssh-agent");
       }
       attempts.push({ type: "agent", username: t.user, agent: sock });
     }
@@ -280,7 +301,7 @@ export class SshConnection {
       }
     }
     if (!attempts.length) {
-      throw this.#unavailable(
+      throw this.#failure("identity", 
         "no SSH identity; set privateKeyPath, set agent: true with an ssh-agent running, or " +
           "add ~/.ssh/id_ed25519",
       );
@@ -327,6 +348,8 @@ export class SshConnection {
       client.on("end", onGone);
       client.once("ready", () => {
         settled = true;
+        // Small request/response packets: Nagle's algorithm would hold each one back.
+        client.setNoDelay?.(true);
         resolve();
       });
       // Always listening: ssh2 may emit more than one error, and an unheard one would throw.
@@ -361,26 +384,29 @@ export class SshConnection {
     error: Error & { level?: string; code?: string },
     refused: string | undefined,
     attempts: Ssh2AuthAttempt[],
-  ): SandboxUnavailableError {
+  ): SshConnectError {
     const t = this.target;
-    if (refused) return this.#unavailable(refused, error);
+    if (refused) return this.#failure("host-key", refused, error);
     if (error.level === "client-authentication") {
       const tried = [...new Set(attempts.map((a) => a.type === "agent" ? "the agent" : "a key"))]
         .join(" and ");
-      return this.#unavailable(
+      return this.#failure(
+        "auth",
         `authentication as "${t.user}" failed (tried ${tried}); check privateKeyPath or the ` +
           `agent, and that the key is in the host's authorized_keys for "${t.user}"`,
         error,
       );
     }
     if (error.level === "client-timeout") {
-      return this.#unavailable(
+      return this.#failure(
+        "timeout",
         `no SSH handshake within ${t.connectTimeoutMs} ms; check that the host is up and sshd ` +
           `listens on port ${t.port}`,
         error,
       );
     }
-    return this.#unavailable(
+    return this.#failure(
+      "network",
       `cannot connect (${error.code ?? error.message}); check that the host is up and sshd ` +
         `listens on port ${t.port}`,
       error,
@@ -438,12 +464,14 @@ export class SshConnection {
       throw this.#unavailable(`cannot start a command: ${(error as Error).message}`, error);
     }
     let exit: { code: number | null; signal?: string } | undefined;
+    let giveUp: ReturnType<typeof setTimeout> | undefined;
     const done = new Promise<{ code: number | null; signal?: string }>((resolve, reject) => {
       stream.on("data", io.onStdout);
       stream.stderr.on("data", io.onStderr);
       stream.on("exit", (code, signal) => (exit = { code, signal }));
       stream.on("error", () => {}); // reported through close without an exit status
       stream.on("close", () => {
+        clearTimeout(giveUp);
         release();
         if (exit) resolve(exit);
         else reject(this.#unavailable("the connection closed before the command finished"));
@@ -460,21 +488,44 @@ export class SshConnection {
         } catch {
           // already closed
         }
+        // sshd confirms the close only once the command has exited; if it never does (a
+        // process that could not be killed), stop counting the channel against our limit.
+        giveUp ??= setTimeout(release, 10_000);
       },
     };
   }
 
-  /** Closes the connection for good. */
-  close(): void {
+  /** Closes the connection for good; resolves once the socket is closed (at most 5 s). */
+  close(): Promise<void> {
     this.#closed = true;
     const client = this.#client;
     this.#client = undefined;
     this.#sftp = undefined;
-    client?.then((c) => c.end(), () => {});
+    if (!client) return Promise.resolve();
+    const closed = client.then(
+      (c) =>
+        new Promise<void>((resolve) => {
+          const timer = setTimeout(() => {
+            c.destroy();
+            resolve();
+          }, 5_000);
+          c.once("close", () => {
+            clearTimeout(timer);
+            resolve();
+          });
+          c.end();
+        }),
+      () => {},
+    );
+    closing.add(closed);
+    closed.finally(() => closing.delete(closed));
+    return closed;
   }
 }
 
 const pool = new Map<string, SshConnection>();
+/** Connections being closed; {@linkcode closeSshConnections} waits for them. */
+const closing = new Set<Promise<void>>();
 
 function poolKey(t: SshTarget): string {
   const identity = createHash("sha256")
@@ -504,6 +555,14 @@ function release(connection: SshConnection): void {
 /** The SSH connections of this process that runtimes hold now. */
 export function sshConnections(): SshConnection[] {
   return [...pool.values()];
+}
+
+/**
+ * Waits until the connections released by stopped runtimes have closed their sockets
+ * (closing is asynchronous: the server is told goodbye first).
+ */
+export async function sshConnectionsClosed(): Promise<void> {
+  while (closing.size) await Promise.all([...closing]);
 }
 
 // ---- remote shell snippets -------------------------------------------------------------
@@ -813,8 +872,10 @@ export class SshRuntime implements Runtime {
       clearTimeout(timer);
       if (onAbort) signal?.removeEventListener("abort", onAbort);
     }
-    reportPid(undefined);
-    const group = await pid;
+    // A command that was interrupted may not have reported its pid yet: wait for it, or it
+    // would outlive the timeout unkilled.
+    if (outcome === "done") reportPid(undefined);
+    const group = await within(pid, 5_000);
 
     if (outcome !== "done") {
       if (group !== undefined) await this.#killGroups([group]).catch(() => {});
@@ -1038,6 +1099,7 @@ export class SshRuntime implements Runtime {
     const groups = [...this.#groups];
     this.#groups.clear();
     if (groups.length) await this.#killGroups(groups).catch(() => {});
+    if (this.#options.disposable) return;
     if (this.#created && this.#ownsWorkdir && this.#workdir.startsWith("/tmp/vf-")) {
       await this.#capture(shCommand('rm -rf -- "$1"', [this.#workdir])).catch(() => {});
     }

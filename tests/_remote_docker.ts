@@ -45,7 +45,9 @@ export async function makeCertificates(dir: string, options: { cn?: string } = {
     "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
   );
   await Deno.writeTextFile(join(dir, "client.ext"), "extendedKeyUsage=clientAuth\n");
-  for (const [name, cn, ext] of [["server", "localhost", "server.ext"], ["client", "vf", "client.ext"]]) {
+  for (
+    const [name, cn, ext] of [["server", "localhost", "server.ext"], ["client", "vf", "client.ext"]]
+  ) {
     await sh("openssl", [
       "req",
       "-newkey",
@@ -156,7 +158,10 @@ async function freePort(): Promise<number> {
  * Starts `/usr/sbin/sshd -D` as root on 127.0.0.1 with a fresh host key and a fresh user key
  * authorized for root. `streamLocal: false` sets `AllowStreamLocalForwarding no`.
  */
-export async function startSshd(dir: string, options: { streamLocal?: boolean } = {}): Promise<Sshd> {
+export async function startSshd(
+  dir: string,
+  options: { streamLocal?: boolean } = {},
+): Promise<Sshd> {
   await Deno.mkdir("/run/sshd", { recursive: true, mode: 0o755 });
   await sh("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", join(dir, "host_key")]);
   await sh("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", join(dir, "user_key")]);

@@ -58,6 +58,10 @@ export interface SshdHost {
   log(): string;
   /** Lets `user` (made a uid-0 alias of root when missing) log in with `publicKey`. */
   authorize(user: string, publicKey: string): Promise<void>;
+  /** Adds an ordinary (non-root, no sudo) user who logs in with `publicKey`. */
+  addUser(user: string, publicKey: string): Promise<void>;
+  /** Pids of the per-connection sshd processes (not the listener). */
+  sessionPids(): Promise<number[]>;
   /** Kills sshd and every session: the host "goes away" (connections are reset). */
   killSshd(): Promise<void>;
   /** Kills everything in the namespace and removes it, the veth pair and the state. */
@@ -335,6 +339,33 @@ export async function startSshdHost(): Promise<SshdHost> {
         await Deno.writeTextFile(`${state}/authorized_keys/${user}`, publicKey.trim() + "\n", {
           append: true,
         });
+      },
+      async addUser(user, publicKey) {
+        if (!/^[a-z_][a-z0-9_-]*$/.test(user)) throw new TypeError(`Bad user name "${user}"`);
+        // "*" instead of useradd's locked "!": sshd without PAM refuses locked accounts.
+        const out = await exec(["useradd", "-m", "-s", "/bin/sh", "-p", "*", user]);
+        if (out.code !== 0 && !/already exists/.test(out.stderr)) {
+          throw new Error(`Cannot add user "${user}": ${out.stderr}`);
+        }
+        await Deno.writeTextFile(`${state}/authorized_keys/${user}`, publicKey.trim() + "\n");
+      },
+      async sessionPids() {
+        const listener = pid;
+        const pids = (await sh(["ip", "netns", "pids", name])).stdout.split(/\s+/).filter(Boolean)
+          .map(Number);
+        const out: number[] = [];
+        for (const p of pids) {
+          if (p === listener) continue;
+          let cmdline = "";
+          try {
+            cmdline = readFileSync(`/proc/${p}/cmdline`, "utf8");
+          } catch {
+            continue;
+          }
+          // Per-connection processes: "sshd: root [priv]" (privileged monitor) and children.
+          if (cmdline.startsWith("sshd: ")) out.push(p);
+        }
+        return out;
       },
       async killSshd() {
         const pids = (await sh(["ip", "netns", "pids", name])).stdout.split(/\s+/).filter(Boolean);

@@ -271,22 +271,26 @@ Deno.test("vf cleanup --run removes what an evaluator killed with SIGKILL mid-ru
   const ledgerPath = join(dir, "ledger.jsonl");
   const env = { VF_LEDGER: ledgerPath };
   await withServer(bashModel("sleep 30", SOLVE), async (server) => {
-    const child = spawnCli([
-      "run",
-      "file-sum",
-      "-n",
-      "2",
-      "-c",
-      "2",
-      "-m",
-      MODEL,
-      "-b",
-      server.url,
-      "-o",
-      "out",
-      "--env.taskset.image",
-      IMAGE,
-    ], dir, env);
+    const child = spawnCli(
+      [
+        "run",
+        "file-sum",
+        "-n",
+        "2",
+        "-c",
+        "2",
+        "-m",
+        MODEL,
+        "-b",
+        server.url,
+        "-o",
+        "out",
+        "--env.taskset.image",
+        IMAGE,
+      ],
+      dir,
+      env,
+    );
     let stderr = "";
     const reading = (async () => {
       for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) stderr += chunk;
@@ -328,6 +332,59 @@ Deno.test("vf cleanup --run removes what an evaluator killed with SIGKILL mid-ru
     assert.match(res.stdout, /removed 2 containers/);
     assert.deepEqual(await runContainers(runId!), []);
     assert.deepEqual(await ledger.live({ runId }), []);
+  });
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("SIGINT mid-run tears down every live container, pooled ones included, and the ledger shows none live", async () => {
+  const dir = await tempDir("vf_sigint_");
+  const ledgerPath = join(dir, "ledger.jsonl");
+  await withServer(bashModel("sleep 30", SOLVE), async (server) => {
+    const child = spawnCli(
+      [
+        "run",
+        "file-sum",
+        "-n",
+        "2",
+        "-c",
+        "2",
+        "-m",
+        MODEL,
+        "-b",
+        server.url,
+        "-o",
+        "out",
+        "--env.taskset.image",
+        IMAGE,
+        "--env.agent.runtime.warm_pool",
+        "2",
+      ],
+      dir,
+      { VF_LEDGER: ledgerPath },
+    );
+    let stderr = "";
+    const reading = (async () => {
+      for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) stderr += chunk;
+    })();
+    child.stdout.cancel();
+    let runId: string | undefined;
+    const deadline = Date.now() + 60_000;
+    while (Date.now() < deadline) {
+      const runDir = runDirOf(stderr);
+      runId = runDir ? basename(runDir) : undefined;
+      // Two agents in `sleep 30` plus two pooled replacements.
+      if (runId && server.requests.length >= 2 && (await runContainers(runId)).length >= 4) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.ok(runId, `the run never announced its directory:\n${stderr}`);
+    const before = await runContainers(runId!);
+    assert.ok(before.some((c: Json) => c.Labels["vf.pool"] === "1"), "no pooled container seen");
+    child.kill("SIGINT");
+    const status = await child.status;
+    await reading;
+    assert.equal(status.code, 130, stderr);
+    assert.deepEqual(await runContainers(runId!), []);
+    assert.deepEqual(await new Ledger(ledgerPath).live({ runId }), []);
   });
   await Deno.remove(dir, { recursive: true });
 });
@@ -409,13 +466,13 @@ Deno.test("pooled containers are labelled, recorded in the ledger and removed by
     assert.equal(c.State, "running");
   }
   assert.equal((await ledger.live({ runId })).length, 2);
-  // The process "dies" without closing its pool: cleanup by label and by ledger finds both.
-  const removed = await cleanupContainers({ runId });
-  assert.equal(removed.length, 2);
+  // The process "dies" without closing its pool: the ledger's cleaner removes both, and the
+  // label sweep finds nothing left.
   const report = await cleanupLedger({ runId }, { ledger });
   assert.equal(report.removed.length, 2);
   assert.deepEqual(report.failed, []);
   assert.deepEqual(await ledger.live({ runId }), []);
+  assert.deepEqual(await cleanupContainers({ runId }), []);
   await pool.close(); // already gone: still fine
   assert.deepEqual(await runContainers(runId), []);
   await Deno.remove(dir, { recursive: true });
@@ -426,26 +483,30 @@ Deno.test("vf run with a warm pool: agents get pooled containers, grading sandbo
   await using events = new EngineEvents();
   await events.ready();
   const res = await withServer(bashModel(SOLVE), (server) =>
-    cli([
-      "run",
-      "file-sum",
-      "-n",
-      "3",
-      "-r",
-      "2",
-      "-c",
-      "2",
-      "-m",
-      MODEL,
-      "-b",
-      server.url,
-      "-o",
-      "out",
-      "--env.taskset.image",
-      IMAGE,
-      "--env.agent.runtime.warm_pool",
-      "2",
-    ], dir, { VF_LEDGER: join(dir, "ledger.jsonl") }));
+    cli(
+      [
+        "run",
+        "file-sum",
+        "-n",
+        "3",
+        "-r",
+        "2",
+        "-c",
+        "2",
+        "-m",
+        MODEL,
+        "-b",
+        server.url,
+        "-o",
+        "out",
+        "--env.taskset.image",
+        IMAGE,
+        "--env.agent.runtime.warm_pool",
+        "2",
+      ],
+      dir,
+      { VF_LEDGER: join(dir, "ledger.jsonl") },
+    ));
   assert.equal(res.code, 0, transcript(res));
   const runDir = runDirOf(res.stderr)!;
   const runId = basename(runDir);
@@ -498,10 +559,13 @@ Deno.test("[limits] max_sandboxes = 2 with 6 concurrent rollouts: the engine nev
       await new Promise((r) => setTimeout(r, 20));
     }
   })();
-  const res = await withServer(bashModel(SOLVE), (server) =>
-    cli(["eval", "@", "run.toml", "-b", server.url], dir, {
-      VF_LEDGER: join(dir, "ledger.jsonl"),
-    }));
+  const res = await withServer(
+    bashModel(SOLVE),
+    (server) =>
+      cli(["eval", "@", "run.toml", "-b", server.url], dir, {
+        VF_LEDGER: join(dir, "ledger.jsonl"),
+      }),
+  );
   sampling = false;
   await sampler;
   assert.equal(res.code, 0, transcript(res));
@@ -561,26 +625,30 @@ Deno.test("[limits] max_model_connections caps model requests in flight, separat
     return (turn === 0 ? toolCallReply("bash", { command: SOLVE }) : textReply("done")) as Reply;
   };
   const res = await withServer(responder, (server) =>
-    cli([
-      "run",
-      "file-sum",
-      "-n",
-      "4",
-      "-c",
-      "4",
-      "-m",
-      MODEL,
-      "-b",
-      server.url,
-      "-o",
-      "out",
-      "--env.taskset.image",
-      IMAGE,
-      "--limits.max_model_connections",
-      "1",
-      "--env.agent.scoring.mode",
-      "shared",
-    ], dir, { VF_LEDGER: join(dir, "ledger.jsonl") }));
+    cli(
+      [
+        "run",
+        "file-sum",
+        "-n",
+        "4",
+        "-c",
+        "4",
+        "-m",
+        MODEL,
+        "-b",
+        server.url,
+        "-o",
+        "out",
+        "--env.taskset.image",
+        IMAGE,
+        "--limits.max_model_connections",
+        "1",
+        "--env.agent.scoring.mode",
+        "shared",
+      ],
+      dir,
+      { VF_LEDGER: join(dir, "ledger.jsonl") },
+    ));
   assert.equal(res.code, 0, transcript(res));
   const traces = await readTraces(runDirOf(res.stderr)!);
   assert.equal(traces.length, 4);
@@ -595,23 +663,27 @@ Deno.test("[limits] max_model_connections caps model requests in flight, separat
 Deno.test("an unreachable engine is retried in fresh sandboxes and recorded as an infra error, never reward 0", async () => {
   const dir = await tempDir("vf_infra_");
   const res = await withServer(bashModel(SOLVE), (server) =>
-    cli([
-      "run",
-      "file-sum",
-      "-n",
-      "1",
-      "-m",
-      MODEL,
-      "-b",
-      server.url,
-      "-o",
-      "out",
-      "--env.taskset.image",
-      IMAGE,
-    ], dir, {
-      DOCKER_HOST: `unix://${join(dir, "no-such-docker.sock")}`,
-      VF_LEDGER: join(dir, "ledger.jsonl"),
-    }));
+    cli(
+      [
+        "run",
+        "file-sum",
+        "-n",
+        "1",
+        "-m",
+        MODEL,
+        "-b",
+        server.url,
+        "-o",
+        "out",
+        "--env.taskset.image",
+        IMAGE,
+      ],
+      dir,
+      {
+        DOCKER_HOST: `unix://${join(dir, "no-such-docker.sock")}`,
+        VF_LEDGER: join(dir, "ledger.jsonl"),
+      },
+    ));
   assert.equal(res.code, 0, transcript(res));
   const runDir = runDirOf(res.stderr)!;
   const [trace] = await readTraces(runDir);
@@ -692,49 +764,66 @@ Deno.test("DOCKER_HOST=tcp:// with DOCKER_TLS_VERIFY: the real engine answers th
     await engine.close();
   }
 
-  // A client certificate from another CA is refused by the server.
+  // An engine certificate from an unknown CA is refused by the client...
   const stranger = new DockerEngine(host, { tlsVerify: true, certPath: other });
   await assert.rejects(
     () => stranger.version(),
-    (e: Error) => e instanceof SandboxUnavailableError && /over TLS/.test(e.message),
+    (e: Error) =>
+      e instanceof SandboxUnavailableError && /over TLS: self-signed/.test(e.message) &&
+      e.message.includes(other),
   );
   await stranger.close();
-  assert.ok(proxy.rejected >= 1 || proxy.connections >= 1);
+  // ...and a client certificate from an unknown CA by the engine's side.
+  const mixed = await tempDir("vf_tls_mixed_");
+  await Deno.copyFile(join(dir, "ca.pem"), join(mixed, "ca.pem"));
+  await Deno.copyFile(join(other, "cert.pem"), join(mixed, "cert.pem"));
+  await Deno.copyFile(join(other, "key.pem"), join(mixed, "key.pem"));
+  const accepted = proxy.connections;
+  const impostor = new DockerEngine(host, { tlsVerify: true, certPath: mixed });
+  await assert.rejects(
+    () => impostor.version(),
+    (e: Error) => e instanceof SandboxUnavailableError && /over TLS/.test(e.message),
+  );
+  await impostor.close();
+  assert.ok(proxy.rejected >= 1, "the proxy never refused a client certificate");
+  assert.equal(proxy.connections, accepted);
 
   // End to end: vf run against the TLS endpoint.
   const work = await tempDir("vf_tls_run_");
   const ledgerPath = join(work, "ledger.jsonl");
   const res = await withServer(bashModel(SOLVE), (server) =>
-    cli([
-      "run",
-      "file-sum",
-      "-n",
-      "1",
-      "-m",
-      MODEL,
-      "-b",
-      server.url,
-      "-o",
-      "out",
-      "--env.taskset.image",
-      IMAGE,
-    ], work, {
-      DOCKER_HOST: host,
-      DOCKER_TLS_VERIFY: "1",
-      DOCKER_CERT_PATH: dir,
-      VF_LEDGER: ledgerPath,
-    }));
+    cli(
+      [
+        "run",
+        "file-sum",
+        "-n",
+        "1",
+        "-m",
+        MODEL,
+        "-b",
+        server.url,
+        "-o",
+        "out",
+        "--env.taskset.image",
+        IMAGE,
+      ],
+      work,
+      {
+        DOCKER_HOST: host,
+        DOCKER_TLS_VERIFY: "1",
+        DOCKER_CERT_PATH: dir,
+        VF_LEDGER: ledgerPath,
+      },
+    ));
   assert.equal(res.code, 0, transcript(res));
   const [trace] = await readTraces(runDirOf(res.stderr)!);
   assert.equal(trace.reward, 1, JSON.stringify(trace.error));
-  const requested = (await new Ledger(ledgerPath).entries()).filter((e) =>
-    e.event === "requested"
-  );
+  const requested = (await new Ledger(ledgerPath).entries()).filter((e) => e.event === "requested");
   assert.equal(requested.length, 2); // agent + grader
   for (const e of requested) {
     assert.deepEqual(e.host, { docker_host: host, tls_verify: true, cert_path: dir });
   }
-  for (const d of [dir, other, work]) await Deno.remove(d, { recursive: true });
+  for (const d of [dir, other, mixed, work]) await Deno.remove(d, { recursive: true });
 });
 
 Deno.test("DOCKER_HOST=ssh://: the Engine API over a real sshd, with known-hosts checking and a dial-stdio fallback", async () => {
@@ -798,25 +887,29 @@ Deno.test("DOCKER_HOST=ssh://: the Engine API over a real sshd, with known-hosts
   // vf run over ssh:// end to end.
   const work = await tempDir("vf_ssh_run_");
   const res = await withServer(bashModel(SOLVE), (server) =>
-    cli([
-      "run",
-      "file-sum",
-      "-n",
-      "1",
-      "-m",
-      MODEL,
-      "-b",
-      server.url,
-      "-o",
-      "out",
-      "--env.taskset.image",
-      IMAGE,
-    ], work, {
-      DOCKER_HOST: host,
-      DOCKER_SSH_KEY: sshd.keyFile,
-      DOCKER_SSH_KNOWN_HOSTS: sshd.knownHosts,
-      VF_LEDGER: join(work, "ledger.jsonl"),
-    }));
+    cli(
+      [
+        "run",
+        "file-sum",
+        "-n",
+        "1",
+        "-m",
+        MODEL,
+        "-b",
+        server.url,
+        "-o",
+        "out",
+        "--env.taskset.image",
+        IMAGE,
+      ],
+      work,
+      {
+        DOCKER_HOST: host,
+        DOCKER_SSH_KEY: sshd.keyFile,
+        DOCKER_SSH_KNOWN_HOSTS: sshd.knownHosts,
+        VF_LEDGER: join(work, "ledger.jsonl"),
+      },
+    ));
   assert.equal(res.code, 0, transcript(res));
   const [trace] = await readTraces(runDirOf(res.stderr)!);
   assert.equal(trace.reward, 1, JSON.stringify(trace.error));
@@ -843,6 +936,9 @@ Deno.test("DOCKER_HOST=ssh://: the Engine API over a real sshd, with known-hosts
   } finally {
     await stdio.close();
   }
+  const log = await noForward.log();
+  assert.match(log, /refused streamlocal port forward/);
+  assert.match(log, /Starting session: command/);
   assert.deepEqual(await runContainers(runId), []);
   for (const d of [dir, dir2, work]) await Deno.remove(d, { recursive: true }).catch(() => {});
 });

@@ -20,7 +20,7 @@ LOG=$(mktemp)
 "${DENO[@]}" test -A --parallel "$@" 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 # deno prints e.g. "ok | 120 passed (3 steps) | 0 failed (12s)" or "FAILED | 3 passed | 1 failed"
-summary=$(grep -E '(ok|FAILED) \| [0-9]+ passed' "$LOG" | tail -1 | sed 's/\x1b\[[0-9;]*m//g')
+summary=$(sed 's/\x1b\[[0-9;]*m//g' "$LOG" | grep -E '(ok|FAILED) \| [0-9]+ passed' | tail -1)
 passed=$(sed -E 's/.*\| ([0-9]+) passed.*/\1/' <<<"$summary")
 failed=$(sed -E 's/.*\| ([0-9]+) failed.*/\1/' <<<"$summary")
 rm -f "$LOG"

@@ -1,7 +1,8 @@
 /**
  * One conformance suite run against every runtime: Docker (busybox and python:3.11-slim, on
- * the real engine that tests/setup.sh starts) and subprocess. Behaviour a runtime may lack
- * is asked for through `capabilities`, never through `type`.
+ * the real engine that tests/setup.sh starts), subprocess, and ssh (a real sshd test host in
+ * its own network namespace, tests/_sshd_hosts.ts). Behaviour a runtime may lack is asked
+ * for through `capabilities`, never through `type`.
  */
 
 import assert from "node:assert/strict";
@@ -23,9 +24,15 @@ import {
   SandboxStateError,
   SandboxUnavailableError,
   SandboxUnsupportedError,
+  sshConnectionsClosed,
 } from "../runtimes/mod.ts";
 import { ConfigError } from "../lib/errors.ts";
 import { readTar } from "../runtimes/_tar.ts";
+import { startSshdHost } from "./_sshd_hosts.ts";
+
+// The ssh target's host: a real sshd in a network namespace, removed by the last test.
+const sshHost = await startSshdHost();
+globalThis.addEventListener("unload", () => sshHost.closeSync());
 
 const RUN_ID = `conformance-${crypto.randomUUID().slice(0, 8)}`;
 const SPEC_ENV = { VF_SPEC_VAR: "from the spec" };
@@ -40,6 +47,19 @@ const TARGETS: Array<{ name: string; spec: RuntimeSpec }> = [
     spec: { type: "docker", image: "python:3.11-slim", workdir: "/workspace", env: SPEC_ENV },
   },
   { name: "subprocess", spec: { type: "subprocess", workdir: "/workspace", env: SPEC_ENV } },
+  {
+    name: "ssh (sshd in a network namespace)",
+    spec: {
+      type: "ssh",
+      host: sshHost.host,
+      port: sshHost.port,
+      user: sshHost.user,
+      privateKeyPath: sshHost.privateKeyPath,
+      knownHostsPath: sshHost.knownHostsPath,
+      workdir: "/workspace",
+      env: SPEC_ENV,
+    },
+  },
 ];
 
 const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
@@ -61,8 +81,29 @@ function closingEngines(fn: (t: Deno.TestContext) => Promise<void>) {
       await fn(t);
     } finally {
       await DockerEngine.closeShared();
+      await sshConnectionsClosed();
     }
   };
+}
+
+/**
+ * Asserts a stopped runtime left nothing behind: no container, no temp dir, or (ssh, whose
+ * workdir here is the spec's and so kept) no SSH connection to the host.
+ */
+async function assertRemoved(target: { spec: RuntimeSpec }, id: string): Promise<void> {
+  if (target.spec.type === "docker") {
+    assert.equal(await DockerEngine.shared().inspectContainer(id), undefined);
+  } else if (target.spec.type === "ssh") {
+    await sshConnectionsClosed();
+    let open = await sshHost.connectionCount();
+    for (let i = 0; i < 50 && open > 0; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 40));
+      open = await sshHost.connectionCount();
+    }
+    assert.equal(open, 0, "the runtime's SSH connection was closed");
+  } else {
+    assert.equal(existsSync(id), false);
+  }
 }
 
 for (const target of TARGETS) {
@@ -254,11 +295,7 @@ for (const target of TARGETS) {
         await assert.rejects(rt.run(["true"]), SandboxStateError);
         await assert.rejects(rt.read("utf8.txt"), SandboxStateError);
         await assert.rejects(rt.start(), SandboxStateError);
-        if (target.spec.type === "docker") {
-          assert.equal(await DockerEngine.shared().inspectContainer(id), undefined);
-        } else {
-          assert.equal(existsSync(id), false);
-        }
+        await assertRemoved(target, id);
       });
     }),
   );
@@ -273,11 +310,7 @@ for (const target of TARGETS) {
         id = rt.id;
         assert.equal((await rt.run(["true"])).exit_code, 0);
       }
-      if (target.spec.type === "docker") {
-        assert.equal(await DockerEngine.shared().inspectContainer(id), undefined);
-      } else {
-        assert.equal(existsSync(id), false);
-      }
+      await assertRemoved(target, id);
       const never = createRuntime(target.spec);
       await never.stop();
       await never.stop();
@@ -288,11 +321,7 @@ for (const target of TARGETS) {
       await racing.stop();
       await assert.rejects(starting, SandboxStateError);
       assert.ok(!liveRuntimes().includes(racing));
-      if (racing.id && target.spec.type === "docker") {
-        assert.equal(await DockerEngine.shared().inspectContainer(racing.id), undefined);
-      } else if (racing.id) {
-        assert.equal(existsSync(racing.id), false);
-      }
+      if (racing.id) await assertRemoved(target, racing.id);
     }),
   );
 }
@@ -473,7 +502,8 @@ Deno.test("createRuntime() names the known types for an unknown one", () => {
     () => createRuntime({ type: "firecracker" } as unknown as RuntimeSpec),
     (error: unknown) =>
       error instanceof ConfigError &&
-      error.message === 'Unknown runtime type "firecracker"; known types: "docker", "subprocess"',
+      error.message ===
+        'Unknown runtime type "firecracker"; known types: "docker", "subprocess", "ssh", "prime"',
   );
 });
 
@@ -524,3 +554,9 @@ Deno.test(
     assert.deepEqual(await cleanupContainers({ runId: RUN_ID }), []);
   }),
 );
+
+Deno.test("ssh: the sshd test host is removed", async () => {
+  await sshConnectionsClosed();
+  await sshHost.close();
+  assert.equal(existsSync(sshHost.dir), false);
+});

@@ -12,7 +12,7 @@ set -euo pipefail
 
 SOCK="${VF_DOCKER_SOCK:-/var/run/docker.sock}"
 CACHE=/var/cache/vf-images
-PACKAGES=(docker.io busybox-static debootstrap iproute2 openssh-server curl)
+PACKAGES=(docker.io busybox-static debootstrap iproute2 openssh-server curl openssl)
 START=$(date +%s)
 
 log() { printf 'setup: %s\n' "$*"; }
@@ -235,6 +235,9 @@ if [ "$(id -u)" = 0 ] && command -v flock >/dev/null 2>&1; then
 fi
 if is_debian_root; then
   install_packages
+  # sshd's privilege-separation directory; the sshd test hosts (tests/_sshd_hosts.ts) need
+  # openssh-server, iproute2 (ip netns, ss) and util-linux (unshare, nsenter).
+  mkdir -p /run/sshd
   start_dockerd
   build_busybox
   build_python

@@ -277,8 +277,14 @@ export class DockerEngine {
         });
         return new u.Agent({
           ...common,
-          connect: (_opts: unknown, callback: (error: Error | null, socket: Duplex | null) => void) => {
-            dialer.dial().then((socket) => callback(null, socket), (error) => callback(error, null));
+          connect: (
+            _opts: unknown,
+            callback: (error: Error | null, socket: Duplex | null) => void,
+          ) => {
+            dialer.dial().then(
+              (socket) => callback(null, socket),
+              (error) => callback(error, null),
+            );
           },
         } as unknown as Undici.Agent.Options);
       }
@@ -325,12 +331,13 @@ export class DockerEngine {
 
   #unreachable(error: unknown): SandboxUnavailableError {
     if (error instanceof SandboxUnavailableError) return error;
-    const code = errorCode(error);
-    if (this.endpoint.tls && (code === undefined || isTlsCode(code) || code === "ECONNRESET")) {
+    if (this.endpoint.tls) {
+      // A refused client certificate shows up as a closed socket (TLS 1.3), so name both.
       return new SandboxUnavailableError(
-        `Cannot reach the Docker engine at "${this.endpoint.display}" over TLS (${
-          code ?? (error as Error)?.message
-        }); check the certificates in "${this.certPath}" (DOCKER_CERT_PATH)`,
+        `Cannot reach the Docker engine at "${this.endpoint.display}" over TLS: ${
+          (error as Error)?.message ?? error
+        }; check that the engine listens there and trusts the certificates in ` +
+          `"${this.certPath}" (DOCKER_CERT_PATH)`,
         { cause: error },
       );
     }

@@ -29,7 +29,7 @@ import {
   SandboxStateError,
   SandboxUnavailableError,
 } from "../errors.ts";
-import { type Ledger, defaultLedger, registerCleaner } from "../ledger.ts";
+import { defaultLedger, type Ledger, registerCleaner } from "../ledger.ts";
 import { trackRuntime, untrackRuntime } from "../registry.ts";
 import type {
   DockerRuntimeSpec,
@@ -618,7 +618,7 @@ export async function cleanupContainers(
  */
 export async function cleanupDockerLedger(
   sandboxes: Array<{ key: string; id?: string; host?: Record<string, unknown> }>,
-): Promise<{ removed: string[]; failed: Array<{ key: string; error: string }> }> {
+): Promise<{ removed: string[]; gone: string[]; failed: Array<{ key: string; error: string }> }> {
   const engines = new Map<string, DockerEngine>();
   const engineFor = (host: Record<string, unknown> | undefined) => {
     const dockerHost = typeof host?.docker_host === "string" ? host.docker_host : "";
@@ -634,12 +634,13 @@ export async function cleanupDockerLedger(
     return engine;
   };
   const removed: string[] = [];
+  const gone: string[] = [];
   const failed: Array<{ key: string; error: string }> = [];
   try {
     await Promise.all(sandboxes.map(async (s) => {
       try {
-        await engineFor(s.host).removeContainer(s.id || s.key, { force: true });
-        removed.push(s.key);
+        const existed = await engineFor(s.host).removeContainer(s.id || s.key, { force: true });
+        (existed ? removed : gone).push(s.key);
       } catch (error) {
         failed.push({ key: s.key, error: error instanceof Error ? error.message : String(error) });
       }
@@ -647,7 +648,7 @@ export async function cleanupDockerLedger(
   } finally {
     await Promise.all([...engines.values()].map((e) => e.close()));
   }
-  return { removed, failed };
+  return { removed, gone, failed };
 }
 
 registerCleaner("docker", cleanupDockerLedger);

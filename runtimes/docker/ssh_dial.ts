@@ -134,7 +134,9 @@ export class SshDialer {
   /** `ssh://user@host:port`, for messages. */
   get display(): string {
     const { user, host, port } = this.target;
-    return `ssh://${user}@${host.includes(":") ? `[${host}]` : host}${port === 22 ? "" : `:${port}`}`;
+    return `ssh://${user}@${host.includes(":") ? `[${host}]` : host}${
+      port === 22 ? "" : `:${port}`
+    }`;
   }
 
   /** The channel kind in use, once known. */

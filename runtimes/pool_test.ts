@@ -1,0 +1,55 @@
+import assert from "node:assert/strict";
+import { SandboxLimits } from "./limits.ts";
+import { poolKey, WarmPool } from "./pool.ts";
+import type { Runtime, RuntimeSpec } from "./runtime.ts";
+import { SubprocessRuntime } from "./subprocess.ts";
+
+Deno.test("poolKey() ignores labels and key order", () => {
+  const a: RuntimeSpec = {
+    type: "docker",
+    image: "x",
+    env: { A: "1", B: "2" },
+    labels: { r: "1" },
+  };
+  const b: RuntimeSpec = {
+    labels: { r: "2" },
+    env: { B: "2", A: "1" },
+    image: "x",
+    type: "docker",
+  };
+  assert.equal(poolKey(a), poolKey(b));
+  assert.notEqual(poolKey(a), poolKey({ ...a, cpu: 2 }));
+});
+
+Deno.test("WarmPool serves started sandboxes, refills, keeps graders fresh (evicting idle ones for a slot) and stops what it holds on close", async () => {
+  const started: Runtime[] = [];
+  const pool = new WarmPool({
+    size: 2,
+    limits: new SandboxLimits({ maxLive: 3 }),
+    create: (spec) => {
+      const rt = new SubprocessRuntime(spec as never);
+      started.push(rt);
+      return rt;
+    },
+  });
+  const spec: RuntimeSpec = { type: "subprocess" };
+  await pool.prewarm(spec);
+  assert.equal(pool.stats.ready, 2);
+  const agent = await pool.acquire(spec);
+  assert.ok(agent.id, "the pooled runtime is started");
+  assert.equal(pool.stats.hits, 1);
+  // The agent and two pooled sandboxes (one a refill) hold all 3 slots: the grader, which
+  // never takes a pooled sandbox, gets its slot by evicting an idle pooled one.
+  const grader = await pool.acquire(spec, { role: "grader" });
+  assert.equal(pool.stats.fresh, 1);
+  assert.equal(pool.stats.evicted, 1);
+  assert.equal((await agent.run(["echo", "ok"])).stdout, "ok\n");
+  await agent.stop();
+  await grader.stop();
+  await pool.prewarm(spec);
+  assert.equal(pool.stats.ready, 2);
+  await pool.close();
+  assert.equal(pool.stats.ready, 0);
+  for (const rt of started) await assert.rejects(() => rt.run(["true"]), /stopped|not started/);
+  await assert.rejects(() => pool.acquire(spec), /closed/);
+});

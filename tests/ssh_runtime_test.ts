@@ -1,0 +1,295 @@
+/**
+ * The ssh runtime against real sshd test hosts (tests/_sshd_hosts.ts): host-key checks,
+ * authentication errors, connection reuse, remote timeouts, the per-runtime workdir and a
+ * host that goes away. The shared Runtime contract is in runtime_conformance_test.ts.
+ */
+
+import assert from "node:assert/strict";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  CommandTimeoutError,
+  createRuntime,
+  liveRuntimes,
+  SandboxUnavailableError,
+  SandboxUnsupportedError,
+  SshConnectError,
+  sshConnections,
+  sshConnectionsClosed,
+  SshRuntime,
+  type SshRuntimeSpec,
+} from "../runtimes/mod.ts";
+import { loadSsh2 } from "../runtimes/ssh.ts";
+import { startSshdHosts } from "./_sshd_hosts.ts";
+
+const [host, doomed] = await startSshdHosts(2);
+globalThis.addEventListener("unload", () => {
+  host.closeSync();
+  doomed.closeSync();
+});
+
+const tmp = await mkdtemp(join(tmpdir(), "vf-ssh-test-"));
+
+function specFor(h = host, extra: Partial<SshRuntimeSpec> = {}): SshRuntimeSpec {
+  return {
+    type: "ssh",
+    host: h.host,
+    port: h.port,
+    user: h.user,
+    privateKeyPath: h.privateKeyPath,
+    knownHostsPath: h.knownHostsPath,
+    ...extra,
+  };
+}
+
+/** A test body that leaves no SSH socket open behind it. */
+function settled(fn: () => Promise<void>) {
+  return async () => {
+    try {
+      await fn();
+    } finally {
+      await sshConnectionsClosed();
+    }
+  };
+}
+
+async function startError(spec: SshRuntimeSpec): Promise<unknown> {
+  const rt = createRuntime(spec);
+  const error = await rt.start().then(() => undefined, (e) => e);
+  assert.ok(!liveRuntimes().includes(rt), "a runtime that failed to start is not registered");
+  return error;
+}
+
+async function newKeyFile(name: string): Promise<{ path: string; publicKey: string }> {
+  const { utils } = await loadSsh2();
+  const pair = utils.generateKeyPairSync("ed25519");
+  const path = join(tmp, name);
+  await writeFile(path, pair.private, { mode: 0o600 });
+  return { path, publicKey: pair.public };
+}
+
+const accepted = (log: string) => (log.match(/Accepted publickey for /g) ?? []).length;
+
+Deno.test(
+  "ssh: an unknown host key is refused without trustOnFirstUse, naming host and fingerprint",
+  settled(async () => {
+    const knownHosts = join(tmp, "empty_known_hosts");
+    await writeFile(knownHosts, "# nothing yet\n");
+    const error = await startError(specFor(host, { knownHostsPath: knownHosts }));
+    assert.ok(error instanceof SshConnectError, `got ${error}`);
+    assert.ok(error instanceof SandboxUnavailableError);
+    assert.equal(error.reason, "host-key");
+    assert.ok(error.message.includes(`"${host.host}"`), error.message);
+    assert.ok(error.message.includes(host.fingerprint), error.message);
+    assert.match(error.message, /is not in known_hosts .*set trustOnFirstUse: true/);
+    assert.equal(await readFile(knownHosts, "utf8"), "# nothing yet\n", "nothing was recorded");
+  }),
+);
+
+Deno.test(
+  "ssh: trustOnFirstUse records an unknown host's key, and later connections check it",
+  settled(async () => {
+    const knownHosts = join(tmp, "tofu_known_hosts");
+    {
+      await using rt = createRuntime(
+        specFor(host, { knownHostsPath: knownHosts, trustOnFirstUse: true }),
+      );
+      await rt.start();
+      assert.equal((await rt.run(["true"])).exit_code, 0);
+    }
+    assert.equal(await readFile(knownHosts, "utf8"), host.knownHostsLine + "\n");
+    await sshConnectionsClosed();
+    await using strict = createRuntime(specFor(host, { knownHostsPath: knownHosts }));
+    await strict.start();
+    assert.equal((await strict.run(["echo", "ok"])).stdout, "ok\n");
+  }),
+);
+
+Deno.test(
+  "ssh: a changed host key is refused even with trustOnFirstUse",
+  settled(async () => {
+    const other = await newKeyFile("other_host_key");
+    const [type, data] = other.publicKey.trim().split(/\s+/);
+    const knownHosts = join(tmp, "changed_known_hosts");
+    await writeFile(knownHosts, `${host.host} ${type} ${data}\n`);
+    const error = await startError(
+      specFor(host, { knownHostsPath: knownHosts, trustOnFirstUse: true }),
+    );
+    assert.ok(error instanceof SshConnectError, `got ${error}`);
+    assert.equal(error.reason, "host-key");
+    assert.match(error.message, /does not match known_hosts .* line 1/);
+    assert.ok(error.message.includes(host.fingerprint));
+    assert.match(error.message, /ssh-keygen -R/);
+  }),
+);
+
+Deno.test(
+  "ssh: a key the host does not accept is an authentication error",
+  settled(async () => {
+    const stranger = await newKeyFile("stranger_key");
+    const error = await startError(specFor(host, { privateKeyPath: stranger.path }));
+    assert.ok(error instanceof SshConnectError, `got ${error}`);
+    assert.equal(error.reason, "auth");
+    assert.match(
+      error.message,
+      /^Cannot connect to SSH host "root@10\.213\.[\d.]+:22": authentication as "root" failed/,
+    );
+    const missing = await startError(specFor(host, { privateKeyPath: join(tmp, "no-such-key") }));
+    assert.ok(missing instanceof SshConnectError);
+    assert.match(missing.message, /cannot read privateKeyPath ".*no-such-key"/);
+  }),
+);
+
+Deno.test(
+  "ssh: nothing listening on the port is SandboxUnavailableError",
+  settled(async () => {
+    const error = await startError(specFor(host, { port: 2222 }));
+    assert.ok(error instanceof SshConnectError, `got ${error}`);
+    assert.equal(error.reason, "network");
+    assert.match(error.message, /cannot connect \(ECONNREFUSED\); check that the host is up/);
+  }),
+);
+
+Deno.test(
+  "ssh: runtimes on one host share one TCP connection across operations",
+  settled(async () => {
+    const before = accepted(host.log());
+    await using a = new SshRuntime(specFor());
+    await using b = new SshRuntime(specFor());
+    await Promise.all([a.start(), b.start()]);
+    const ops = Array.from({ length: 20 }, async (_, i) => {
+      const rt = i % 2 ? a : b;
+      if (i % 3 === 0) {
+        await rt.write(`f${i}.txt`, `${i}`);
+        return new TextDecoder().decode(await rt.read(`f${i}.txt`)) === `${i}`;
+      }
+      return (await rt.run(["echo", String(i)], { timeoutMs: 30_000 })).stdout === `${i}\n`;
+    });
+    assert.deepEqual(await Promise.all(ops), Array(20).fill(true));
+    assert.equal(await host.connectionCount(), 1);
+    assert.equal(a.connection, b.connection);
+    assert.equal(a.connection!.connects, 1);
+    assert.equal(accepted(host.log()) - before, 1, "one login in sshd's log");
+    assert.equal(sshConnections().length, 1);
+  }),
+);
+
+Deno.test(
+  "ssh: more commands than the server's MaxSessions queue, and timeouts still kill them",
+  settled(async () => {
+    await using rt = new SshRuntime(specFor());
+    await rt.start();
+    // OpenSSH allows 10 channels per connection by default: 16 at once must queue.
+    const quick = await Promise.all(
+      Array.from({ length: 16 }, (_, i) => rt.run(["sh", "-c", `sleep 0.2; echo ${i}`])),
+    );
+    assert.deepEqual(quick.map((r) => r.stdout), Array.from({ length: 16 }, (_, i) => `${i}\n`));
+
+    // Every command channel busy with a command that times out: the kills use a channel of
+    // their own, so they are not stuck behind the commands they kill.
+    const marker = 4000 + Math.floor(Math.random() * 5000);
+    const results = await Promise.allSettled(
+      Array.from({ length: 8 }, () =>
+        rt.run(["sh", "-c", `sleep ${marker} & sleep ${marker}`], { timeoutMs: 1_000 })),
+    );
+    assert.ok(results.every((r) => r.status === "rejected" && r.reason instanceof CommandTimeoutError));
+    const ps = await host.exec(["ps", "-eo", "pid,ppid,pgid,etimes,args"]);
+    const survivors = ps.stdout.split("\n").filter((line) => line.includes(`sleep ${marker}`));
+    assert.deepEqual(survivors, [], "no sleep survived on the host");
+  }),
+);
+
+Deno.test(
+  "ssh: the default workdir is a fresh /tmp/vf-<id> that stop() removes; a given one is kept",
+  settled(async () => {
+    const rt = new SshRuntime(specFor(host, { dedicated: true }));
+    assert.equal(rt.capabilities.isolation, true);
+    await rt.start();
+    assert.equal(rt.workdir, `/tmp/${rt.id}`);
+    assert.match(rt.id, /^vf-[0-9a-f]{12}$/);
+    assert.equal((await rt.run(["pwd"])).stdout, `${rt.workdir}\n`);
+    await rt.write("inside.txt", "x");
+    assert.ok(await host.exists(`${rt.workdir}/inside.txt`));
+    const other = new SshRuntime(specFor());
+    await other.start();
+    assert.notEqual(other.workdir, rt.workdir);
+    assert.equal(other.capabilities.isolation, false, "a shared host is not isolated");
+    await rt.stop();
+    assert.equal(await host.exists(rt.workdir), false);
+    assert.ok(await host.exists(other.workdir), "another runtime's workdir is untouched");
+    await other.stop();
+    assert.equal(await host.exists(other.workdir), false);
+
+    const given = new SshRuntime(specFor(host, { workdir: "/srv/vf-kept/work" }));
+    await given.start();
+    assert.equal((await given.run(["pwd"])).stdout, "/srv/vf-kept/work\n");
+    await given.stop();
+    assert.ok(await host.exists("/srv/vf-kept/work"), "a workdir from the spec is kept");
+  }),
+);
+
+Deno.test(
+  "ssh: a login without root or sudo cannot switch users",
+  settled(async () => {
+    const key = await newKeyFile("plain_user_key");
+    await host.addUser("vfplain", key.publicKey);
+    await using rt = createRuntime(
+      specFor(host, { user: "vfplain", privateKeyPath: key.path }),
+    );
+    await rt.start();
+    assert.equal(rt.capabilities.users, false);
+    assert.notEqual((await rt.run(["id", "-u"])).stdout, "0\n");
+    await assert.rejects(rt.run(["id"], { user: "root" }), SandboxUnsupportedError);
+  }),
+);
+
+Deno.test(
+  "ssh: a dropped connection is made again on the next operation",
+  settled(async () => {
+    await using rt = new SshRuntime(specFor());
+    await rt.start();
+    assert.equal((await rt.run(["true"])).exit_code, 0);
+    for (const pid of await host.sessionPids()) Deno.kill(pid, "SIGKILL");
+    // The client learns of the reset when it reads; give it a moment.
+    for (let i = 0; i < 50 && rt.connection!.connected; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.equal((await rt.run(["echo", "again"])).stdout, "again\n");
+    assert.equal(new TextDecoder().decode(await rt.read("/etc/hostname")).length > 0, true);
+    assert.equal(rt.connection!.connects, 2);
+  }),
+);
+
+Deno.test(
+  "ssh: a host that goes away is SandboxUnavailableError, and stop() still returns",
+  settled(async () => {
+    const rt = new SshRuntime(specFor(doomed));
+    await rt.start();
+    await rt.write("a.txt", "a");
+    await doomed.killSshd();
+    for (let i = 0; i < 50 && rt.connection!.connected; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    const run = await rt.run(["true"]).then(() => undefined, (e) => e);
+    assert.ok(run instanceof SandboxUnavailableError, `got ${run}`);
+    assert.match(run.message, /ECONNREFUSED/);
+    await assert.rejects(rt.read("a.txt"), SandboxUnavailableError);
+    await assert.rejects(rt.write("b.txt", "b"), SandboxUnavailableError);
+    const started = performance.now();
+    await rt.stop();
+    assert.ok(performance.now() - started < 5_000);
+    assert.ok(!liveRuntimes().includes(rt));
+  }),
+);
+
+Deno.test("ssh: the test hosts are removed", async () => {
+  await sshConnectionsClosed();
+  await host.close();
+  await doomed.close();
+  await rm(tmp, { recursive: true, force: true });
+  const namespaces = new TextDecoder().decode(
+    (await new Deno.Command("ip", { args: ["netns", "list"], stdout: "piped" }).output()).stdout,
+  );
+  assert.ok(!namespaces.includes(host.name) && !namespaces.includes(doomed.name));
+});
