@@ -19,8 +19,9 @@
  *
  * The endpoints and fields follow Prime's API reference (docs.primeintellect.ai,
  * "Sandbox" section) and its Python SDK `prime-sandboxes`. Prime's SDK refuses SSH sessions
- * for VM sandboxes ("not yet supported"), so `vm` defaults to false (a container sandbox);
- * set `vm: true` where the platform offers SSH to VMs.
+ * for VM sandboxes ("not yet supported"), so `vm` defaults to false (a container sandbox)
+ * unless a GPU is asked for (Prime runs GPUs only in VMs); a VM sandbox works once the
+ * platform opens SSH sessions to VMs.
  * @module
  */
 
@@ -59,7 +60,7 @@ export interface PrimeRuntimeSpec {
   ttlMinutes?: number;
   /** Extra labels, as `key=value` pairs or plain strings. */
   labels?: Record<string, string> | string[];
-  /** A micro-VM instead of a container; default false (see the module notes). */
+  /** A micro-VM instead of a container; default true only with a GPU (see the module notes). */
   vm?: boolean;
   /** Region, e.g. `us`; default the provider's. */
   region?: string;
@@ -352,7 +353,25 @@ export interface PrimeRuntimeOptions {
 
 type State = "new" | "starting" | "running" | "stopped";
 
-/** A Prime sandbox as a {@linkcode Runtime}. */
+/**
+ * A Prime sandbox as a {@linkcode Runtime}.
+ *
+ * @example
+ * ```ts
+ * // PRIME_API_KEY must be set.
+ * await using rt = new PrimeRuntime(
+ *   { type: "prime", image: "python:3.11-slim", cpu: 2, memory: 4, ttlMinutes: 30 },
+ *   { runId: "run-1", task: "task-7" },
+ * );
+ * await rt.start(); // creates, waits until RUNNING, connects over SSH
+ * await rt.write("main.py", "print(6 * 7)\n");
+ * console.log((await rt.run(["python3", "main.py"])).stdout); // "42\n"
+ * ```
+ * @throws {ConfigError} from the constructor for an invalid spec, and from start() when the
+ *   API key variable is not set
+ * @throws {SandboxApiError} from start() when the API refuses the request (401, 402, 422, ...)
+ * @throws {SandboxUnavailableError} from start() when the sandbox fails or is not ready in time
+ */
 export class PrimeRuntime implements Runtime {
   readonly type = "prime";
   readonly capabilities: RuntimeCapabilities = {
@@ -376,7 +395,9 @@ export class PrimeRuntime implements Runtime {
     if (!Number.isInteger(ttl) || ttl < 1 || ttl > 1440) {
       throw new ConfigError(`Invalid ttlMinutes ${ttl}; Prime allows 1 to 1440 minutes`);
     }
-    parseGpu(spec.gpu);
+    if (parseGpu(spec.gpu).count > 0 && spec.vm === false) {
+      throw new ConfigError(`Prime runs GPUs only in VM sandboxes; drop vm: false or the gpu`);
+    }
     this.spec = spec;
     this.#options = options;
     this.api = new PrimeApi({
@@ -446,7 +467,7 @@ export class PrimeRuntime implements Runtime {
       memory_gb: spec.memory ?? 2,
       disk_size_gb: spec.disk ?? 10,
       gpu_count: gpu.count,
-      vm: spec.vm ?? false,
+      vm: spec.vm ?? gpu.count > 0,
       timeout_minutes: spec.ttlMinutes ?? 60,
       labels,
       // The same key on every retry: the platform creates at most one sandbox for it.
@@ -583,28 +604,32 @@ export class PrimeRuntime implements Runtime {
   }
 
   /** Runs `argv` in the sandbox over SSH. */
-  run(argv: string[], options?: RunOptions): Promise<RunResult> {
-    return this.#requireRunning().run(argv, options);
+  async run(argv: string[], options?: RunOptions): Promise<RunResult> {
+    return await this.#requireRunning().run(argv, options);
   }
 
   /** Reads a file over SFTP. */
-  read(path: string, options?: { maxBytes?: number }): Promise<Uint8Array> {
-    return this.#requireRunning().read(path, options);
+  async read(path: string, options?: { maxBytes?: number }): Promise<Uint8Array> {
+    return await this.#requireRunning().read(path, options);
   }
 
   /** Writes a file over SFTP. */
-  write(path: string, data: string | Uint8Array, options?: { mode?: number }): Promise<void> {
-    return this.#requireRunning().write(path, data, options);
+  async write(
+    path: string,
+    data: string | Uint8Array,
+    options?: { mode?: number },
+  ): Promise<void> {
+    return await this.#requireRunning().write(path, data, options);
   }
 
   /** A tar of `path`. */
-  archiveOut(path: string): Promise<Uint8Array> {
-    return this.#requireRunning().archiveOut(path);
+  async archiveOut(path: string): Promise<Uint8Array> {
+    return await this.#requireRunning().archiveOut(path);
   }
 
   /** Extracts a tar into `dir`. */
-  archiveIn(dir: string, tar: Uint8Array): Promise<void> {
-    return this.#requireRunning().archiveIn(dir, tar);
+  async archiveIn(dir: string, tar: Uint8Array): Promise<void> {
+    return await this.#requireRunning().archiveIn(dir, tar);
   }
 
   /** Closes SSH and deletes the sandbox (retrying transient API errors). Idempotent. */
@@ -664,7 +689,7 @@ export async function listPrimeSandboxes(
   const sandboxes = await new PrimeApi(options).list({ labels });
   const cutoff = filter.olderThanMs === undefined ? Infinity : Date.now() - filter.olderThanMs;
   return sandboxes.filter((s) =>
-    labels.every((l) => (s.labels ?? []).includes(l)) && !FAILED.has(s.status) &&
+    labels.every((l) => (s.labels ?? []).includes(l)) && s.status !== "TERMINATED" &&
     (cutoff === Infinity || (s.createdAt !== undefined && Date.parse(s.createdAt) <= cutoff))
   );
 }
@@ -673,6 +698,12 @@ export async function listPrimeSandboxes(
  * Deletes the Prime sandboxes {@linkcode listPrimeSandboxes} selects. Returns their ids.
  * @param filter which sandboxes
  * @param options how to reach the API
+ * @returns the ids of the deleted sandboxes
+ * @throws {SandboxApiError} when the API refuses the key or keeps failing
+ * @example
+ * ```ts
+ * const removed = await cleanupPrime({ runId: "run-1", olderThanMs: 30 * 60_000 });
+ * ```
  */
 export async function cleanupPrime(
   filter: PrimeCleanupFilter = {},

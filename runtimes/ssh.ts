@@ -25,7 +25,14 @@ import { join, posix } from "node:path";
 import process from "node:process";
 import { CommandTimeoutError } from "../lib/errors.ts";
 import { hostKeyVerifier, knownHostKeyAlgorithms } from "./_known_hosts.ts";
-import { decodeChunks, describeArgv, randomHex, resolveSandboxPath, toBytes, within } from "./_util.ts";
+import {
+  decodeChunks,
+  describeArgv,
+  randomHex,
+  resolveSandboxPath,
+  toBytes,
+  within,
+} from "./_util.ts";
 import {
   SandboxError,
   SandboxFileNotFoundError,
@@ -97,7 +104,8 @@ export class SshConnectError extends SandboxUnavailableError {
 interface Ssh2Stream {
   on(event: "data", fn: (chunk: Uint8Array) => void): this;
   on(event: "exit", fn: (code: number | null, signal?: string) => void): this;
-  on(event: "close" | "end", fn: () => void): this;
+  on(event: "close", fn: (code?: number | null, signal?: string) => void): this;
+  on(event: "end", fn: () => void): this;
   on(event: "error", fn: (error: Error) => void): this;
   stderr: { on(event: "data", fn: (chunk: Uint8Array) => void): unknown };
   write(data: Uint8Array): boolean;
@@ -154,9 +162,7 @@ interface Ssh2Module {
 let ssh2Module: Promise<Ssh2Module> | undefined;
 /** ssh2, loaded on first use so programs that never use SSH never load it. */
 export function loadSsh2(): Promise<Ssh2Module> {
-  return (ssh2Module ??= import("npm:ssh2@^1.17.0").then((m) =>
-    (m.default ?? m) as Ssh2Module
-  ));
+  return (ssh2Module ??= import("npm:ssh2@^1.17.0").then((m) => (m.default ?? m) as Ssh2Module));
 }
 
 // ---- connections ----------------------------------------------------------------------
@@ -261,7 +267,8 @@ export class SshConnection {
       const parsed = utils.parseKey(text);
       if (parsed instanceof Error) {
         const encrypted = /encrypted|passphrase/i.test(parsed.message);
-        throw this.#failure("identity", 
+        throw this.#failure(
+          "identity",
           encrypted
             ? `the private key ${source} is encrypted; load it into an ssh-agent and set agent: true`
             : `the private key ${source} cannot be parsed: ${parsed.message}`,
@@ -276,7 +283,8 @@ export class SshConnection {
       try {
         text = await readFile(t.privateKeyPath, "utf8");
       } catch (error) {
-        throw this.#failure("identity", 
+        throw this.#failure(
+          "identity",
           `cannot read privateKeyPath "${t.privateKeyPath}": ${(error as Error).message}`,
           error,
         );
@@ -286,7 +294,10 @@ export class SshConnection {
     const sock = process.env.SSH_AUTH_SOCK;
     if (t.agent) {
       if (!sock) {
-        throw this.#failure("identity", "agent is true but SSH_AUTH_SOCK is not set; start ssh-agent");
+        throw this.#failure(
+          "identity",
+          "agent is true but SSH_AUTH_SOCK is not set; start ssh-agent",
+        );
       }
       attempts.push({ type: "agent", username: t.user, agent: sock });
     }
@@ -301,7 +312,8 @@ export class SshConnection {
       }
     }
     if (!attempts.length) {
-      throw this.#failure("identity", 
+      throw this.#failure(
+        "identity",
         "no SSH identity; set privateKeyPath, set agent: true with an ssh-agent running, or " +
           "add ~/.ssh/id_ed25519",
       );
@@ -452,31 +464,44 @@ export class SshConnection {
     },
   ): Promise<ExecHandle> {
     const release = await (io.reserved ? this.#reserved : this.#commands).take();
+    type Exit = { code: number | null; signal?: string };
     let stream: Ssh2Stream;
+    let giveUp: ReturnType<typeof setTimeout> | undefined;
+    let done!: Promise<Exit>;
     try {
       const client = await this.client();
       stream = await new Promise<Ssh2Stream>((resolve, reject) => {
-        client.exec(command, (error, s) => error ? reject(error) : resolve(s));
+        client.exec(command, (error, s) => {
+          if (error) return reject(error);
+          // Listen before anything else runs: a quick command's exit status can arrive in
+          // the same read as the exec's confirmation, and ssh2 emits it at once.
+          done = new Promise<Exit>((resolveDone, rejectDone) => {
+            let exit: Exit | undefined;
+            s.on("data", io.onStdout);
+            s.stderr.on("data", io.onStderr);
+            s.on("exit", (code, signal) => (exit = { code, signal }));
+            s.on("error", () => {}); // reported through close without an exit status
+            s.on("close", (code?: number | null, signal?: string) => {
+              clearTimeout(giveUp);
+              release();
+              // ssh2 repeats the exit status on close.
+              if (!exit && (typeof code === "number" || signal)) {
+                exit = { code: code ?? null, signal };
+              }
+              if (exit) resolveDone(exit);
+              else {rejectDone(
+                  this.#unavailable("the connection closed before the command finished"),
+                );}
+            });
+          });
+          resolve(s);
+        });
       });
     } catch (error) {
       release();
       if (error instanceof SandboxError) throw error;
       throw this.#unavailable(`cannot start a command: ${(error as Error).message}`, error);
     }
-    let exit: { code: number | null; signal?: string } | undefined;
-    let giveUp: ReturnType<typeof setTimeout> | undefined;
-    const done = new Promise<{ code: number | null; signal?: string }>((resolve, reject) => {
-      stream.on("data", io.onStdout);
-      stream.stderr.on("data", io.onStderr);
-      stream.on("exit", (code, signal) => (exit = { code, signal }));
-      stream.on("error", () => {}); // reported through close without an exit status
-      stream.on("close", () => {
-        clearTimeout(giveUp);
-        release();
-        if (exit) resolve(exit);
-        else reject(this.#unavailable("the connection closed before the command finished"));
-      });
-    });
     done.catch(() => {});
     if (io.stdin !== undefined && io.stdin.length) stream.end(Buffer.from(io.stdin));
     else stream.end();
@@ -620,7 +645,8 @@ exit 0`;
  * is how commands change user (runuser for root, sudo -n, or none). $1 is the workdir and
  * $2 "new" (create it, failing when it exists) or "ensure" (mkdir -p).
  */
-const PREPARE = `if [ "$2" = new ]; then mkdir -m 755 -- "$1" || exit 3; else mkdir -p -- "$1" || exit 3; fi
+const PREPARE =
+  `if [ "$2" = new ]; then mkdir -m 755 -- "$1" || exit 3; else mkdir -p -- "$1" || exit 3; fi
 uid=$(id -u)
 if [ "$uid" = 0 ] && command -v runuser >/dev/null 2>&1; then sw=runuser
 elif command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then sw=sudo
@@ -631,7 +657,23 @@ const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 type State = "new" | "starting" | "running" | "stopped";
 
-/** A host reached over SSH as a {@linkcode Runtime}. */
+/**
+ * A host reached over SSH as a {@linkcode Runtime}.
+ *
+ * @example
+ * ```ts
+ * await using rt = new SshRuntime({
+ *   type: "ssh",
+ *   host: "login.cluster.example",
+ *   user: "me",
+ *   privateKeyPath: "/home/me/.ssh/id_ed25519",
+ * });
+ * await rt.start(); // connects (checking known_hosts) and creates /tmp/vf-<hex>
+ * const { exit_code, stdout } = await rt.run(["uname", "-a"], { timeoutMs: 10_000 });
+ * ```
+ * @throws {SshConnectError} from start() and later calls when the host cannot be reached,
+ *   refuses the key, or its host key is unknown or changed (a `SandboxUnavailableError`)
+ */
 export class SshRuntime implements Runtime {
   readonly type: string = "ssh";
   readonly capabilities: RuntimeCapabilities;
@@ -674,7 +716,11 @@ export class SshRuntime implements Runtime {
     };
     this.#ownsWorkdir = spec.workdir === undefined;
     this.#workdir = spec.workdir === undefined ? "" : posix.resolve("/", spec.workdir);
-    this.capabilities = { isolation: spec.dedicated === true, users: false, network_control: false };
+    this.capabilities = {
+      isolation: spec.dedicated === true,
+      users: false,
+      network_control: false,
+    };
   }
 
   /** `vf-<hex>`; `""` before start. */
@@ -965,7 +1011,10 @@ export class SshRuntime implements Runtime {
     try {
       const stats = await this.#stat(sftp, target);
       if (!stats) {
-        throw new SandboxFileNotFoundError(path, `Path "${path}" does not exist on ${this.#label()}`);
+        throw new SandboxFileNotFoundError(
+          path,
+          `Path "${path}" does not exist on ${this.#label()}`,
+        );
       }
       if (stats.isDirectory()) {
         throw new SandboxError(

@@ -88,10 +88,15 @@ async function sh(argv: string[], options: { stdin?: string; env?: Record<string
   return { code: out.code, stdout: decoder.decode(out.stdout), stderr: decoder.decode(out.stderr) };
 }
 
-async function must(argv: string[], options: { stdin?: string; env?: Record<string, string> } = {}) {
+async function must(
+  argv: string[],
+  options: { stdin?: string; env?: Record<string, string> } = {},
+) {
   const out = await sh(argv, options);
   if (out.code !== 0) {
-    throw new Error(`Test host setup: "${argv.join(" ")}" exited ${out.code}: ${out.stderr.trim()}`);
+    throw new Error(
+      `Test host setup: "${argv.join(" ")}" exited ${out.code}: ${out.stderr.trim()}`,
+    );
   }
   return out;
 }
@@ -117,7 +122,13 @@ function hex(bytes: number): string {
 }
 
 function preflight(): void {
-  const missing = ["/usr/sbin/ip", "/usr/bin/unshare", "/usr/bin/nsenter", SSHD, "/usr/bin/ssh-keygen"]
+  const missing = [
+    "/usr/sbin/ip",
+    "/usr/bin/unshare",
+    "/usr/bin/nsenter",
+    SSHD,
+    "/usr/bin/ssh-keygen",
+  ]
     .filter((p) => !existsSync(p) && !existsSync(p.replace("/usr/sbin/", "/sbin/")));
   if (missing.length) {
     throw new Error(
@@ -264,18 +275,39 @@ export async function startSshdHost(): Promise<SshdHost> {
   try {
     await Deno.mkdir(`${state}/authorized_keys`, { recursive: true });
     await Deno.mkdir(`${dir}/fs`);
-    await must(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f",
-      `${state}/ssh_host_ed25519_key`]);
-    await must(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vf-test-client", "-f",
-      `${state}/client_ed25519`]);
+    await must([
+      "ssh-keygen",
+      "-q",
+      "-t",
+      "ed25519",
+      "-N",
+      "",
+      "-C",
+      name,
+      "-f",
+      `${state}/ssh_host_ed25519_key`,
+    ]);
+    await must([
+      "ssh-keygen",
+      "-q",
+      "-t",
+      "ed25519",
+      "-N",
+      "",
+      "-C",
+      "vf-test-client",
+      "-f",
+      `${state}/client_ed25519`,
+    ]);
     const clientPub = await Deno.readTextFile(`${state}/client_ed25519.pub`);
     await Deno.writeTextFile(`${state}/authorized_keys/root`, clientPub);
     const hostPub = (await Deno.readTextFile(`${state}/ssh_host_ed25519_key.pub`)).trim();
     const [keyType, keyData] = hostPub.split(/\s+/);
     const knownHostsLine = `${inner} ${keyType} ${keyData}`;
     await Deno.writeTextFile(`${state}/known_hosts`, knownHostsLine + "\n");
-    const fingerprint = (await must(["ssh-keygen", "-l", "-E", "sha256", "-f",
-      `${state}/ssh_host_ed25519_key.pub`])).stdout.split(/\s+/)[1];
+    const fingerprint =
+      (await must(["ssh-keygen", "-l", "-E", "sha256", "-f", `${state}/ssh_host_ed25519_key.pub`]))
+        .stdout.split(/\s+/)[1];
     await Deno.writeTextFile(`${state}/sshd_config`, sshdConfig(inner));
 
     await must(["ip", "netns", "add", name]);
@@ -288,8 +320,19 @@ export async function startSshdHost(): Promise<SshdHost> {
     await must(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"]);
 
     const launched = await sh(
-      ["ip", "netns", "exec", name, "unshare", "--mount", "--propagation", "private", "/bin/sh",
-        "-c", LAUNCH],
+      [
+        "ip",
+        "netns",
+        "exec",
+        name,
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        LAUNCH,
+      ],
       { env: { B: dir } },
     );
     if (launched.code !== 0) {
@@ -319,8 +362,17 @@ export async function startSshdHost(): Promise<SshdHost> {
         return (await exec(["test", "-e", path])).code === 0;
       },
       async connectionCount() {
-        const out = await must(["ip", "netns", "exec", name, "ss", "-Htn", "state", "established",
-          "( sport = :22 )"]);
+        const out = await must([
+          "ip",
+          "netns",
+          "exec",
+          name,
+          "ss",
+          "-Htn",
+          "state",
+          "established",
+          "( sport = :22 )",
+        ]);
         return out.stdout.split("\n").filter((line) => line.trim()).length;
       },
       log() {
