@@ -282,6 +282,33 @@ async function loadTasksetFor(spec: string, tasksetConfig: Record<string, unknow
   return await loadTasksetSpec(spec, tasksetConfig, TASKSETS);
 }
 
+/**
+ * Turn SIGINT/SIGTERM into an abort of the run (finished results stay on disk); a second
+ * signal exits at once. Disposing removes the handlers.
+ */
+function onInterrupt(): Disposable & { signal: AbortSignal; readonly interrupted: boolean } {
+  const controller = new AbortController();
+  let interrupted = false;
+  const onSignal = (sig: string) => {
+    if (interrupted) process.exit(130);
+    interrupted = true;
+    process.stderr.write(`\n${sig}: stopping; finished rollouts are saved\n`);
+    controller.abort(new VfError(`Interrupted by ${sig}`));
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  return {
+    signal: controller.signal,
+    get interrupted() {
+      return interrupted;
+    },
+    [Symbol.dispose]() {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+    },
+  };
+}
+
 /** Resolve the model endpoint: registry aliases, flags, `[client]`, defaults. */
 async function resolveClient(config: EvalConfig) {
   let model = config.model ?? "gpt-4.1-mini";
@@ -477,16 +504,7 @@ async function cmdEval(argv: string[]): Promise<number> {
   const quiet = config.quiet ?? false;
   const out = { write: (t: string) => process.stderr.write(t), isTTY: Boolean(process.stderr.isTTY) };
   const display = quiet ? null : new ProgressDisplay(out, run.envId);
-  const controller = new AbortController();
-  let interrupted = false;
-  const onSignal = (sig: string) => {
-    if (interrupted) process.exit(130);
-    interrupted = true;
-    process.stderr.write(`\n${sig}: stopping; finished rollouts are saved\n`);
-    controller.abort(new VfError(`Interrupted by ${sig}`));
-  };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
+  using interrupt = onInterrupt();
 
   if (runDir) {
     const resolved = {
@@ -516,7 +534,7 @@ async function cmdEval(argv: string[]): Promise<number> {
       shuffleSeed: config.shuffle_seed ?? null,
       resultsDir: runDir,
       resume,
-      signal: controller.signal,
+      signal: interrupt.signal,
       onProgress: display ? (p) => display.update(p) : undefined,
       metadataExtra: runDir ? { run_dir: runDir } : {},
     });
@@ -526,7 +544,7 @@ async function cmdEval(argv: string[]): Promise<number> {
     return 0;
   } catch (error) {
     display?.finish();
-    if (interrupted) {
+    if (interrupt.interrupted) {
       const saved = runDir ? (await loadOutputs(runDir)).length : 0;
       process.stderr.write(
         runDir
@@ -541,8 +559,6 @@ async function cmdEval(argv: string[]): Promise<number> {
     }
     throw error;
   } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
     await run.env.teardown().catch(() => {});
   }
 }
@@ -609,16 +625,7 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
   const modelClient = maxModel ? limitModelConnections(client, maxModel) : client;
   const quiet = config.quiet ?? false;
   const started = Date.now();
-  const controller = new AbortController();
-  let interrupted = false;
-  const onSignal = (sig: string) => {
-    if (interrupted) process.exit(130);
-    interrupted = true;
-    process.stderr.write(`\n${sig}: stopping; finished rollouts are saved\n`);
-    controller.abort(new VfError(`Interrupted by ${sig}`));
-  };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
+  using interrupt = onInterrupt();
   try {
     const { traces, summary } = await runTaskset({
       taskset,
@@ -636,7 +643,7 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
       envId: envSection.id,
       bestOfNThreshold: envSection.threshold,
       judges: envSection.judges,
-      signal: controller.signal,
+      signal: interrupt.signal,
       onTrace: quiet ? undefined : (t, done, total) => {
         const rate = done / Math.max(0.001, (Date.now() - started) / 1000);
         process.stderr.write(
@@ -659,15 +666,13 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
     if (runDir) process.stdout.write(`traces: ${join(runDir, "traces.jsonl")}\n`);
     return 0;
   } catch (error) {
-    if (interrupted) {
+    if (interrupt.interrupted) {
       process.stderr.write(runDir ? `Interrupted; finish with: vf eval @ <config> --resume ${runDir}\n` : "Interrupted\n");
       return 130;
     }
     throw error;
   } finally {
     await sandboxes?.close();
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
   }
 }
 

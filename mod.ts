@@ -91,6 +91,7 @@ export type {
 } from "./lib/env_client.ts";
 export type { EnvironmentModule } from "./lib/load_env.ts";
 export { VERSION } from "./lib/version.ts";
+export { mulberry32, seededShuffle } from "./lib/random.ts";
 
 import type { RolloutOutput } from "./lib/results.ts";
 import { Dataset } from "./lib/dataset.ts";

@@ -18,6 +18,8 @@
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { ConfigError } from "./errors.ts";
+import { copyPlain } from "./_plain.ts";
+import { seededShuffle } from "./random.ts";
 import type { Row } from "./types.ts";
 
 /** What a map function may return: columns to merge over the row, or nothing to keep it. */
@@ -298,13 +300,7 @@ export class Dataset implements Iterable<Row> {
     if (!Number.isSafeInteger(seed) || seed < 0) {
       throw new RangeError(`shuffle() needs a non-negative integer seed, got ${seed}`);
     }
-    const rows = [...this.#rows];
-    const random = mulberry32(foldSeed(seed));
-    for (let i = rows.length - 1; i > 0; i--) {
-      const j = Math.floor(random() * (i + 1));
-      [rows[i], rows[j]] = [rows[j], rows[i]];
-    }
-    return new Dataset(rows, this.#columns);
+    return new Dataset(seededShuffle(this.#rows, seed), this.#columns);
   }
 
   /**
@@ -528,7 +524,7 @@ function cloneRow(row: Row): Row {
 function cloneValue(value: unknown): unknown {
   if (typeof value !== "object" || value === null) return value;
   try {
-    return structuredClone(value);
+    return copyPlain(value);
   } catch {
     return value; // holds something uncloneable (a function): share it
   }
@@ -536,25 +532,6 @@ function cloneValue(value: unknown): unknown {
 
 function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === "function";
-}
-
-/** Folds a safe integer into 32 bits so seeds above 2^32 still differ. */
-function foldSeed(seed: number): number {
-  const low = seed % 0x1_0000_0000;
-  const high = Math.floor(seed / 0x1_0000_0000);
-  return (low ^ Math.imul(high, 0x9e3779b1)) >>> 0;
-}
-
-/** mulberry32: a small, fast 32-bit PRNG; plenty for shuffling. Returns floats in [0, 1). */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** Writes through a temporary file and a rename, so readers never see half a file. */

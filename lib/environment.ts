@@ -14,6 +14,7 @@ import {
 } from "./errors.ts";
 import { type RolloutOutput, stateToOutput } from "./results.ts";
 import { formatRows, parseInfo } from "./formatting.ts";
+import { copyPlain } from "./_plain.ts";
 import { normalizeMessages, normalizeToolDefs } from "./messages.ts";
 import { Parser } from "./parser.ts";
 import { Rubric, RubricGroup, sortHandlers } from "./rubric.ts";
@@ -236,7 +237,7 @@ export abstract class Environment {
 
   /** Build the initial state of a rollout. */
   initState(input: Row, client: ChatClient, model: string, samplingArgs: SamplingArgs = {}): State {
-    const copy = structuredClone(input) as RolloutInput;
+    const copy = copyPlain(input) as RolloutInput;
     const info = parseInfo(copy.info, `info of example ${copy.example_id}`);
     if ("oai_tools" in info) {
       throw new TypeError("info.oai_tools is not supported; use info.tool_defs");
@@ -301,7 +302,9 @@ export abstract class Environment {
   /** Whether a stop condition fires; records which one. */
   async isCompleted(state: State): Promise<boolean> {
     for (const stop of this.#stops) {
-      if (await stop.fn(state)) {
+      const fired = stop.fn(state);
+      // Most conditions are synchronous; awaiting only promises saves a microtask per check.
+      if (typeof (fired as PromiseLike<boolean> | null)?.then === "function" ? await fired : fired) {
         state.is_completed = true;
         state.is_truncated ||= state.trajectory.some((s) => s.is_truncated);
         state.stop_condition = stop.name;

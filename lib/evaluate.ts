@@ -154,6 +154,7 @@ export async function generate(
   let errors = 0;
 
   if (writer) await writer.writeMetadata(builder.build());
+  const buildMetadata = () => builder.build();
 
   const runOne = async (group: Row[]): Promise<void> => {
     let outputs: RolloutOutput[] = [];
@@ -182,7 +183,7 @@ export async function generate(
     };
     if (writer) {
       await writer.append(outputs);
-      await writer.writeMetadata(builder.build());
+      await writer.writeMetadata(buildMetadata);
     }
     options.onProgress?.(progress);
   };
@@ -208,8 +209,9 @@ export async function generate(
   } finally {
     outer?.removeEventListener("abort", onAbort);
     if (writer) {
+      // Queue the final metadata first so flush() writes it now, not a throttle interval later.
+      await writer.writeMetadata(buildMetadata);
       await writer.flush();
-      await writer.writeMetadata(builder.build());
     }
   }
   if (fatal) throw fatal;

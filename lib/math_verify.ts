@@ -23,6 +23,7 @@
  */
 
 import { all, create, type MathJsInstance, type MathNode } from "npm:mathjs@^15.2.0";
+import { mulberry32 } from "./random.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Normalisation (tier a)
@@ -582,17 +583,8 @@ function isFiniteComplex(v: ComplexValue | null): v is ComplexValue {
   return v !== null && Number.isFinite(v.re) && Number.isFinite(v.im);
 }
 
-/** Deterministic pseudo-random numbers (mulberry32), so a verdict never flips between runs. */
-function sampler(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Deterministic pseudo-random numbers, so a verdict never flips between runs. */
+const sampler = mulberry32;
 
 const MAX_VARIABLES = 8;
 const SAMPLE_POINTS = 6;

@@ -6,6 +6,7 @@ import { appendFile, mkdir, open, readFile, rename, stat, writeFile } from "node
 import { dirname, join } from "node:path";
 import { ConfigError, serializeError, type SerializedError } from "./errors.ts";
 import { type State, timingDump } from "./state.ts";
+import { jsonCopy } from "./_plain.ts";
 import type { Messages, Tool } from "./types.ts";
 
 /** Version of every persisted record written by this module. */
@@ -39,14 +40,16 @@ export interface RolloutOutput {
   [extra: string]: unknown;
 }
 
+function jsonReplacer(_key: string, v: unknown): unknown {
+  if (typeof v === "bigint") return Number(v);
+  if (v instanceof Error) return serializeError(v);
+  if (v instanceof Map) return Object.fromEntries(v);
+  if (v instanceof Set) return [...v];
+  return v;
+}
+
 function jsonSafe(value: unknown): unknown {
-  return JSON.parse(JSON.stringify(value, (_k, v) => {
-    if (typeof v === "bigint") return Number(v);
-    if (v instanceof Error) return serializeError(v);
-    if (v instanceof Map) return Object.fromEntries(v);
-    if (v instanceof Set) return [...v];
-    return v;
-  }) ?? "null");
+  return jsonCopy(value, jsonReplacer);
 }
 
 /** Serialise a finished state. `stateColumns` copies extra state keys (JSON-safe values only). */
@@ -267,11 +270,12 @@ export class ResultsWriter {
   /** Minimum time between metadata rewrites; pending metadata is written by `flush()`. */
   readonly metadataIntervalMs: number;
   #repaired = false;
+  #dirReady = false;
   #queue: Promise<void> = Promise.resolve();
   #pendingLines: string[] = [];
   #pendingWaiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
   #flushScheduled = false;
-  #pendingMetadata: Record<string, unknown> | null = null;
+  #pendingMetadata: Record<string, unknown> | (() => Record<string, unknown>) | null = null;
   #metadataTimer: ReturnType<typeof setTimeout> | undefined;
   #lastMetadataAt = 0;
 
@@ -311,12 +315,19 @@ export class ResultsWriter {
           this.#pendingLines = [];
           this.#pendingWaiters = [];
           try {
-            await mkdir(this.dir, { recursive: true });
+            if (!this.#dirReady) await this.#ensureDir();
             if (!this.#repaired) {
               await repairTrailingLine(this.resultsPath);
               this.#repaired = true;
             }
-            await appendFile(this.resultsPath, lines);
+            try {
+              await appendFile(this.resultsPath, lines);
+            } catch (error) {
+              // The directory was removed mid-run: make it again, as before every append.
+              if ((error as { code?: string }).code !== "ENOENT") throw error;
+              await this.#ensureDir();
+              await appendFile(this.resultsPath, lines);
+            }
             for (const w of waiters) w.resolve();
           } catch (error) {
             for (const w of waiters) w.reject(error);
@@ -327,8 +338,19 @@ export class ResultsWriter {
     return done;
   }
 
-  /** Rewrite `metadata.json` (temp file, then rename), at most every `metadataIntervalMs`. */
-  writeMetadata(metadata: Record<string, unknown>): Promise<void> {
+  async #ensureDir(): Promise<void> {
+    await mkdir(this.dir, { recursive: true });
+    this.#dirReady = true;
+  }
+
+  /**
+   * Rewrite `metadata.json` (temp file, then rename), at most every `metadataIntervalMs`.
+   * A function is called only when the file is written, so callers can pass a builder
+   * instead of building metadata for every call.
+   */
+  writeMetadata(
+    metadata: Record<string, unknown> | (() => Record<string, unknown>),
+  ): Promise<void> {
     this.#pendingMetadata = metadata;
     const wait = this.#lastMetadataAt + this.metadataIntervalMs - Date.now();
     if (wait <= 0) return this.#writePendingMetadata();
@@ -343,11 +365,11 @@ export class ResultsWriter {
     clearTimeout(this.#metadataTimer);
     this.#metadataTimer = undefined;
     return this.#enqueue(async () => {
-      const metadata = this.#pendingMetadata;
-      if (!metadata) return;
+      const pending = this.#pendingMetadata;
+      if (!pending) return;
       this.#pendingMetadata = null;
       this.#lastMetadataAt = Date.now();
-      await mkdir(this.dir, { recursive: true });
+      const metadata = typeof pending === "function" ? pending() : pending;
       await writeJsonAtomic(this.metadataPath, metadata);
     });
   }

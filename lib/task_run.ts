@@ -10,6 +10,7 @@ import type { ChatClient } from "./client.ts";
 import { isFatalError } from "./environment.ts";
 import { ConfigError, serializeError } from "./errors.ts";
 import { JudgeRubric } from "./judge_rubric.ts";
+import { seededShuffle } from "./random.ts";
 import { passAtK, repairTrailingLine, writeJsonAtomic } from "./results.ts";
 import type { Task, TaskHookContext, Taskset, TraceView } from "./task.ts";
 import { type AgentPolicy, resolveRuntimeSpec, runTaskRollout, type TaskTrace } from "./task_rollout.ts";
@@ -77,16 +78,6 @@ export interface TaskRunSummary {
   date: string;
 }
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Select tasks: ids filter, seeded shuffle, then the first n. */
 export async function selectTasks(
@@ -102,12 +93,7 @@ export async function selectTasks(
     tasks = tasks.filter((t) => want.has(t.key));
   }
   if (options.shuffleSeed !== undefined && options.shuffleSeed !== null) {
-    const rand = mulberry32(options.shuffleSeed);
-    tasks = [...tasks];
-    for (let i = tasks.length - 1; i > 0; i--) {
-      const j = Math.floor(rand() * (i + 1));
-      [tasks[i], tasks[j]] = [tasks[j], tasks[i]];
-    }
+    tasks = seededShuffle(tasks, options.shuffleSeed);
   }
   if (options.numTasks && options.numTasks > 0) tasks = tasks.slice(0, options.numTasks);
   return tasks;

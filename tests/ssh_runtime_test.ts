@@ -158,9 +158,13 @@ Deno.test(
       assert.equal(added.code, 0);
       Deno.env.set("SSH_AUTH_SOCK", sock);
       const { privateKeyPath: _, ...noKey } = specFor();
-      await using rt = createRuntime({ ...noKey, agent: true });
-      await rt.start();
-      assert.equal((await rt.run(["echo", "via agent"])).stdout, "via agent\n");
+      {
+        await using rt = createRuntime({ ...noKey, agent: true });
+        await rt.start();
+        assert.equal((await rt.run(["echo", "via agent"])).stdout, "via agent\n");
+      }
+      // With no runtime holding the connection, the next start connects (and needs the agent).
+      await sshConnectionsClosed();
       Deno.env.delete("SSH_AUTH_SOCK");
       const error = await startError({ ...noKey, agent: true });
       assert.ok(error instanceof SshConnectError && error.reason === "identity", `got ${error}`);

@@ -4,7 +4,14 @@
  * @module
  */
 import { z } from "npm:zod@^4.6.0";
-import { defineTool, extractBoxedAnswer, MaybeThinkParser, Rubric, ToolEnv } from "../../mod.ts";
+import {
+  defineTool,
+  extractBoxedAnswer,
+  MaybeThinkParser,
+  mulberry32,
+  Rubric,
+  ToolEnv,
+} from "../../mod.ts";
 import { evaluateArithmetic, formatNumber } from "./arith.ts";
 
 /** Defaults `vf eval calculator` uses when -n / -r are not given. */
@@ -13,16 +20,6 @@ export const evalDefaults = { num_examples: 10, rollouts_per_example: 2 };
 const SYSTEM_PROMPT =
   "Use the calculator tool for arithmetic, then give the final answer as \\boxed{NUMBER}.";
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Deterministic arithmetic questions. */
 export function makeQuestions(count: number, seed = 7): Array<{ question: string; answer: string }> {
