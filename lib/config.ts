@@ -150,7 +150,22 @@ export function resolveTemplate(
 
 /** A runtime table (`[env.agent.runtime]`, `[env.agent.scoring.runtime]`). */
 export const RuntimeTable = z.strictObject({
-  type: z.enum(["docker", "subprocess"]).optional(),
+  type: z.enum(["docker", "subprocess", "ssh", "prime"]).optional(),
+  /** ssh: the host, port, login user and credentials. */
+  host: z.string().optional(),
+  port: z.number().int().positive().optional(),
+  user: z.string().optional(),
+  private_key_path: z.string().optional(),
+  known_hosts_path: z.string().optional(),
+  trust_on_first_use: z.boolean().optional(),
+  /** ssh: the host is dedicated to this run (a VM), so it may serve as an isolated sandbox. */
+  dedicated: z.boolean().optional(),
+  /** prime: GPU type/count, disk GB, provider-side time-to-live, API base and key variable. */
+  gpu: z.string().optional(),
+  disk: z.number().positive().optional(),
+  ttl_minutes: z.number().int().positive().optional(),
+  api_base: z.string().optional(),
+  api_key_var: z.string().optional(),
   image: z.string().optional(),
   cpu: z.number().positive().optional(),
   memory: z.union([z.number().positive(), z.string()]).optional(),

@@ -32,7 +32,21 @@ export interface Artifact {
 
 /** A runtime as configured in TOML (`[env.agent.runtime]`, `[env.agent.scoring.runtime]`). */
 export interface RuntimeConfig {
-  type?: "docker" | "subprocess";
+  type?: "docker" | "subprocess" | "ssh" | "prime";
+  /** ssh: host, port, login and credentials; `dedicated` marks a host used only by this run. */
+  host?: string;
+  port?: number;
+  user?: string;
+  private_key_path?: string;
+  known_hosts_path?: string;
+  trust_on_first_use?: boolean;
+  dedicated?: boolean;
+  /** prime: accelerator, disk GB, provider-side time-to-live, API base and key variable. */
+  gpu?: string;
+  disk?: number;
+  ttl_minutes?: number;
+  api_base?: string;
+  api_key_var?: string;
   image?: string;
   /** CPU cores. */
   cpu?: number;

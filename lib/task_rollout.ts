@@ -135,8 +135,56 @@ export function resolveRuntimeSpec(
     }
     return { type: "subprocess", workdir: config.workdir ?? data.workdir, env };
   }
+  if (type === "ssh") {
+    if (!config.host) {
+      throw new ConfigError(`The ssh runtime needs a host: --env.agent.runtime.host <host>`);
+    }
+    if (task.needsContainer && !config.dedicated) {
+      throw new ConfigError(
+        `Task "${task.key}" needs a container; a shared SSH host is not one. Use docker or prime, ` +
+          `or mark a host used only by this run with --env.agent.runtime.dedicated true`,
+      );
+    }
+    return {
+      type: "ssh",
+      host: config.host,
+      port: config.port,
+      user: config.user,
+      privateKeyPath: config.private_key_path,
+      knownHostsPath: config.known_hosts_path,
+      trustOnFirstUse: config.trust_on_first_use,
+      dedicated: config.dedicated,
+      workdir: config.workdir ?? data.workdir,
+      env,
+    };
+  }
+  if (type === "prime") {
+    const memory = config.memory ?? data.resources?.memory;
+    return {
+      type: "prime",
+      image: config.image ?? data.image,
+      gpu: config.gpu,
+      cpu: config.cpu ?? data.resources?.cpu,
+      memory: typeof memory === "number" ? memory : undefined,
+      disk: config.disk,
+      ttlMinutes: config.ttl_minutes,
+      apiBase: config.api_base,
+      apiKeyVar: config.api_key_var,
+      workdir: config.workdir ?? data.workdir,
+      env,
+      labels: { "vf.role": role },
+      ssh: {
+        user: config.user,
+        privateKeyPath: config.private_key_path,
+        knownHostsPath: config.known_hosts_path,
+        trustOnFirstUse: config.trust_on_first_use,
+      },
+    };
+  }
   if (type !== "docker") {
-    throw new ConfigError(`Unknown runtime type "${type}"; known: "docker", "subprocess"`);
+    throw new ConfigError(
+      `Unknown runtime type "${type}"; known: "docker", "subprocess", "ssh", "prime"`,
+    );
   }
   const image = config.image ?? data.image;
   if (!image) {
@@ -452,9 +500,11 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
       // deno-lint-ignore require-await
       const graderSpec = await inPhase("scoring", async () => {
         const spec = resolveRuntimeSpec(graderConfig, task, "grader", scoringEnv);
-        if (spec.type === "subprocess") {
+        if (spec.type === "subprocess" || (spec.type === "ssh" && !spec.dedicated)) {
           throw new ConfigError(
-            `The grading sandbox needs a container runtime; subprocess cannot restore artifacts (task "${task.key}")`,
+            `The grading sandbox must be a fresh, isolated sandbox; a ${spec.type} runtime` +
+              `${spec.type === "ssh" ? " on a shared host" : ""} is not one (task "${task.key}"); ` +
+              `use docker or prime for --env.agent.scoring.runtime`,
           );
         }
         const agentWorkdir = agentSpec.workdir ?? data.workdir;
