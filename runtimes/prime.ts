@@ -37,6 +37,7 @@ import {
   SandboxUnavailableError,
 } from "./errors.ts";
 import { trackRuntime, untrackRuntime } from "./registry.ts";
+import { type LiveSandbox, recordSandbox, registerCleaner } from "./ledger.ts";
 import type { RunOptions, RunResult, Runtime, RuntimeCapabilities } from "./runtime.ts";
 import { loadSsh2, SshConnectError, SshRuntime } from "./ssh.ts";
 
@@ -475,8 +476,17 @@ export class PrimeRuntime implements Runtime {
     };
     if (gpu.type) body.gpu_type = gpu.type;
     if (spec.region) body.region = spec.region;
+    const record = () => ({
+      type: "prime",
+      key: this.#name,
+      id: this.#id || undefined,
+      run_id: this.#options.runId,
+      host: { api_base: this.api.base, api_key_var: this.api.keyVar },
+    });
+    await recordSandbox({ event: "requested", ...record() });
     const created = await this.api.create(body);
     this.#id = created.id;
+    await recordSandbox({ event: "created", ...record() });
     this.#checkNotStopped();
 
     // Wait for RUNNING: bounded exponential backoff.
@@ -643,6 +653,7 @@ export class PrimeRuntime implements Runtime {
       if (!this.#id) return;
       try {
         await this.api.delete(this.#id);
+        await recordSandbox({ event: "stopped", type: "prime", key: this.#name, id: this.#id }).catch(() => {});
       } catch (error) {
         throw new SandboxError(
           `Cannot delete Prime sandbox "${this.#id}": ${(error as Error).message}; its ` +
@@ -717,3 +728,39 @@ export async function cleanupPrime(
   }));
   return removed;
 }
+
+/** Deletes leftover Prime sandboxes recorded in the ledger (`vf cleanup`). */
+async function cleanupPrimeLedger(sandboxes: LiveSandbox[]) {
+  const removed: string[] = [];
+  const gone: string[] = [];
+  const failed: Array<{ key: string; error: string }> = [];
+  for (const sb of sandboxes) {
+    const h = (sb.host ?? {}) as Record<string, unknown>;
+    const api = new PrimeApi({
+      apiBase: h.api_base as string | undefined,
+      apiKeyVar: h.api_key_var as string | undefined,
+    });
+    try {
+      let id = sb.id;
+      if (!id) {
+        // Requested but never confirmed: find it by the name chosen before the request.
+        const all = await listPrimeSandboxes({ runId: sb.run_id }, {
+          apiBase: h.api_base as string | undefined,
+          apiKeyVar: h.api_key_var as string | undefined,
+        });
+        id = all.find((s) => s.name === sb.key)?.id;
+        if (!id) {
+          gone.push(sb.key);
+          continue;
+        }
+      }
+      if (await api.delete(id)) removed.push(sb.key);
+      else gone.push(sb.key);
+    } catch (error) {
+      failed.push({ key: sb.key, error: (error as Error).message });
+    }
+  }
+  return { removed, gone, failed };
+}
+
+registerCleaner("prime", cleanupPrimeLedger);

@@ -42,6 +42,7 @@ import {
   SandboxUnsupportedError,
 } from "./errors.ts";
 import { trackRuntime, untrackRuntime } from "./registry.ts";
+import { type LiveSandbox, recordSandbox, registerCleaner } from "./ledger.ts";
 import type { RunOptions, RunResult, Runtime, RuntimeCapabilities } from "./runtime.ts";
 
 /** A host reached over SSH. */
@@ -772,6 +773,7 @@ export class SshRuntime implements Runtime {
     signal?.throwIfAborted();
     this.#id = `vf-${randomHex(6)}`;
     if (this.#ownsWorkdir) this.#workdir = `/tmp/${this.#id}`;
+    if (this.#ledgered()) await recordSandbox({ event: "requested", ...this.#ledgerRecord() });
     this.#connection = acquire(this.#target);
     await this.#connection.client();
     this.#checkNotStopped();
@@ -786,6 +788,7 @@ export class SshRuntime implements Runtime {
       );
     }
     this.#created = true;
+    if (this.#ledgered()) await recordSandbox({ event: "created", ...this.#ledgerRecord() });
     const [uid, sw] = new TextDecoder().decode(stdout).trim().split(" ");
     this.#uid = Number(uid);
     this.#switch = sw === "runuser" || sw === "sudo" ? sw : "none";
@@ -1152,6 +1155,29 @@ export class SshRuntime implements Runtime {
     if (this.#created && this.#ownsWorkdir && this.#workdir.startsWith("/tmp/vf-")) {
       await this.#capture(shCommand('rm -rf -- "$1"', [this.#workdir])).catch(() => {});
     }
+    if (this.#ledgered()) await recordSandbox({ event: "stopped", ...this.#ledgerRecord() }).catch(() => {});
+  }
+
+  /** Only a per-rollout temp workdir is a sandbox worth recording (and removing later). */
+  #ledgered(): boolean {
+    return this.#ownsWorkdir && !this.#options.disposable && this.#id !== "";
+  }
+
+  #ledgerRecord() {
+    return {
+      type: "ssh",
+      key: `${this.#target.host}:${this.#target.port}:${this.#workdir}`,
+      id: this.#id,
+      run_id: this.#options.runId,
+      host: {
+        host: this.#target.host,
+        port: this.#target.port,
+        user: this.#target.user,
+        private_key_path: this.#target.privateKeyPath,
+        known_hosts_path: this.#target.knownHostsPath,
+        workdir: this.#workdir,
+      },
+    };
   }
 
   /** Same as {@linkcode stop}. */
@@ -1195,3 +1221,39 @@ function signalNumber(signal: string | undefined): number {
   };
   return table[(signal ?? "").replace(/^SIG/, "")] ?? 0;
 }
+
+/** Removes leftover per-rollout workdirs recorded in the ledger (`vf cleanup`). */
+async function cleanupSshLedger(sandboxes: LiveSandbox[]) {
+  const removed: string[] = [];
+  const failed: Array<{ key: string; error: string }> = [];
+  for (const sb of sandboxes) {
+    const h = (sb.host ?? {}) as Record<string, unknown>;
+    const dir = String(h.workdir ?? "");
+    if (!dir.startsWith("/tmp/vf-")) {
+      failed.push({ key: sb.key, error: `not a vf temp workdir: "${dir}"` });
+      continue;
+    }
+    const rt = new SshRuntime({
+      type: "ssh",
+      host: String(h.host),
+      port: Number(h.port ?? 22),
+      user: h.user as string | undefined,
+      privateKeyPath: h.private_key_path as string | undefined,
+      knownHostsPath: h.known_hosts_path as string | undefined,
+      workdir: "/",
+    }, { disposable: true });
+    try {
+      await rt.start();
+      const r = await rt.run(["rm", "-rf", "--", dir]);
+      if (r.exit_code === 0) removed.push(sb.key);
+      else failed.push({ key: sb.key, error: r.stderr.trim() });
+    } catch (error) {
+      failed.push({ key: sb.key, error: (error as Error).message });
+    } finally {
+      await rt.stop().catch(() => {});
+    }
+  }
+  return { removed, failed };
+}
+
+registerCleaner("ssh", cleanupSshLedger);

@@ -342,3 +342,33 @@ Deno.test("ssh: the test hosts are removed", async () => {
   );
   assert.ok(!namespaces.includes(host.name) && !namespaces.includes(doomed.name));
 });
+
+Deno.test(
+  "ssh: a per-rollout workdir left by a crashed evaluator is in the ledger and vf cleanup's ledger sweep removes it",
+  settled(async () => {
+    const { Ledger, cleanupLedger, defaultLedger, setDefaultLedger, liveEntries } = await import(
+      "../runtimes/ledger.ts"
+    );
+    const before = defaultLedger();
+    const ledger = new Ledger(join(tmp, "ledger.jsonl"));
+    setDefaultLedger(ledger);
+    try {
+      const runId = `ssh-ledger-${crypto.randomUUID().slice(0, 8)}`;
+      const rt = new SshRuntime(specFor(host), { runId });
+      await rt.start();
+      const dir = rt.workdir;
+      assert.ok(await host.exists(dir), "the workdir exists while the runtime lives");
+      // Simulate a crash: the runtime is never stopped; only the ledger knows about it.
+      const live = await liveEntries({ runId });
+      assert.deepEqual(live.map((l) => [l.type, l.key]), [["ssh", `${host.host}:${host.port}:${dir}`]]);
+      const report = await cleanupLedger({ runId }, { ledger });
+      assert.deepEqual(report.failed, []);
+      assert.deepEqual(report.removed, [`ssh:${host.host}:${host.port}:${dir}`]);
+      assert.equal(await host.exists(dir), false, "cleanup removed the workdir");
+      assert.deepEqual(await liveEntries({ runId }), []);
+      await rt.stop(); // still idempotent against a removed workdir
+    } finally {
+      setDefaultLedger(before);
+    }
+  }),
+);
