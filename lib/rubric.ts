@@ -164,21 +164,21 @@ export class Rubric {
     };
   }
 
-  async #callOne(entry: RubricEntry, state: State): Promise<number> {
+  /** A score, or a promise of one when the function is async (sync ones skip the microtasks). */
+  #callOne(entry: RubricEntry, state: State): number | Promise<number> {
+    let value: unknown;
     try {
-      const value: unknown = await (entry.fn as RewardFunc)(this.#context(state));
-      // Like Python's float(): null, "", [] and objects are not numbers (Number() says 0).
-      const n = typeof value === "boolean"
-        ? (value ? 1 : 0)
-        : typeof value === "number" || (typeof value === "string" && value.trim() !== "")
-        ? Number(value)
-        : NaN;
-      if (!Number.isFinite(n)) throw new TypeError(`returned ${JSON.stringify(value)}`);
-      return n;
+      value = (entry.fn as RewardFunc)(this.#context(state));
     } catch (error) {
-      console.warn(`Reward function "${entry.name}" failed and scores 0: ${String(error)}`);
-      return 0;
+      return rewardFailed(entry, error);
     }
+    if (isThenable(value)) {
+      return Promise.resolve(value).then(
+        (v) => toScore(entry, v),
+        (error) => rewardFailed(entry, error),
+      );
+    }
+    return toScore(entry, value);
   }
 
   /** Score one rollout with individual functions only, sequentially. */
@@ -191,7 +191,8 @@ export class Rubric {
     let reward = 0;
     const metrics: Record<string, number> = {};
     for (const entry of this.entries) {
-      const score = await this.#callOne(entry, state);
+      const called = this.#callOne(entry, state);
+      const score = typeof called === "number" ? called : await called;
       reward += score * entry.weight;
       metrics[entry.name] = score;
     }
@@ -225,7 +226,10 @@ export class Rubric {
           scores = states.map(() => 0);
         }
       } else {
-        scores = await Promise.all(states.map((s) => this.#callOne(entry, s)));
+        const called = states.map((s) => this.#callOne(entry, s));
+        scores = called.every((c) => typeof c === "number")
+          ? called as number[]
+          : await Promise.all(called);
       }
       scores.forEach((score, i) => {
         totals[i] += score * entry.weight;
@@ -244,6 +248,32 @@ export class Rubric {
   async teardown(): Promise<void> {
     for (const h of this.#teardowns) await h.fn();
   }
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === "function";
+}
+
+/** Like Python's float(): null, "", [] and objects are not numbers (Number() says 0). */
+function toScore(entry: RubricEntry, value: unknown): number {
+  const n = typeof value === "boolean"
+    ? (value ? 1 : 0)
+    : typeof value === "number" || (typeof value === "string" && value.trim() !== "")
+    ? Number(value)
+    : NaN;
+  if (Number.isFinite(n)) return n;
+  let shown: string;
+  try {
+    shown = `returned ${JSON.stringify(value)}`;
+  } catch (error) {
+    return rewardFailed(entry, error); // e.g. a bigint, as before
+  }
+  return rewardFailed(entry, new TypeError(shown));
+}
+
+function rewardFailed(entry: RubricEntry, error: unknown): number {
+  console.warn(`Reward function "${entry.name}" failed and scores 0: ${String(error)}`);
+  return 0;
 }
 
 /** Set reward, metrics and advantage (reward minus the group mean) on each state. */

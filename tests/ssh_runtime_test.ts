@@ -332,17 +332,6 @@ Deno.test(
   }),
 );
 
-Deno.test("ssh: the test hosts are removed", async () => {
-  await sshConnectionsClosed();
-  await host.close();
-  await doomed.close();
-  await rm(tmp, { recursive: true, force: true });
-  const namespaces = new TextDecoder().decode(
-    (await new Deno.Command("ip", { args: ["netns", "list"], stdout: "piped" }).output()).stdout,
-  );
-  assert.ok(!namespaces.includes(host.name) && !namespaces.includes(doomed.name));
-});
-
 Deno.test(
   "ssh: a per-rollout workdir left by a crashed evaluator is in the ledger and vf cleanup's ledger sweep removes it",
   settled(async () => {
@@ -372,3 +361,14 @@ Deno.test(
     }
   }),
 );
+
+Deno.test("ssh: the test hosts are removed", async () => {
+  await sshConnectionsClosed();
+  await host.close();
+  await doomed.close();
+  await rm(tmp, { recursive: true, force: true });
+  const namespaces = new TextDecoder().decode(
+    (await new Deno.Command("ip", { args: ["netns", "list"], stdout: "piped" }).output()).stdout,
+  );
+  assert.ok(!namespaces.includes(host.name) && !namespaces.includes(doomed.name));
+});
