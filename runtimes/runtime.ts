@@ -131,7 +131,7 @@ export function createRuntime(
     case "docker":
       return new DockerRuntime(spec, options);
     case "subprocess":
-      return new SubprocessRuntime(spec);
+      return new SubprocessRuntime(spec, options);
     case "ssh":
       return new SshRuntime(spec, options);
     case "prime":

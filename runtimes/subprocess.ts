@@ -16,13 +16,14 @@
  */
 
 import { type ChildProcess, spawn } from "node:child_process";
-import { chmod, mkdir, mkdtemp, readFile, realpath, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, realpath, rm, stat, writeFile } from "node:fs/promises";
 import { rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import process from "node:process";
 import { CommandTimeoutError } from "../lib/errors.ts";
-import { decodeChunks, describeArgv, resolveSandboxPath, toBytes, within } from "./_util.ts";
+import { decodeChunks, describeArgv, randomHex, resolveSandboxPath, toBytes, within } from "./_util.ts";
+import { type LiveSandbox, recordSandbox, registerCleaner } from "./ledger.ts";
 import {
   SandboxError,
   SandboxFileNotFoundError,
@@ -81,8 +82,11 @@ export class SubprocessRuntime implements Runtime {
   /** Process groups started by run(); killed on stop. */
   #groups = new Set<number>();
 
-  constructor(spec: SubprocessRuntimeSpec = { type: "subprocess" }) {
+  readonly #runId: string | undefined;
+
+  constructor(spec: SubprocessRuntimeSpec = { type: "subprocess" }, options: { runId?: string } = {}) {
     this.spec = spec;
+    this.#runId = options.runId;
     this.#workdir = resolveSandboxPath("/", spec.workdir ?? "/");
   }
 
@@ -110,7 +114,13 @@ export class SubprocessRuntime implements Runtime {
     this.#starting ??= (async () => {
       trackRuntime(this);
       try {
-        this.#root = await realpath(await mkdtemp(join(tmpdir(), "vf-subprocess-")));
+        // The name is chosen first so the ledger knows it before it exists (vf cleanup
+        // removes it if this process dies without stopping).
+        const root = join(await realpath(tmpdir()), `vf-subprocess-${randomHex(6)}`);
+        await recordSandbox({ event: "requested", ...this.#ledgerRecord(root) });
+        await mkdir(root, { mode: 0o700 });
+        this.#root = root;
+        await recordSandbox({ event: "created", ...this.#ledgerRecord(root) });
         await mkdir(join(this.#root, this.#workdir), { recursive: true });
       } catch (error) {
         this.#state = "stopped";
@@ -299,9 +309,16 @@ export class SubprocessRuntime implements Runtime {
       await this.#starting?.catch(() => {});
       for (const pid of this.#groups) killGroup(pid);
       this.#groups.clear();
-      if (this.#root) await rm(this.#root, { recursive: true, force: true });
+      if (this.#root) {
+        await rm(this.#root, { recursive: true, force: true });
+        await recordSandbox({ event: "stopped", ...this.#ledgerRecord(this.#root) }).catch(() => {});
+      }
     })().finally(() => untrackRuntime(this));
     return this.#stopping;
+  }
+
+  #ledgerRecord(root: string) {
+    return { type: "subprocess", key: root, id: root, run_id: this.#runId, host: { path: root } };
   }
 
   /** Synchronous cleanup for process exit. */
@@ -398,3 +415,33 @@ async function hostTar(args: string[], input: Uint8Array | undefined): Promise<U
   }
   return bytes;
 }
+
+/** Removes temp dirs of subprocess runtimes whose evaluator died (`vf cleanup`). */
+async function cleanupSubprocessLedger(sandboxes: LiveSandbox[]) {
+  const removed: string[] = [];
+  const gone: string[] = [];
+  const failed: Array<{ key: string; error: string }> = [];
+  const base = await realpath(tmpdir()).catch(() => tmpdir());
+  for (const sb of sandboxes) {
+    const path = String((sb.host as Record<string, unknown> | undefined)?.path ?? sb.key);
+    if (!path.startsWith(join(base, "vf-subprocess-"))) {
+      failed.push({ key: sb.key, error: `not a vf subprocess workspace: "${path}"` });
+      continue;
+    }
+    try {
+      await stat(path);
+    } catch {
+      gone.push(sb.key);
+      continue;
+    }
+    try {
+      await rm(path, { recursive: true, force: true });
+      removed.push(sb.key);
+    } catch (error) {
+      failed.push({ key: sb.key, error: String(error) });
+    }
+  }
+  return { removed, gone, failed };
+}
+
+registerCleaner("subprocess", cleanupSubprocessLedger);

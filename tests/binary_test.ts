@@ -6,7 +6,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -14,6 +14,7 @@ import { compile } from "../scripts/compile.ts";
 import { loadExampleDataset } from "../lib/example_datasets.ts";
 import { VERSION } from "../lib/version.ts";
 import { demoResponder, lastUserText, type Responder, startModelServer } from "./model_server.ts";
+import { childEnv } from "./_child_env.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const VF = join(ROOT, "dist/vf");
@@ -186,6 +187,89 @@ Deno.test("dist/vf eval of a local module importing npm:zod and ../../mod.ts (ca
     for (const r of results) {
       assert.equal(r.error, null, JSON.stringify(r.error));
       assert.equal(r.reward, 1, JSON.stringify(r.completion));
+    }
+  });
+});
+
+/** Serves /work/main plus one extra package folder over loopback, `.ts` as TypeScript. */
+async function serveRepoAnd(extraRoot: string) {
+  const server = Deno.serve({ port: 0, hostname: "127.0.0.1", onListen() {} }, async (req) => {
+    const path = decodeURIComponent(new URL(req.url).pathname);
+    if (path.includes("..")) return new Response("bad path", { status: 400 });
+    for (const base of [extraRoot, ROOT]) {
+      try {
+        const body = await Deno.readFile(join(base, path));
+        return new Response(body, { headers: { "content-type": "application/typescript" } });
+      } catch { /* try the next root */ }
+    }
+    return new Response("not found", { status: 404 });
+  });
+  return { origin: `http://127.0.0.1:${server.addr.port}`, close: () => server.shutdown() };
+}
+
+Deno.test("dist/vf refuses a URL environment without deno on PATH, and runs it sandboxed with deno", async () => {
+  await using model = await startModelServer({ responder: () => ({ content: "4" }) });
+  await withTempDir(async (dir) => {
+    const pkgRoot = join(dir, "pkgs");
+    await Deno.mkdir(join(pkgRoot, "envs/tiny"), { recursive: true });
+    const files = await serveRepoAnd(pkgRoot);
+    try {
+      await writeFile(
+        join(pkgRoot, "envs/tiny/mod.ts"),
+        `import { Rubric, SingleTurnEnv } from "${files.origin}/mod.ts";\n` +
+          `export function loadEnvironment() {\n` +
+          `  return new SingleTurnEnv({\n` +
+          `    evalDataset: [{ question: "2+2?", answer: "4" }],\n` +
+          `    rubric: new Rubric({ funcs: [({ completion, answer, parser }) => parser.parseAnswer(completion) === answer] }),\n` +
+          `  });\n}\n`,
+      );
+      const args = [
+        "eval",
+        `${files.origin}/envs/tiny/mod.ts`,
+        "-m",
+        "m",
+        "-b",
+        model.url,
+        "-n",
+        "1",
+        "-r",
+        "2",
+        "-q",
+        "--lock-file",
+        join(dir, "vf.lock"),
+      ];
+      const refused = await vf(args, dir);
+      assert.equal(refused.code, 1, transcript(refused));
+      assert.match(refused.stderr, /no "deno" is on PATH/, transcript(refused));
+      assert.match(refused.stderr, /--trust/, transcript(refused));
+      assert.equal(model.requests.length, 0, "nothing ran unsandboxed");
+
+      // With deno on PATH the binary starts the sandboxed host (materialised from its embedded copy).
+      const bin = join(dir, "deno-bin");
+      await Deno.mkdir(bin);
+      await Deno.symlink(Deno.execPath(), join(bin, "deno"));
+      const out = await new Deno.Command(VF, {
+        args,
+        cwd: dir,
+        env: childEnv({ PATH: bin, HOME: dir }),
+        clearEnv: true,
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+        signal: AbortSignal.timeout(120_000),
+      }).output();
+      const run = {
+        code: out.code,
+        stdout: new TextDecoder().decode(out.stdout),
+        stderr: new TextDecoder().decode(out.stderr),
+      };
+      assert.equal(run.code, 0, transcript(run));
+      const rows = await readResults(dir);
+      assert.equal(rows.length, 2);
+      assert.deepEqual(rows.map((r) => r.reward), [1, 1]);
+      assert.equal(model.requests.length, 2);
+    } finally {
+      await files.close();
     }
   });
 });
