@@ -627,7 +627,7 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
   const started = Date.now();
   using interrupt = onInterrupt();
   try {
-    const { traces, summary } = await runTaskset({
+    const { summary } = await runTaskset({
       taskset,
       policy,
       client: modelClient,
@@ -662,7 +662,6 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
       `tokens: input ${summary.usage.input_tokens}, output ${summary.usage.output_tokens}`,
     ];
     process.stdout.write(lines.join("\n") + "\n");
-    void traces;
     if (runDir) process.stdout.write(`traces: ${join(runDir, "traces.jsonl")}\n`);
     return 0;
   } catch (error) {

@@ -44,6 +44,8 @@ export interface JudgeArgs {
   completion: Messages | string;
   answer: string;
   state?: State;
+  /** Cancels the judge call; default the state's signal. */
+  signal?: AbortSignal;
 }
 
 function fillTemplate(template: string, values: Record<string, string>): string {
@@ -72,7 +74,7 @@ export class JudgeRubric extends Rubric {
   }
 
   /** Ask the judge; verdicts are cached per filled prompt on the state. */
-  async judge({ prompt, completion, answer, state }: JudgeArgs): Promise<string> {
+  async judge({ prompt, completion, answer, state, signal }: JudgeArgs): Promise<string> {
     const question = typeof prompt === "string" ? prompt : contentText(prompt.at(-1)?.content ?? "");
     const response = this.parser.parseAnswer(completion) ?? "";
     const filled = fillTemplate(this.judgePrompt, { question, answer, response });
@@ -81,7 +83,7 @@ export class JudgeRubric extends Rubric {
     const reply = await this.judgeClient.getResponse(
       [{ role: "user", content: filled }],
       this.judgeModel,
-      { samplingArgs: this.judgeSamplingArgs, signal: state?.signal },
+      { samplingArgs: this.judgeSamplingArgs, signal: signal ?? state?.signal },
     );
     const verdict = responseText(reply);
     if (state) state.judge_response = { ...cache, [filled]: verdict };

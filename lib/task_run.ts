@@ -185,8 +185,8 @@ async function applyJudges(
       prompt: task.promptText,
       completion: response,
       answer: String(task.data.answer ?? ""),
+      signal,
     });
-    void signal;
     const score = /^\s*yes\b/i.test(verdict) ? 1 : 0;
     trace.rewards[name] = score;
     trace.reward = (trace.reward ?? 0) + score * (j.weight ?? 1);
