@@ -228,7 +228,11 @@ const LOCAL_FILE = await Deno.makeTempFile({ prefix: "vf-bench-" });
 await Deno.writeFile(LOCAL_FILE, PAYLOAD);
 
 async function docker(...args: string[]): Promise<Uint8Array> {
-  const { code, stdout, stderr } = await new Deno.Command(DOCKER, { args, stdout: "piped", stderr: "piped" })
+  const { code, stdout, stderr } = await new Deno.Command(DOCKER, {
+    args,
+    stdout: "piped",
+    stderr: "piped",
+  })
     .output();
   if (code !== 0) {
     throw new Error(`docker ${args.join(" ")} exited ${code}: ${new TextDecoder().decode(stderr)}`);
@@ -320,7 +324,12 @@ async function timeToFirstCommand(pooled: boolean): Promise<{ ms: number[]; hits
 
 async function grading(task: Task) {
   const view: TraceView = { info: {}, messages: [], artifacts: new Map() };
-  const ctx = (runtime: Runtime): TaskHookContext => ({ runtime, task, data: task.data, trace: view });
+  const ctx = (runtime: Runtime): TaskHookContext => ({
+    runtime,
+    task,
+    data: task.data,
+    trace: view,
+  });
   const sum = String((task.data.numbers as number[]).reduce((a, b) => a + b, 0));
   const shared: number[] = [];
   const isolated: number[] = [];

@@ -31,7 +31,9 @@ async function run(cmd: string, args: string[]): Promise<number> {
     .output();
   const ms = performance.now() - t0;
   if (!out.success) {
-    throw new Error(`${cmd} ${args.join(" ")} exited ${out.code}: ${new TextDecoder().decode(out.stderr)}`);
+    throw new Error(
+      `${cmd} ${args.join(" ")} exited ${out.code}: ${new TextDecoder().decode(out.stderr)}`,
+    );
   }
   return ms;
 }
@@ -105,9 +107,9 @@ if (hyperfine) {
       "| command | median ms | mean ± σ ms |",
       "| --- | ---: | ---: |",
       ...results.map((r, k) =>
-        `| \`${commands[k][0]}\` | ${(r.median * 1000).toFixed(0)} | ${(r.mean * 1000).toFixed(0)} ± ${
-          (r.stddev * 1000).toFixed(0)
-        } |`
+        `| \`${commands[k][0]}\` | ${(r.median * 1000).toFixed(0)} | ${
+          (r.mean * 1000).toFixed(0)
+        } ± ${(r.stddev * 1000).toFixed(0)} |`
       ),
     );
   }

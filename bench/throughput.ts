@@ -96,8 +96,8 @@ function makeEnv(n: number): SingleTurnEnv {
     evalDataset: rows,
     systemPrompt: SYSTEM,
     rubric: new Rubric({
-      funcs: [({ completion, answer, parser }) =>
-        (parser.parseAnswer(completion) ?? "").includes(answer)
+      funcs: [
+        ({ completion, answer, parser }) => (parser.parseAnswer(completion) ?? "").includes(answer),
       ],
     }),
   });
@@ -239,7 +239,9 @@ async function promptfooRun(
   const passed = lines.filter((l) => JSON.parse(l).success === true).length;
   if (code !== 0 || passed !== cases) {
     const text = new TextDecoder().decode(stdout) + new TextDecoder().decode(stderr);
-    throw new Error(`promptfoo exited ${code} with ${passed}/${cases} passing:\n${text.slice(-2000)}`);
+    throw new Error(
+      `promptfoo exited ${code} with ${passed}/${cases} passing:\n${text.slice(-2000)}`,
+    );
   }
   return { seconds, peakMb: peakKb / 1024 };
 }
@@ -353,7 +355,9 @@ try {
   const pfStartups: number[] = [];
   if (pf) {
     const one = await promptfooConfig(work, server.url, 1);
-    for (let i = 0; i < REPEATS; i++) pfStartups.push((await promptfooRun(work, one, 1, 1)).seconds);
+    for (let i = 0; i < REPEATS; i++) {
+      pfStartups.push((await promptfooRun(work, one, 1, 1)).seconds);
+    }
     pfStartup = median(pfStartups);
   }
   const load = Deno.loadavg().map((x) => x.toFixed(1)).join(", ");
@@ -416,9 +420,9 @@ try {
     for (const [n, c, keep] of cases) {
       const m = await memoryRun(server.url, n, c, keep);
       lines.push(
-        `| ${n} | ${c} | ${keep ? "yes" : "no (disk only)"} | ${(m.heapGrowth / 2 ** 20).toFixed(1)} | ${
-          (m.heapGrowth / n).toFixed(0)
-        } | ${m.serialized ? m.serialized.toFixed(0) : "–"} | ${
+        `| ${n} | ${c} | ${keep ? "yes" : "no (disk only)"} | ${
+          (m.heapGrowth / 2 ** 20).toFixed(1)
+        } | ${(m.heapGrowth / n).toFixed(0)} | ${m.serialized ? m.serialized.toFixed(0) : "–"} | ${
           (m.rssGrowth / 2 ** 20).toFixed(0)
         } | ${(m.peakRss / 2 ** 20).toFixed(0)} |`,
       );

@@ -16,7 +16,12 @@ function isPlainObject(value: object): boolean {
 
 function setKey(out: Record<string, unknown>, key: string, value: unknown): void {
   if (key === "__proto__") {
-    Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
+    Object.defineProperty(out, key, {
+      value,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
   } else out[key] = value;
 }
 
@@ -99,7 +104,10 @@ function json(value: unknown, depth: number): unknown {
  * `value` is plain JSON-like data (the replacer is then never needed); anything else (bigint,
  * class instances, `toJSON`, cycles) takes the exact slow path.
  */
-export function jsonCopy(value: unknown, replacer: (key: string, value: unknown) => unknown): unknown {
+export function jsonCopy(
+  value: unknown,
+  replacer: (key: string, value: unknown) => unknown,
+): unknown {
   if (value === undefined || typeof value === "function" || typeof value === "symbol") return null;
   try {
     return json(value, 0);

@@ -302,9 +302,10 @@ export abstract class Environment {
   /** Whether a stop condition fires; records which one. */
   async isCompleted(state: State): Promise<boolean> {
     for (const stop of this.#stops) {
-      const fired = stop.fn(state);
+      let fired = stop.fn(state);
       // Most conditions are synchronous; awaiting only promises saves a microtask per check.
-      if (typeof (fired as PromiseLike<boolean> | null)?.then === "function" ? await fired : fired) {
+      if (typeof (fired as PromiseLike<boolean> | null)?.then === "function") fired = await fired;
+      if (fired) {
         state.is_completed = true;
         state.is_truncated ||= state.trajectory.some((s) => s.is_truncated);
         state.stop_condition = stop.name;

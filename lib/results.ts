@@ -3,6 +3,7 @@
  * @module
  */
 import { appendFile, mkdir, open, readFile, rename, stat, writeFile } from "node:fs/promises";
+import type { FileHandle } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { ConfigError, serializeError, type SerializedError } from "./errors.ts";
 import { type State, timingDump } from "./state.ts";
@@ -264,6 +265,9 @@ export class MetadataBuilder {
   }
 }
 
+/** How long `results.jsonl` stays open after the last append. */
+const IDLE_CLOSE_MS = 1000;
+
 /** Appends outputs to `results.jsonl` and rewrites `metadata.json` atomically. */
 export class ResultsWriter {
   readonly dir: string;
@@ -271,6 +275,10 @@ export class ResultsWriter {
   readonly metadataIntervalMs: number;
   #repaired = false;
   #dirReady = false;
+  /** `results.jsonl`, open for appending while appends keep coming (see `#writeLines`). */
+  #handle: FileHandle | undefined;
+  #idleTimer: ReturnType<typeof setTimeout> | undefined;
+  #lastWriteAt = 0;
   #queue: Promise<void> = Promise.resolve();
   #pendingLines: string[] = [];
   #pendingWaiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
@@ -315,19 +323,7 @@ export class ResultsWriter {
           this.#pendingLines = [];
           this.#pendingWaiters = [];
           try {
-            if (!this.#dirReady) await this.#ensureDir();
-            if (!this.#repaired) {
-              await repairTrailingLine(this.resultsPath);
-              this.#repaired = true;
-            }
-            try {
-              await appendFile(this.resultsPath, lines);
-            } catch (error) {
-              // The directory was removed mid-run: make it again, as before every append.
-              if ((error as { code?: string }).code !== "ENOENT") throw error;
-              await this.#ensureDir();
-              await appendFile(this.resultsPath, lines);
-            }
+            await this.#writeLines(lines);
             for (const w of waiters) w.resolve();
           } catch (error) {
             for (const w of waiters) w.reject(error);
@@ -341,6 +337,57 @@ export class ResultsWriter {
   async #ensureDir(): Promise<void> {
     await mkdir(this.dir, { recursive: true });
     this.#dirReady = true;
+  }
+
+  /**
+   * Appends through a file handle kept open between appends: opening and closing the file
+   * for every append cost more than the write itself. The handle is closed by `flush()` and
+   * after `IDLE_CLOSE_MS` without appends. Runs on the queue, so writes never interleave.
+   */
+  async #writeLines(lines: string): Promise<void> {
+    if (!this.#handle) {
+      if (!this.#dirReady) await this.#ensureDir();
+      if (!this.#repaired) {
+        await repairTrailingLine(this.resultsPath);
+        this.#repaired = true;
+      }
+      try {
+        this.#handle = await open(this.resultsPath, "a");
+      } catch (error) {
+        // The directory was removed since: make it again.
+        if ((error as { code?: string }).code !== "ENOENT") throw error;
+        await this.#ensureDir();
+        this.#handle = await open(this.resultsPath, "a");
+      }
+      this.#armIdleClose(IDLE_CLOSE_MS);
+    }
+    try {
+      await this.#handle.writeFile(lines);
+    } catch (error) {
+      await this.#closeHandle().catch(() => {}); // the next append opens the file afresh
+      throw error;
+    }
+    this.#lastWriteAt = Date.now();
+  }
+
+  #armIdleClose(ms: number): void {
+    const timer = setTimeout(() => {
+      this.#idleTimer = undefined;
+      const idle = Date.now() - this.#lastWriteAt;
+      if (idle < IDLE_CLOSE_MS) this.#armIdleClose(IDLE_CLOSE_MS - idle);
+      else this.#enqueue(() => this.#closeHandle()).catch(() => {});
+    }, ms);
+    // Never keep the process alive just to close a file.
+    (timer as { unref?: () => void }).unref?.();
+    this.#idleTimer = timer;
+  }
+
+  async #closeHandle(): Promise<void> {
+    clearTimeout(this.#idleTimer);
+    this.#idleTimer = undefined;
+    const handle = this.#handle;
+    this.#handle = undefined;
+    await handle?.close();
   }
 
   /**
@@ -374,11 +421,11 @@ export class ResultsWriter {
     });
   }
 
-  /** Wait for queued writes, writing any pending metadata now. */
+  /** Wait for queued writes, writing any pending metadata now, and close `results.jsonl`. */
   async flush(): Promise<void> {
     await this.#queue;
     if (this.#pendingMetadata) await this.#writePendingMetadata();
-    await this.#queue;
+    await this.#enqueue(() => this.#closeHandle());
   }
 }
 

@@ -520,6 +520,33 @@ Deno.test("ResultsWriter.writeMetadata() rewrites metadata.json, throttled until
   });
 });
 
+Deno.test("ResultsWriter appends again after flush(), remaking a directory removed since", async () => {
+  await withTempDir(async (dir) => {
+    const writer = new ResultsWriter(join(dir, "run"));
+    await writer.append([out(0, 1)]);
+    await writer.flush();
+    await rm(writer.dir, { recursive: true });
+    await writer.append([out(1, 1)]);
+    await writer.flush();
+    assert.deepEqual((await loadOutputs(writer.dir)).map((o) => o.example_id), [1]);
+  });
+});
+
+Deno.test("ResultsWriter.writeMetadata() calls a builder only when it writes", async () => {
+  await withTempDir(async (dir) => {
+    const writer = new ResultsWriter(dir, { metadataIntervalMs: 60_000 });
+    let calls = 0;
+    const build = () => ({ env_id: "e", num_examples: ++calls });
+    await writer.writeMetadata(build);
+    await writer.writeMetadata(build);
+    await writer.writeMetadata(build);
+    assert.equal(calls, 1);
+    await writer.flush();
+    assert.equal(calls, 2);
+    assert.equal((await loadMetadata(dir)).num_examples, 2);
+  });
+});
+
 Deno.test("repairTrailingLine() drops a malformed last line and keeps complete ones", async () => {
   await withTempDir(async (dir) => {
     const path = join(dir, "results.jsonl");
