@@ -19,7 +19,7 @@ import { setAppHandlesSignals, stopAllRuntimes } from "./runtimes/registry.ts";
 import { getHarness } from "./lib/harness.ts";
 import type { AgentPolicy } from "./lib/task_rollout.ts";
 import { runTaskset, validateTaskset } from "./lib/task_run.ts";
-import { OpenAIChatClient, type ChatClient } from "./lib/client.ts";
+import { type ChatClient, OpenAIChatClient } from "./lib/client.ts";
 import {
   deepMerge,
   type EvalConfig,
@@ -163,7 +163,15 @@ const ALIASES: Record<string, string> = {
   save: "save",
 };
 const JSON_KEYS = new Set(["sampling_args", "env_args", "extra_env_kwargs"]);
-const STRING_KEYS = new Set(["model", "base_url", "api_key_var", "output_dir", "endpoints_path", "env_id", "server"]);
+const STRING_KEYS = new Set([
+  "model",
+  "base_url",
+  "api_key_var",
+  "output_dir",
+  "endpoints_path",
+  "env_id",
+  "server",
+]);
 
 /** Turn parsed flags into config keys (snake_case, dotted keys nested). */
 function flagsToConfig(flags: Record<string, unknown>): Record<string, unknown> {
@@ -191,14 +199,20 @@ function flagsToConfig(flags: Record<string, unknown>): Record<string, unknown> 
       }
     }
     if (STRING_KEYS.has(key) && value !== undefined) value = String(value);
-    if (key === "state_columns") value = [value].flat().flatMap((v) => String(v).split(",")).filter(Boolean);
+    if (key === "state_columns") {
+      value = [value].flat().flatMap((v) => String(v).split(",")).filter(Boolean);
+    }
     if (key === "resume" && value === "") value = true;
     if (key === "sandbox" && typeof value === "boolean") {
       setDotted(out, "sandbox.enabled", value);
       continue;
     }
     if (["allow_net", "allow_read", "allow_env", "allow_import"].includes(key)) {
-      setDotted(out, `sandbox.${key}`, [value].flat().flatMap((v) => String(v).split(",")).filter(Boolean));
+      setDotted(
+        out,
+        `sandbox.${key}`,
+        [value].flat().flatMap((v) => String(v).split(",")).filter(Boolean),
+      );
       continue;
     }
     if (key.includes(".")) setDotted(out, key, coerce(value));
@@ -229,9 +243,67 @@ function parseArgs(argv: string[]) {
       "boolean-negation": true,
       "parse-positional-numbers": false,
     },
-    boolean: ["sandbox", "trust", "reload", "s", "save-results", "i", "independent-scoring", "v", "verbose", "q", "quiet", "help", "h", "version", "save"],
-    string: ["allow-net", "allow-read", "allow-env", "allow-import", "lock-file", "m", "model", "b", "base-url", "k", "api-key-var", "a", "S", "sampling-args", "env-args", "x", "extra-env-kwargs", "o", "output-dir", "e", "endpoints-path", "header", "C", "state-columns", "R", "resume", "server"],
-    number: ["n", "num-examples", "r", "rollouts-per-example", "c", "max-concurrent", "t", "max-tokens", "T", "temperature", "max-retries", "timeout", "seed"],
+    boolean: [
+      "sandbox",
+      "trust",
+      "reload",
+      "s",
+      "save-results",
+      "i",
+      "independent-scoring",
+      "v",
+      "verbose",
+      "q",
+      "quiet",
+      "help",
+      "h",
+      "version",
+      "save",
+    ],
+    string: [
+      "allow-net",
+      "allow-read",
+      "allow-env",
+      "allow-import",
+      "lock-file",
+      "m",
+      "model",
+      "b",
+      "base-url",
+      "k",
+      "api-key-var",
+      "a",
+      "S",
+      "sampling-args",
+      "env-args",
+      "x",
+      "extra-env-kwargs",
+      "o",
+      "output-dir",
+      "e",
+      "endpoints-path",
+      "header",
+      "C",
+      "state-columns",
+      "R",
+      "resume",
+      "server",
+    ],
+    number: [
+      "n",
+      "num-examples",
+      "r",
+      "rollouts-per-example",
+      "c",
+      "max-concurrent",
+      "t",
+      "max-tokens",
+      "T",
+      "temperature",
+      "max-retries",
+      "timeout",
+      "seed",
+    ],
   });
 }
 
@@ -264,7 +336,12 @@ function lockFileFor(config: EvalConfig, source: string): string {
 }
 
 /** Load a taskset: sandboxed for URLs (or --sandbox), in-process otherwise. */
-async function loadTasksetFor(spec: string, tasksetConfig: Record<string, unknown>, config: EvalConfig, source: string) {
+async function loadTasksetFor(
+  spec: string,
+  tasksetConfig: Record<string, unknown>,
+  config: EvalConfig,
+  source: string,
+) {
   if (wantsSandbox(spec, config)) {
     const { host, info } = await startSandboxHost({
       spec,
@@ -277,7 +354,9 @@ async function loadTasksetFor(spec: string, tasksetConfig: Record<string, unknow
     return new RemoteTaskset(host, info);
   }
   if (isUrlSpec(spec) && !globalThis.Deno) {
-    throw new ConfigError(`Running URL environments with --trust needs Deno; this runtime cannot import "${spec}"`);
+    throw new ConfigError(
+      `Running URL environments with --trust needs Deno; this runtime cannot import "${spec}"`,
+    );
   }
   return await loadTasksetSpec(spec, tasksetConfig, TASKSETS);
 }
@@ -379,7 +458,9 @@ async function connectEnvServer(config: EvalConfig, envSpec: string, client: Cha
 async function resolveEval(config: EvalConfig, source: string) {
   const envSpec = config.env_id ?? (config.env?.id as string | undefined) ?? config.server;
   if (!envSpec) {
-    throw new ConfigError(`${source}: no environment given; pass one (vf eval gsm8k) or set env_id`);
+    throw new ConfigError(
+      `${source}: no environment given; pass one (vf eval gsm8k) or set env_id`,
+    );
   }
   const { client, model, baseUrl, keyVar } = await resolveClient(config);
   let environmentTyped: Environment;
@@ -420,8 +501,12 @@ async function resolveEval(config: EvalConfig, source: string) {
   if (config.extra_env_kwargs) environmentTyped.setKwargs(config.extra_env_kwargs);
   if (config.timeout) environmentTyped.setKwargs({ timeout_seconds: config.timeout });
   const sampling: Record<string, unknown> = { ...(config.sampling_args ?? {}) };
-  if (config.max_tokens !== undefined && sampling.max_tokens === undefined) sampling.max_tokens = config.max_tokens;
-  if (config.temperature !== undefined && sampling.temperature === undefined) sampling.temperature = config.temperature;
+  if (config.max_tokens !== undefined && sampling.max_tokens === undefined) {
+    sampling.max_tokens = config.max_tokens;
+  }
+  if (config.temperature !== undefined && sampling.temperature === undefined) {
+    sampling.temperature = config.temperature;
+  }
   return {
     env: environmentTyped,
     envId: environmentTyped.envId || id,
@@ -449,7 +534,9 @@ async function findResumable(base: string, envId: string, model: string, r: numb
     try {
       const meta = await loadMetadata(dir);
       const rows = (await loadOutputs(dir)).length;
-      if (meta.env_id !== envId || meta.model !== model || meta.rollouts_per_example !== r) continue;
+      if (meta.env_id !== envId || meta.model !== model || meta.rollouts_per_example !== r) {
+        continue;
+      }
       if (meta.num_examples > n || rows >= n * r) continue;
       candidates.push({ dir, mtime: (await stat(join(dir, "metadata.json"))).mtimeMs });
     } catch { /* not a run directory */ }
@@ -485,7 +572,11 @@ async function cmdEval(argv: string[]): Promise<number> {
   const run = await resolveEval(config, source);
 
   const save = config.save !== false;
-  const base = resolve(config.output_dir ?? "outputs", "evals", `${run.envId}--${run.model.replaceAll("/", "--")}`);
+  const base = resolve(
+    config.output_dir ?? "outputs",
+    "evals",
+    `${run.envId}--${run.model.replaceAll("/", "--")}`,
+  );
   let runDir: string | null = null;
   let resume = false;
   if (config.resume) {
@@ -502,7 +593,10 @@ async function cmdEval(argv: string[]): Promise<number> {
   if (!save && !resume) runDir = null;
 
   const quiet = config.quiet ?? false;
-  const out = { write: (t: string) => process.stderr.write(t), isTTY: Boolean(process.stderr.isTTY) };
+  const out = {
+    write: (t: string) => process.stderr.write(t),
+    isTTY: Boolean(process.stderr.isTTY),
+  };
   const display = quiet ? null : new ProgressDisplay(out, run.envId);
   using interrupt = onInterrupt();
 
@@ -571,11 +665,20 @@ function parseDuration(text: string): number {
 }
 
 /** Run a taskset (the `[env.taskset]` form of `vf eval`, and `vf run`). */
-async function runTasks(config: EvalConfig, merged: Record<string, unknown>, source: string): Promise<number> {
+async function runTasks(
+  config: EvalConfig,
+  merged: Record<string, unknown>,
+  source: string,
+): Promise<number> {
   const envSection = validateTaskEnv(config.env, source);
   const { client, model, baseUrl, keyVar } = await resolveClient(config);
   const { id: tasksetId, task: taskConfig, ...tasksetKnobs } = envSection.taskset;
-  const taskset = await loadTasksetFor(tasksetId, { ...tasksetKnobs, id: tasksetId, task: taskConfig ?? {} }, config, source);
+  const taskset = await loadTasksetFor(
+    tasksetId,
+    { ...tasksetKnobs, id: tasksetId, task: taskConfig ?? {} },
+    config,
+    source,
+  );
   const agent = envSection.agent ?? {};
   const harnessConfig = agent.harness ?? { id: "bash" };
   const policy: AgentPolicy = {
@@ -586,11 +689,17 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
     toolTimeoutSeconds: harnessConfig.tool_timeout,
   };
   const bestOfN = envSection.id === "best-of-n";
-  const rollouts = bestOfN ? envSection.n ?? config.rollouts_per_example ?? 4 : config.rollouts_per_example ?? 1;
+  const rollouts = bestOfN
+    ? envSection.n ?? config.rollouts_per_example ?? 4
+    : config.rollouts_per_example ?? 1;
   const numTasks = config.num_examples ?? -1;
   const runId = crypto.randomUUID().slice(0, 8);
   const save = config.save !== false;
-  const base = resolve(config.output_dir ?? "outputs", "evals", `${taskset.id}--${model.replaceAll("/", "--")}`);
+  const base = resolve(
+    config.output_dir ?? "outputs",
+    "evals",
+    `${taskset.id}--${model.replaceAll("/", "--")}`,
+  );
   let runDir: string | null = save ? join(base, runId) : null;
   let resume = false;
   if (typeof config.resume === "string") {
@@ -618,7 +727,11 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
   const sandboxLimits = sandboxLimitsFromConfig(config.limits);
   const warmPool = agent.runtime?.warm_pool ?? 0;
   const sandboxes = sandboxLimits || warmPool > 0
-    ? new WarmPool({ size: warmPool, runId: runDir ? runDir.split("/").pop()! : runId, limits: sandboxLimits })
+    ? new WarmPool({
+      size: warmPool,
+      runId: runDir ? runDir.split("/").pop()! : runId,
+      limits: sandboxLimits,
+    })
     : undefined;
   policy.sandboxes = sandboxes;
   const maxModel = config.limits?.max_model_connections;
@@ -649,13 +762,17 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
         process.stderr.write(
           `${taskset.id} ${done}/${total} ${rate.toFixed(2)}/s task ${t.task.key} reward ${
             t.reward === null ? "error" : t.reward.toFixed(3)
-          }${t.error ? ` (${t.error.phase}: ${t.error.error}: ${t.error.message.slice(0, 120)})` : ""}\n`,
+          }${
+            t.error ? ` (${t.error.phase}: ${t.error.error}: ${t.error.message.slice(0, 120)})` : ""
+          }\n`,
         );
       },
     });
     const lines = [
       `taskset ${summary.taskset}  model ${summary.model}  tasks ${summary.num_tasks}  rollouts/task ${summary.rollouts_per_task}  rollouts ${summary.num_rollouts}`,
-      `reward ${summary.avg_reward.toFixed(4)}  errors ${summary.num_errors} of ${summary.num_rollouts}`,
+      `reward ${
+        summary.avg_reward.toFixed(4)
+      }  errors ${summary.num_errors} of ${summary.num_rollouts}`,
       ...Object.entries(summary.avg_rewards).map(([k, v]) => `  reward ${k}: ${v.toFixed(4)}`),
       ...Object.entries(summary.avg_metrics).map(([k, v]) => `  metric ${k}: ${v.toFixed(4)}`),
       ...Object.entries(summary.pass_at_k).map(([k, v]) => `  pass@${k}: ${v.toFixed(3)}`),
@@ -666,7 +783,11 @@ async function runTasks(config: EvalConfig, merged: Record<string, unknown>, sou
     return 0;
   } catch (error) {
     if (interrupt.interrupted) {
-      process.stderr.write(runDir ? `Interrupted; finish with: vf eval @ <config> --resume ${runDir}\n` : "Interrupted\n");
+      process.stderr.write(
+        runDir
+          ? `Interrupted; finish with: vf eval @ <config> --resume ${runDir}\n`
+          : "Interrupted\n",
+      );
       return 130;
     }
     throw error;
@@ -700,10 +821,17 @@ async function cmdValidate(argv: string[]): Promise<number> {
   const raw = flagsToConfig(flags as Record<string, unknown>);
   const runtime = validateRuntimeTable((raw.runtime ?? {}) as Record<string, unknown>);
   const evalConfig = validateEvalConfig(
-    Object.fromEntries(Object.entries(raw).filter(([k]) => ["sandbox", "trust", "reload", "lock_file"].includes(k))),
+    Object.fromEntries(
+      Object.entries(raw).filter(([k]) => ["sandbox", "trust", "reload", "lock_file"].includes(k)),
+    ),
     "command line",
   );
-  const taskset = await loadTasksetFor(positional[0], { id: positional[0] }, evalConfig, "command line");
+  const taskset = await loadTasksetFor(
+    positional[0],
+    { id: positional[0] },
+    evalConfig,
+    "command line",
+  );
   const runId = `validate-${crypto.randomUUID().slice(0, 8)}`;
   const results = await validateTaskset(taskset, {
     numTasks: typeof raw.num_examples === "number" ? raw.num_examples : -1,
@@ -711,23 +839,30 @@ async function cmdValidate(argv: string[]): Promise<number> {
     runId,
     maxConcurrent: typeof raw.max_concurrent === "number" ? raw.max_concurrent : 4,
   });
-  const rows = [["task", "gold", "untouched", "result"], ...results.map((r) => [
-    r.task,
-    r.gold_reward === null ? "-" : r.gold_reward.toFixed(2),
-    r.empty_reward === null ? "-" : r.empty_reward.toFixed(2),
-    r.ok ? "ok" : `FAIL ${r.error ?? ""}`,
-  ])];
+  const rows = [
+    ["task", "gold", "untouched", "result"],
+    ...results.map((r) => [
+      r.task,
+      r.gold_reward === null ? "-" : r.gold_reward.toFixed(2),
+      r.empty_reward === null ? "-" : r.empty_reward.toFixed(2),
+      r.ok ? "ok" : `FAIL ${r.error ?? ""}`,
+    ]),
+  ];
   const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
-  process.stdout.write(rows.map((r) => r.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd()).join("\n") + "\n");
+  process.stdout.write(
+    rows.map((r) => r.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd()).join("\n") + "\n",
+  );
   const failed = results.filter((r) => !r.ok).length;
-  process.stdout.write(JSON.stringify({
-    taskset: taskset.id,
-    runtime: runtime.type ?? "docker",
-    tasks: results.length,
-    passed: results.length - failed,
-    failed,
-    results,
-  }) + "\n");
+  process.stdout.write(
+    JSON.stringify({
+      taskset: taskset.id,
+      runtime: runtime.type ?? "docker",
+      tasks: results.length,
+      passed: results.length - failed,
+      failed,
+      results,
+    }) + "\n",
+  );
   return failed ? 1 : 0;
 }
 
@@ -780,7 +915,9 @@ async function cmdCleanup(argv: string[]): Promise<number> {
     return 0;
   }
   const runId = flags.run === undefined ? undefined : String(flags.run);
-  const older = flags["older-than"] === undefined ? undefined : parseDuration(String(flags["older-than"]));
+  const older = flags["older-than"] === undefined
+    ? undefined
+    : parseDuration(String(flags["older-than"]));
   let removed: string[] = [];
   let dockerError: unknown;
   try {
@@ -794,12 +931,18 @@ async function cmdCleanup(argv: string[]): Promise<number> {
   process.stdout.write(`removed ${removed.length} container${removed.length === 1 ? "" : "s"}\n`);
   for (const id of removed) process.stdout.write(`  ${id.slice(0, 12)}\n`);
   if (ledger.removed.length) {
-    process.stdout.write(`removed ${ledger.removed.length} more sandbox${ledger.removed.length === 1 ? "" : "es"} listed in the ledger\n`);
+    process.stdout.write(
+      `removed ${ledger.removed.length} more sandbox${
+        ledger.removed.length === 1 ? "" : "es"
+      } listed in the ledger\n`,
+    );
     for (const key of ledger.removed) process.stdout.write(`  ${key}\n`);
   }
   await defaultLedger()?.compact().catch(() => {});
   if (dockerError) process.stderr.write(`warning: docker: ${describeError(dockerError)}\n`);
-  for (const f of ledger.failed) process.stderr.write(`warning: ${f.type} sandbox "${f.key}" remains: ${f.error}\n`);
+  for (const f of ledger.failed) {
+    process.stderr.write(`warning: ${f.type} sandbox "${f.key}" remains: ${f.error}\n`);
+  }
   return ledger.failed.length ? 1 : 0;
 }
 
@@ -960,7 +1103,9 @@ export async function main(argv: string[]): Promise<number> {
     }
   } catch (error) {
     const verbose = argv.includes("-v") || argv.includes("--verbose");
-    process.stderr.write(`error: ${error instanceof ConfigError ? error.message : describeError(error)}\n`);
+    process.stderr.write(
+      `error: ${error instanceof ConfigError ? error.message : describeError(error)}\n`,
+    );
     if (verbose && error instanceof Error && error.stack) process.stderr.write(error.stack + "\n");
     return 1;
   }

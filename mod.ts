@@ -58,11 +58,7 @@ export { EndpointUnreachableError, OpenAIChatClient } from "./lib/client.ts";
 export type { ChatClient, ChatRequestOptions, ClientConfig } from "./lib/client.ts";
 export { loadEndpoints, RoundRobinClient } from "./lib/endpoints.ts";
 export type { Endpoint } from "./lib/endpoints.ts";
-export {
-  Environment,
-  MultiTurnEnv,
-  SingleTurnEnv,
-} from "./lib/environment.ts";
+export { Environment, MultiTurnEnv, SingleTurnEnv } from "./lib/environment.ts";
 export type {
   DatasetBuilder,
   DatasetSource,
@@ -76,7 +72,12 @@ export { EnvGroup, EnvGroupRubric } from "./lib/env_group.ts";
 export type { EnvGroupOptions } from "./lib/env_group.ts";
 export type { RolloutTiming, State } from "./lib/state.ts";
 export { evaluate, generate } from "./lib/evaluate.ts";
-export type { EvaluateOptions, GenerateOptions, GenerateOutputs, Progress } from "./lib/evaluate.ts";
+export type {
+  EvaluateOptions,
+  GenerateOptions,
+  GenerateOutputs,
+  Progress,
+} from "./lib/evaluate.ts";
 export { loadMetadata, loadOutputs, passAtK, stateToOutput } from "./lib/results.ts";
 export type { RolloutOutput, RunMetadata } from "./lib/results.ts";
 export { loadEnvironment } from "./lib/load_env.ts";
@@ -120,7 +121,12 @@ export type { Harness, HarnessContext, HarnessRecorder } from "./lib/harness.ts"
 export { collectArtifacts, restoreArtifacts, runTaskRollout } from "./lib/task_rollout.ts";
 export type { AgentPolicy, TaskRolloutOptions, TaskTrace } from "./lib/task_rollout.ts";
 export { loadTraces, runTaskset, selectTasks, validateTaskset } from "./lib/task_run.ts";
-export type { JudgeConfig, RunTasksetOptions, TaskRunSummary, ValidationResult } from "./lib/task_run.ts";
+export type {
+  JudgeConfig,
+  RunTasksetOptions,
+  TaskRunSummary,
+  ValidationResult,
+} from "./lib/task_run.ts";
 export {
   cleanupContainers,
   cleanupLedger,
@@ -140,4 +146,10 @@ export type {
   SandboxSource,
 } from "./runtimes/mod.ts";
 export { limitModelConnections, Semaphore } from "./lib/limits.ts";
-export type { RunOptions, RunResult, Runtime, RuntimeCapabilities, RuntimeSpec } from "./runtimes/mod.ts";
+export type {
+  RunOptions,
+  RunResult,
+  Runtime,
+  RuntimeCapabilities,
+  RuntimeSpec,
+} from "./runtimes/mod.ts";

@@ -354,7 +354,9 @@ export class OpenAIChatClient implements ChatClient {
           json = JSON.parse(text);
         } catch (error) {
           lastError = new InvalidModelResponseError(
-            `Model endpoint "${url}" returned malformed JSON: ${JSON.stringify(text.slice(0, 120))}`,
+            `Model endpoint "${url}" returned malformed JSON: ${
+              JSON.stringify(text.slice(0, 120))
+            }`,
             { cause: error },
           );
           throw lastError;
@@ -370,9 +372,13 @@ export class OpenAIChatClient implements ChatClient {
         );
       }
       if (res.status === 400 && OVERLONG_PHRASES.some((p) => lower.includes(p))) {
-        throw new OverlongPromptError(`Prompt is longer than the model's context: ${text.slice(0, 200)}`);
+        throw new OverlongPromptError(
+          `Prompt is longer than the model's context: ${text.slice(0, 200)}`,
+        );
       }
-      lastError = new ModelError(`Model endpoint "${url}" answered HTTP ${res.status}: ${text.slice(0, 300)}`);
+      lastError = new ModelError(
+        `Model endpoint "${url}" answered HTTP ${res.status}: ${text.slice(0, 300)}`,
+      );
       if ((res.status === 429 || res.status >= 500) && attempt < this.#maxRetries) {
         await sleep(backoffMs(attempt, res.headers.get("retry-after")), options.signal);
         continue;

@@ -63,7 +63,9 @@ export async function loadEndpoints(path: string): Promise<Map<string, Endpoint[
     const replicas = out.get(e.endpoint_id) ?? [];
     if (replicas.length && replicas[0].model !== entry.model) {
       throw new ConfigError(
-        `${path}: endpoint "${e.endpoint_id}" maps to two models ("${replicas[0].model}", "${entry.model}")`,
+        `${path}: endpoint "${e.endpoint_id}" maps to two models ("${
+          replicas[0].model
+        }", "${entry.model}")`,
       );
     }
     replicas.push(entry);

@@ -18,9 +18,9 @@ import {
   loadMetadata,
   loadOutputs,
   MetadataBuilder,
+  ResultsWriter,
   type RolloutOutput,
   type RunMetadata,
-  ResultsWriter,
 } from "./results.ts";
 import type { Row, SamplingArgs } from "./types.ts";
 import { VERSION } from "./version.ts";
@@ -71,7 +71,9 @@ function groupByExample(inputs: Row[]): Row[][] {
   const groups = new Map<unknown, Row[]>();
   for (const row of inputs) {
     if (row.example_id === undefined) {
-      throw new ConfigError('Every input needs an "example_id"; use env.getEvalDataset() to format rows');
+      throw new ConfigError(
+        'Every input needs an "example_id"; use env.getEvalDataset() to format rows',
+      );
     }
     const g = groups.get(row.example_id);
     if (g) g.push(row);
@@ -242,7 +244,9 @@ export async function evaluate(
 ): Promise<GenerateOutputs> {
   const ds = await env.getEvalDataset(options.numExamples ?? -1, options.shuffleSeed ?? null);
   const r = options.rolloutsPerExample ?? 1;
-  if (!Number.isInteger(r) || r < 1) throw new RangeError(`rolloutsPerExample must be ≥ 1, got ${r}`);
+  if (!Number.isInteger(r) || r < 1) {
+    throw new RangeError(`rolloutsPerExample must be ≥ 1, got ${r}`);
+  }
   const inputs = r > 1 ? ds.repeat(r) : ds;
   return generate(env, inputs, client, model, options);
 }

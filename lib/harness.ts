@@ -162,7 +162,10 @@ function assistantMessage(response: Response): Message {
 async function toolLoop(
   ctx: HarnessContext,
   tools: Tool[],
-  execute: (call: ToolCall, args: Record<string, unknown>) => Promise<{ output: string; exit_code?: number }>,
+  execute: (
+    call: ToolCall,
+    args: Record<string, unknown>,
+  ) => Promise<{ output: string; exit_code?: number }>,
 ): Promise<void> {
   for (let turn = 0; turn < ctx.maxTurns; turn++) {
     ctx.signal?.throwIfAborted();
@@ -175,7 +178,13 @@ async function toolLoop(
     }
     for (const call of calls) {
       const started = Date.now();
-      const rec: ToolCallRecord = { id: call.id, name: call.name, arguments: call.arguments, output: "", duration_ms: 0 };
+      const rec: ToolCallRecord = {
+        id: call.id,
+        name: call.name,
+        arguments: call.arguments,
+        output: "",
+        duration_ms: 0,
+      };
       let args: Record<string, unknown> | null = null;
       try {
         const parsed = JSON.parse(call.arguments || "{}");
@@ -232,7 +241,9 @@ export class BashHarness implements Harness {
     const cwd = ctx.data.workdir;
     await toolLoop(ctx, tools, async (call, args) => {
       if (call.name === "bash") {
-        if (typeof args.command !== "string") throw new ToolInputError('"command" must be a string');
+        if (typeof args.command !== "string") {
+          throw new ToolInputError('"command" must be a string');
+        }
         const r = await ctx.runtime.run(["sh", "-c", args.command], {
           user: ctx.user,
           cwd,
@@ -246,27 +257,43 @@ export class BashHarness implements Harness {
       }
       if (call.name === "edit" && this.edit) {
         const { path, old_str, new_str } = args;
-        if (typeof path !== "string" || typeof old_str !== "string" || typeof new_str !== "string") {
+        if (
+          typeof path !== "string" || typeof old_str !== "string" || typeof new_str !== "string"
+        ) {
           throw new ToolInputError("path, old_str and new_str must be strings");
         }
         let next = new_str;
         if (old_str !== "") {
           // Read as the agent user so the agent cannot edit files it could not read.
           const r = await ctx.runtime.run(["cat", path], { user: ctx.user, cwd });
-          if (r.exit_code !== 0) throw new ToolInputError(`cannot read "${path}": ${r.stderr.trim()}`);
+          if (r.exit_code !== 0) {
+            throw new ToolInputError(`cannot read "${path}": ${r.stderr.trim()}`);
+          }
           const count = r.stdout.split(old_str).length - 1;
-          if (count !== 1) throw new ToolInputError(`old_str occurs ${count} times in "${path}", expected once`);
+          if (count !== 1) {
+            throw new ToolInputError(`old_str occurs ${count} times in "${path}", expected once`);
+          }
           next = r.stdout.replace(old_str, new_str);
         }
-        const w = await ctx.runtime.run(["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", path], {
+        const w = await ctx.runtime.run([
+          "sh",
+          "-c",
+          'mkdir -p "$(dirname "$1")" && cat > "$1"',
+          "sh",
+          path,
+        ], {
           user: ctx.user,
           cwd,
           stdin: next,
         });
-        if (w.exit_code !== 0) throw new ToolInputError(`cannot write "${path}": ${w.stderr.trim()}`);
+        if (w.exit_code !== 0) {
+          throw new ToolInputError(`cannot write "${path}": ${w.stderr.trim()}`);
+        }
         return { output: `edited ${path}` };
       }
-      throw new ToolInputError(`unknown tool "${call.name}"; available: ${tools.map((t) => t.name).join(", ")}`);
+      throw new ToolInputError(
+        `unknown tool "${call.name}"; available: ${tools.map((t) => t.name).join(", ")}`,
+      );
     });
   }
 }

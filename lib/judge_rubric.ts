@@ -75,7 +75,9 @@ export class JudgeRubric extends Rubric {
 
   /** Ask the judge; verdicts are cached per filled prompt on the state. */
   async judge({ prompt, completion, answer, state, signal }: JudgeArgs): Promise<string> {
-    const question = typeof prompt === "string" ? prompt : contentText(prompt.at(-1)?.content ?? "");
+    const question = typeof prompt === "string"
+      ? prompt
+      : contentText(prompt.at(-1)?.content ?? "");
     const response = this.parser.parseAnswer(completion) ?? "";
     const filled = fillTemplate(this.judgePrompt, { question, answer, response });
     const cache = (state?.judge_response ?? {}) as Record<string, string>;

@@ -29,7 +29,11 @@ Deno.test("JudgeRubric.judge() fills the template, calls the judge model and cac
   assert.match(sent, /Reference answer:\n4/);
   assert.equal(judge.requests[0].body.model, "judge-1");
   assert.equal(
-    await rubric.judge({ ...args, completion: [{ role: "assistant", content: "5" }], state: undefined }),
+    await rubric.judge({
+      ...args,
+      completion: [{ role: "assistant", content: "5" }],
+      state: undefined,
+    }),
     "no",
   );
 });
@@ -37,16 +41,22 @@ Deno.test("JudgeRubric.judge() fills the template, calls the judge model and cac
 Deno.test("JudgeRubric scores rollouts through a reward function that asks the judge", async () => {
   await using judge = await startModelServer({
     responder: (req) => ({
-      content: String(req.body.messages[0].content).includes("Answer to grade:\nParis") ? "yes" : "no",
+      content: String(req.body.messages[0].content).includes("Answer to grade:\nParis")
+        ? "yes"
+        : "no",
     }),
   });
   await using model = await startModelServer({
-    responder: (req) => ({ content: String(req.body.messages.at(-1)?.content).includes("France") ? "Paris" : "Rome" }),
+    responder: (req) => ({
+      content: String(req.body.messages.at(-1)?.content).includes("France") ? "Paris" : "Rome",
+    }),
   });
   const rubric = new JudgeRubric({
     judgeClient: new OpenAIChatClient({ base_url: judge.url, max_retries: 0 }),
-    funcs: [async ({ prompt, completion, answer, state, judge }) =>
-      (await judge({ prompt, completion, answer, state })).startsWith("yes") ? 1 : 0],
+    funcs: [
+      async ({ prompt, completion, answer, state, judge }) =>
+        (await judge({ prompt, completion, answer, state })).startsWith("yes") ? 1 : 0,
+    ],
   });
   const env = new SingleTurnEnv({
     evalDataset: [

@@ -50,7 +50,11 @@ function normalizeMessage(raw: unknown, index: number): Message {
     return out as Message;
   }
   if (role === "tool") {
-    return { ...msg, tool_call_id: String(msg.tool_call_id ?? ""), content: contentOf(msg) } as Message;
+    return {
+      ...msg,
+      tool_call_id: String(msg.tool_call_id ?? ""),
+      content: contentOf(msg),
+    } as Message;
   }
   return { ...msg, content: contentOf(msg) } as Message;
 }

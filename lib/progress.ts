@@ -75,7 +75,9 @@ function std(xs: number[]): number {
 
 function table(rows: string[][]): string {
   const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
-  return rows.map((r) => r.map((cell, c) => cell.padEnd(widths[c])).join("  ").trimEnd()).join("\n");
+  return rows.map((r) => r.map((cell, c) => cell.padEnd(widths[c])).join("  ").trimEnd()).join(
+    "\n",
+  );
 }
 
 /** The end-of-run summary: reward, metrics, pass@k, tokens, stop conditions, errors. */
@@ -90,7 +92,9 @@ export function renderSummary(metadata: RunMetadata, outputs: RolloutOutput[]): 
   const rows: string[][] = [["", "mean", "std"]];
   rows.push(["reward", metadata.avg_reward.toFixed(4), std(rewards).toFixed(4)]);
   for (const [name, avg] of Object.entries(metadata.avg_metrics)) {
-    const xs = outputs.map((o) => o.metrics?.[name]).filter((v): v is number => typeof v === "number");
+    const xs = outputs.map((o) => o.metrics?.[name]).filter((v): v is number =>
+      typeof v === "number"
+    );
     rows.push([name, avg.toFixed(4), std(xs).toFixed(4)]);
   }
   lines.push(table(rows));
@@ -106,16 +110,22 @@ export function renderSummary(metadata: RunMetadata, outputs: RolloutOutput[]): 
     lines.push(
       `tokens: input ${metadata.usage.total_input_tokens} (mean ${
         metadata.usage.input_tokens.toFixed(1)
-      }), output ${metadata.usage.total_output_tokens} (mean ${metadata.usage.output_tokens.toFixed(1)})`,
+      }), output ${metadata.usage.total_output_tokens} (mean ${
+        metadata.usage.output_tokens.toFixed(1)
+      })`,
     );
   }
   const stops = new Map<string, number>();
-  for (const o of outputs) stops.set(o.stop_condition ?? "none", (stops.get(o.stop_condition ?? "none") ?? 0) + 1);
+  for (const o of outputs) {
+    stops.set(o.stop_condition ?? "none", (stops.get(o.stop_condition ?? "none") ?? 0) + 1);
+  }
   if (stops.size) {
     lines.push(`stop conditions: ${[...stops].map(([k, v]) => `${k} ${v}`).join(", ")}`);
   }
   const errors = outputs.filter((o) => o.error);
-  lines.push(`errors: ${errors.length} of ${outputs.length} (${(metadata.avg_error * 100).toFixed(1)}%)`);
+  lines.push(
+    `errors: ${errors.length} of ${outputs.length} (${(metadata.avg_error * 100).toFixed(1)}%)`,
+  );
   const kinds = new Map<string, number>();
   for (const o of errors) {
     const key = `${o.error!.error}: ${o.error!.message.slice(0, 100)}`;

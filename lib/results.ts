@@ -5,7 +5,7 @@
 import { appendFile, mkdir, open, readFile, rename, stat, writeFile } from "node:fs/promises";
 import type { FileHandle } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { ConfigError, serializeError, type SerializedError } from "./errors.ts";
+import { ConfigError, type SerializedError, serializeError } from "./errors.ts";
 import { type State, timingDump } from "./state.ts";
 import { jsonCopy } from "./_plain.ts";
 import type { Messages, Tool } from "./types.ts";
@@ -78,7 +78,9 @@ export function stateToOutput(state: State, stateColumns: string[] = []): Rollou
     out.long_error_chain = out.error.error_chain_str;
   }
   if (state.answer) out.answer = state.answer;
-  if (state.info && Object.keys(state.info).length > 0) out.info = jsonSafe(state.info) as Record<string, unknown>;
+  if (state.info && Object.keys(state.info).length > 0) {
+    out.info = jsonSafe(state.info) as Record<string, unknown>;
+  }
   for (const [k, v] of Object.entries(metrics)) if (!(k in out)) out[k] = v;
   if (state.usage.seen) {
     const steps = state.trajectory.filter((s) => s.response.usage);
@@ -312,7 +314,9 @@ export class ResultsWriter {
    */
   append(outputs: RolloutOutput[]): Promise<void> {
     for (const o of outputs) this.#pendingLines.push(JSON.stringify(o) + "\n");
-    const done = new Promise<void>((resolve, reject) => this.#pendingWaiters.push({ resolve, reject }));
+    const done = new Promise<void>((resolve, reject) =>
+      this.#pendingWaiters.push({ resolve, reject })
+    );
     if (!this.#flushScheduled) {
       this.#flushScheduled = true;
       queueMicrotask(() => {
@@ -500,7 +504,9 @@ export async function loadMetadata(dir: string): Promise<RunMetadata> {
   }
   try {
     const value = JSON.parse(text);
-    if (typeof value !== "object" || value === null || Array.isArray(value)) throw new Error("not an object");
+    if (typeof value !== "object" || value === null || Array.isArray(value)) {
+      throw new Error("not an object");
+    }
     return value as RunMetadata;
   } catch (error) {
     throw new ConfigError(`${path}: invalid metadata: ${(error as Error).message}`);

@@ -3,13 +3,7 @@
  * @module
  */
 import type { ChatClient } from "./client.ts";
-import type {
-  Messages,
-  RolloutInput,
-  SamplingArgs,
-  Tool,
-  TrajectoryStep,
-} from "./types.ts";
+import type { Messages, RolloutInput, SamplingArgs, Tool, TrajectoryStep } from "./types.ts";
 
 /** A start/end span in Unix seconds. */
 export interface Span {

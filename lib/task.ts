@@ -160,7 +160,11 @@ export function reward(
   options: { weight?: number; priority?: number } = {},
 ): MarkedScoreFunc {
   return Object.assign(fn, {
-    [SCORE]: { kind: "reward", weight: options.weight ?? 1, priority: options.priority ?? 0 } as ScoreMark,
+    [SCORE]: {
+      kind: "reward",
+      weight: options.weight ?? 1,
+      priority: options.priority ?? 0,
+    } as ScoreMark,
   });
 }
 
@@ -310,7 +314,9 @@ export abstract class Taskset<T extends Task = Task> {
     }
     const keys = new Set<string>();
     for (const t of out) {
-      if (keys.has(t.key)) throw new RangeError(`Taskset "${this.id}" has two tasks with key "${t.key}"`);
+      if (keys.has(t.key)) {
+        throw new RangeError(`Taskset "${this.id}" has two tasks with key "${t.key}"`);
+      }
       keys.add(t.key);
     }
     return out;

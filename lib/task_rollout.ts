@@ -22,8 +22,8 @@ import {
   ConfigError,
   InfraError,
   SandboxError,
-  serializeError,
   type SerializedError,
+  serializeError,
   TaskError,
 } from "./errors.ts";
 import type { Harness, HarnessRecorder, ModelCallRecord, ToolCallRecord } from "./harness.ts";
@@ -263,7 +263,9 @@ async function phase<T>(
     };
     if (combined.aborted) return onAbort();
     combined.addEventListener("abort", onAbort, { once: true });
-    fn(combined).then(resolve, reject).finally(() => combined.removeEventListener("abort", onAbort));
+    fn(combined).then(resolve, reject).finally(() =>
+      combined.removeEventListener("abort", onAbort)
+    );
   }).finally(() => controller.abort());
 }
 
@@ -291,7 +293,9 @@ async function grantAgentUser(runtime: Runtime, task: Task, user: string): Promi
   const script = 'for p in "$@"; do mkdir -p "$p" 2>/dev/null || true; chown -R "$0" "$p"; done';
   const r = await runtime.run(["sh", "-c", script, user, ...paths]);
   if (r.exit_code !== 0) {
-    throw new TaskError(`Cannot make the workspace writable for agent_user "${user}": ${r.stderr.trim()}`);
+    throw new TaskError(
+      `Cannot make the workspace writable for agent_user "${user}": ${r.stderr.trim()}`,
+    );
   }
 }
 
@@ -316,7 +320,9 @@ export async function collectArtifacts(
     } catch (error) {
       if (error instanceof SandboxFileNotFoundError) {
         if (artifact.required ?? true) {
-          throw new TaskError(`Required artifact "${artifact.source}" is missing in the agent sandbox`);
+          throw new TaskError(
+            `Required artifact "${artifact.source}" is missing in the agent sandbox`,
+          );
         }
         out.set(path, null);
         continue;
@@ -344,7 +350,9 @@ export async function restoreArtifacts(
   for (const [path, tar] of artifacts) {
     if (!tar) continue;
     const rm = await runtime.run(["rm", "-rf", path]);
-    if (rm.exit_code !== 0) throw new SandboxError(`Cannot clear "${path}" before restoring: ${rm.stderr}`);
+    if (rm.exit_code !== 0) {
+      throw new SandboxError(`Cannot clear "${path}" before restoring: ${rm.stderr}`);
+    }
     await runtime.archiveIn(posix.dirname(path), tar);
   }
 }
@@ -414,7 +422,9 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
         );
       }
       if (policy.harness.executesCode && spec.type === "subprocess") {
-        console.warn(`Harness "${policy.harness.id}" runs agent commands on the host (subprocess runtime)`);
+        console.warn(
+          `Harness "${policy.harness.id}" runs agent commands on the host (subprocess runtime)`,
+        );
       }
       return spec;
     });
@@ -459,51 +469,72 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
           }
         }
       }));
-    await inPhase("agent", () =>
-      timed("agent", () =>
-        phase("agent", data.timeout?.agent, signal, (s) =>
-          policy.harness.run({
-            task,
-            data,
-            runtime: agent!,
-            client: options.client,
-            model: options.model,
-            samplingArgs: options.samplingArgs ?? {},
-            recorder,
-            maxTurns: policy.maxTurns ?? 30,
-            toolTimeoutMs: (policy.toolTimeoutSeconds ?? 600) * 1000,
-            user: data.agent_user,
-            signal: s,
-          }))
-      ));
+    await inPhase(
+      "agent",
+      () =>
+        timed("agent", () =>
+          phase("agent", data.timeout?.agent, signal, (s) =>
+            policy.harness.run({
+              task,
+              data,
+              runtime: agent!,
+              client: options.client,
+              model: options.model,
+              samplingArgs: options.samplingArgs ?? {},
+              recorder,
+              maxTurns: policy.maxTurns ?? 30,
+              toolTimeoutMs: (policy.toolTimeoutSeconds ?? 600) * 1000,
+              user: data.agent_user,
+              signal: s,
+            }))),
+    );
     trace.stop_condition = recorder.stop_condition;
-    await inPhase("finalize", () =>
-      timed("finalize", () => phase("finalize", data.timeout?.finalize, signal, async (s) => await task.finalize(ctx(agent!, s)))));
+    await inPhase(
+      "finalize",
+      () =>
+        timed(
+          "finalize",
+          () =>
+            phase("finalize", data.timeout?.finalize, signal, async (s) =>
+              await task.finalize(ctx(agent!, s))),
+        ),
+    );
 
     let scores: TaskScores;
     if (mode === "shared") {
       trace.scoring.attempts = 1;
-      scores = await inPhase("scoring", () =>
-        timed("scoring", () => phase("scoring", data.timeout?.scoring, signal, async (s) => {
-            // The agent is done: private tests may be staged in its sandbox now.
-            await task.stageVerifier(ctx(agent!, s));
-            return await task.score(ctx(agent!, s));
-          })));
+      scores = await inPhase(
+        "scoring",
+        () =>
+          timed("scoring", () =>
+            phase("scoring", data.timeout?.scoring, signal, async (s) => {
+              // The agent is done: private tests may be staged in its sandbox now.
+              await task.stageVerifier(ctx(agent!, s));
+              return await task.score(ctx(agent!, s));
+            })),
+      );
     } else {
-      const artifacts = await inPhase("artifacts", () => timed("artifacts", () => collectArtifacts(agent!, task)));
+      const artifacts = await inPhase(
+        "artifacts",
+        () => timed("artifacts", () => collectArtifacts(agent!, task)),
+      );
       view.artifacts = artifacts;
       await agent!.stop();
       agent = null;
       const graderConfig: RuntimeConfig = { ...policy.runtime, ...(scoring.runtime ?? {}) };
       const scoringEnv: Record<string, string> = {};
-      for (const [k, v] of Object.entries(scoring.env ?? {})) scoringEnv[k] = resolveTemplate(v, envLookup);
+      for (const [k, v] of Object.entries(scoring.env ?? {})) {
+        scoringEnv[k] = resolveTemplate(v, envLookup);
+      }
       // deno-lint-ignore require-await
       const graderSpec = await inPhase("scoring", async () => {
         const spec = resolveRuntimeSpec(graderConfig, task, "grader", scoringEnv);
         if (spec.type === "subprocess" || (spec.type === "ssh" && !spec.dedicated)) {
           throw new ConfigError(
             `The grading sandbox must be a fresh, isolated sandbox; a ${spec.type} runtime` +
-              `${spec.type === "ssh" ? " on a shared host" : ""} is not one (task "${task.key}"); ` +
+              `${
+                spec.type === "ssh" ? " on a shared host" : ""
+              } is not one (task "${task.key}"); ` +
               `use docker or prime for --env.agent.scoring.runtime`,
           );
         }
@@ -517,10 +548,21 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
         }
         return spec;
       });
-      scores = await inPhase("scoring", () =>
-        timed("scoring", () =>
-          gradeIsolated(task, graderSpec, artifacts, scoring.retries ?? 2, options, trace, view, signal)
-        ));
+      scores = await inPhase(
+        "scoring",
+        () =>
+          timed("scoring", () =>
+            gradeIsolated(
+              task,
+              graderSpec,
+              artifacts,
+              scoring.retries ?? 2,
+              options,
+              trace,
+              view,
+              signal,
+            )),
+      );
     }
     trace.reward = scores.reward;
     trace.rewards = scores.rewards;
@@ -595,7 +637,13 @@ async function gradeIsolated(
     try {
       return await phase("scoring", task.data.timeout?.scoring, signal, async (s) => {
         await startSandbox(options.policy, spec, "grader", options, s, (rt) => (grader = rt));
-        const ctx: TaskHookContext = { runtime: grader!, task, data: task.data, trace: view, signal: s };
+        const ctx: TaskHookContext = {
+          runtime: grader!,
+          task,
+          data: task.data,
+          trace: view,
+          signal: s,
+        };
         await task.setup(ctx);
         await restoreArtifacts(grader!, artifacts);
         await task.stageVerifier(ctx);

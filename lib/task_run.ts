@@ -13,7 +13,12 @@ import { JudgeRubric } from "./judge_rubric.ts";
 import { seededShuffle } from "./random.ts";
 import { passAtK, repairTrailingLine, writeJsonAtomic } from "./results.ts";
 import type { Task, TaskHookContext, Taskset, TraceView } from "./task.ts";
-import { type AgentPolicy, resolveRuntimeSpec, runTaskRollout, type TaskTrace } from "./task_rollout.ts";
+import {
+  type AgentPolicy,
+  resolveRuntimeSpec,
+  runTaskRollout,
+  type TaskTrace,
+} from "./task_rollout.ts";
 import type { SamplingArgs } from "./types.ts";
 import { VERSION } from "./version.ts";
 
@@ -78,18 +83,24 @@ export interface TaskRunSummary {
   date: string;
 }
 
-
 /** Select tasks: ids filter, seeded shuffle, then the first n. */
 export async function selectTasks(
   taskset: Taskset,
   options: { numTasks?: number; shuffleSeed?: number | null; ids?: string[] },
 ): Promise<Task[]> {
-  const needAll = options.shuffleSeed !== undefined && options.shuffleSeed !== null || options.ids?.length;
-  let tasks = await taskset.tasks(needAll ? -1 : options.numTasks && options.numTasks > 0 ? options.numTasks : -1);
+  const needAll = options.shuffleSeed !== undefined && options.shuffleSeed !== null ||
+    options.ids?.length;
+  let tasks = await taskset.tasks(
+    needAll ? -1 : options.numTasks && options.numTasks > 0 ? options.numTasks : -1,
+  );
   if (options.ids?.length) {
     const want = new Set(options.ids);
     const missing = options.ids.filter((id) => !tasks.some((t) => t.key === id));
-    if (missing.length) throw new ConfigError(`Unknown task id${missing.length > 1 ? "s" : ""}: ${missing.join(", ")}`);
+    if (missing.length) {
+      throw new ConfigError(
+        `Unknown task id${missing.length > 1 ? "s" : ""}: ${missing.join(", ")}`,
+      );
+    }
     tasks = tasks.filter((t) => want.has(t.key));
   }
   if (options.shuffleSeed !== undefined && options.shuffleSeed !== null) {
@@ -115,7 +126,9 @@ export async function loadTraces(runDir: string): Promise<TaskTrace[]> {
       latest.set(`${t.task.key}#${t.rollout_index}`, t);
     } catch (error) {
       if (i !== lines.length - 1) {
-        throw new ConfigError(`${join(runDir, "traces.jsonl")}:${i + 1}: malformed JSON: ${(error as Error).message}`);
+        throw new ConfigError(
+          `${join(runDir, "traces.jsonl")}:${i + 1}: malformed JSON: ${(error as Error).message}`,
+        );
       }
     }
   });
@@ -125,12 +138,17 @@ export async function loadTraces(runDir: string): Promise<TaskTrace[]> {
 /** Summarise traces. */
 export function summarizeTraces(
   traces: TaskTrace[],
-  base: Pick<TaskRunSummary, "run_id" | "taskset" | "model" | "env_id" | "num_tasks" | "rollouts_per_task">,
+  base: Pick<
+    TaskRunSummary,
+    "run_id" | "taskset" | "model" | "env_id" | "num_tasks" | "rollouts_per_task"
+  >,
 ): TaskRunSummary {
   const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
   const keyed = (pick: (t: TaskTrace) => Record<string, number>) => {
     const acc = new Map<string, number[]>();
-    for (const t of traces) for (const [k, v] of Object.entries(pick(t))) acc.set(k, [...(acc.get(k) ?? []), v]);
+    for (const t of traces) {
+      for (const [k, v] of Object.entries(pick(t))) acc.set(k, [...(acc.get(k) ?? []), v]);
+    }
     return Object.fromEntries([...acc].map(([k, xs]) => [k, mean(xs)]));
   };
   const r = base.rollouts_per_task;
@@ -140,7 +158,9 @@ export function summarizeTraces(
     for (const t of traces) byTask.set(t.task.key, [...(byTask.get(t.task.key) ?? []), t]);
     const complete = [...byTask.values()].filter((g) => g.length === r);
     for (let k = 1; k <= r && complete.length; k *= 2) {
-      passAt[String(k)] = mean(complete.map((g) => passAtK(r, g.filter((t) => (t.reward ?? 0) >= 0.5).length, k).pass));
+      passAt[String(k)] = mean(
+        complete.map((g) => passAtK(r, g.filter((t) => (t.reward ?? 0) >= 0.5).length, k).pass),
+      );
     }
   }
   return {
@@ -180,7 +200,11 @@ async function applyJudges(
       : `You are grading an agent's work.\n\nTask:\n{question}\n\nRubric:\n${
         j.rubric ?? "The task is fully solved."
       }\n\nAgent's final message:\n{response}\n\nDoes the work satisfy the rubric? Reply with exactly "yes" or "no".`;
-    const rubric = new JudgeRubric({ judgeClient: client, judgeModel: j.model ?? model, judgePrompt: prompt });
+    const rubric = new JudgeRubric({
+      judgeClient: client,
+      judgeModel: j.model ?? model,
+      judgePrompt: prompt,
+    });
     const verdict = await rubric.judge({
       prompt: task.promptText,
       completion: response,
@@ -195,14 +219,18 @@ async function applyJudges(
 }
 
 /** Run rollouts for a taskset. Traces are appended as rollouts finish. */
-export async function runTaskset(options: RunTasksetOptions): Promise<{ traces: TaskTrace[]; summary: TaskRunSummary }> {
+export async function runTaskset(
+  options: RunTasksetOptions,
+): Promise<{ traces: TaskTrace[]; summary: TaskRunSummary }> {
   const tasks = await selectTasks(options.taskset, options);
   const r = Math.max(1, options.rolloutsPerTask ?? 1);
   const tracesPath = options.runDir ? join(options.runDir, "traces.jsonl") : null;
   const done = new Map<string, TaskTrace>();
   if (options.resume && options.runDir) {
     await repairTrailingLine(tracesPath!);
-    for (const t of await loadTraces(options.runDir)) if (!t.error) done.set(`${t.task.key}#${t.rollout_index}`, t);
+    for (const t of await loadTraces(options.runDir)) {
+      if (!t.error) done.set(`${t.task.key}#${t.rollout_index}`, t);
+    }
   }
   const jobs: Array<{ task: Task; index: number }> = [];
   for (const task of tasks) {
@@ -222,7 +250,9 @@ export async function runTaskset(options: RunTasksetOptions): Promise<{ traces: 
   let writeQueue = Promise.resolve();
   const persist = (traces: TaskTrace[]) => {
     if (!tracesPath) return Promise.resolve();
-    writeQueue = writeQueue.then(() => appendFile(tracesPath, traces.map((t) => JSON.stringify(t) + "\n").join("")));
+    writeQueue = writeQueue.then(() =>
+      appendFile(tracesPath, traces.map((t) => JSON.stringify(t) + "\n").join(""))
+    );
     return writeQueue;
   };
   const byTask = new Map<string, TaskTrace[]>();
@@ -250,7 +280,14 @@ export async function runTaskset(options: RunTasksetOptions): Promise<{ traces: 
           signal: controller.signal,
         });
         if (trace.ok && options.judges?.length) {
-          await applyJudges(trace, job.task, options.judges, options.client, options.model, controller.signal)
+          await applyJudges(
+            trace,
+            job.task,
+            options.judges,
+            options.client,
+            options.model,
+            controller.signal,
+          )
             .catch((error) => {
               trace.ok = false;
               trace.reward = null;
@@ -264,7 +301,8 @@ export async function runTaskset(options: RunTasksetOptions): Promise<{ traces: 
         }
         return;
       }
-      const modelError = trace.error && trace.error.error && ["AuthenticationError", "EndpointUnreachableError"].includes(trace.error.error);
+      const modelError = trace.error && trace.error.error &&
+        ["AuthenticationError", "EndpointUnreachableError"].includes(trace.error.error);
       if (modelError) {
         fatal = new ConfigError(trace.error!.message);
       }
@@ -318,14 +356,28 @@ export interface ValidationResult {
 /** Per task: the gold answer (via `validate`) must score 1.0 and an untouched workspace 0.0. */
 export async function validateTaskset(
   taskset: Taskset,
-  options: { numTasks?: number; runtime: AgentPolicy["runtime"]; runId: string; maxConcurrent?: number; signal?: AbortSignal },
+  options: {
+    numTasks?: number;
+    runtime: AgentPolicy["runtime"];
+    runId: string;
+    maxConcurrent?: number;
+    signal?: AbortSignal;
+  },
 ): Promise<ValidationResult[]> {
-  const tasks = await taskset.tasks(options.numTasks && options.numTasks > 0 ? options.numTasks : -1);
+  const tasks = await taskset.tasks(
+    options.numTasks && options.numTasks > 0 ? options.numTasks : -1,
+  );
   const check = async (task: Task, gold: boolean): Promise<number> => {
     const spec = resolveRuntimeSpec(options.runtime, task, "agent");
     await using runtime = createRuntime(spec, { runId: options.runId, task: task.key });
     const view: TraceView = { info: {}, messages: [], artifacts: new Map() };
-    const ctx: TaskHookContext = { runtime, task, data: task.data, trace: view, signal: options.signal };
+    const ctx: TaskHookContext = {
+      runtime,
+      task,
+      data: task.data,
+      trace: view,
+      signal: options.signal,
+    };
     await runtime.start({ signal: options.signal });
     await task.setup(ctx);
     if (gold) {
@@ -366,6 +418,8 @@ export async function validateTaskset(
       out[i] = result;
     }
   };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(options.maxConcurrent ?? 4, tasks.length)) }, worker));
+  await Promise.all(
+    Array.from({ length: Math.max(1, Math.min(options.maxConcurrent ?? 4, tasks.length)) }, worker),
+  );
   return out;
 }

@@ -653,7 +653,8 @@ export class PrimeRuntime implements Runtime {
       if (!this.#id) return;
       try {
         await this.api.delete(this.#id);
-        await recordSandbox({ event: "stopped", type: "prime", key: this.#name, id: this.#id }).catch(() => {});
+        await recordSandbox({ event: "stopped", type: "prime", key: this.#name, id: this.#id })
+          .catch(() => {});
       } catch (error) {
         throw new SandboxError(
           `Cannot delete Prime sandbox "${this.#id}": ${(error as Error).message}; its ` +

@@ -1155,7 +1155,9 @@ export class SshRuntime implements Runtime {
     if (this.#created && this.#ownsWorkdir && this.#workdir.startsWith("/tmp/vf-")) {
       await this.#capture(shCommand('rm -rf -- "$1"', [this.#workdir])).catch(() => {});
     }
-    if (this.#ledgered()) await recordSandbox({ event: "stopped", ...this.#ledgerRecord() }).catch(() => {});
+    if (this.#ledgered()) {
+      await recordSandbox({ event: "stopped", ...this.#ledgerRecord() }).catch(() => {});
+    }
   }
 
   /** Only a per-rollout temp workdir is a sandbox worth recording (and removing later). */

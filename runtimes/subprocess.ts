@@ -22,7 +22,14 @@ import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import process from "node:process";
 import { CommandTimeoutError } from "../lib/errors.ts";
-import { decodeChunks, describeArgv, randomHex, resolveSandboxPath, toBytes, within } from "./_util.ts";
+import {
+  decodeChunks,
+  describeArgv,
+  randomHex,
+  resolveSandboxPath,
+  toBytes,
+  within,
+} from "./_util.ts";
 import { type LiveSandbox, recordSandbox, registerCleaner } from "./ledger.ts";
 import {
   SandboxError,
@@ -84,7 +91,10 @@ export class SubprocessRuntime implements Runtime {
 
   readonly #runId: string | undefined;
 
-  constructor(spec: SubprocessRuntimeSpec = { type: "subprocess" }, options: { runId?: string } = {}) {
+  constructor(
+    spec: SubprocessRuntimeSpec = { type: "subprocess" },
+    options: { runId?: string } = {},
+  ) {
     this.spec = spec;
     this.#runId = options.runId;
     this.#workdir = resolveSandboxPath("/", spec.workdir ?? "/");
@@ -311,7 +321,9 @@ export class SubprocessRuntime implements Runtime {
       this.#groups.clear();
       if (this.#root) {
         await rm(this.#root, { recursive: true, force: true });
-        await recordSandbox({ event: "stopped", ...this.#ledgerRecord(this.#root) }).catch(() => {});
+        await recordSandbox({ event: "stopped", ...this.#ledgerRecord(this.#root) }).catch(
+          () => {},
+        );
       }
     })().finally(() => untrackRuntime(this));
     return this.#stopping;

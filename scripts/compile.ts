@@ -82,7 +82,11 @@ async function findBun(): Promise<string> {
 export async function compile(outfile = join(ROOT, "dist/vf")): Promise<string> {
   const start = performance.now();
   // The binary embeds the sandbox host's source (it has no files on disk to run).
-  await run(Deno.execPath(), ["run", "-A", join(ROOT, "scripts/gen_host_source.ts")], "embed the sandbox host");
+  await run(
+    Deno.execPath(),
+    ["run", "-A", join(ROOT, "scripts/gen_host_source.ts")],
+    "embed the sandbox host",
+  );
   // Fills node_modules (nodeModulesDir "auto") with every package the binary imports.
   await run(Deno.execPath(), [
     "install",

@@ -192,7 +192,7 @@ Deno.test("dist/vf eval of a local module importing npm:zod and ../../mod.ts (ca
 });
 
 /** Serves /work/main plus one extra package folder over loopback, `.ts` as TypeScript. */
-async function serveRepoAnd(extraRoot: string) {
+function serveRepoAnd(extraRoot: string) {
   const server = Deno.serve({ port: 0, hostname: "127.0.0.1", onListen() {} }, async (req) => {
     const path = decodeURIComponent(new URL(req.url).pathname);
     if (path.includes("..")) return new Response("bad path", { status: 400 });
@@ -212,7 +212,7 @@ Deno.test("dist/vf refuses a URL environment without deno on PATH, and runs it s
   await withTempDir(async (dir) => {
     const pkgRoot = join(dir, "pkgs");
     await Deno.mkdir(join(pkgRoot, "envs/tiny"), { recursive: true });
-    const files = await serveRepoAnd(pkgRoot);
+    const files = serveRepoAnd(pkgRoot);
     try {
       await writeFile(
         join(pkgRoot, "envs/tiny/mod.ts"),

@@ -43,7 +43,9 @@ Deno.test("[[env.judges]] reference and rubric judges from TOML add judge reward
           const got = /Answer to grade:\n(.*)/.exec(text)?.[1];
           return { content: ref === got ? "yes" : "no" };
         }
-        if (text.includes("Rubric:")) return { content: text.includes("show the number") ? "yes" : "no" };
+        if (text.includes("Rubric:")) {
+          return { content: text.includes("show the number") ? "yes" : "no" };
+        }
         // the agent (null harness): right for 6*7, wrong for 3*3
         return { content: text.includes("6*7") ? "42" : "10" };
       },
@@ -71,7 +73,17 @@ weight = 0.5
 `,
     );
     const out = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", join(ROOT, "cli.ts"), "eval", "@", "run.toml", "-o", join(dir, "out"), "-q"],
+      args: [
+        "run",
+        "-A",
+        join(ROOT, "cli.ts"),
+        "eval",
+        "@",
+        "run.toml",
+        "-o",
+        join(dir, "out"),
+        "-q",
+      ],
       cwd: dir,
       env: childEnv({ VF_JUDGE_TEST_KEY: "k" }),
       clearEnv: true,

@@ -462,7 +462,8 @@ Deno.test("a hostile URL environment is denied the SSH key, API key, Docker sock
       `read access to "${w.sshKeyPath.replaceAll(".", "\\.")}"; grant it with --allow-read=`,
     ),
     api_key: /env access to "OPENAI_API_KEY"; grant it with --allow-env=OPENAI_API_KEY/,
-    docker: /read access to "\/var\/run\/docker\.sock"; vf never grants access to the Docker socket/,
+    docker:
+      /read access to "\/var\/run\/docker\.sock"; vf never grants access to the Docker socket/,
     spawn: /run access to "sh"; vf never grants run access .* --trust/,
     net: new RegExp(
       `net access to "${hostPort}"; grant it with --allow-net=${hostPort} \\(TOML: \\[sandbox\\] allow_net`,

@@ -349,7 +349,10 @@ Deno.test(
       assert.ok(await host.exists(dir), "the workdir exists while the runtime lives");
       // Simulate a crash: the runtime is never stopped; only the ledger knows about it.
       const live = await liveEntries({ runId });
-      assert.deepEqual(live.map((l) => [l.type, l.key]), [["ssh", `${host.host}:${host.port}:${dir}`]]);
+      assert.deepEqual(live.map((l) => [l.type, l.key]), [[
+        "ssh",
+        `${host.host}:${host.port}:${dir}`,
+      ]]);
       const report = await cleanupLedger({ runId }, { ledger });
       assert.deepEqual(report.failed, []);
       assert.deepEqual(report.removed, [`ssh:${host.host}:${host.port}:${dir}`]);

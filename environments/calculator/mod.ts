@@ -20,17 +20,27 @@ export const evalDefaults = { num_examples: 10, rollouts_per_example: 2 };
 const SYSTEM_PROMPT =
   "Use the calculator tool for arithmetic, then give the final answer as \\boxed{NUMBER}.";
 
-
 /** Deterministic arithmetic questions. */
-export function makeQuestions(count: number, seed = 7): Array<{ question: string; answer: string }> {
+export function makeQuestions(
+  count: number,
+  seed = 7,
+): Array<{ question: string; answer: string }> {
   const rand = mulberry32(seed);
   const int = (lo: number, hi: number) => lo + Math.floor(rand() * (hi - lo + 1));
   const out = [];
   for (let i = 0; i < count; i++) {
     const a = int(12, 999), b = int(2, 99), c = int(1, 500);
-    const ops = [`${a} * ${b} + ${c}`, `(${a} + ${c}) * ${b}`, `${a} * ${b} - ${c}`, `${a} + ${b} * ${c}`];
+    const ops = [
+      `${a} * ${b} + ${c}`,
+      `(${a} + ${c}) * ${b}`,
+      `${a} * ${b} - ${c}`,
+      `${a} + ${b} * ${c}`,
+    ];
     const expression = ops[i % ops.length];
-    out.push({ question: `What is ${expression}?`, answer: formatNumber(evaluateArithmetic(expression)) });
+    out.push({
+      question: `What is ${expression}?`,
+      answer: formatNumber(evaluateArithmetic(expression)),
+    });
   }
   return out;
 }
@@ -43,7 +53,9 @@ export function loadEnvironment(args: Record<string, unknown> = {}): ToolEnv {
     parameters: z.object({ expression: z.string().describe("e.g. (3 + 4) * 12") }),
     fn: ({ expression }) => formatNumber(evaluateArithmetic(expression)),
   });
-  const parser = new MaybeThinkParser({ extractFn: (t) => extractBoxedAnswer(t, { strict: true }) });
+  const parser = new MaybeThinkParser({
+    extractFn: (t) => extractBoxedAnswer(t, { strict: true }),
+  });
   const rubric = new Rubric({
     parser,
     funcs: [

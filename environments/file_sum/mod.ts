@@ -4,7 +4,14 @@
  * that receives only /app/output.
  * @module
  */
-import { readText, reward, Task, type TaskHookContext, Taskset, type TasksetConfig } from "../../mod.ts";
+import {
+  readText,
+  reward,
+  Task,
+  type TaskHookContext,
+  Taskset,
+  type TasksetConfig,
+} from "../../mod.ts";
 
 /** One FileSum task; `numbers` stays on the evaluator. */
 export class FileSumTask extends Task {

@@ -13,7 +13,8 @@ export function loadEnvironment(args: Record<string, unknown> = {}): SingleTurnE
   const n = Number(args.num_eval_examples ?? -1);
   const rubric = new MathRubric();
   return new SingleTurnEnv({
-    evalDataset: () => loadExampleDataset("gsm8k-sample", { split: "test", n: n > 0 ? n : undefined }),
+    evalDataset: () =>
+      loadExampleDataset("gsm8k-sample", { split: "test", n: n > 0 ? n : undefined }),
     dataset: () => loadExampleDataset("gsm8k-sample", { split: "train" }),
     systemPrompt: typeof args.system_prompt === "string" ? args.system_prompt : BOXED_SYSTEM_PROMPT,
     parser: rubric.parser,

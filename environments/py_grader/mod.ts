@@ -29,7 +29,8 @@ const PROBLEMS: Array<{ name: string; signature: string; spec: string; gold: str
   {
     name: "fizzbuzz",
     signature: "fizzbuzz(n)",
-    spec: 'return "Fizz" for multiples of 3, "Buzz" for multiples of 5, "FizzBuzz" for both, else str(n)',
+    spec:
+      'return "Fizz" for multiples of 3, "Buzz" for multiples of 5, "FizzBuzz" for both, else str(n)',
     gold:
       "def fizzbuzz(n):\n    if n % 15 == 0:\n        return 'FizzBuzz'\n    if n % 3 == 0:\n        return 'Fizz'\n    if n % 5 == 0:\n        return 'Buzz'\n    return str(n)\n",
   },

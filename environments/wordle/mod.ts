@@ -18,10 +18,46 @@ export const evalDefaults = { num_examples: 10, rollouts_per_example: 2 };
 
 /** Secret words (all five letters, lower case). */
 export const WORDS = [
-  "apple", "brave", "crane", "drift", "eagle", "flame", "grape", "house", "input", "jolly",
-  "knife", "lemon", "mango", "noble", "ocean", "piano", "queen", "river", "stone", "tiger",
-  "urban", "vivid", "whale", "youth", "zebra", "amber", "blaze", "cider", "dwarf", "ember",
-  "frost", "gloom", "haste", "ivory", "joker", "karma", "lunar", "maple", "nerve", "orbit",
+  "apple",
+  "brave",
+  "crane",
+  "drift",
+  "eagle",
+  "flame",
+  "grape",
+  "house",
+  "input",
+  "jolly",
+  "knife",
+  "lemon",
+  "mango",
+  "noble",
+  "ocean",
+  "piano",
+  "queen",
+  "river",
+  "stone",
+  "tiger",
+  "urban",
+  "vivid",
+  "whale",
+  "youth",
+  "zebra",
+  "amber",
+  "blaze",
+  "cider",
+  "dwarf",
+  "ember",
+  "frost",
+  "gloom",
+  "haste",
+  "ivory",
+  "joker",
+  "karma",
+  "lunar",
+  "maple",
+  "nerve",
+  "orbit",
 ];
 
 const RULES = `Let's play Wordle. Guess the secret five-letter English word in at most six tries.
@@ -61,17 +97,26 @@ export class WordleEnv extends MultiTurnEnv {
     const guesses = (state.guesses as string[] | undefined) ?? [];
     state.guesses = guesses;
     if (!/^[a-z]{5}$/.test(guess)) {
-      return [{ role: "user", content: "Invalid guess: give exactly five letters in <guess></guess> tags." }];
+      return [{
+        role: "user",
+        content: "Invalid guess: give exactly five letters in <guess></guess> tags.",
+      }];
     }
     guesses.push(guess);
     const feedback = scoreGuess(guess, state.answer);
     state.last_feedback = feedback;
     if (feedback === "GGGGG") {
-      const done: Messages = [{ role: "user", content: `${feedback}\nSolved in ${guesses.length}!` }];
+      const done: Messages = [{
+        role: "user",
+        content: `${feedback}\nSolved in ${guesses.length}!`,
+      }];
       state.final_env_response = done;
       return done;
     }
-    return [{ role: "user", content: `${guess} → ${feedback} (${6 - state.trajectory.length} left)` }];
+    return [{
+      role: "user",
+      content: `${guess} → ${feedback} (${6 - state.trajectory.length} left)`,
+    }];
   }
 }
 
@@ -97,7 +142,10 @@ export function loadEnvironment(args: Record<string, unknown> = {}): WordleEnv {
         const last = guessesOf(state, parser).at(-1) ?? "";
         if (!/^[a-z]{5}$/.test(last)) return 0;
         const fb = scoreGuess(last, state.answer);
-        return Math.min(1, [...fb].reduce((a, c) => a + (c === "G" ? 0.2 : c === "Y" ? 0.1 : 0), 0));
+        return Math.min(
+          1,
+          [...fb].reduce((a, c) => a + (c === "G" ? 0.2 : c === "Y" ? 0.1 : 0), 0),
+        );
       },
       function efficiency({ state }) {
         const g = guessesOf(state, parser);

@@ -8,7 +8,12 @@
  */
 import { fromBase64, RpcPeer, toBase64 } from "./protocol.ts";
 import type { ChatClient, ChatRequestOptions } from "../client.ts";
-import type { RunOptions, RunResult, Runtime, RuntimeCapabilities } from "../../runtimes/runtime.ts";
+import type {
+  RunOptions,
+  RunResult,
+  Runtime,
+  RuntimeCapabilities,
+} from "../../runtimes/runtime.ts";
 import type { Messages, Response } from "../types.ts";
 
 // deno-lint-ignore no-explicit-any
@@ -27,7 +32,8 @@ async function writeLine(line: string): Promise<void> {
   while (off < bytes.length) off += await stdout.write(bytes.subarray(off));
 }
 
-const PERMISSION_RE = /Requires (\w+) access to "?([^",]+)"?, run again with the --allow-(\w+) flag/;
+const PERMISSION_RE =
+  /Requires (\w+) access to "?([^",]+)"?, run again with the --allow-(\w+) flag/;
 
 /** Rewrite Deno's permission errors into a message that says how to grant them in vf. */
 export function explainPermission(message: string): string {
@@ -47,8 +53,16 @@ let taskset: Any = null;
 const tasks = new Map<string, Any>();
 
 class ProxyClient implements ChatClient {
-  constructor(readonly baseUrl: string, readonly headersFromState: Record<string, string>, readonly clientId: number) {}
-  async getResponse(prompt: Messages, model: string, options: ChatRequestOptions = {}): Promise<Response> {
+  constructor(
+    readonly baseUrl: string,
+    readonly headersFromState: Record<string, string>,
+    readonly clientId: number,
+  ) {}
+  async getResponse(
+    prompt: Messages,
+    model: string,
+    options: ChatRequestOptions = {},
+  ): Promise<Response> {
     return await peer.call<Response>("model.get_response", {
       client: this.clientId,
       prompt,
@@ -75,13 +89,24 @@ class ProxyRuntime implements Runtime {
     return await peer.call<RunResult>("runtime.run", {
       rid: this.rid,
       argv,
-      options: { ...rest, stdin: stdin === undefined ? undefined : toBase64(typeof stdin === "string" ? encoder.encode(stdin) : stdin) },
+      options: {
+        ...rest,
+        stdin: stdin === undefined
+          ? undefined
+          : toBase64(typeof stdin === "string" ? encoder.encode(stdin) : stdin),
+      },
     });
   }
   async read(path: string, options: { maxBytes?: number } = {}): Promise<Uint8Array> {
-    return fromBase64(await peer.call<string>("runtime.read", { rid: this.rid, path, max_bytes: options.maxBytes }));
+    return fromBase64(
+      await peer.call<string>("runtime.read", { rid: this.rid, path, max_bytes: options.maxBytes }),
+    );
   }
-  async write(path: string, data: string | Uint8Array, options: { mode?: number } = {}): Promise<void> {
+  async write(
+    path: string,
+    data: string | Uint8Array,
+    options: { mode?: number } = {},
+  ): Promise<void> {
     await peer.call("runtime.write", {
       rid: this.rid,
       path,
@@ -123,7 +148,9 @@ async function handle(method: string, p: Any): Promise<unknown> {
       const module = await import(p.url);
       if (p.kind === "environment") {
         if (typeof module.loadEnvironment !== "function") {
-          throw new TypeError(`Environment module "${p.url}" does not export a loadEnvironment() function`);
+          throw new TypeError(
+            `Environment module "${p.url}" does not export a loadEnvironment() function`,
+          );
         }
         env = await module.loadEnvironment(p.args ?? {});
         if (!env.envId) env.envId = p.id;
@@ -146,7 +173,11 @@ async function handle(method: string, p: Any): Promise<unknown> {
       return ds.toList();
     }
     case "env.run_group": {
-      const client = new ProxyClient(p.client.base_url, p.client.headers_from_state ?? {}, p.client.id);
+      const client = new ProxyClient(
+        p.client.base_url,
+        p.client.headers_from_state ?? {},
+        p.client.id,
+      );
       const result = await env.runGroupOutputs(p.inputs, client, p.model, {
         samplingArgs: p.sampling_args,
         independentScoring: p.independent_scoring,
@@ -184,7 +215,12 @@ async function handle(method: string, p: Any): Promise<unknown> {
     case "task.score": {
       const task = taskOf(p.key);
       const trace = { info: p.info ?? {}, messages: p.messages ?? [], artifacts: new Map() };
-      const scores = await task.score({ runtime: runtimeOf(p.runtime), task, data: task.data, trace });
+      const scores = await task.score({
+        runtime: runtimeOf(p.runtime),
+        task,
+        data: task.data,
+        trace,
+      });
       return { scores, info: plainData(trace.info) };
     }
     default:

@@ -61,7 +61,7 @@ export function findDeno(): string {
     if (dir && existsSync(candidate)) return candidate;
   }
   throw new ConfigError(
-    "Environments loaded from URLs run under Deno's permission sandbox, but no \"deno\" is on PATH; " +
+    'Environments loaded from URLs run under Deno\'s permission sandbox, but no "deno" is on PATH; ' +
       "install it (npm install -g deno) or pass --trust to run the environment unsandboxed",
   );
 }
@@ -83,7 +83,10 @@ async function declaredPermissions(spec: string): Promise<SandboxPermissions> {
       text = await res.text();
     } else {
       const path = spec.startsWith("file:") ? fileURLToPath(spec) : spec;
-      const file = join(path.endsWith(".ts") || path.endsWith(".js") ? dirname(path) : path, "vf.json");
+      const file = join(
+        path.endsWith(".ts") || path.endsWith(".js") ? dirname(path) : path,
+        "vf.json",
+      );
       if (!existsSync(file)) return {};
       text = await readFile(file, "utf8");
     }
@@ -99,7 +102,10 @@ function localModuleUrl(spec: string): string {
   if (isUrl(spec)) return spec;
   if (/^[\w-]+$/.test(spec)) {
     // A built-in id: its module in vf's environments/ folder.
-    const builtin = new URL(`../../environments/${spec.replaceAll("-", "_")}/mod.ts`, import.meta.url);
+    const builtin = new URL(
+      `../../environments/${spec.replaceAll("-", "_")}/mod.ts`,
+      import.meta.url,
+    );
     if (existsSync(builtin)) return builtin.href;
   }
   let path = spec.startsWith("file:") ? fileURLToPath(spec) : resolve(spec);
@@ -117,7 +123,9 @@ function hostPort(url: string): string {
 async function unpin(lockFile: string, origin: string): Promise<void> {
   if (!existsSync(lockFile)) return;
   const lock = JSON.parse(await readFile(lockFile, "utf8"));
-  for (const key of Object.keys(lock.remote ?? {})) if (key.startsWith(`${origin}/`)) delete lock.remote[key];
+  for (const key of Object.keys(lock.remote ?? {})) {
+    if (key.startsWith(`${origin}/`)) delete lock.remote[key];
+  }
   await writeFile(lockFile, JSON.stringify(lock, null, 2) + "\n");
 }
 
@@ -129,7 +137,10 @@ async function hostEntry(cacheRoot: string): Promise<string> {
   const here = new URL("./host.ts", import.meta.url);
   if (here.protocol === "file:" && existsSync(fileURLToPath(here))) return fileURLToPath(here);
   const { HOST_SOURCE } = await import("./_host_source.ts");
-  const digest = createHash("sha256").update(JSON.stringify(HOST_SOURCE)).digest("hex").slice(0, 12);
+  const digest = createHash("sha256").update(JSON.stringify(HOST_SOURCE)).digest("hex").slice(
+    0,
+    12,
+  );
   const dir = join(cacheRoot, `host-${digest}`);
   await mkdir(dir, { recursive: true });
   for (const [name, text] of Object.entries(HOST_SOURCE)) {
@@ -154,7 +165,9 @@ export class SandboxHost {
     this.#child = child;
     this.peer = new RpcPeer(
       (line) =>
-        new Promise((resolve, reject) => child.stdin!.write(line, (e) => (e ? reject(e) : resolve()))),
+        new Promise((resolve, reject) =>
+          child.stdin!.write(line, (e) => (e ? reject(e) : resolve()))
+        ),
       (method, params) => this.#serve(method, params as Record<string, unknown>),
     );
     child.stderr!.on("data", (d: Uint8Array) => {
@@ -212,9 +225,13 @@ export class SandboxHost {
         });
       }
       case "runtime.read":
-        return toBase64(await runtime.read(String(p.path), { maxBytes: p.max_bytes as number | undefined }));
+        return toBase64(
+          await runtime.read(String(p.path), { maxBytes: p.max_bytes as number | undefined }),
+        );
       case "runtime.write":
-        await runtime.write(String(p.path), fromBase64(String(p.data)), { mode: p.mode as number | undefined });
+        await runtime.write(String(p.path), fromBase64(String(p.data)), {
+          mode: p.mode as number | undefined,
+        });
         return null;
       case "runtime.archive_out":
         return toBase64(await runtime.archiveOut(String(p.path)));
@@ -251,7 +268,11 @@ export async function startSandboxHost(
     }
   }
   if (declared.allowNet?.length) {
-    process.stderr.write(`Sandboxed environment may connect to: ${declared.allowNet.join(", ")} (declared in vf.json)\n`);
+    process.stderr.write(
+      `Sandboxed environment may connect to: ${
+        declared.allowNet.join(", ")
+      } (declared in vf.json)\n`,
+    );
   }
   const perms: Required<SandboxPermissions> = {
     allowNet: [...(declared.allowNet ?? []), ...(options.permissions?.allowNet ?? [])],
@@ -302,7 +323,11 @@ export async function startSandboxHost(
     for (const [k, v] of Object.entries(process.env)) {
       if (v && PASS_ENV.test(k)) childEnv[k] = v;
     }
-    const child = spawn(deno, args, { cwd: cacheDir, env: childEnv, stdio: ["pipe", "pipe", "pipe"] });
+    const child = spawn(deno, args, {
+      cwd: cacheDir,
+      env: childEnv,
+      stdio: ["pipe", "pipe", "pipe"],
+    });
     const host = new SandboxHost(child);
     try {
       const info = await host.peer.call<Record<string, unknown>>("load", {
@@ -331,18 +356,27 @@ export async function startSandboxHost(
           `re-run with --reload to accept the new version`,
       );
     }
-    if (origin && /error sending request|connection refused|dns error|failed to fetch|tcp connect/i.test(message)) {
+    if (
+      origin &&
+      /error sending request|connection refused|dns error|failed to fetch|tcp connect/i.test(
+        message,
+      )
+    ) {
       // Offline: run from the pinned cache.
       try {
         return await launch(false);
       } catch (second) {
         throw new ConfigError(
-          `Cannot load environment "${options.spec}": ${second instanceof Error ? second.message : second}`,
+          `Cannot load environment "${options.spec}": ${
+            second instanceof Error ? second.message : second
+          }`,
         );
       }
     }
     if (error instanceof RemoteError) {
-      throw new ConfigError(`Environment "${options.spec}" failed to load in the sandbox: ${message}`);
+      throw new ConfigError(
+        `Environment "${options.spec}" failed to load in the sandbox: ${message}`,
+      );
     }
     throw error;
   }
@@ -368,7 +402,9 @@ export class RemoteEnvironment {
   }
 
   async getEvalDataset(n = -1, seed?: number | null): Promise<Dataset> {
-    return Dataset.fromList(await this.host.peer.call<Row[]>("env.eval_dataset", { n, seed: seed ?? null }));
+    return Dataset.fromList(
+      await this.host.peer.call<Row[]>("env.eval_dataset", { n, seed: seed ?? null }),
+    );
   }
 
   async runGroupOutputs(
@@ -394,7 +430,9 @@ export class RemoteEnvironment {
   }
 
   setKwargs(_kwargs: Record<string, unknown>): void {
-    throw new ConfigError("--extra-env-kwargs and --timeout are not supported for sandboxed environments");
+    throw new ConfigError(
+      "--extra-env-kwargs and --timeout are not supported for sandboxed environments",
+    );
   }
 
   async teardown(): Promise<void> {
@@ -439,13 +477,16 @@ export class RemoteTask extends Task {
   }
 
   async #hook(hook: string, ctx: TaskHookContext): Promise<unknown> {
-    const r = await this.#host.peer.call<{ result: unknown; info: Record<string, unknown> }>("task.hook", {
-      key: this.key,
-      hook,
-      runtime: this.#host.runtimeHandle(ctx.runtime),
-      info: ctx.trace.info,
-      messages: ctx.trace.messages,
-    });
+    const r = await this.#host.peer.call<{ result: unknown; info: Record<string, unknown> }>(
+      "task.hook",
+      {
+        key: this.key,
+        hook,
+        runtime: this.#host.runtimeHandle(ctx.runtime),
+        info: ctx.trace.info,
+        messages: ctx.trace.messages,
+      },
+    );
     Object.assign(ctx.trace.info, r.info);
     return r.result;
   }
@@ -467,12 +508,15 @@ export class RemoteTask extends Task {
   }
 
   override async score(ctx: TaskHookContext): Promise<TaskScores> {
-    const r = await this.#host.peer.call<{ scores: TaskScores; info: Record<string, unknown> }>("task.score", {
-      key: this.key,
-      runtime: this.#host.runtimeHandle(ctx.runtime),
-      info: ctx.trace.info,
-      messages: ctx.trace.messages,
-    });
+    const r = await this.#host.peer.call<{ scores: TaskScores; info: Record<string, unknown> }>(
+      "task.score",
+      {
+        key: this.key,
+        runtime: this.#host.runtimeHandle(ctx.runtime),
+        info: ctx.trace.info,
+        messages: ctx.trace.messages,
+      },
+    );
     Object.assign(ctx.trace.info, r.info);
     return r.scores;
   }
