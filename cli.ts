@@ -5,7 +5,7 @@
  */
 import process from "node:process";
 import { existsSync } from "node:fs";
-import { readdir, stat } from "node:fs/promises";
+import { readdir, readFile, stat } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import yargsParser from "npm:yargs-parser@^22.0.0";
 import { BUILTINS, TASKSETS } from "./environments/mod.ts";
@@ -689,10 +689,20 @@ async function runTasks(
     toolTimeoutSeconds: harnessConfig.tool_timeout,
   };
   const bestOfN = envSection.id === "best-of-n";
+  // Resuming: sizes not given again default to those the run was started with.
+  const saved = typeof config.resume === "string"
+    ? await readFile(join(resolve(config.resume), "config.json"), "utf8")
+      .then((t) => JSON.parse(t) as Record<string, unknown>)
+      .catch(() => ({} as Record<string, unknown>))
+    : {};
+  const savedNum = typeof saved.num_examples === "number" ? saved.num_examples : undefined;
+  const savedRollouts = typeof saved.rollouts_per_example === "number"
+    ? saved.rollouts_per_example
+    : undefined;
   const rollouts = bestOfN
-    ? envSection.n ?? config.rollouts_per_example ?? 4
-    : config.rollouts_per_example ?? 1;
-  const numTasks = config.num_examples ?? -1;
+    ? envSection.n ?? config.rollouts_per_example ?? savedRollouts ?? 4
+    : config.rollouts_per_example ?? savedRollouts ?? 1;
+  const numTasks = config.num_examples ?? savedNum ?? -1;
   const runId = crypto.randomUUID().slice(0, 8);
   const save = config.save !== false;
   const base = resolve(

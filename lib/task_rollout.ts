@@ -115,6 +115,13 @@ function memoryString(m: number | string | undefined): string | undefined {
   return typeof m === "number" ? `${Math.round(m * 1024)}m` : m;
 }
 
+const warned = new Set<string>();
+function warnOnce(message: string): void {
+  if (warned.has(message)) return;
+  warned.add(message);
+  console.warn(message);
+}
+
 /** Build a runtime spec from a runtime config plus the task's requirements. */
 export function resolveRuntimeSpec(
   config: RuntimeConfig,
@@ -367,6 +374,11 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
     scoring.env = { ...(data.scoring?.env ?? {}), ...(policy.scoring?.env ?? {}) };
   }
   const mode = scoring.mode ?? "shared";
+  if (mode === "shared" && scoring.env && Object.keys(scoring.env).length > 0) {
+    warnOnce(
+      "scoring.env applies to the isolated grading sandbox only; it is ignored in shared scoring mode",
+    );
+  }
   const recorder: HarnessRecorder = {
     messages: [],
     model_calls: [],

@@ -981,6 +981,19 @@ Deno.test("--resume <run dir> re-runs only the failed rollout and keeps the late
   ], [2, 0, 1]);
 });
 
+Deno.test("--resume <run dir> without -n/-r keeps the run's original size from its config.json", async () => {
+  await using s = await scenario();
+  await using model = await modelServer(fileSumModel());
+  const first = await runOf(await s.cli(vfRun("file-sum", model, "-n", "1")));
+  assert.equal(first.metadata.num_tasks, 1);
+  const before = model.requests.length;
+  const second = await runOf(await s.cli(vfRun("file-sum", model, "--resume", first.dir)));
+  assert.equal(second.dir, first.dir);
+  assert.equal(second.metadata.num_tasks, 1, "not the whole taskset");
+  assert.equal(second.metadata.num_rollouts, 1);
+  assert.equal(model.requests.length, before, "nothing left to run");
+});
+
 Deno.test("subprocess runtime: isolated scoring is refused with a clear error, shared scoring works for a task that needs no container", async () => {
   await using s = await scenario();
   const module = await s.file("custom_tasks.ts", CUSTOM_TASKSET);
