@@ -67,3 +67,19 @@ export function envList(env: Record<string, string> | undefined): string[] | und
   if (!env) return undefined;
   return Object.entries(env).map(([k, v]) => `${k}=${v}`);
 }
+
+/**
+ * The start protocol runtimes share: once `launch` succeeds, `onRunning` marks the runtime
+ * running; if it fails, the runtime is stopped (cleaning up what was created) and the
+ * error is rethrown.
+ */
+export function settleStart(
+  launch: Promise<void>,
+  onRunning: () => void,
+  stop: () => Promise<void>,
+): Promise<void> {
+  return launch.then(onRunning, async (error) => {
+    await stop().catch(() => {});
+    throw error;
+  });
+}

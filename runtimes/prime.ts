@@ -29,7 +29,7 @@ import { Buffer } from "node:buffer";
 import { readFile } from "node:fs/promises";
 import process from "node:process";
 import { ConfigError } from "../lib/errors.ts";
-import { randomHex, sleep } from "./_util.ts";
+import { randomHex, settleStart, sleep } from "./_util.ts";
 import {
   SandboxApiError,
   SandboxError,
@@ -437,15 +437,9 @@ export class PrimeRuntime implements Runtime {
     this.#state = "starting";
     trackRuntime(this);
     this.#launch = this.#start(options.signal);
-    this.#starting = this.#launch.then(
-      () => {
-        if (this.#state === "starting") this.#state = "running";
-      },
-      async (error) => {
-        await this.stop().catch(() => {});
-        throw error;
-      },
-    );
+    this.#starting = settleStart(this.#launch, () => {
+      if (this.#state === "starting") this.#state = "running";
+    }, () => this.stop());
     return this.#starting;
   }
 

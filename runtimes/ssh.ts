@@ -30,6 +30,7 @@ import {
   describeArgv,
   randomHex,
   resolveSandboxPath,
+  settleStart,
   toBytes,
   within,
 } from "./_util.ts";
@@ -757,15 +758,9 @@ export class SshRuntime implements Runtime {
     this.#state = "starting";
     trackRuntime(this);
     this.#launch = this.#start(options.signal);
-    this.#starting = this.#launch.then(
-      () => {
-        if (this.#state === "starting") this.#state = "running";
-      },
-      async (error) => {
-        await this.stop().catch(() => {});
-        throw error;
-      },
-    );
+    this.#starting = settleStart(this.#launch, () => {
+      if (this.#state === "starting") this.#state = "running";
+    }, () => this.stop());
     return this.#starting;
   }
 

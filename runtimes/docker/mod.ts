@@ -17,6 +17,7 @@ import {
   envList,
   randomHex,
   resolveSandboxPath,
+  settleStart,
   sleep,
   toBytes,
   within,
@@ -166,15 +167,9 @@ export class DockerRuntime implements Runtime {
     this.#state = "starting";
     trackRuntime(this);
     this.#launch = this.#start(options.signal);
-    this.#starting = this.#launch.then(
-      () => {
-        if (this.#state === "starting") this.#state = "running";
-      },
-      async (error) => {
-        await this.stop().catch(() => {});
-        throw error;
-      },
-    );
+    this.#starting = settleStart(this.#launch, () => {
+      if (this.#state === "starting") this.#state = "running";
+    }, () => this.stop());
     return this.#starting;
   }
 
