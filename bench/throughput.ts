@@ -2,7 +2,8 @@
  * Evaluation throughput: single-turn rollouts per second through `evaluate` (dataset
  * formatting, model call, parsing, rubric, results written to disk) against a loopback
  * OpenAI-compatible server in a separate process, beside the raw rate of the same HTTP
- * requests from a tight `fetch` loop at the same concurrency and, when installed, the
+ * requests from a tight `fetch` loop at the same concurrency (and the same loop on vf's own
+ * HTTP/1.1 pool, the transport `evaluate` uses for plain http) and, when installed, the
  * TypeScript peer promptfoo (`promptfoo eval`, Node 22) on the same server and cases, all
  * measured in the same run. Also reports event-loop lag, peak RSS, and memory per finished
  * rollout (in fresh child processes, after a forced GC).
@@ -22,6 +23,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { evaluate, OpenAIChatClient, Rubric, SingleTurnEnv } from "../mod.ts";
+import { http1Request } from "../lib/http1.ts";
 
 function flag(name: string, fallback: string): string {
   const args = process.argv.slice(2);
@@ -71,19 +73,38 @@ function requestBodies(n: number): string[] {
     }));
 }
 
+const RAW_HEADERS = { "content-type": "application/json", authorization: "Bearer x" };
+
+/** The no-framework baseline: a tight loop of `fetch` calls, `concurrency` at a time. */
 async function raw(url: string, n: number, concurrency: number): Promise<number> {
+  const endpoint = `${url}/chat/completions`;
+  return await rawLoop(n, concurrency, async (body) => {
+    const res = await fetch(endpoint, { method: "POST", headers: RAW_HEADERS, body });
+    return await res.json();
+  });
+}
+
+/** The same loop on vf's HTTP/1.1 pool (`lib/http1.ts`), the transport `evaluate` uses. */
+async function rawHttp1(url: string, n: number, concurrency: number): Promise<number> {
+  const endpoint = new URL(`${url}/chat/completions`);
+  return await rawLoop(n, concurrency, async (body) => {
+    const res = await http1Request({ method: "POST", url: endpoint, headers: RAW_HEADERS, body });
+    return JSON.parse(res.text);
+  });
+}
+
+async function rawLoop(
+  n: number,
+  concurrency: number,
+  post: (body: string) => Promise<{ choices?: unknown }>,
+): Promise<number> {
   const bodies = requestBodies(n);
   let next = 0;
   const t0 = performance.now();
   const worker = async () => {
     while (next < n) {
-      const body = bodies[next++];
-      const res = await fetch(`${url}/chat/completions`, {
-        method: "POST",
-        headers: { "content-type": "application/json", authorization: "Bearer x" },
-        body,
-      });
-      await res.json();
+      const reply = await post(bodies[next++]);
+      if (!Array.isArray(reply.choices)) throw new Error("the server sent no choices");
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
@@ -103,10 +124,15 @@ function makeEnv(n: number): SingleTurnEnv {
   });
 }
 
-async function vf(url: string, n: number, concurrency: number, keepOutputs = true) {
+async function vf(
+  url: string,
+  n: number,
+  concurrency: number,
+  transport: "auto" | "fetch" = "auto",
+) {
   const dir = await mkdtemp(join(tmpdir(), "vf-bench-"));
   const env = makeEnv(n);
-  const client = new OpenAIChatClient({ base_url: url, max_retries: 0 });
+  const client = new OpenAIChatClient({ base_url: url, max_retries: 0, transport });
   let maxLag = 0;
   let lagSum = 0;
   let lagN = 0;
@@ -125,7 +151,6 @@ async function vf(url: string, n: number, concurrency: number, keepOutputs = tru
   const result = await evaluate(env, client, "bench", {
     maxConcurrent: concurrency,
     resultsDir: dir,
-    keepOutputs,
   });
   const seconds = (performance.now() - t0) / 1000;
   clearInterval(timer);
@@ -350,7 +375,9 @@ try {
     );
   }
   await raw(server.url, 2000, 64); // warm-up
+  await rawHttp1(server.url, 2000, 64);
   await vf(server.url, 2000, 64);
+  await vf(server.url, 2000, 64, "fetch");
   let pfStartup = NaN;
   const pfStartups: number[] = [];
   if (pf) {
@@ -378,23 +405,36 @@ try {
     "| concurrency | raw fetch req/s | vf evaluate rollouts/s | vf / raw | promptfoo evals/s | promptfoo / raw | vf max loop lag ms | vf peak RSS MiB | promptfoo peak RSS MiB |",
     "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
   ];
+  const transportLines = [
+    "",
+    "The same runs by transport: `raw http1` is the raw loop on vf's HTTP/1.1 pool, `vf on fetch` is `evaluate` with `transport: \"fetch\"`. vf / raw http1 is the framework's own cost on one transport; vf on fetch / raw fetch is the same on the other.",
+    "",
+    "| concurrency | raw fetch req/s | raw http1 req/s | vf rollouts/s | vf on fetch rollouts/s | vf / raw http1 | vf on fetch / raw fetch |",
+    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+  ];
   for (const c of LEVELS) {
     const n = c === 1 ? Math.min(ROLLOUTS, 3000) : ROLLOUTS;
     const cases = c === 1 ? Math.min(PF_CASES, 500) : PF_CASES;
     const config = pf ? await promptfooConfig(work, server.url, cases) : "";
     const raws: number[] = [];
+    const rawsHttp1: number[] = [];
     const vfs: Array<Awaited<ReturnType<typeof vf>>> = [];
+    const vfsFetch: number[] = [];
     const pfs: Array<{ perSecond: number; peakMb: number }> = [];
     for (let i = 0; i < REPEATS; i++) {
       raws.push(await raw(server.url, n, c));
       vfs.push(await vf(server.url, n, c));
+      rawsHttp1.push(await rawHttp1(server.url, n, c));
+      vfsFetch.push((await vf(server.url, n, c, "fetch")).perSecond);
       if (pf) {
         const r = await promptfooRun(work, config, cases, c);
         pfs.push({ perSecond: cases / Math.max(1e-3, r.seconds - pfStartup), peakMb: r.peakMb });
       }
     }
     const r = median(raws);
+    const rh = median(rawsHttp1);
     const v = median(vfs.map((x) => x.perSecond));
+    const vfetch = median(vfsFetch);
     const p = pf ? median(pfs.map((x) => x.perSecond)) : NaN;
     const cell = (x: number, digits = 0) => Number.isNaN(x) ? "–" : x.toFixed(digits);
     lines.push(
@@ -404,8 +444,15 @@ try {
         Math.max(...vfs.map((x) => x.peakMb)).toFixed(0)
       } | ${pf ? Math.max(...pfs.map((x) => x.peakMb)).toFixed(0) : "–"} |`,
     );
+    transportLines.push(
+      `| ${c} | ${r.toFixed(0)} | ${rh.toFixed(0)} | ${v.toFixed(0)} | ${vfetch.toFixed(0)} | ${
+        (v / rh).toFixed(2)
+      } | ${(vfetch / r).toFixed(2)} |`,
+    );
     console.error(lines.at(-1));
+    console.error(transportLines.at(-1));
   }
+  lines.push(...transportLines);
   if (MEMORY_SIZES.length) {
     lines.push(
       "",

@@ -25,6 +25,9 @@ import {
 import type { Row, SamplingArgs } from "./types.ts";
 import { VERSION } from "./version.ts";
 
+/** Outputs that may wait in memory for the disk before workers wait with them. */
+const MAX_UNWRITTEN = 4096;
+
 /** A progress event, sent after each finished group. */
 export interface Progress {
   done: number;
@@ -154,6 +157,10 @@ export async function generate(
   const started = Date.now();
   let fatal: unknown = null;
   let errors = 0;
+  const stop = (error: unknown) => {
+    fatal ??= error;
+    controller.abort(error);
+  };
 
   if (writer) await writer.writeMetadata(builder.build());
   const buildMetadata = () => builder.build();
@@ -183,11 +190,14 @@ export async function generate(
       elapsedMs: Date.now() - started,
       newOutputs: outputs,
     };
-    if (writer) {
-      await writer.append(outputs);
-      await writer.writeMetadata(buildMetadata);
-    }
-    options.onProgress?.(progress);
+    if (!writer) return options.onProgress?.(progress);
+    // Rollouts go on while their lines reach the disk; progress is reported once they are
+    // there, and a write error ends the run. When the disk falls behind by MAX_UNWRITTEN
+    // outputs, workers wait for it, so memory stays flat.
+    const written = writer.append(outputs);
+    written.then(() => options.onProgress?.(progress)).catch(stop);
+    writer.writeMetadata(buildMetadata).catch(stop);
+    if (writer.unwritten > MAX_UNWRITTEN) await written;
   };
 
   // A fixed pool of workers pulling groups keeps memory flat for huge runs.
@@ -199,8 +209,7 @@ export async function generate(
         await runOne(group);
       } catch (error) {
         if (controller.signal.aborted && !isFatalError(error)) return;
-        fatal ??= error;
-        controller.abort(error);
+        stop(error);
         return;
       }
     }

@@ -211,6 +211,25 @@ Deno.test("generate() stops when its signal aborts and keeps the finished rollou
   }
 });
 
+Deno.test("generate() ends the run with the write error when results.jsonl cannot be written", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_eval_test_" });
+  try {
+    await Deno.mkdir(join(dir, "results.jsonl")); // a directory where the file should be
+    await using server = await startModelServer({ responder: rightAnswer });
+    let reported = 0;
+    const error = await evaluate(makeEnv(50), clientFor(server), "m", {
+      maxConcurrent: 1,
+      resultsDir: dir,
+      onProgress: () => reported++,
+    }).catch((e) => e);
+    assert.equal((error as { code?: string })?.code, "EISDIR", String(error));
+    assert.equal(reported, 0); // progress only counts outputs that reached the disk
+    assert.ok(server.requests.length < 50, `${server.requests.length} requests after the error`);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("resume completes only the missing rollouts", async () => {
   const dir = await Deno.makeTempDir({ prefix: "vf_eval_test_" });
   try {

@@ -283,6 +283,8 @@ export class ResultsWriter {
   #lastWriteAt = 0;
   #queue: Promise<void> = Promise.resolve();
   #pendingLines: string[] = [];
+  /** Lines appended but not yet on disk (queued or being written). */
+  #unwritten = 0;
   #pendingWaiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
   #flushScheduled = false;
   #pendingMetadata: Record<string, unknown> | (() => Record<string, unknown>) | null = null;
@@ -292,6 +294,11 @@ export class ResultsWriter {
   constructor(dir: string, options: { metadataIntervalMs?: number } = {}) {
     this.dir = dir;
     this.metadataIntervalMs = options.metadataIntervalMs ?? 500;
+  }
+
+  /** Outputs appended whose lines are not on disk yet. */
+  get unwritten(): number {
+    return this.#unwritten;
   }
 
   get resultsPath(): string {
@@ -314,6 +321,7 @@ export class ResultsWriter {
    */
   append(outputs: RolloutOutput[]): Promise<void> {
     for (const o of outputs) this.#pendingLines.push(JSON.stringify(o) + "\n");
+    this.#unwritten += outputs.length;
     const done = new Promise<void>((resolve, reject) =>
       this.#pendingWaiters.push({ resolve, reject })
     );
@@ -322,6 +330,7 @@ export class ResultsWriter {
       queueMicrotask(() => {
         this.#enqueue(async () => {
           this.#flushScheduled = false;
+          const count = this.#pendingLines.length;
           const lines = this.#pendingLines.join("");
           const waiters = this.#pendingWaiters;
           this.#pendingLines = [];
@@ -331,6 +340,8 @@ export class ResultsWriter {
             for (const w of waiters) w.resolve();
           } catch (error) {
             for (const w of waiters) w.reject(error);
+          } finally {
+            this.#unwritten -= count;
           }
         });
       });
