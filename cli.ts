@@ -397,6 +397,7 @@ async function resolveClient(config: EvalConfig) {
   const clientOpts = {
     timeout: config.client?.timeout,
     max_retries: config.client?.max_retries,
+    transport: config.client?.transport,
     extra_headers: headers,
   };
   let client: ChatClient | null = null;

@@ -13,6 +13,7 @@ import {
 } from "./errors.ts";
 import { Http1Error, http1Request, Http1TimeoutError, usesProxy } from "./http1.ts";
 import { contentText, normalizeToolCall } from "./messages.ts";
+import { VERSION } from "./version.ts";
 import type {
   FinishReason,
   Messages,
@@ -65,6 +66,8 @@ export interface ChatClient {
 
 /** The endpoint could not be reached at all (after retries). Ends the run. */
 export class EndpointUnreachableError extends ModelError {}
+
+const USER_AGENT = `vf/${VERSION}`;
 
 const OVERLONG_PHRASES = [
   "this model's maximum context length is",
@@ -252,8 +255,8 @@ export class OpenAIChatClient implements ChatClient {
   #timeoutMs: number;
   #maxRetries: number;
   #headers: Record<string, string>;
-  /** Plain-http endpoints without a proxy use vf's HTTP/1.1 pool; everything else `fetch`. */
-  #http1: boolean;
+  /** Set when requests go through vf's HTTP/1.1 pool (plain http, no proxy); else `fetch`. */
+  #http1Endpoint: URL | null;
 
   constructor(config: ClientConfig) {
     this.baseUrl = config.base_url.replace(/\/+$/, "");
@@ -264,9 +267,10 @@ export class OpenAIChatClient implements ChatClient {
     this.#maxRetries = config.max_retries ?? 5;
     this.#headers = config.extra_headers ?? {};
     this.headersFromState = config.extra_headers_from_state ?? {};
-    const parsed = new URL(`${this.baseUrl}/chat/completions`);
-    this.#http1 = (config.transport ?? "auto") === "auto" && parsed.protocol === "http:" &&
-      !usesProxy(parsed, readEnv);
+    const endpoint = new URL(`${this.baseUrl}/chat/completions`);
+    const http1 = (config.transport ?? "auto") === "auto" && endpoint.protocol === "http:" &&
+      !usesProxy(endpoint, readEnv);
+    this.#http1Endpoint = http1 ? endpoint : null;
   }
 
   async getResponse(
@@ -296,6 +300,7 @@ export class OpenAIChatClient implements ChatClient {
     const headers: Record<string, string> = {
       "content-type": "application/json",
       authorization: `Bearer ${this.#key}`,
+      "user-agent": USER_AGENT,
       ...this.#headers,
       ...options.headers,
     };
@@ -376,16 +381,18 @@ export class OpenAIChatClient implements ChatClient {
     body: string,
     signal: AbortSignal | undefined,
   ): Promise<Reply> {
-    return this.#http1 ? this.#postHttp1(url, headers, body, signal) : this.#postFetch(
-      url,
-      headers,
-      body,
-      signal,
-    );
+    return this.#http1Endpoint
+      ? this.#postHttp1(this.#http1Endpoint, headers, body, signal)
+      : this.#postFetch(
+        url,
+        headers,
+        body,
+        signal,
+      );
   }
 
   async #postHttp1(
-    url: string,
+    url: URL,
     headers: Record<string, string>,
     body: string,
     signal: AbortSignal | undefined,
@@ -393,7 +400,7 @@ export class OpenAIChatClient implements ChatClient {
     try {
       const res = await http1Request({
         method: "POST",
-        url: new URL(url),
+        url,
         headers,
         body,
         signal,

@@ -17,6 +17,8 @@ export const ClientSection = z.strictObject({
   timeout: z.number().positive().optional(),
   max_retries: z.number().int().min(0).optional(),
   headers: z.record(z.string(), z.string()).optional(),
+  /** "auto" (default): plain-http endpoints use vf's HTTP/1.1 pool; "fetch": always fetch. */
+  transport: z.enum(["auto", "fetch"]).optional(),
 });
 
 /** One evaluation's settings (the file's top level, after CLI overrides). */

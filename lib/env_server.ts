@@ -87,6 +87,7 @@ const ClientConfigWire = z.strictObject({
   max_retries: z.number().int().min(0).optional(),
   extra_headers: z.record(z.string(), z.string()).optional(),
   extra_headers_from_state: z.record(z.string(), z.string()).optional(),
+  transport: z.enum(["auto", "fetch"]).optional(),
 });
 
 const InputRow = z.looseObject({

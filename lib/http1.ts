@@ -90,6 +90,8 @@ interface Pending {
   body: Buffer[];
   keepAlive: boolean;
   received: boolean;
+  /** A HEAD request: the response has no body whatever its headers announce. */
+  head: boolean;
 }
 
 class Connection {
@@ -117,11 +119,12 @@ class Connection {
       return;
     }
     p.received = true;
-    p.buffer = p.buffer ? Buffer.concat([p.buffer, chunk]) : chunk;
+    p.buffer = p.buffer && p.buffer.length > 0 ? Buffer.concat([p.buffer, chunk]) : chunk;
     try {
       if (parse(p)) this.#finish(p);
     } catch (error) {
-      this.#settle(p, () => p.reject(error as Error));
+      const message = error instanceof Error ? error.message : String(error);
+      this.#settle(p, () => p.reject(new Http1Error(message, "receive", "EPROTO")));
       this.destroy();
     }
   }
@@ -129,7 +132,7 @@ class Connection {
   #onEnd(): void {
     const p = this.pending;
     if (p && p.framing === "close" && p.headers) {
-      if (p.buffer) p.body.push(p.buffer);
+      if (p.buffer && p.buffer.length > 0) p.body.push(p.buffer);
       p.buffer = null;
       p.keepAlive = false;
       this.#finish(p);
@@ -268,15 +271,18 @@ function parse(p: Pending): boolean {
     switch (p.framing) {
       case "none":
         return true;
-      case "close":
-        return false; // complete at the end of the stream
+      case "close": // complete at the end of the stream
+        if (p.buffer!.length > 0) p.body.push(p.buffer!);
+        p.buffer = p.buffer!.subarray(p.buffer!.length);
+        return false;
       case "length": {
+        // Body pieces are kept as they come, so a large body is never copied per packet.
         const buf = p.buffer!;
-        if (buf.length < p.remaining) return false;
-        p.body.push(buf.subarray(0, p.remaining));
-        p.buffer = buf.subarray(p.remaining);
-        p.remaining = 0;
-        return true;
+        const take = Math.min(buf.length, p.remaining);
+        if (take > 0) p.body.push(buf.subarray(0, take));
+        p.remaining -= take;
+        p.buffer = buf.subarray(take);
+        return p.remaining === 0;
       }
       case "chunked":
         return parseChunks(p);
@@ -304,7 +310,7 @@ function parseHead(p: Pending, head: string): void {
   p.keepAlive = m[1] === "1" ? !connection.includes("close") : connection.includes("keep-alive");
   const te = headers.get("transfer-encoding")?.toLowerCase();
   const length = headers.get("content-length");
-  if (p.status < 200 || p.status === 204 || p.status === 304) {
+  if (p.head || p.status < 200 || p.status === 204 || p.status === 304) {
     p.framing = "none";
   } else if (te && te.includes("chunked")) {
     p.framing = "chunked";
@@ -320,8 +326,8 @@ function parseHead(p: Pending, head: string): void {
   }
 }
 
-/** Chunked body. `remaining`: bytes left of the chunk being read, -1 while reading a size
- * line, -2 while reading the trailer section after the last chunk. */
+/** Chunked body. `remaining`: bytes left of the chunk being read (0: its CRLF is next), -1
+ * while reading a size line, -2 while reading the trailer section after the last chunk. */
 function parseChunks(p: Pending): boolean {
   let buf = p.buffer!;
   for (;;) {
@@ -342,9 +348,12 @@ function parseChunks(p: Pending): boolean {
       p.remaining = size === 0 ? -2 : size;
       continue;
     }
-    if (buf.length < p.remaining + 2) break;
-    p.body.push(buf.subarray(0, p.remaining));
-    buf = buf.subarray(p.remaining + 2);
+    const take = Math.min(buf.length, p.remaining);
+    if (take > 0) p.body.push(buf.subarray(0, take));
+    p.remaining -= take;
+    buf = buf.subarray(take);
+    if (p.remaining > 0 || buf.length < 2) break; // more data, or the CRLF after it, to come
+    buf = buf.subarray(2);
     p.remaining = -1;
   }
   p.buffer = buf;
@@ -380,18 +389,36 @@ export async function http1Request(req: Http1Request): Promise<Http1Response> {
     const stale = error instanceof Http1Error && !(error instanceof Http1TimeoutError) &&
       error.phase !== "receive";
     if (!stale) throw error;
+    req.signal?.throwIfAborted();
     return await exchange(new Connection(origin), head, req);
   }
+}
+
+/**
+ * Connections in flight per signal. Thousands of requests share one run's signal, so one
+ * abort listener per signal replaces one add/remove pair per request.
+ */
+const inFlight = new WeakMap<AbortSignal, Set<Connection>>();
+
+function watch(signal: AbortSignal, conn: Connection): void {
+  let conns = inFlight.get(signal);
+  if (!conns) {
+    const set = conns = new Set();
+    inFlight.set(signal, set);
+    signal.addEventListener("abort", () => {
+      for (const c of [...set]) c.abort(signal.reason);
+    }, { once: true });
+  }
+  conns.add(conn);
 }
 
 function exchange(conn: Connection, head: string, req: Http1Request): Promise<Http1Response> {
   return new Promise<Http1Response>((resolve, reject) => {
     const { signal, timeoutMs } = req;
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const onAbort = () => conn.abort(signal!.reason);
     const done = () => {
       if (timer !== undefined) clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
+      if (signal) inFlight.get(signal)?.delete(conn);
     };
     const pending: Pending = {
       resolve(response) {
@@ -410,6 +437,7 @@ function exchange(conn: Connection, head: string, req: Http1Request): Promise<Ht
       body: [],
       keepAlive: false,
       received: false,
+      head: req.method === "HEAD",
     };
     if (timeoutMs !== undefined && Number.isFinite(timeoutMs)) {
       timer = setTimeout(() => {
@@ -417,7 +445,7 @@ function exchange(conn: Connection, head: string, req: Http1Request): Promise<Ht
         conn.abort(new Http1TimeoutError(phase, timeoutMs));
       }, timeoutMs);
     }
-    signal?.addEventListener("abort", onAbort, { once: true });
+    if (signal) watch(signal, conn);
     conn.send(head, req.body, pending);
   });
 }

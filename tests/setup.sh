@@ -103,8 +103,9 @@ start_dockerd() {
   drop_stale_pid /var/run/docker.pid dockerd
   drop_stale_pid /var/run/docker/containerd/containerd.pid containerd
   log "starting dockerd (log: /tmp/dockerd.log)"
-  # setsid: dockerd must outlive this script and its terminal.
-  setsid nohup dockerd --host "unix://$SOCK" >/tmp/dockerd.log 2>&1 </dev/null &
+  # setsid: dockerd must outlive this script and its terminal; 9>&-: and must not inherit the
+  # lock below, or every later run of this script waits for it forever.
+  setsid nohup dockerd --host "unix://$SOCK" >/tmp/dockerd.log 2>&1 </dev/null 9>&- &
   local pid=$! i
   for i in $(seq 1 60); do
     if engine_up; then
