@@ -170,7 +170,9 @@ class Workdir implements AsyncDisposable {
 
   async cliRaw(args: string[], env: Record<string, string> = {}): Promise<CliResult> {
     const out = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", CLI, ...args],
+      // --lock: a copy of the project's lock, so that URL environments imported in-process
+      // (--trust) are recorded there and not in the repository's deno.lock.
+      args: ["run", "-A", `--lock=${join(this.path, "deno.lock")}`, CLI, ...args],
       cwd: this.path,
       env: childEnv({
         HOME: this.home,
@@ -212,6 +214,7 @@ class Workdir implements AsyncDisposable {
 
 async function workdir(): Promise<Workdir> {
   const w = new Workdir(await Deno.makeTempDir({ prefix: "vf_sandbox_" }));
+  await Deno.copyFile(join(ROOT, "deno.lock"), join(w.path, "deno.lock"));
   await Deno.mkdir(join(w.home, ".ssh"), { recursive: true });
   await Deno.writeTextFile(w.sshKeyPath, w.sshKey + "\n");
   return w;
