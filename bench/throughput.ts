@@ -262,11 +262,17 @@ async function promptfooRun(
   clearInterval(poll);
   const lines = (await Deno.readTextFile(out).catch(() => "")).split("\n").filter(Boolean);
   const passed = lines.filter((l) => JSON.parse(l).success === true).length;
-  if (code !== 0 || passed !== cases) {
-    const text = new TextDecoder().decode(stdout) + new TextDecoder().decode(stderr);
+  const text = () => new TextDecoder().decode(stdout) + new TextDecoder().decode(stderr);
+  if (passed !== cases) {
     throw new Error(
-      `promptfoo exited ${code} with ${passed}/${cases} passing:\n${text.slice(-2000)}`,
+      `promptfoo exited ${code} with ${passed}/${cases} passing:\n${text().slice(-2000)}`,
     );
+  }
+  if (code !== 0) {
+    // Seen with 0.123.1: its logger throws "write after end" while exiting, after every result
+    // was written. The results are complete, so the run counts; say so rather than hide it.
+    const why = /Error: .*/.exec(text())?.[0] ?? "no error message";
+    console.error(`note: promptfoo exited ${code} after writing all ${cases} results (${why})`);
   }
   return { seconds, peakMb: peakKb / 1024 };
 }
