@@ -159,6 +159,8 @@ export const RuntimeTable = z.strictObject({
   user: z.string().optional(),
   private_key_path: z.string().optional(),
   known_hosts_path: z.string().optional(),
+  /** ssh: OpenSSH client config read for `host` (default ~/.ssh/config; "" reads none). */
+  ssh_config_path: z.string().optional(),
   trust_on_first_use: z.boolean().optional(),
   /** ssh: the host is dedicated to this run (a VM), so it may serve as an isolated sandbox. */
   dedicated: z.boolean().optional(),

@@ -39,6 +39,8 @@ export interface RuntimeConfig {
   user?: string;
   private_key_path?: string;
   known_hosts_path?: string;
+  /** OpenSSH client config read for `host`; default `~/.ssh/config`, `""` reads none. */
+  ssh_config_path?: string;
   trust_on_first_use?: boolean;
   dedicated?: boolean;
   /** prime: accelerator, disk GB, provider-side time-to-live, API base and key variable. */

@@ -159,6 +159,7 @@ export function resolveRuntimeSpec(
       user: config.user,
       privateKeyPath: config.private_key_path,
       knownHostsPath: config.known_hosts_path,
+      sshConfigPath: config.ssh_config_path === "" ? null : config.ssh_config_path,
       trustOnFirstUse: config.trust_on_first_use,
       dedicated: config.dedicated,
       workdir: config.workdir ?? data.workdir,

@@ -1,11 +1,19 @@
 /** Small helpers shared by the runtimes. @module */
 
+import { homedir } from "node:os";
 import { posix } from "node:path";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
 /** UTF-8 bytes of a string; bytes pass through. */
+/** `~/…` → the home directory (TOML and JSON configs do not expand it the way a shell does). */
+export function expandHome(path: string): string;
+export function expandHome(path: string | undefined): string | undefined;
+export function expandHome(path: string | undefined): string | undefined {
+  return path === "~" || path?.startsWith("~/") ? homedir() + path.slice(1) : path;
+}
+
 export function toBytes(data: string | Uint8Array): Uint8Array {
   return typeof data === "string" ? encoder.encode(data) : data;
 }

@@ -29,7 +29,7 @@ import { Buffer } from "node:buffer";
 import { readFile } from "node:fs/promises";
 import process from "node:process";
 import { ConfigError } from "../lib/errors.ts";
-import { randomHex, settleStart, sleep } from "./_util.ts";
+import { expandHome, randomHex, settleStart, sleep } from "./_util.ts";
 import {
   SandboxApiError,
   SandboxError,
@@ -530,7 +530,7 @@ export class PrimeRuntime implements Runtime {
     let privateKey: string;
     let publicKey: string;
     if (spec.ssh?.privateKeyPath) {
-      privateKey = await readFile(spec.ssh.privateKeyPath, "utf8").catch((error) => {
+      privateKey = await readFile(expandHome(spec.ssh.privateKeyPath), "utf8").catch((error) => {
         throw new SandboxUnavailableError(
           `Cannot read ssh.privateKeyPath "${spec.ssh!.privateKeyPath}": ${error.message}`,
           { cause: error },

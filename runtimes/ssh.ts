@@ -19,15 +19,18 @@
 
 import { Buffer } from "node:buffer";
 import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { homedir, userInfo } from "node:os";
 import { join, posix } from "node:path";
 import process from "node:process";
-import { CommandTimeoutError } from "../lib/errors.ts";
+import { CommandTimeoutError, ConfigError } from "../lib/errors.ts";
+import { resolveSshHost, type SshHostConfig } from "./_ssh_config.ts";
 import { hostKeyVerifier, knownHostKeyAlgorithms } from "./_known_hosts.ts";
 import {
   decodeChunks,
   describeArgv,
+  expandHome,
   randomHex,
   resolveSandboxPath,
   settleStart,
@@ -73,6 +76,12 @@ export interface SshRuntimeSpec {
   maxSessions?: number;
   /** Give up connecting after this long; default 20 s. */
   connectTimeoutMs?: number;
+  /**
+   * OpenSSH client configuration to read for `host` (`HostName`, `User`, `Port`,
+   * `IdentityFile`, `UserKnownHostsFile`); default `~/.ssh/config` when it exists, `null` to
+   * read none. Fields set in this spec win over the file.
+   */
+  sshConfigPath?: string | null;
 }
 
 /** Options of {@linkcode SshRuntime}'s constructor besides the spec. */
@@ -177,6 +186,8 @@ interface SshTarget {
   privateKeyPath?: string;
   privateKey?: string;
   agent?: boolean;
+  /** `IdentityFile`s from the ssh configuration, tried instead of the default key files. */
+  identityFiles: string[];
   knownHostsPath: string;
   trustOnFirstUse: boolean;
   maxSessions: number;
@@ -304,10 +315,13 @@ export class SshConnection {
       attempts.push({ type: "agent", username: t.user, agent: sock });
     }
     if (!attempts.length) {
-      // Like ssh: the agent when there is one, then the default key files.
+      // Like ssh: the agent when there is one, then the configured or default key files.
       if (sock) attempts.push({ type: "agent", username: t.user, agent: sock });
-      for (const name of DEFAULT_KEYS) {
-        const text = await readFile(join(homedir(), ".ssh", name), "utf8").catch(() => "");
+      const files = t.identityFiles.length
+        ? t.identityFiles
+        : DEFAULT_KEYS.map((name) => join(homedir(), ".ssh", name));
+      for (const file of files) {
+        const text = await readFile(file, "utf8").catch(() => "");
         if (text && !(utils.parseKey(text) instanceof Error)) {
           attempts.push({ type: "publickey", username: t.user, key: text });
         }
@@ -316,8 +330,13 @@ export class SshConnection {
     if (!attempts.length) {
       throw this.#failure(
         "identity",
-        "no SSH identity; set privateKeyPath, set agent: true with an ssh-agent running, or " +
-          "add ~/.ssh/id_ed25519",
+        t.identityFiles.length
+          ? `no usable SSH identity: the IdentityFile ${
+            t.identityFiles.map((f) => `"${f}"`).join(", ")
+          } from the ssh configuration cannot be read or parsed (an encrypted key needs an ` +
+            "ssh-agent and agent: true)"
+          : "no SSH identity; set privateKeyPath, set agent: true with an ssh-agent running, or " +
+            "add ~/.ssh/id_ed25519",
       );
     }
     return attempts;
@@ -556,7 +575,9 @@ const closing = new Set<Promise<void>>();
 
 function poolKey(t: SshTarget): string {
   const identity = createHash("sha256")
-    .update(JSON.stringify([t.privateKeyPath, t.privateKey, t.agent, t.knownHostsPath]))
+    .update(
+      JSON.stringify([t.privateKeyPath, t.privateKey, t.agent, t.identityFiles, t.knownHostsPath]),
+    )
     .digest("hex").slice(0, 16);
   return `${t.user}@${hostPort(t)}#${identity}`;
 }
@@ -696,6 +717,8 @@ export class SshRuntime implements Runtime {
   #stopping: Promise<void> | undefined;
   /** Process groups of commands still running; killed on stop. */
   #groups = new Set<number>();
+  /** Why the ssh configuration says this host cannot be reached directly. */
+  #proxy: string | undefined;
 
   constructor(spec: SshRuntimeSpec, options: SshRuntimeOptions = {}) {
     if (!spec.host) throw new TypeError("An ssh runtime needs a host");
@@ -704,14 +727,18 @@ export class SshRuntime implements Runtime {
     }
     this.spec = spec;
     this.#options = options;
+    const config = readSshConfig(spec);
+    if (config?.proxy) this.#proxy = config.proxy;
     this.#target = {
-      host: spec.host,
-      port: spec.port ?? 22,
-      user: spec.user ?? localUser(),
-      privateKeyPath: spec.privateKeyPath,
+      host: config?.hostName ?? spec.host,
+      port: spec.port ?? config?.port ?? 22,
+      user: spec.user ?? config?.user ?? localUser(),
+      privateKeyPath: expandHome(spec.privateKeyPath),
       privateKey: options.privateKey,
       agent: spec.agent,
-      knownHostsPath: spec.knownHostsPath ?? join(homedir(), ".ssh", "known_hosts"),
+      identityFiles: config?.identityFiles ?? [],
+      knownHostsPath: expandHome(spec.knownHostsPath) ?? config?.knownHostsFile ??
+        join(homedir(), ".ssh", "known_hosts"),
       trustOnFirstUse: spec.trustOnFirstUse ?? false,
       maxSessions: spec.maxSessions ?? 10,
       connectTimeoutMs: spec.connectTimeoutMs ?? 20_000,
@@ -766,6 +793,13 @@ export class SshRuntime implements Runtime {
 
   async #start(signal: AbortSignal | undefined): Promise<void> {
     signal?.throwIfAborted();
+    if (this.#proxy) {
+      throw new SandboxUnsupportedError(
+        `SSH host "${this.spec.host}" is reached through "${this.#proxy}" in ` +
+          `"${sshConfigPathOf(this.spec)}"; the ssh runtime connects directly: give an address ` +
+          "it can reach as host, or run vf on a machine that reaches the host",
+      );
+    }
     this.#id = `vf-${randomHex(6)}`;
     if (this.#ownsWorkdir) this.#workdir = `/tmp/${this.#id}`;
     if (this.#ledgered()) await recordSandbox({ event: "requested", ...this.#ledgerRecord() });
@@ -1180,6 +1214,30 @@ export class SshRuntime implements Runtime {
   /** Same as {@linkcode stop}. */
   [Symbol.asyncDispose](): Promise<void> {
     return this.stop();
+  }
+}
+
+function sshConfigPathOf(spec: SshRuntimeSpec): string | null {
+  if (spec.sshConfigPath === undefined) return join(homedir(), ".ssh", "config");
+  return spec.sshConfigPath === null ? null : expandHome(spec.sshConfigPath);
+}
+
+/** What the ssh configuration says about `spec.host`; null without a configuration file. */
+function readSshConfig(spec: SshRuntimeSpec): SshHostConfig | null {
+  const path = sshConfigPathOf(spec);
+  if (path === null) return null;
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (error) {
+    const missing = (error as { code?: string }).code === "ENOENT";
+    if (missing && spec.sshConfigPath === undefined) return null; // no ~/.ssh/config: fine
+    throw new ConfigError(`Cannot read sshConfigPath "${path}": ${(error as Error).message}`);
+  }
+  try {
+    return resolveSshHost(text, spec.host, { home: homedir(), localUser: localUser() });
+  } catch (error) {
+    throw new ConfigError(`${path}: ${(error as Error).message}`);
   }
 }
 

@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -362,6 +362,97 @@ Deno.test(
     } finally {
       setDefaultLedger(before);
     }
+  }),
+);
+
+Deno.test(
+  "ssh: a host alias from an ssh config file supplies HostName, User, Port, IdentityFile and UserKnownHostsFile",
+  settled(async () => {
+    const config = join(tmp, "ssh_config");
+    await writeFile(
+      config,
+      [
+        "Host vf-lab-*",
+        `  HostName ${host.host}`,
+        `  Port ${host.port}`,
+        `  User ${host.user}`,
+        `  IdentityFile ${host.privateKeyPath}`,
+        `  UserKnownHostsFile ${host.knownHostsPath}`,
+        "Host *",
+        "  Port 2222", // later blocks never override what an earlier one set
+        "",
+      ].join("\n"),
+    );
+    {
+      await using rt = createRuntime({ type: "ssh", host: "vf-lab-7", sshConfigPath: config });
+      await rt.start();
+      assert.equal((await rt.run(["echo", "via alias"])).stdout, "via alias\n");
+      assert.equal((rt as SshRuntime).address, `${host.user}@${host.host}:${host.port}`);
+    }
+    // Fields in the spec win over the file: the port from the spec (nothing listens on it).
+    const error = await startError({
+      type: "ssh",
+      host: "vf-lab-7",
+      port: 2222,
+      sshConfigPath: config,
+    });
+    assert.ok(error instanceof SshConnectError && error.reason === "network", `got ${error}`);
+    // Without the file the alias means nothing.
+    const unresolved = await startError({
+      type: "ssh",
+      host: "vf-lab-7",
+      sshConfigPath: null,
+      privateKeyPath: host.privateKeyPath,
+      connectTimeoutMs: 3_000,
+    });
+    assert.ok(unresolved instanceof SshConnectError, `got ${unresolved}`);
+  }),
+);
+
+Deno.test(
+  "ssh: ~/ in privateKeyPath, knownHostsPath and sshConfigPath means the home directory",
+  settled(async () => {
+    const home = join(tmp, "home");
+    await mkdir(join(home, "keys"), { recursive: true });
+    await copyFile(host.privateKeyPath, join(home, "keys", "id"));
+    await copyFile(host.knownHostsPath, join(home, "keys", "known_hosts"));
+    await writeFile(join(home, "keys", "config"), `Host tilde-box\n  HostName ${host.host}\n`);
+    const previous = Deno.env.get("HOME");
+    Deno.env.set("HOME", home);
+    try {
+      await using rt = createRuntime({
+        type: "ssh",
+        host: "tilde-box",
+        port: host.port,
+        user: host.user,
+        privateKeyPath: "~/keys/id",
+        knownHostsPath: "~/keys/known_hosts",
+        sshConfigPath: "~/keys/config",
+      });
+      await rt.start();
+      assert.equal((await rt.run(["echo", "home"])).stdout, "home\n");
+    } finally {
+      if (previous === undefined) Deno.env.delete("HOME");
+      else Deno.env.set("HOME", previous);
+    }
+  }),
+);
+
+Deno.test(
+  "ssh: a host the ssh config reaches through ProxyJump is refused with the file and the directive",
+  settled(async () => {
+    const config = join(tmp, "ssh_config_jump");
+    await writeFile(config, `Host behind\n  HostName ${host.host}\n  ProxyJump bastion\n`);
+    const error = await startError({ type: "ssh", host: "behind", sshConfigPath: config });
+    assert.ok(error instanceof SandboxUnsupportedError, `got ${error}`);
+    assert.match(
+      (error as Error).message,
+      new RegExp(`SSH host "behind" is reached through "ProxyJump bastion" in "${config}"`),
+    );
+    assert.throws(
+      () => createRuntime({ type: "ssh", host: "x", sshConfigPath: join(tmp, "missing") }),
+      /Cannot read sshConfigPath ".*missing"/,
+    );
   }),
 );
 
