@@ -70,7 +70,7 @@ class ProxyClient implements ChatClient {
       tools: options.tools,
       sampling_args: options.samplingArgs,
       headers: options.headers,
-    });
+    }, { signal: options.signal });
   }
 }
 
@@ -85,7 +85,7 @@ class ProxyRuntime implements Runtime {
     return Promise.reject(new Error("Sandboxed environments cannot start runtimes"));
   }
   async run(argv: string[], options: RunOptions = {}): Promise<RunResult> {
-    const { signal: _s, stdin, ...rest } = options;
+    const { signal, stdin, ...rest } = options;
     return await peer.call<RunResult>("runtime.run", {
       rid: this.rid,
       argv,
@@ -95,7 +95,7 @@ class ProxyRuntime implements Runtime {
           ? undefined
           : toBase64(typeof stdin === "string" ? encoder.encode(stdin) : stdin),
       },
-    });
+    }, { signal });
   }
   async read(path: string, options: { maxBytes?: number } = {}): Promise<Uint8Array> {
     return fromBase64(
@@ -142,7 +142,7 @@ function plainData(data: unknown): unknown {
   return JSON.parse(JSON.stringify(data ?? null));
 }
 
-async function handle(method: string, p: Any): Promise<unknown> {
+async function handle(method: string, p: Any, signal: AbortSignal): Promise<unknown> {
   switch (method) {
     case "load": {
       const module = await import(p.url);
@@ -179,6 +179,7 @@ async function handle(method: string, p: Any): Promise<unknown> {
         p.client.id,
       );
       const result = await env.runGroupOutputs(p.inputs, client, p.model, {
+        signal,
         samplingArgs: p.sampling_args,
         independentScoring: p.independent_scoring,
         stateColumns: p.state_columns,
@@ -228,9 +229,9 @@ async function handle(method: string, p: Any): Promise<unknown> {
   }
 }
 
-const peer = new RpcPeer(writeLine, async (method, params) => {
+const peer = new RpcPeer(writeLine, async (method, params, signal) => {
   try {
-    return await handle(method, params);
+    return await handle(method, params, signal);
   } catch (error) {
     const e = error instanceof Error ? error : new Error(String(error));
     const wrapped = new Error(explainPermission(e.message));

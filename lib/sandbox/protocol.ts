@@ -1,7 +1,9 @@
 /**
  * The narrow message channel between the evaluator and a sandboxed environment host:
  * newline-delimited JSON over a pair of byte streams, requests in both directions.
- * Binary payloads travel as base64 strings.
+ * Binary payloads travel as base64 strings. A caller that gives up on a request (its signal
+ * aborts) sends `$cancel` with the request's id, and the other side aborts the signal it
+ * handed to that request's handler, so cancellation reaches model calls and commands.
  * @module
  */
 
@@ -19,8 +21,11 @@ export interface RpcResponse {
   error?: { name: string; message: string };
 }
 
-/** A handler for incoming requests. */
-export type RpcHandler = (method: string, params: unknown) => Promise<unknown>;
+/** A handler for incoming requests; `signal` aborts when the caller cancels the request. */
+export type RpcHandler = (method: string, params: unknown, signal: AbortSignal) => Promise<unknown>;
+
+/** The method that cancels a request: `params.id` is the request's id. Never answered. */
+const CANCEL = "$cancel";
 
 /** An error the other side reported, with its original class name. */
 export class RemoteError extends Error {
@@ -38,6 +43,8 @@ export class RpcPeer {
   #handler: RpcHandler;
   #closed: Error | null = null;
   #queue: Promise<void> = Promise.resolve();
+  /** Requests from the other side still being handled, by id. */
+  #incoming = new Map<number, AbortController>();
 
   constructor(write: (line: string) => Promise<void>, handler: RpcHandler) {
     this.#write = write;
@@ -50,12 +57,34 @@ export class RpcPeer {
     return this.#queue;
   }
 
-  /** Call a method on the other side. */
-  call<T = unknown>(method: string, params: unknown = {}): Promise<T> {
+  /**
+   * Call a method on the other side. When `signal` aborts, the call rejects with its reason at
+   * once and the other side is told to cancel the request.
+   */
+  call<T = unknown>(
+    method: string,
+    params: unknown = {},
+    options: { signal?: AbortSignal } = {},
+  ): Promise<T> {
     if (this.#closed) return Promise.reject(this.#closed);
+    const { signal } = options;
+    if (signal?.aborted) return Promise.reject(signal.reason);
     const id = this.#next++;
     return new Promise<T>((resolve, reject) => {
-      this.#pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
+      const onAbort = () => {
+        if (!this.#pending.delete(id)) return;
+        this.#send({ id: 0, method: CANCEL, params: { id } });
+        reject(signal!.reason);
+      };
+      const settle = <V>(fn: (v: V) => void) => (v: V) => {
+        signal?.removeEventListener("abort", onAbort);
+        fn(v);
+      };
+      this.#pending.set(id, {
+        resolve: settle(resolve as (v: unknown) => void),
+        reject: settle(reject),
+      });
+      signal?.addEventListener("abort", onAbort, { once: true });
       this.#send({ id, method, params });
     });
   }
@@ -69,8 +98,15 @@ export class RpcPeer {
     } catch {
       return; // not ours (e.g. stray output); ignore
     }
+    if (msg.method === CANCEL) {
+      const id = (msg.params as { id?: unknown } | null)?.id;
+      this.#incoming.get(Number(id))?.abort(new Error("Cancelled by the caller"));
+      return;
+    }
     if (typeof msg.method === "string") {
-      this.#handler(msg.method, msg.params).then(
+      const controller = new AbortController();
+      this.#incoming.set(msg.id, controller);
+      this.#handler(msg.method, msg.params, controller.signal).then(
         (result) => this.#send({ id: msg.id, result: result ?? null }),
         (error) =>
           this.#send({
@@ -80,7 +116,7 @@ export class RpcPeer {
               message: error instanceof Error ? error.message : String(error),
             },
           }),
-      );
+      ).finally(() => this.#incoming.delete(msg.id));
       return;
     }
     const pending = this.#pending.get(msg.id);
@@ -90,11 +126,13 @@ export class RpcPeer {
     else pending.resolve(msg.result);
   }
 
-  /** Fail every pending call (the other side went away). */
+  /** Fail every pending call and cancel every request being handled (the other side went away). */
   close(reason: Error): void {
     this.#closed = reason;
     for (const p of this.#pending.values()) p.reject(reason);
     this.#pending.clear();
+    for (const c of this.#incoming.values()) c.abort(reason);
+    this.#incoming.clear();
   }
 
   /** Read lines from a stream until it ends, then close with `onEnd()`'s error. */

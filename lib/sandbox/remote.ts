@@ -168,7 +168,7 @@ export class SandboxHost {
         new Promise((resolve, reject) =>
           child.stdin!.write(line, (e) => (e ? reject(e) : resolve()))
         ),
-      (method, params) => this.#serve(method, params as Record<string, unknown>),
+      (method, params, signal) => this.#serve(method, params as Record<string, unknown>, signal),
     );
     child.stderr!.on("data", (d: Uint8Array) => {
       const text = new TextDecoder().decode(d);
@@ -204,7 +204,7 @@ export class SandboxHost {
     return { rid, type: runtime.type, id: runtime.id, capabilities: runtime.capabilities };
   }
 
-  async #serve(method: string, p: Record<string, unknown>): Promise<unknown> {
+  async #serve(method: string, p: Record<string, unknown>, signal: AbortSignal): Promise<unknown> {
     if (method === "model.get_response") {
       const client = this.#clients.get(Number(p.client));
       if (!client) throw new Error("Unknown client");
@@ -212,6 +212,7 @@ export class SandboxHost {
         tools: p.tools as never,
         samplingArgs: p.sampling_args as SamplingArgs,
         headers: p.headers as Record<string, string>,
+        signal,
       });
     }
     const runtime = this.#runtimes.get(Number(p.rid));
@@ -222,6 +223,7 @@ export class SandboxHost {
         return await runtime.run(p.argv as string[], {
           ...o,
           stdin: typeof o.stdin === "string" ? fromBase64(o.stdin) : undefined,
+          signal,
         });
       }
       case "runtime.read":
@@ -426,7 +428,7 @@ export class RemoteEnvironment {
       sampling_args: options.samplingArgs ?? {},
       independent_scoring: options.independentScoring ?? false,
       state_columns: options.stateColumns ?? [],
-    });
+    }, { signal: options.signal });
   }
 
   setKwargs(_kwargs: Record<string, unknown>): void {
