@@ -2,6 +2,9 @@
 
 import { homedir } from "node:os";
 import { posix } from "node:path";
+import { SandboxStateError } from "./errors.ts";
+import { trackRuntime } from "./registry.ts";
+import type { Runtime } from "./runtime.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -18,9 +21,8 @@ export function toBytes(data: string | Uint8Array): Uint8Array {
   return typeof data === "string" ? encoder.encode(data) : data;
 }
 
-/** Decodes UTF-8 chunks (invalid sequences become U+FFFD). */
-export function decodeChunks(chunks: Uint8Array[]): string {
-  if (chunks.length === 1) return decoder.decode(chunks[0]);
+/** Concatenates byte chunks into a new plain `Uint8Array` (never a `Buffer`). */
+export function concatBytes(chunks: Uint8Array[]): Uint8Array {
   let total = 0;
   for (const c of chunks) total += c.length;
   const out = new Uint8Array(total);
@@ -29,7 +31,12 @@ export function decodeChunks(chunks: Uint8Array[]): string {
     out.set(c, offset);
     offset += c.length;
   }
-  return decoder.decode(out);
+  return out;
+}
+
+/** Decodes UTF-8 chunks (invalid sequences become U+FFFD). */
+export function decodeChunks(chunks: Uint8Array[]): string {
+  return decoder.decode(chunks.length === 1 ? chunks[0] : concatBytes(chunks));
 }
 
 /** A readable rendering of argv for messages, shortened. */
@@ -76,18 +83,46 @@ export function envList(env: Record<string, string> | undefined): string[] | und
   return Object.entries(env).map(([k, v]) => `${k}=${v}`);
 }
 
+/** Where a runtime is in its life. */
+export type RuntimeState = "new" | "starting" | "running" | "stopped";
+
 /**
- * The start protocol runtimes share: once `launch` succeeds, `onRunning` marks the runtime
- * running; if it fails, the runtime is stopped (cleaning up what was created) and the
- * error is rethrown.
+ * The start protocol the docker, ssh and prime runtimes share: concurrent `start()` calls
+ * share one start, a stopped runtime never starts again, the runtime is tracked for signal
+ * teardown from its first start, and a start that fails stops the runtime (cleaning up what
+ * it created) and rethrows.
  */
-export function settleStart(
-  launch: Promise<void>,
-  onRunning: () => void,
-  stop: () => Promise<void>,
-): Promise<void> {
-  return launch.then(onRunning, async (error) => {
-    await stop().catch(() => {});
-    throw error;
-  });
+export class StartOnce {
+  state: RuntimeState = "new";
+  /** The start sequence itself; `stop()` waits for it before tearing down. */
+  launch: Promise<void> | undefined;
+  #starting: Promise<void> | undefined;
+
+  /**
+   * @param runtime what `trackRuntime` registers
+   * @param kind the runtime's type, for the error after stop
+   * @param launch the runtime's own start sequence
+   * @param stop its `stop()`
+   */
+  start(
+    runtime: Runtime,
+    kind: string,
+    launch: () => Promise<void>,
+    stop: () => Promise<void>,
+  ): Promise<void> {
+    if (this.state === "stopped") {
+      return Promise.reject(new SandboxStateError(`Cannot start a stopped ${kind} runtime`));
+    }
+    if (this.#starting) return this.#starting;
+    this.state = "starting";
+    trackRuntime(runtime);
+    this.launch = launch();
+    this.#starting = this.launch.then(() => {
+      if (this.state === "starting") this.state = "running";
+    }, async (error) => {
+      await stop().catch(() => {});
+      throw error;
+    });
+    return this.#starting;
+  }
 }

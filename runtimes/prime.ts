@@ -29,14 +29,14 @@ import { Buffer } from "node:buffer";
 import { readFile } from "node:fs/promises";
 import process from "node:process";
 import { ConfigError } from "../lib/errors.ts";
-import { expandHome, randomHex, settleStart, sleep } from "./_util.ts";
+import { expandHome, randomHex, sleep, StartOnce } from "./_util.ts";
 import {
   SandboxApiError,
   SandboxError,
   SandboxStateError,
   SandboxUnavailableError,
 } from "./errors.ts";
-import { trackRuntime, untrackRuntime } from "./registry.ts";
+import { untrackRuntime } from "./registry.ts";
 import { type LiveSandbox, recordSandbox, registerCleaner } from "./ledger.ts";
 import type { RunOptions, RunResult, Runtime, RuntimeCapabilities } from "./runtime.ts";
 import { loadSsh2, SshConnectError, SshRuntime } from "./ssh.ts";
@@ -352,8 +352,6 @@ export interface PrimeRuntimeOptions {
   task?: string;
 }
 
-type State = "new" | "starting" | "running" | "stopped";
-
 /**
  * A Prime sandbox as a {@linkcode Runtime}.
  *
@@ -386,9 +384,7 @@ export class PrimeRuntime implements Runtime {
   #id = "";
   #name = "";
   #ssh: SshRuntime | undefined;
-  #state: State = "new";
-  #starting: Promise<void> | undefined;
-  #launch: Promise<void> | undefined;
+  #life = new StartOnce();
   #stopping: Promise<void> | undefined;
 
   constructor(spec: PrimeRuntimeSpec, options: PrimeRuntimeOptions = {}) {
@@ -430,17 +426,7 @@ export class PrimeRuntime implements Runtime {
 
   /** Creates the sandbox, waits until it runs, and connects over SSH. */
   start(options: { signal?: AbortSignal } = {}): Promise<void> {
-    if (this.#state === "stopped") {
-      return Promise.reject(new SandboxStateError("Cannot start a stopped prime runtime"));
-    }
-    if (this.#starting) return this.#starting;
-    this.#state = "starting";
-    trackRuntime(this);
-    this.#launch = this.#start(options.signal);
-    this.#starting = settleStart(this.#launch, () => {
-      if (this.#state === "starting") this.#state = "running";
-    }, () => this.stop());
-    return this.#starting;
+    return this.#life.start(this, "prime", () => this.#start(options.signal), () => this.stop());
   }
 
   async #start(signal: AbortSignal | undefined): Promise<void> {
@@ -594,14 +580,14 @@ export class PrimeRuntime implements Runtime {
   }
 
   #checkNotStopped(): void {
-    if (this.#state === "stopped") {
+    if (this.#life.state === "stopped") {
       throw new SandboxStateError("The prime runtime was stopped while it was starting");
     }
   }
 
   #requireRunning(): SshRuntime {
-    if (this.#state === "running" && this.#ssh) return this.#ssh;
-    if (this.#state === "stopped") {
+    if (this.#life.state === "running" && this.#ssh) return this.#ssh;
+    if (this.#life.state === "stopped") {
       throw new SandboxStateError(`Prime runtime "${this.#id}" is stopped`);
     }
     throw new SandboxStateError("The prime runtime is not started; call start() first");
@@ -639,10 +625,10 @@ export class PrimeRuntime implements Runtime {
   /** Closes SSH and deletes the sandbox (retrying transient API errors). Idempotent. */
   stop(): Promise<void> {
     if (this.#stopping) return this.#stopping;
-    const wasStarting = this.#state === "starting";
-    this.#state = "stopped";
+    const wasStarting = this.#life.state === "starting";
+    this.#life.state = "stopped";
     this.#stopping = (async () => {
-      if (wasStarting) await this.#launch?.catch(() => {});
+      if (wasStarting) await this.#life.launch?.catch(() => {});
       await this.#ssh?.stop().catch(() => {});
       if (!this.#id) return;
       try {

@@ -28,12 +28,13 @@ import { CommandTimeoutError, ConfigError } from "../lib/errors.ts";
 import { resolveSshHost, type SshHostConfig } from "./_ssh_config.ts";
 import { hostKeyVerifier, knownHostKeyAlgorithms } from "./_known_hosts.ts";
 import {
+  concatBytes,
   decodeChunks,
   describeArgv,
   expandHome,
   randomHex,
   resolveSandboxPath,
-  settleStart,
+  StartOnce,
   toBytes,
   within,
 } from "./_util.ts";
@@ -45,7 +46,7 @@ import {
   SandboxUnavailableError,
   SandboxUnsupportedError,
 } from "./errors.ts";
-import { trackRuntime, untrackRuntime } from "./registry.ts";
+import { untrackRuntime } from "./registry.ts";
 import { type LiveSandbox, recordSandbox, registerCleaner } from "./ledger.ts";
 import type { RunOptions, RunResult, Runtime, RuntimeCapabilities } from "./runtime.ts";
 
@@ -678,8 +679,6 @@ echo "$uid $sw"`;
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
-type State = "new" | "starting" | "running" | "stopped";
-
 /**
  * A host reached over SSH as a {@linkcode Runtime}.
  *
@@ -711,9 +710,7 @@ export class SshRuntime implements Runtime {
   #created = false;
   #switch: "runuser" | "sudo" | "none" = "none";
   #uid = -1;
-  #state: State = "new";
-  #starting: Promise<void> | undefined;
-  #launch: Promise<void> | undefined;
+  #life = new StartOnce();
   #stopping: Promise<void> | undefined;
   /** Process groups of commands still running; killed on stop. */
   #groups = new Set<number>();
@@ -778,17 +775,7 @@ export class SshRuntime implements Runtime {
 
   /** Connects, prepares the working directory and learns whether commands can switch users. */
   start(options: { signal?: AbortSignal } = {}): Promise<void> {
-    if (this.#state === "stopped") {
-      return Promise.reject(new SandboxStateError("Cannot start a stopped ssh runtime"));
-    }
-    if (this.#starting) return this.#starting;
-    this.#state = "starting";
-    trackRuntime(this);
-    this.#launch = this.#start(options.signal);
-    this.#starting = settleStart(this.#launch, () => {
-      if (this.#state === "starting") this.#state = "running";
-    }, () => this.stop());
-    return this.#starting;
+    return this.#life.start(this, "ssh", () => this.#start(options.signal), () => this.stop());
   }
 
   async #start(signal: AbortSignal | undefined): Promise<void> {
@@ -826,14 +813,14 @@ export class SshRuntime implements Runtime {
   }
 
   #checkNotStopped(): void {
-    if (this.#state === "stopped") {
+    if (this.#life.state === "stopped") {
       throw new SandboxStateError("The ssh runtime was stopped while it was starting");
     }
   }
 
   #requireRunning(): SshConnection {
-    if (this.#state === "running" && this.#connection) return this.#connection;
-    if (this.#state === "stopped") {
+    if (this.#life.state === "running" && this.#connection) return this.#connection;
+    if (this.#life.state === "stopped") {
       throw new SandboxStateError(`SSH runtime "${this.#id}" on ${this.#label()} is stopped`);
     }
     throw new SandboxStateError("The ssh runtime is not started; call start() first");
@@ -1160,10 +1147,10 @@ export class SshRuntime implements Runtime {
   /** Kills the commands still running, removes the default workdir, releases the connection. */
   stop(): Promise<void> {
     if (this.#stopping) return this.#stopping;
-    const wasStarting = this.#state === "starting";
-    this.#state = "stopped";
+    const wasStarting = this.#life.state === "starting";
+    this.#life.state = "stopped";
     this.#stopping = (async () => {
-      if (wasStarting) await this.#launch?.catch(() => {});
+      if (wasStarting) await this.#life.launch?.catch(() => {});
       const connection = this.#connection;
       if (!connection) return;
       try {
@@ -1247,19 +1234,6 @@ function localUser(): string {
   } catch {
     return process.env.USER ?? "root";
   }
-}
-
-function concatBytes(chunks: Uint8Array[]): Uint8Array {
-  if (chunks.length === 1) return chunks[0];
-  let total = 0;
-  for (const c of chunks) total += c.length;
-  const out = new Uint8Array(total);
-  let offset = 0;
-  for (const c of chunks) {
-    out.set(c, offset);
-    offset += c.length;
-  }
-  return out;
 }
 
 function signalNumber(signal: string | undefined): number {

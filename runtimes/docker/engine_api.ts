@@ -21,6 +21,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import process from "node:process";
+import { concatBytes } from "../_util.ts";
 import {
   SandboxApiError,
   SandboxFileNotFoundError,
@@ -559,7 +560,7 @@ export class DockerEngine {
     }
     let pending: Uint8Array = new Uint8Array(0);
     socket.on("data", (chunk: Uint8Array) => {
-      pending = pending.length ? concat([pending, chunk]) : chunk;
+      pending = pending.length ? concatBytes([pending, chunk]) : chunk;
       let offset = 0;
       while (pending.length - offset >= 8) {
         const size = ((pending[offset + 4] << 24) >>> 0) + (pending[offset + 5] << 16) +
@@ -740,17 +741,4 @@ function decodeStat(value: string | string[] | undefined): PathStat | undefined 
   } catch {
     return undefined;
   }
-}
-
-/** Concatenates byte chunks. */
-export function concat(chunks: Uint8Array[]): Uint8Array {
-  let total = 0;
-  for (const c of chunks) total += c.length;
-  const out = new Uint8Array(total);
-  let offset = 0;
-  for (const c of chunks) {
-    out.set(c, offset);
-    offset += c.length;
-  }
-  return out;
 }

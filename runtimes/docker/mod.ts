@@ -12,13 +12,14 @@ import { posix } from "node:path";
 import { CommandTimeoutError } from "../../lib/errors.ts";
 import { packTar, readTar, type TarEntry } from "../_tar.ts";
 import {
+  concatBytes,
   decodeChunks,
   describeArgv,
   envList,
   randomHex,
   resolveSandboxPath,
-  settleStart,
   sleep,
+  StartOnce,
   toBytes,
   within,
 } from "../_util.ts";
@@ -31,7 +32,7 @@ import {
   SandboxUnavailableError,
 } from "../errors.ts";
 import { defaultLedger, type Ledger, registerCleaner } from "../ledger.ts";
-import { trackRuntime, untrackRuntime } from "../registry.ts";
+import { untrackRuntime } from "../registry.ts";
 import type {
   DockerRuntimeSpec,
   RunOptions,
@@ -39,7 +40,7 @@ import type {
   Runtime,
   RuntimeCapabilities,
 } from "../runtime.ts";
-import { concat, DockerEngine, isDirectoryMode } from "./engine_api.ts";
+import { DockerEngine, isDirectoryMode } from "./engine_api.ts";
 
 export { DockerEngine } from "./engine_api.ts";
 
@@ -104,8 +105,6 @@ export interface DockerRuntimeOptions {
   ledger?: Ledger | null;
 }
 
-type State = "new" | "starting" | "running" | "stopped";
-
 /** A Docker container as a {@linkcode Runtime}. */
 export class DockerRuntime implements Runtime {
   readonly type = "docker";
@@ -119,9 +118,7 @@ export class DockerRuntime implements Runtime {
   #id = "";
   #name = "";
   #workdir = "/";
-  #state: State = "new";
-  #starting: Promise<void> | undefined;
-  #launch: Promise<void> | undefined;
+  #life = new StartOnce();
   #stopping: Promise<void> | undefined;
   #ledger: Ledger | null;
   #recorded = false;
@@ -160,17 +157,7 @@ export class DockerRuntime implements Runtime {
 
   /** Creates and starts the container, pulling the image if it is missing. */
   start(options: { signal?: AbortSignal } = {}): Promise<void> {
-    if (this.#state === "stopped") {
-      return Promise.reject(new SandboxStateError("Cannot start a stopped docker runtime"));
-    }
-    if (this.#starting) return this.#starting;
-    this.#state = "starting";
-    trackRuntime(this);
-    this.#launch = this.#start(options.signal);
-    this.#starting = settleStart(this.#launch, () => {
-      if (this.#state === "starting") this.#state = "running";
-    }, () => this.stop());
-    return this.#starting;
+    return this.#life.start(this, "docker", () => this.#start(options.signal), () => this.stop());
   }
 
   async #start(signal: AbortSignal | undefined): Promise<void> {
@@ -237,14 +224,14 @@ export class DockerRuntime implements Runtime {
   }
 
   #checkNotStopped(): void {
-    if (this.#state === "stopped") {
+    if (this.#life.state === "stopped") {
       throw new SandboxStateError("The docker runtime was stopped while it was starting");
     }
   }
 
   #requireRunning(): string {
-    if (this.#state === "running") return this.#id;
-    if (this.#state === "stopped") {
+    if (this.#life.state === "running") return this.#id;
+    if (this.#life.state === "stopped") {
       throw new SandboxStateError(`Docker runtime "${this.#short()}" is stopped`);
     }
     throw new SandboxStateError("The docker runtime is not started; call start() first");
@@ -289,7 +276,7 @@ export class DockerRuntime implements Runtime {
           return;
         }
         // The wrapper's first stderr line is its pid; strip it from the output.
-        const buf = concat([head, chunk]);
+        const buf = concatBytes([head, chunk]);
         const newline = buf.indexOf(10);
         if (newline < 0) {
           head = buf;
@@ -441,7 +428,7 @@ export class DockerRuntime implements Runtime {
           );
         }
       }
-      for (const entry of readTar(concat(chunks))) {
+      for (const entry of readTar(concatBytes(chunks))) {
         if (entry.typeflag === "0" || entry.typeflag === "7") {
           if (maxBytes !== undefined && entry.size > maxBytes) {
             throw new SandboxFileTooLargeError(
@@ -498,7 +485,7 @@ export class DockerRuntime implements Runtime {
     const download = await this.#download(id, this.#resolve(path), path);
     const chunks: Uint8Array[] = [];
     for await (const chunk of download.body) chunks.push(chunk);
-    return concat(chunks);
+    return concatBytes(chunks);
   }
 
   /** Extracts `tar` into `dir`, creating it first. */
@@ -556,10 +543,10 @@ export class DockerRuntime implements Runtime {
   /** Removes the container (force). Idempotent. */
   stop(): Promise<void> {
     if (this.#stopping) return this.#stopping;
-    const wasStarting = this.#state === "starting";
-    this.#state = "stopped";
+    const wasStarting = this.#life.state === "starting";
+    this.#life.state = "stopped";
     this.#stopping = (async () => {
-      if (wasStarting) await this.#launch?.catch(() => {});
+      if (wasStarting) await this.#life.launch?.catch(() => {});
       const engine = this.#engine;
       // Without an id the create request may still have reached the engine: remove by name.
       const target = this.#id || this.#name;
