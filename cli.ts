@@ -315,9 +315,12 @@ function isUrlSpec(spec: string): boolean {
   return /^https?:\/\//.test(spec);
 }
 
-/** URL environments always run sandboxed unless --trust; local ones when --sandbox is given. */
+/**
+ * URL environments always run in a separate host process pinned by the lock file: under the
+ * permission sandbox, or with every permission when --trust is given. Local ones run
+ * in-process unless --sandbox is given.
+ */
 function wantsSandbox(spec: string, config: EvalConfig): boolean {
-  if (config.trust) return false;
   return isUrlSpec(spec) || config.sandbox?.enabled === true;
 }
 
@@ -350,13 +353,9 @@ async function loadTasksetFor(
       permissions: sandboxPermissions(config),
       lockFile: lockFileFor(config, source),
       reload: config.reload,
+      trusted: config.trust === true,
     });
     return new RemoteTaskset(host, info);
-  }
-  if (isUrlSpec(spec) && !globalThis.Deno) {
-    throw new ConfigError(
-      `Running URL environments with --trust needs Deno; this runtime cannot import "${spec}"`,
-    );
   }
   return await loadTasksetSpec(spec, tasksetConfig, TASKSETS);
 }
@@ -480,6 +479,7 @@ async function resolveEval(config: EvalConfig, source: string) {
       permissions: sandboxPermissions(config),
       lockFile: lockFileFor(config, source),
       reload: config.reload,
+      trusted: config.trust === true,
     });
     const remote = new RemoteEnvironment(host, info);
     environmentTyped = remote as unknown as Environment;

@@ -45,6 +45,22 @@ async function rejectsWith(text: string, message: string | RegExp): Promise<void
   });
 }
 
+type TomlValue = string | Record<string, string>;
+
+/** A registry file: one `[[endpoint]]` table per entry, in order; values as TOML strings. */
+function endpoints(...entries: Record<string, TomlValue>[]): string {
+  const toml = (v: TomlValue): string =>
+    typeof v === "string"
+      ? JSON.stringify(v)
+      : `{ ${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)} = ${toml(x)}`).join(", ")} }`;
+  const table = (entry: Record<string, TomlValue>) =>
+    ["[[endpoint]]", ...Object.entries(entry).map(([k, v]) => `${k} = ${toml(v)}`)].join("\n");
+  return entries.map(table).join("\n\n") + "\n";
+}
+
+/** Entry "a" with model "m", the start of most entries below. */
+const ENTRY_A = { endpoint_id: "a", model: "m" };
+
 // ---- registry parsing -------------------------------------------------------------------
 
 Deno.test("loadEndpoints() maps each endpoint_id to its entry", async () => {
@@ -78,14 +94,12 @@ headers = { "X-Team" = "evals" }
 });
 
 Deno.test("loadEndpoints() accepts api_base_url, api_key_var and extra_headers as aliases", async () => {
-  const registry = await load(`
-[[endpoint]]
-endpoint_id = "a"
-model = "m"
-api_base_url = "http://h/v1"
-api_key_var = "K"
-extra_headers = { "X-A" = "1" }
-`);
+  const registry = await load(endpoints({
+    ...ENTRY_A,
+    api_base_url: "http://h/v1",
+    api_key_var: "K",
+    extra_headers: { "X-A": "1" },
+  }));
   assert.deepEqual(registry.a, [{
     model: "m",
     url: "http://h/v1",
@@ -95,184 +109,95 @@ extra_headers = { "X-A" = "1" }
 });
 
 Deno.test("loadEndpoints() accepts a field and its alias when they agree", async () => {
-  const registry = await load(`
-[[endpoint]]
-endpoint_id = "a"
-model = "m"
-url = "http://h/v1"
-api_base_url = "http://h/v1"
-key = "K"
-api_key_var = "K"
-type = "openai_chat_completions"
-api_client_type = "openai_chat_completions"
-`);
+  const registry = await load(endpoints({
+    ...ENTRY_A,
+    url: "http://h/v1",
+    api_base_url: "http://h/v1",
+    key: "K",
+    api_key_var: "K",
+    type: "openai_chat_completions",
+    api_client_type: "openai_chat_completions",
+  }));
   assert.deepEqual(registry.a, [{ model: "m", url: "http://h/v1", key: "K" }]);
 });
 
 Deno.test("loadEndpoints() rejects url and api_base_url that disagree", async () => {
   await rejectsWith(
-    `
-[[endpoint]]
-endpoint_id = "a"
-model = "m"
-url = "http://one/v1"
-api_base_url = "http://two/v1"
-key = "K"
-`,
+    endpoints({ ...ENTRY_A, url: "http://one/v1", api_base_url: "http://two/v1", key: "K" }),
     ": endpoint[0]: url and api_base_url disagree",
   );
 });
 
 Deno.test("loadEndpoints() rejects key and api_key_var that disagree", async () => {
   await rejectsWith(
-    `
-[[endpoint]]
-endpoint_id = "a"
-model = "m"
-url = "http://h/v1"
-key = "ONE"
-api_key_var = "TWO"
-`,
+    endpoints({ ...ENTRY_A, url: "http://h/v1", key: "ONE", api_key_var: "TWO" }),
     ": endpoint[0]: key and api_key_var disagree",
   );
 });
 
 Deno.test("loadEndpoints() rejects headers and extra_headers given together", async () => {
   await rejectsWith(
-    `
-[[endpoint]]
-endpoint_id = "a"
-model = "m"
-url = "http://h/v1"
-key = "K"
-headers = { "X-A" = "1" }
-extra_headers = { "X-B" = "2" }
-`,
+    endpoints({
+      ...ENTRY_A,
+      url: "http://h/v1",
+      key: "K",
+      headers: { "X-A": "1" },
+      extra_headers: { "X-B": "2" },
+    }),
     ": endpoint[0]: give headers or extra_headers, not both",
   );
 });
 
 Deno.test("loadEndpoints() groups repeated endpoint_ids as replicas in file order", async () => {
-  const registry = await load(`
-[[endpoint]]
-endpoint_id = "pool"
-model = "qwen3"
-url = "http://gpu1:8000/v1"
-key = "K"
-
-[[endpoint]]
-endpoint_id = "other"
-model = "x"
-url = "http://x/v1"
-key = "K"
-
-[[endpoint]]
-endpoint_id = "pool"
-model = "qwen3"
-url = "http://gpu2:8000/v1"
-key = "K"
-`);
+  const registry = await load(endpoints(
+    { endpoint_id: "pool", model: "qwen3", url: "http://gpu1:8000/v1", key: "K" },
+    { endpoint_id: "other", model: "x", url: "http://x/v1", key: "K" },
+    { endpoint_id: "pool", model: "qwen3", url: "http://gpu2:8000/v1", key: "K" },
+  ));
   assert.deepEqual(registry.pool.map((e) => e.url), ["http://gpu1:8000/v1", "http://gpu2:8000/v1"]);
   assert.equal(registry.other.length, 1);
 });
 
 Deno.test("loadEndpoints() rejects two models under one endpoint_id", async () => {
   await rejectsWith(
-    `
-[[endpoint]]
-endpoint_id = "pool"
-model = "qwen3"
-url = "http://gpu1/v1"
-key = "K"
-
-[[endpoint]]
-endpoint_id = "pool"
-model = "llama"
-url = "http://gpu2/v1"
-key = "K"
-`,
+    endpoints(
+      { endpoint_id: "pool", model: "qwen3", url: "http://gpu1/v1", key: "K" },
+      { endpoint_id: "pool", model: "llama", url: "http://gpu2/v1", key: "K" },
+    ),
     ': endpoint "pool" maps to two models ("qwen3", "llama")',
   );
 });
 
 Deno.test("loadEndpoints() requires a url (or api_base_url) and a key (or api_key_var)", async () => {
+  await rejectsWith(endpoints({ ...ENTRY_A, key: "K" }), ": endpoint[0].url: required");
+  const keyless = { ...ENTRY_A, url: "http://h/v1" };
   await rejectsWith(
-    `
-[[endpoint]]
-endpoint_id = "a"
-model = "m"
-key = "K"
-`,
-    ": endpoint[0].url: required",
-  );
-  await rejectsWith(
-    `
-[[endpoint]]
-endpoint_id = "a"
-model = "m"
-url = "http://h/v1"
-
-[[endpoint]]
-endpoint_id = "b"
-model = "m"
-url = "http://h/v1"
-`,
+    endpoints(keyless, { ...keyless, endpoint_id: "b" }),
     ": endpoint[0].key: required",
   );
 });
 
 Deno.test("loadEndpoints() requires a non-empty endpoint_id and model, naming the entry", async () => {
   await rejectsWith(
-    `
-[[endpoint]]
-endpoint_id = "a"
-model = "m"
-url = "u"
-key = "K"
-
-[[endpoint]]
-model = "m"
-url = "u"
-key = "K"
-`,
+    endpoints({ ...ENTRY_A, url: "u", key: "K" }, { model: "m", url: "u", key: "K" }),
     /^: endpoint\[1\]\.endpoint_id: /,
   );
   await rejectsWith(
-    `
-[[endpoint]]
-endpoint_id = "a"
-model = ""
-url = "u"
-key = "K"
-`,
+    endpoints({ endpoint_id: "a", model: "", url: "u", key: "K" }),
     /^: endpoint\[0\]\.model: /,
   );
 });
 
 Deno.test("loadEndpoints() rejects an unknown key such as the legacy client_type", async () => {
   await rejectsWith(
-    `
-[[endpoint]]
-endpoint_id = "a"
-model = "m"
-url = "u"
-key = "K"
-client_type = "openai_chat_completions"
-`,
+    endpoints({ ...ENTRY_A, url: "u", key: "K", client_type: "openai_chat_completions" }),
     /^: endpoint\[0\]: .*"client_type"/,
   );
 });
 
 Deno.test("loadEndpoints() rejects an unsupported client type", async () => {
   await rejectsWith(
-    `
-[[endpoint]]
-endpoint_id = "a"
-model = "m"
-url = "u"
-key = "K"
-type = "carrier_pigeon"
-`,
+    endpoints({ ...ENTRY_A, url: "u", key: "K", type: "carrier_pigeon" }),
     /^: endpoint\[0\]\.type: /,
   );
 });

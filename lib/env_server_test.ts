@@ -2,39 +2,22 @@ import assert from "node:assert/strict";
 import { OpenAIChatClient } from "./client.ts";
 import { EnvServerError, ServerEnvironment } from "./env_client.ts";
 import { startEnvServer } from "./env_server.ts";
-import { SingleTurnEnv } from "./environment.ts";
+import type { SingleTurnEnv } from "./environment.ts";
 import { AuthenticationError } from "./errors.ts";
 import { evaluate } from "./evaluate.ts";
-import { contentText } from "./messages.ts";
 import type { RolloutOutput } from "./results.ts";
-import { Rubric } from "./rubric.ts";
-import type { Messages, Row } from "./types.ts";
+import type { Row } from "./types.ts";
 import {
   lastUserText,
   type ModelServer,
   type Responder,
   startModelServer,
 } from "../tests/model_server.ts";
+import { echoEnv } from "../tests/_echo_env.ts";
 
-const QUESTIONS = ["q0", "q1", "q2", "q3", "q4", "q5"];
-
-function lastText(completion: Messages): string {
-  return contentText(completion.at(-1)?.content ?? "");
-}
-
-/** Questions `qN` whose answer is `aN`, scored 1 on an exact match. */
+/** The echo environment, with env args and sampling args the server must pass on. */
 function makeEnv(): SingleTurnEnv {
-  return new SingleTurnEnv({
-    envId: "echo-test",
-    envArgs: { flavour: "plain" },
-    samplingArgs: { temperature: 0.5 },
-    evalDataset: QUESTIONS.map((q) => ({ question: q, answer: q.replace("q", "a") })),
-    rubric: new Rubric({
-      funcs: [function correct({ completion, answer }) {
-        return lastText(completion) === answer;
-      }],
-    }),
-  });
+  return echoEnv(6, { envArgs: { flavour: "plain" }, samplingArgs: { temperature: 0.5 } });
 }
 
 /** Right for even examples, wrong for odd ones. */

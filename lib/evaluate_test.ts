@@ -1,10 +1,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { EndpointUnreachableError, OpenAIChatClient } from "./client.ts";
-import { SingleTurnEnv } from "./environment.ts";
 import { AuthenticationError, ConfigError } from "./errors.ts";
 import { evaluate, generate, type Progress } from "./evaluate.ts";
-import { contentText } from "./messages.ts";
 import {
   lastUserText,
   type ModelServer,
@@ -12,28 +10,8 @@ import {
   startModelServer,
 } from "../tests/model_server.ts";
 import { loadMetadata, loadOutputs } from "./results.ts";
+import { echoEnv } from "../tests/_echo_env.ts";
 import { groupReward, Rubric } from "./rubric.ts";
-import type { Messages } from "./types.ts";
-
-const QUESTIONS = ["q0", "q1", "q2", "q3", "q4", "q5"];
-
-function lastText(completion: Messages): string {
-  return contentText(completion.at(-1)?.content ?? "");
-}
-
-/** An environment whose answer for `qN` is `aN`, scored 1 on an exact match. */
-function makeEnv(n = 3, extra: { rubric?: Rubric } = {}): SingleTurnEnv {
-  const rubric = extra.rubric ?? new Rubric({
-    funcs: [function correct({ completion, answer }) {
-      return lastText(completion) === answer;
-    }],
-  });
-  return new SingleTurnEnv({
-    envId: "echo-test",
-    evalDataset: QUESTIONS.slice(0, n).map((q) => ({ question: q, answer: q.replace("q", "a") })),
-    rubric,
-  });
-}
 
 /** Answers `qN` with `aN`: always right. */
 const rightAnswer: Responder = (request) => ({ content: lastUserText(request).replace("q", "a") });
@@ -63,7 +41,7 @@ Deno.test("evaluate() repeats each example rolloutsPerExample times and scores p
       return answers.map(() => 1);
     }, "group_fn")],
   });
-  const env = makeEnv(3, { rubric });
+  const env = echoEnv(3, { rubric });
   const { outputs, metadata } = await evaluate(env, clientFor(server), "m", {
     rolloutsPerExample: 4,
   });
@@ -92,7 +70,7 @@ Deno.test("evaluate() records pass@k and pass^k when only some answers are right
       return { content: right ? q.replace("q", "a") : "wrong" };
     },
   });
-  const { metadata, outputs } = await evaluate(makeEnv(3), clientFor(server), "m", {
+  const { metadata, outputs } = await evaluate(echoEnv(3), clientFor(server), "m", {
     rolloutsPerExample: 2,
   });
   assert.equal(outputs.length, 6);
@@ -109,7 +87,7 @@ Deno.test("generate() appends results.jsonl as groups finish and writes metadata
   const dir = await Deno.makeTempDir({ prefix: "vf_eval_test_" });
   try {
     await using server = await startModelServer({ responder: rightAnswer });
-    const env = makeEnv(3);
+    const env = echoEnv(3);
     const resultsPath = join(dir, "results.jsonl");
     const linesAtProgress: number[] = [];
     const progress: Progress[] = [];
@@ -147,7 +125,7 @@ Deno.test("generate() records a failing rollout's error while the others succeed
         ? { status: 500, headers: { "retry-after": "0" }, body: "upstream exploded" }
         : rightAnswer(request, { index: 0 }),
   });
-  const { outputs, metadata } = await evaluate(makeEnv(3), clientFor(server, 1), "m");
+  const { outputs, metadata } = await evaluate(echoEnv(3), clientFor(server, 1), "m");
   assert.equal(outputs.length, 3);
   const [ok0, failed, ok2] = outputs;
   assert.equal(ok0.error, null);
@@ -169,7 +147,7 @@ Deno.test("generate() aborts on an AuthenticationError and keeps what was writte
       responder: (request, ctx) =>
         lastUserText(request) === "q0" ? rightAnswer(request, ctx) : { status: 401 },
     });
-    const error = await evaluate(makeEnv(4), clientFor(server), "m", {
+    const error = await evaluate(echoEnv(4), clientFor(server), "m", {
       maxConcurrent: 1,
       resultsDir: dir,
     }).catch((e) => e);
@@ -195,7 +173,7 @@ Deno.test("generate() stops when its signal aborts and keeps the finished rollou
       },
     });
     const started = Date.now();
-    const error = await evaluate(makeEnv(4), clientFor(server), "m", {
+    const error = await evaluate(echoEnv(4), clientFor(server), "m", {
       maxConcurrent: 1,
       resultsDir: dir,
       signal: controller.signal,
@@ -217,7 +195,7 @@ Deno.test("generate() ends the run with the write error when results.jsonl canno
     await Deno.mkdir(join(dir, "results.jsonl")); // a directory where the file should be
     await using server = await startModelServer({ responder: rightAnswer });
     let reported = 0;
-    const error = await evaluate(makeEnv(50), clientFor(server), "m", {
+    const error = await evaluate(echoEnv(50), clientFor(server), "m", {
       maxConcurrent: 1,
       resultsDir: dir,
       onProgress: () => reported++,
@@ -235,7 +213,7 @@ Deno.test("resume completes only the missing rollouts", async () => {
   try {
     await using server = await startModelServer({ responder: rightAnswer });
     const client = clientFor(server);
-    await evaluate(makeEnv(3), client, "m", {
+    await evaluate(echoEnv(3), client, "m", {
       numExamples: 2,
       rolloutsPerExample: 2,
       resultsDir: dir,
@@ -247,7 +225,7 @@ Deno.test("resume completes only the missing rollouts", async () => {
     const lostId = JSON.parse(lines.at(-1)!).example_id;
     Deno.writeTextFileSync(resultsPath, lines.slice(0, -1).join("\n") + "\n");
 
-    const { outputs, metadata } = await evaluate(makeEnv(3), client, "m", {
+    const { outputs, metadata } = await evaluate(echoEnv(3), client, "m", {
       rolloutsPerExample: 2,
       resultsDir: dir,
       resume: true,
@@ -270,8 +248,8 @@ Deno.test("resume rejects a run saved with another model, listing the mismatch",
   try {
     await using server = await startModelServer({ responder: rightAnswer });
     const client = clientFor(server);
-    await evaluate(makeEnv(2), client, "model-a", { resultsDir: dir });
-    const error = await evaluate(makeEnv(2), client, "model-b", {
+    await evaluate(echoEnv(2), client, "model-a", { resultsDir: dir });
+    const error = await evaluate(echoEnv(2), client, "model-b", {
       rolloutsPerExample: 2,
       resultsDir: dir,
       resume: true,
@@ -294,19 +272,19 @@ Deno.test("maxConcurrent bounds the requests in flight at the server", async () 
   };
   await using started = await startModelServer({ responder });
   live.server = started;
-  const { outputs } = await evaluate(makeEnv(6), clientFor(started), "m", { maxConcurrent: 2 });
+  const { outputs } = await evaluate(echoEnv(6), clientFor(started), "m", { maxConcurrent: 2 });
   assert.equal(outputs.length, 6);
   assert.equal(maxInFlight, 2);
 
   maxInFlight = 0;
-  await evaluate(makeEnv(6), clientFor(started), "m", { maxConcurrent: 4, rolloutsPerExample: 2 });
+  await evaluate(echoEnv(6), clientFor(started), "m", { maxConcurrent: 4, rolloutsPerExample: 2 });
   assert.equal(maxInFlight, 4); // two groups of two
 });
 
 Deno.test("maxRetries re-runs a group hit by an InvalidModelResponseError", async () => {
   const malformedOnce: Responder = (request, ctx) =>
     ctx.index === 0 ? { raw: "{not json" } : rightAnswer(request, ctx);
-  const env = makeEnv(1);
+  const env = echoEnv(1);
 
   await using once = await startModelServer({ responder: malformedOnce });
   const kept = await evaluate(env, clientFor(once), "m");
@@ -328,7 +306,7 @@ Deno.test("maxRetries re-runs a group hit by an InvalidModelResponseError", asyn
 
 Deno.test("maxRetries does not re-run a group hit by a plain ModelError", async () => {
   await using server = await startModelServer({ responder: () => ({ status: 500 }) });
-  const { outputs } = await evaluate(makeEnv(1), clientFor(server), "m", { maxRetries: 2 });
+  const { outputs } = await evaluate(echoEnv(1), clientFor(server), "m", { maxRetries: 2 });
   assert.equal(server.requests.length, 1);
   assert.equal(outputs[0].error?.error, "ModelError");
 });
@@ -340,14 +318,14 @@ Deno.test("generate() returns outputs sorted by example_id whatever the finishin
       return { ...rightAnswer(request, ctx), delay_ms: q === "q0" ? 150 : q === "q1" ? 75 : 0 };
     },
   });
-  const { outputs } = await evaluate(makeEnv(4), clientFor(server), "m", { rolloutsPerExample: 2 });
+  const { outputs } = await evaluate(echoEnv(4), clientFor(server), "m", { rolloutsPerExample: 2 });
   assert.deepEqual(outputs.map((o) => o.example_id), [0, 0, 1, 1, 2, 2, 3, 3]);
 });
 
 Deno.test("generate() rejects inputs without example_id", async () => {
   await using server = await startModelServer({ responder: rightAnswer });
   await assert.rejects(
-    generate(makeEnv(1), [{ prompt: [{ role: "user", content: "q0" }] }], clientFor(server), "m"),
+    generate(echoEnv(1), [{ prompt: [{ role: "user", content: "q0" }] }], clientFor(server), "m"),
     ConfigError,
   );
 });
@@ -355,6 +333,6 @@ Deno.test("generate() rejects inputs without example_id", async () => {
 Deno.test("generate() ends the run when the endpoint is unreachable", async () => {
   const closed = await startModelServer({ responder: rightAnswer });
   await closed.close();
-  const error = await evaluate(makeEnv(3), clientFor(closed), "m").catch((e) => e);
+  const error = await evaluate(echoEnv(3), clientFor(closed), "m").catch((e) => e);
   assert.ok(error instanceof EndpointUnreachableError);
 });

@@ -36,8 +36,8 @@ export async function resolveEnvironmentModule(
     return { module: await load(), id: registry[spec] ? spec : key, source: `built-in "${spec}"` };
   }
   if (/^https?:\/\//.test(spec) && "Deno" in globalThis && !("Bun" in globalThis)) {
-    // Only `--trust` gets here (URL environments otherwise run in the sandbox): Deno imports
-    // the URL in-process.
+    // Only code calling loadEnvironment() with a URL gets here (the CLI runs URL environments
+    // in a host process, sandboxed or --trust): Deno imports the URL in-process, unpinned.
     let module: EnvironmentModule;
     try {
       module = await import(spec);

@@ -2,7 +2,6 @@ import assert from "node:assert/strict";
 import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { ChatClient } from "./client.ts";
 import { ConfigError, ModelError } from "./errors.ts";
 import {
   FORMAT_VERSION,
@@ -17,68 +16,22 @@ import {
   stateToOutput,
   writeJsonAtomic,
 } from "./results.ts";
-import { newTiming, type State } from "./state.ts";
-import type { Messages, Tool, TrajectoryStep, Usage } from "./types.ts";
+import type { State } from "./state.ts";
+import type { Tool, Usage } from "./types.ts";
+import { testState, testStep } from "../tests/_state.ts";
+import { captureWarnings } from "../tests/_warnings.ts";
 
 // ---- helpers ----------------------------------------------------------------------------
 
-const noModel: ChatClient = {
-  baseUrl: "http://unused.invalid/v1",
-  headersFromState: {},
-  getResponse() {
-    throw new Error("results tests never call a model");
-  },
-};
-
-function makeState(overrides: Partial<State> = {}): State {
-  const prompt: Messages = [{ role: "user", content: "What is 2+2?" }];
-  return {
-    input: { prompt, example_id: 0, task: "default" },
-    prompt,
-    answer: "4",
-    task: "default",
-    info: {},
-    example_id: 0,
-    client: noModel,
-    model: "test-model",
-    sampling_args: {},
-    is_completed: true,
-    is_truncated: false,
-    tool_defs: [],
-    trajectory: [],
-    completion: [{ role: "assistant", content: "4" }],
-    usage: { input_tokens: 0, output_tokens: 0, seen: false },
-    trajectory_id: "t0",
+/** A finished rollout, scored 1 (advantage 0, no metrics) and stopped by has_completed. */
+function scoredState(overrides: Partial<State> = {}): State {
+  return testState({
     reward: 1,
     advantage: 0,
     metrics: {},
-    error: null,
-    final_env_response: null,
     stop_condition: "has_completed",
-    prompt_too_long: false,
-    timed_out: false,
-    timing: newTiming(),
     ...overrides,
-  };
-}
-
-function step(usage: Usage | null): TrajectoryStep {
-  return {
-    prompt: [],
-    completion: [],
-    response: {
-      id: "r",
-      created: 0,
-      model: "m",
-      usage,
-      message: { role: "assistant", content: "", finish_reason: "stop", is_truncated: false },
-    },
-    reward: null,
-    advantage: null,
-    is_truncated: false,
-    trajectory_id: "t0",
-    extras: {},
-  };
+  });
 }
 
 const usage = (prompt: number, completion: number): Usage => ({
@@ -133,18 +86,6 @@ async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
-}
-
-async function captureWarnings(fn: () => Promise<unknown>): Promise<string[]> {
-  const seen: string[] = [];
-  const original = console.warn;
-  console.warn = (...args: unknown[]) => void seen.push(args.map(String).join(" "));
-  try {
-    await fn();
-  } finally {
-    console.warn = original;
-  }
-  return seen;
 }
 
 const close = (actual: number, expected: number) =>
@@ -321,7 +262,7 @@ Deno.test("MetadataBuilder reports no tools when only some outputs have tools", 
 // ---- stateToOutput ----------------------------------------------------------------------
 
 Deno.test("stateToOutput() writes the core fields of a finished rollout", () => {
-  const state = makeState({
+  const state = scoredState({
     example_id: 3,
     task: "math",
     reward: 0.75,
@@ -349,20 +290,22 @@ Deno.test("stateToOutput() writes the core fields of a finished rollout", () => 
 });
 
 Deno.test("stateToOutput() defaults a null reward to 0", () => {
-  assert.equal(stateToOutput(makeState({ reward: null })).reward, 0);
+  assert.equal(stateToOutput(scoredState({ reward: null })).reward, 0);
 });
 
 Deno.test("stateToOutput() omits answer and info when they are empty", () => {
-  const o = stateToOutput(makeState({ answer: "", info: {} }));
+  const o = stateToOutput(scoredState({ answer: "", info: {} }));
   assert.equal("answer" in o, false);
   assert.equal("info" in o, false);
-  const full = stateToOutput(makeState({ answer: "4", info: { level: 2 } }));
+  const full = stateToOutput(scoredState({ answer: "4", info: { level: 2 } }));
   assert.equal(full.answer, "4");
   assert.deepEqual(full.info, { level: 2 });
 });
 
 Deno.test("stateToOutput() flattens metrics to the top level without overwriting core fields", () => {
-  const o = stateToOutput(makeState({ reward: 1, metrics: { exact: 1, num_turns: 2, reward: 9 } }));
+  const o = stateToOutput(
+    scoredState({ reward: 1, metrics: { exact: 1, num_turns: 2, reward: 9 } }),
+  );
   assert.deepEqual(o.metrics, { exact: 1, num_turns: 2, reward: 9 });
   assert.equal(o.exact, 1);
   assert.equal(o.num_turns, 2);
@@ -371,18 +314,18 @@ Deno.test("stateToOutput() flattens metrics to the top level without overwriting
 
 Deno.test("stateToOutput() writes tool_defs when the rollout had tools", () => {
   const defs = [tool("calc")];
-  assert.deepEqual(stateToOutput(makeState({ tool_defs: defs })).tool_defs, defs);
+  assert.deepEqual(stateToOutput(scoredState({ tool_defs: defs })).tool_defs, defs);
 });
 
 Deno.test("stateToOutput() omits token_usage when usage was never seen", () => {
-  const o = stateToOutput(makeState({ trajectory: [step(usage(10, 5))] }));
+  const o = stateToOutput(scoredState({ trajectory: [testStep({ usage: usage(10, 5) })] }));
   assert.equal("token_usage" in o, false);
 });
 
 Deno.test("stateToOutput() writes token_usage with final_* fields when usage was seen", () => {
-  const state = makeState({
+  const state = scoredState({
     usage: { input_tokens: 30, output_tokens: 12, seen: true },
-    trajectory: [step(usage(10, 5)), step(null), step(usage(20, 7))],
+    trajectory: [testStep({ usage: usage(10, 5) }), testStep(), testStep({ usage: usage(20, 7) })],
   });
   // final_output = 5 + 7; final_input = max(0, 20 + 7 - 12).
   assert.deepEqual(stateToOutput(state).token_usage, {
@@ -394,9 +337,9 @@ Deno.test("stateToOutput() writes token_usage with final_* fields when usage was
 });
 
 Deno.test("stateToOutput() sets final_* tokens to 0 when no step reported usage", () => {
-  const state = makeState({
+  const state = scoredState({
     usage: { input_tokens: 3, output_tokens: 1, seen: true },
-    trajectory: [step(null)],
+    trajectory: [testStep()],
   });
   assert.deepEqual(stateToOutput(state).token_usage, {
     input_tokens: 3,
@@ -408,7 +351,7 @@ Deno.test("stateToOutput() sets final_* tokens to 0 when no step reported usage"
 
 Deno.test("stateToOutput() serialises an error with its cause chain", () => {
   const error = new ModelError("endpoint failed", { cause: new TypeError("fetch failed") });
-  const o = stateToOutput(makeState({ error }));
+  const o = stateToOutput(scoredState({ error }));
   assert.deepEqual(o.error, {
     error: "ModelError",
     message: "endpoint failed",
@@ -420,13 +363,13 @@ Deno.test("stateToOutput() serialises an error with its cause chain", () => {
 });
 
 Deno.test("stateToOutput() writes no error_chain keys when there is no error", () => {
-  const o = stateToOutput(makeState());
+  const o = stateToOutput(scoredState());
   assert.equal("error_chain" in o, false);
   assert.equal("long_error_chain" in o, false);
 });
 
 Deno.test("stateToOutput() copies state columns, with null for missing keys", () => {
-  const state = makeState({ judge_response: { "q?": "yes" }, turns: 3 });
+  const state = scoredState({ judge_response: { "q?": "yes" }, turns: 3 });
   const o = stateToOutput(state, ["judge_response", "turns", "missing"]);
   assert.deepEqual(o.judge_response, { "q?": "yes" });
   assert.equal(o.turns, 3);
@@ -434,7 +377,7 @@ Deno.test("stateToOutput() copies state columns, with null for missing keys", ()
 });
 
 Deno.test("stateToOutput() makes Map, Set and BigInt state columns JSON-safe", () => {
-  const state = makeState({ m: new Map([["a", 1]]), s: new Set([1, 2]), big: 5n });
+  const state = scoredState({ m: new Map([["a", 1]]), s: new Set([1, 2]), big: 5n });
   const o = stateToOutput(state, ["m", "s", "big"]);
   assert.deepEqual(o.m, { a: 1 });
   assert.deepEqual(o.s, [1, 2]);
@@ -445,13 +388,13 @@ Deno.test("stateToOutput() rejects a state column that cannot be serialised, nam
   const loop: Record<string, unknown> = {};
   loop.self = loop;
   assert.throws(
-    () => stateToOutput(makeState({ loop }), ["loop"]),
+    () => stateToOutput(scoredState({ loop }), ["loop"]),
     (e: unknown) => e instanceof TypeError && e.message.startsWith('State column "loop"'),
   );
 });
 
 Deno.test("stateToOutput() copies the prompt so later state changes do not leak in", () => {
-  const state = makeState();
+  const state = scoredState();
   const o = stateToOutput(state);
   (state.prompt[0] as { content: string }).content = "changed";
   assert.equal((o.prompt[0] as { content: string }).content, "What is 2+2?");

@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import type { ChatClient } from "./client.ts";
 import { Parser } from "./parser.ts";
 import {
   groupReward,
@@ -9,87 +8,17 @@ import {
   RubricGroup,
   sortHandlers,
 } from "./rubric.ts";
-import { newTiming, type State } from "./state.ts";
-import type { Messages, TrajectoryStep } from "./types.ts";
-
-const noModel: ChatClient = {
-  baseUrl: "http://unused.invalid/v1",
-  headersFromState: {},
-  getResponse() {
-    throw new Error("rubric tests never call a model");
-  },
-};
-
-function makeState(overrides: Partial<State> = {}): State {
-  const prompt: Messages = [{ role: "user", content: "What is 2+2?" }];
-  return {
-    input: { prompt, example_id: 0, task: "default" },
-    prompt,
-    answer: "4",
-    task: "default",
-    info: {},
-    example_id: 0,
-    client: noModel,
-    model: "test-model",
-    sampling_args: {},
-    is_completed: true,
-    is_truncated: false,
-    tool_defs: [],
-    trajectory: [],
-    completion: [{ role: "assistant", content: "4" }],
-    usage: { input_tokens: 0, output_tokens: 0, seen: false },
-    trajectory_id: "t0",
-    reward: null,
-    advantage: null,
-    metrics: null,
-    error: null,
-    final_env_response: null,
-    stop_condition: null,
-    prompt_too_long: false,
-    timed_out: false,
-    timing: newTiming(),
-    ...overrides,
-  };
-}
+import type { State } from "./state.ts";
+import type { Messages } from "./types.ts";
+import { testState, testStep } from "../tests/_state.ts";
+import { captureWarnings } from "../tests/_warnings.ts";
 
 function answerState(completionText: string, answer = "4", extra: Partial<State> = {}): State {
-  return makeState({
+  return testState({
     completion: [{ role: "assistant", content: completionText }],
     answer,
     ...extra,
   });
-}
-
-function step(reward: number | null = null, advantage: number | null = null): TrajectoryStep {
-  return {
-    prompt: [],
-    completion: [],
-    response: {
-      id: "r",
-      created: 0,
-      model: "m",
-      usage: null,
-      message: { role: "assistant", content: "", finish_reason: "stop", is_truncated: false },
-    },
-    reward,
-    advantage,
-    is_truncated: false,
-    trajectory_id: "t0",
-    extras: {},
-  };
-}
-
-/** Run `fn` with console.warn captured; returns the warnings. */
-async function captureWarnings(fn: () => Promise<void>): Promise<string[]> {
-  const seen: string[] = [];
-  const original = console.warn;
-  console.warn = (...args: unknown[]) => void seen.push(args.map(String).join(" "));
-  try {
-    await fn();
-  } finally {
-    console.warn = original;
-  }
-  return seen;
 }
 
 const lastText = (completion: Messages) => String(completion.at(-1)?.content ?? "");
@@ -186,7 +115,7 @@ Deno.test("scoreRollout() passes the rollout's fields and class objects to rewar
 Deno.test("scoreRollout() defaults a missing answer to '' and a missing info to {}", async () => {
   const seen: RewardContext[] = [];
   const rubric = new Rubric({ funcs: [(ctx) => (seen.push(ctx), 1)] });
-  await rubric.scoreRollout(makeState({ answer: undefined as never, info: undefined as never }));
+  await rubric.scoreRollout(testState({ answer: undefined as never, info: undefined as never }));
   assert.equal(seen[0].answer, "");
   assert.deepEqual(seen[0].info, {});
 });
@@ -207,7 +136,7 @@ Deno.test("scoreRollout() coerces boolean results to 1 and 0", async () => {
   const yes = () => true;
   const no = () => Promise.resolve(false);
   const rubric = new Rubric({ funcs: [yes, no] });
-  const state = makeState();
+  const state = testState();
   await rubric.scoreRollout(state);
   assert.deepEqual(state.metrics, { yes: 1, no: 0 });
   assert.equal(state.reward, 1);
@@ -229,7 +158,7 @@ Deno.test("scoreRollout() scores a throwing reward function 0 with a warning and
 Deno.test("scoreRollout() scores a rejected async reward function 0 with a warning", async () => {
   const rejects = () => Promise.reject(new Error("late boom"));
   const rubric = new Rubric({ funcs: [rejects] });
-  const state = makeState();
+  const state = testState();
   const warnings = await captureWarnings(() => rubric.scoreRollout(state));
   assert.equal(state.reward, 0);
   assert.match(warnings[0], /late boom/);
@@ -239,7 +168,7 @@ Deno.test("scoreRollout() scores non-numeric results 0 with a warning", async ()
   const values: unknown[] = ["abc", undefined, null, {}, [], "", NaN, Infinity];
   for (const value of values) {
     const rubric = new Rubric({ funcs: [() => value as number] });
-    const state = makeState();
+    const state = testState();
     const warnings = await captureWarnings(() => rubric.scoreRollout(state));
     assert.equal(state.reward, 0, `reward for ${String(value)}`);
     assert.equal(warnings.length, 1, `warning for ${JSON.stringify(value)}`);
@@ -248,7 +177,7 @@ Deno.test("scoreRollout() scores non-numeric results 0 with a warning", async ()
 
 Deno.test("scoreRollout() accepts a numeric string, as float() does", async () => {
   const rubric = new Rubric({ funcs: [() => "0.5" as unknown as number] });
-  const state = makeState();
+  const state = testState();
   await rubric.scoreRollout(state);
   assert.equal(state.reward, 0.5);
 });
@@ -267,7 +196,7 @@ Deno.test("scoreRollout() runs functions sequentially, so a later one sees state
     return state.parsed === 42 ? 1 : 0;
   }
   const rubric = new Rubric({ funcs: [first, second] });
-  const state = makeState();
+  const state = testState();
   await rubric.scoreRollout(state);
   assert.deepEqual(order, ["first:start", "first:end", "second"]);
   assert.deepEqual(state.metrics, { first: 1, second: 1 });
@@ -277,7 +206,7 @@ Deno.test("scoreRollout() keeps the last score for duplicate names but sums both
   const rubric = new Rubric();
   rubric.addRewardFunc(() => 1, 1, "dup");
   rubric.addRewardFunc(() => 0.25, 1, "dup");
-  const state = makeState();
+  const state = testState();
   await rubric.scoreRollout(state);
   assert.deepEqual(state.metrics, { dup: 0.25 });
   assert.equal(state.reward, 1.25);
@@ -285,13 +214,13 @@ Deno.test("scoreRollout() keeps the last score for duplicate names but sums both
 
 Deno.test("scoreRollout() rejects a rubric holding a group reward function", async () => {
   const rubric = new Rubric({ funcs: [exact, groupReward(({ states }) => states.map(() => 1))] });
-  const state = makeState();
+  const state = testState();
   await assert.rejects(() => rubric.scoreRollout(state), TypeError);
   assert.equal(state.reward, null);
 });
 
 Deno.test("scoreRollout() with no functions sets reward 0 and empty metrics", async () => {
-  const state = makeState();
+  const state = testState();
   await new Rubric().scoreRollout(state);
   assert.equal(state.reward, 0);
   assert.deepEqual(state.metrics, {});
@@ -312,7 +241,7 @@ Deno.test("scoreGroup() runs an individual function once per state", async () =>
   const rubric = new Rubric({
     funcs: [({ example_id }) => (calls.push(example_id), example_id / 10)],
   });
-  const states = [0, 1, 2].map((i) => makeState({ example_id: i }));
+  const states = [0, 1, 2].map((i) => testState({ example_id: i }));
   await rubric.scoreGroup(states);
   assert.deepEqual(calls.sort(), [0, 1, 2]);
   assert.deepEqual(states.map((s) => s.reward), [0, 0.1, 0.2]);
@@ -330,7 +259,7 @@ Deno.test("scoreGroup() runs an individual function concurrently across states",
       return 1;
     }],
   });
-  await rubric.scoreGroup([makeState(), makeState(), makeState()]);
+  await rubric.scoreGroup([testState(), testState(), testState()]);
   assert.equal(peak, 3);
 });
 
@@ -396,22 +325,25 @@ Deno.test("scoreGroup() scores every state 0 when a group function throws", asyn
 
 Deno.test("scoreGroup() scores 0 for states a group function returned no value for", async () => {
   const rubric = new Rubric({ funcs: [groupReward(() => [1], "short")] });
-  const states = [makeState(), makeState()];
+  const states = [testState(), testState()];
   await rubric.scoreGroup(states);
   assert.deepEqual(states.map((s) => s.reward), [1, 0]);
 });
 
 Deno.test("scoreGroup() sets advantage to reward minus the group mean", async () => {
   const rubric = new Rubric({ funcs: [({ state }) => state.example_id] });
-  const states = [1, 2, 6].map((i) => makeState({ example_id: i }));
+  const states = [1, 2, 6].map((i) => testState({ example_id: i }));
   await rubric.scoreGroup(states);
   assert.deepEqual(states.map((s) => s.advantage), [-2, -1, 3]);
 });
 
 Deno.test("scoreGroup() fills null step rewards and advantages and keeps preset ones", async () => {
   const rubric = new Rubric({ funcs: [({ state }) => state.example_id] });
-  const a = makeState({ example_id: 0, trajectory: [step(), step(0.5, null), step(null, 9)] });
-  const b = makeState({ example_id: 2, trajectory: [step()] });
+  const a = testState({
+    example_id: 0,
+    trajectory: [testStep(), testStep({ reward: 0.5 }), testStep({ advantage: 9 })],
+  });
+  const b = testState({ example_id: 2, trajectory: [testStep()] });
   await rubric.scoreGroup([a, b]);
   assert.deepEqual(a.trajectory.map((s) => [s.reward, s.advantage]), [
     [0, -1],
@@ -429,7 +361,7 @@ Deno.test("scoreGroup() of an empty list calls nothing", async () => {
 });
 
 Deno.test("scoreGroup() of one state gives advantage 0", async () => {
-  const state = makeState();
+  const state = testState();
   await new Rubric({ funcs: [() => 0.7] }).scoreGroup([state]);
   assert.equal(state.reward, 0.7);
   assert.equal(state.advantage, 0);
@@ -466,11 +398,11 @@ Deno.test("RubricGroup sums a metric name that appears in several members", asyn
   const b = new Rubric();
   b.addMetric(() => 0.5, 0, "shared");
   const group = new RubricGroup([a, b]);
-  const state = makeState();
+  const state = testState();
   await group.scoreRollout(state);
   assert.deepEqual(state.metrics, { shared: 0.75 });
   assert.equal(state.reward, 0.25);
-  const states = [makeState(), makeState()];
+  const states = [testState(), testState()];
   await group.scoreGroup(states);
   assert.deepEqual(states.map((s) => s.metrics), [{ shared: 0.75 }, { shared: 0.75 }]);
 });
@@ -488,7 +420,7 @@ Deno.test("RubricGroup.scoreRollout() runs members sequentially in order", async
   const b = new Rubric({
     funcs: [({ state }) => (order.push("b"), state.note === "from a" ? 1 : 0)],
   });
-  const state = makeState();
+  const state = testState();
   await new RubricGroup([a, b]).scoreRollout(state);
   assert.deepEqual(order, ["a", "b"]);
   assert.equal(state.reward, 2);
@@ -499,7 +431,7 @@ Deno.test("RubricGroup.scoreGroup() sums rewards and recomputes advantage from t
   const monitor = new Rubric();
   monitor.addMetric(() => 3, 0, "num_turns");
   const group = new RubricGroup([a, monitor]);
-  const states = [0, 4].map((i) => makeState({ example_id: i, trajectory: [step()] }));
+  const states = [0, 4].map((i) => testState({ example_id: i, trajectory: [testStep()] }));
   await group.scoreGroup(states);
   assert.deepEqual(states.map((s) => s.reward), [0, 4]);
   assert.deepEqual(states.map((s) => s.advantage), [-2, 2]);
@@ -517,8 +449,11 @@ Deno.test("RubricGroup.scoreGroup() fills steps from the summed reward and keeps
   const a = new Rubric({ funcs: [() => 1] });
   const b = new Rubric({ funcs: [({ state }) => state.example_id] });
   const states = [
-    makeState({ example_id: 0, trajectory: [step(), step(0.25, 0.5)] }),
-    makeState({ example_id: 2, trajectory: [step()] }),
+    testState({
+      example_id: 0,
+      trajectory: [testStep(), testStep({ reward: 0.25, advantage: 0.5 })],
+    }),
+    testState({ example_id: 2, trajectory: [testStep()] }),
   ];
   await new RubricGroup([a, b]).scoreGroup(states);
   assert.deepEqual(states[0].trajectory.map((s) => [s.reward, s.advantage]), [
@@ -555,7 +490,7 @@ Deno.test("cleanup() runs hooks by descending priority, then by name", async () 
   rubric.addCleanup(() => void order.push("a0"), { name: "a" });
   rubric.addCleanup(() => void order.push("z5"), { name: "z", priority: 5 });
   rubric.addCleanup(() => void order.push("low"), { name: "c", priority: -1 });
-  const state = makeState();
+  const state = testState();
   await rubric.cleanup(state);
   assert.deepEqual(order, ["z5", "a0", "b0", "low"]);
 });
@@ -571,7 +506,7 @@ Deno.test("cleanup() hands the state to each hook and awaits async hooks in turn
   rubric.addCleanup(function second(state) {
     order.push(`second:${state.cleaned}`);
   });
-  await rubric.cleanup(makeState());
+  await rubric.cleanup(testState());
   assert.deepEqual(order, ["first", "second:true"]);
 });
 
@@ -605,7 +540,7 @@ Deno.test("RubricGroup runs its own cleanup and teardown hooks, then each member
   const group = new RubricGroup([a, b]);
   group.addCleanup(() => void order.push("group:cleanup"));
   group.addTeardown(() => void order.push("group:teardown"));
-  await group.cleanup(makeState());
+  await group.cleanup(testState());
   await group.teardown();
   assert.deepEqual(order, [
     "group:cleanup",

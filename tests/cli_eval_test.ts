@@ -5,7 +5,6 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 import { loadExampleDataset } from "../lib/example_datasets.ts";
 import { VERSION } from "../lib/version.ts";
@@ -19,18 +18,10 @@ import {
   textReply,
   toolCallReply,
 } from "./model_server.ts";
-
-const CLI = fileURLToPath(new URL("../cli.ts", import.meta.url));
-const MOD_URL = new URL("../mod.ts", import.meta.url).href;
+import { cliCommand, type CliResult, collect, MOD_URL, tempDir, transcript } from "./_cli.ts";
 
 // ---------------------------------------------------------------------------------------
 // Running the CLI
-
-interface CliResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
 
 interface CliOptions {
   /** Working directory of the CLI (a temp dir, so `./outputs` lands there). */
@@ -39,51 +30,17 @@ interface CliOptions {
   env?: Record<string, string>;
 }
 
-/** A clean environment: no OPENAI_* variables leak in from the machine running the tests. */
-function childEnv(extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = { NO_COLOR: "1" };
-  for (const name of ["PATH", "HOME", "DENO_DIR", "XDG_CACHE_HOME", "TMPDIR"]) {
-    const value = Deno.env.get(name);
-    if (value !== undefined) env[name] = value;
-  }
-  return { ...env, ...extra };
-}
-
+/** The CLI with a bare environment: no OPENAI_* variables leak in from the machine. */
 function spawnCli(args: string[], options: CliOptions): Deno.ChildProcess {
-  return new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", CLI, ...args],
-    cwd: options.cwd,
-    env: childEnv(options.env),
-    clearEnv: true,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
+  return cliCommand(args, { ...options, registry: false }).spawn();
 }
 
-const decoder = new TextDecoder();
-
-async function runCli(args: string[], options: CliOptions): Promise<CliResult> {
-  const out = await spawnCli(args, options).output();
-  return { code: out.code, stdout: decoder.decode(out.stdout), stderr: decoder.decode(out.stderr) };
-}
-
-/** Everything the CLI printed, for assertion messages. */
-function transcript(res: CliResult): string {
-  return `exit ${res.code}\n--- stdout\n${res.stdout}\n--- stderr\n${res.stderr}`;
+function runCli(args: string[], options: CliOptions): Promise<CliResult> {
+  return collect(spawnCli(args, options));
 }
 
 // ---------------------------------------------------------------------------------------
-// Temp dirs and run directories
-
-interface TempDir extends AsyncDisposable {
-  path: string;
-}
-
-async function makeTempDir(): Promise<TempDir> {
-  const path = await Deno.makeTempDir({ prefix: "vf_cli_eval_" });
-  return { path, [Symbol.asyncDispose]: () => Deno.remove(path, { recursive: true }) };
-}
+// Run directories
 
 // deno-lint-ignore no-explicit-any
 type Json = any;
@@ -200,7 +157,7 @@ function questionsOf(requests: ChatRequest[]): string[] {
 // Scoring and saving
 
 Deno.test("vf eval gsm8k saves n×r correct rollouts, metadata and a summary when every answer is right", async () => {
-  await using tmp = await makeTempDir();
+  await using tmp = await tempDir("vf_cli_eval_");
   await using server = await startModelServer({
     responder: gsm8kResponder(() => true, { usage: { prompt_tokens: 100, completion_tokens: 10 } }),
   });
@@ -260,7 +217,7 @@ Deno.test("vf eval gsm8k saves n×r correct rollouts, metadata and a summary whe
 });
 
 Deno.test("vf eval gsm8k scores wrong answers 0 and a mix with pass@1 and pass@2 from per-example counts", async () => {
-  await using tmp = await makeTempDir();
+  await using tmp = await tempDir("vf_cli_eval_");
   // Example 0: both rollouts right; 1: the first right, the second wrong; 2 and 3: both wrong.
   await using mixed = await startModelServer({
     responder: gsm8kResponder((i, attempt) => i === 0 || (i === 1 && attempt === 0)),
@@ -310,7 +267,7 @@ Deno.test("vf eval gsm8k scores wrong answers 0 and a mix with pass@1 and pass@2
 });
 
 Deno.test("vf eval calculator runs the model's calculator tool call and scores the boxed tool result", async () => {
-  await using tmp = await makeTempDir();
+  await using tmp = await tempDir("vf_cli_eval_");
   await using server = await startModelServer({
     responder: (request) => {
       const tool = request.body.messages.findLast((m) => m.role === "tool");
@@ -362,7 +319,7 @@ Deno.test("vf eval calculator runs the model's calculator tool call and scores t
 });
 
 Deno.test("vf eval wordle plays a scripted game over several turns and scores solved and unsolved games", async () => {
-  await using tmp = await makeTempDir();
+  await using tmp = await tempDir("vf_cli_eval_");
   const guesses = ["crane", "plate", "apple", "apple", "apple", "apple"];
   await using server = await startModelServer({
     responder: (request) => {
@@ -412,7 +369,7 @@ Deno.test("vf eval wordle plays a scripted game over several turns and scores so
 // Endpoint failures
 
 Deno.test("vf eval retries 429s (retry-after 0) and 500s and then succeeds", async () => {
-  await using tmp = await makeTempDir();
+  await using tmp = await tempDir("vf_cli_eval_");
   await using server = await startModelServer({
     responder: perQuestionResponder((attempt) =>
       attempt === 0 ? rateLimitReply(0) : attempt === 1 ? { status: 500 } : null
@@ -434,7 +391,7 @@ Deno.test("vf eval retries 429s (retry-after 0) and 500s and then succeeds", asy
 });
 
 Deno.test("vf eval records endpoint failures on the rollouts and exits 0: 500s, timeouts, malformed JSON", async () => {
-  await using tmp = await makeTempDir();
+  await using tmp = await tempDir("vf_cli_eval_");
   await using failing = await startModelServer({ responder: () => ({ status: 500 }) });
   await using slow = await startModelServer({
     responder: () => textReply("<reversed_text>\nlate\n</reversed_text>", { delay_ms: 5_000 }),
@@ -504,7 +461,7 @@ interface BadInputCase {
 }
 
 Deno.test("vf eval rejects bad input with one clear error line naming the file or field and a non-zero exit", async () => {
-  await using tmp = await makeTempDir();
+  await using tmp = await tempDir("vf_cli_eval_");
   const file = (name: string, text: string) => {
     Deno.writeTextFileSync(join(tmp.path, name), text);
     return join(tmp.path, name);
@@ -668,7 +625,7 @@ Deno.test("vf eval rejects bad input with one clear error line naming the file o
 // TOML config
 
 Deno.test("vf eval @ config.toml applies flag and dotted overrides, records them in config.json and never the key", async () => {
-  await using tmp = await makeTempDir();
+  await using tmp = await tempDir("vf_cli_eval_");
   const secret = "sk-test-0123456789-very-secret";
   await using server = await startModelServer({
     apiKey: secret,
@@ -738,7 +695,7 @@ Deno.test("vf eval @ config.toml applies flag and dotted overrides, records them
 // Interrupt and resume
 
 Deno.test("vf eval saves finished rollouts on SIGINT (exit 130) and --resume runs only the missing ones", async () => {
-  await using tmp = await makeTempDir();
+  await using tmp = await tempDir("vf_cli_eval_");
   await using slow = await startModelServer({
     responder: (request) => ({
       content: `<reversed_text>\n${
@@ -813,7 +770,7 @@ Deno.test("vf eval saves finished rollouts on SIGINT (exit 130) and --resume run
 // Help, version, demo
 
 Deno.test("vf --help, vf eval --help and vf --version exit 0; an unknown command exits non-zero", async () => {
-  await using tmp = await makeTempDir();
+  await using tmp = await tempDir("vf_cli_eval_");
   const [help, evalHelp, version, unknown] = await Promise.all([
     runCli(["--help"], { cwd: tmp.path }),
     runCli(["eval", "--help"], { cwd: tmp.path }),
@@ -845,7 +802,7 @@ Deno.test("vf --help, vf eval --help and vf --version exit 0; an unknown command
 });
 
 Deno.test("vf demo -n 3 -r 2 evaluates gsm8k against the scripted local model with no key", async () => {
-  await using tmp = await makeTempDir();
+  await using tmp = await tempDir("vf_cli_eval_");
   const res = await runCli(["demo", "-n", "3", "-r", "2"], { cwd: tmp.path });
   assert.equal(res.code, 0, transcript(res));
   assert.match(

@@ -12,7 +12,6 @@
  */
 import assert from "node:assert/strict";
 import { basename, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import {
   DockerEngine,
   DockerRuntime,
@@ -29,11 +28,18 @@ import { OpenAIChatClient } from "../lib/client.ts";
 import { getHarness } from "../lib/harness.ts";
 import { runTaskRollout } from "../lib/task_rollout.ts";
 import { loadTaskset as loadFileSum } from "../environments/file_sum/mod.ts";
-import { type ModelServer, type Reply, type Responder, startModelServer } from "./model_server.ts";
-import { textReply, toolCallReply } from "./model_server.ts";
+import {
+  bashModel,
+  type ModelServer,
+  type Reply,
+  type Responder,
+  textReply,
+  toolCallReply,
+  withModelServer,
+} from "./model_server.ts";
 import { makeCertificates, startSshd, startTlsProxy } from "./_remote_docker.ts";
+import { cliCommand, type CliResult, collect, transcript } from "./_cli.ts";
 
-const CLI = fileURLToPath(new URL("../cli.ts", import.meta.url));
 const DOCKER_SOCKET = "/var/run/docker.sock";
 const MODEL = "vf-test";
 const IMAGE = "busybox:latest";
@@ -41,48 +47,64 @@ const IMAGE = "busybox:latest";
 // ---------------------------------------------------------------------------------------
 // The CLI as a subprocess
 
-function childEnv(extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = { NO_COLOR: "1" };
-  for (const name of ["PATH", "HOME", "DENO_DIR", "XDG_CACHE_HOME", "TMPDIR", "DOCKER_HOST"]) {
-    const value = Deno.env.get(name);
-    if (value !== undefined) env[name] = value;
-  }
-  return { ...env, ...extra };
-}
-
-interface CliResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function transcript(res: CliResult): string {
-  return `exit ${res.code}\n--- stdout\n${res.stdout}\n--- stderr\n${res.stderr}`;
-}
-
+/** The CLI with a bare environment plus DOCKER_HOST and `env`. */
 function spawnCli(args: string[], cwd: string, env: Record<string, string>): Deno.ChildProcess {
-  return new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", CLI, ...args],
-    cwd,
-    env: childEnv(env),
-    clearEnv: true,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
+  return cliCommand(args, { cwd, env, registry: false, docker: true }).spawn();
 }
 
-async function cli(args: string[], cwd: string, env: Record<string, string>): Promise<CliResult> {
-  const out = await spawnCli(args, cwd, env).output();
-  return {
-    code: out.code,
-    stdout: new TextDecoder().decode(out.stdout),
-    stderr: new TextDecoder().decode(out.stderr),
-  };
+function cli(args: string[], cwd: string, env: Record<string, string>): Promise<CliResult> {
+  return collect(spawnCli(args, cwd, env));
+}
+
+/** `vf run file-sum` on busybox against `server`, writing under ./out, plus `flags`. */
+function fileSumRun(server: ModelServer, ...flags: string[]): string[] {
+  const model = ["-m", MODEL, "-b", server.url];
+  return ["run", "file-sum", ...model, "-o", "out", "--env.taskset.image", IMAGE, ...flags];
 }
 
 function runDirOf(stderr: string): string | undefined {
   return /^Saving traces to (.+)$/m.exec(stderr)?.[1];
+}
+
+/** `vf <args>` in the background: stdout discarded, stderr read as it comes. */
+class BackgroundCli {
+  stderr = "";
+  readonly #child: Deno.ChildProcess;
+  readonly #reading: Promise<void>;
+
+  constructor(args: string[], cwd: string, env: Record<string, string>) {
+    const child = this.#child = spawnCli(args, cwd, env);
+    this.#reading = (async () => {
+      for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
+        this.stderr += chunk;
+      }
+    })();
+    child.stdout.cancel();
+  }
+
+  /**
+   * Waits up to 60 s until the run announced its directory and `ready(runId)` holds; returns
+   * the run id announced by then, if any.
+   */
+  async waitFor(ready: (runId: string) => Promise<boolean>): Promise<string | undefined> {
+    let runId: string | undefined;
+    const deadline = Date.now() + 60_000;
+    while (Date.now() < deadline) {
+      const runDir = runDirOf(this.stderr);
+      runId = runDir ? basename(runDir) : undefined;
+      if (runId && await ready(runId)) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return runId;
+  }
+
+  /** Sends `signal`; the exit status, once stderr is read to its end. */
+  async kill(signal: Deno.Signal): Promise<Deno.CommandStatus> {
+    this.#child.kill(signal);
+    const status = await this.#child.status;
+    await this.#reading;
+    return status;
+  }
 }
 
 // deno-lint-ignore no-explicit-any
@@ -91,6 +113,16 @@ type Json = any;
 async function readTraces(dir: string): Promise<Json[]> {
   const text = await Deno.readTextFile(join(dir, "traces.jsonl"));
   return text.split("\n").filter((l) => l).map((l) => JSON.parse(l));
+}
+
+/** Asserts that a `vf run` exited 0 with `n` traces, each of reward 1; returns its run id. */
+async function solvedRun(res: CliResult, n: number): Promise<string> {
+  assert.equal(res.code, 0, transcript(res));
+  const runDir = runDirOf(res.stderr)!;
+  const traces = await readTraces(runDir);
+  assert.equal(traces.length, n);
+  for (const t of traces) assert.equal(t.reward, 1, JSON.stringify(t.error));
+  return basename(runDir);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -197,26 +229,7 @@ class EngineEvents implements AsyncDisposable {
 // ---------------------------------------------------------------------------------------
 // Scripted models
 
-/** Runs one shell command per turn, then answers "done". */
-function bashModel(...commands: string[]): Responder {
-  return ({ body }) => {
-    const turn = body.messages.filter((m) => m.role === "assistant").length;
-    return turn < commands.length
-      ? toolCallReply("bash", { command: commands[turn] })
-      : textReply("done");
-  };
-}
-
 const SOLVE = "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt";
-
-async function withServer<T>(responder: Responder, fn: (s: ModelServer) => Promise<T>) {
-  const server = await startModelServer({ responder });
-  try {
-    return await fn(server);
-  } finally {
-    await server.close();
-  }
-}
 
 async function tempDir(prefix: string): Promise<string> {
   return await Deno.makeTempDir({ prefix });
@@ -270,46 +283,15 @@ Deno.test("vf cleanup --run removes what an evaluator killed with SIGKILL mid-ru
   const dir = await tempDir("vf_sigkill_");
   const ledgerPath = join(dir, "ledger.jsonl");
   const env = { VF_LEDGER: ledgerPath };
-  await withServer(bashModel("sleep 30", SOLVE), async (server) => {
-    const child = spawnCli(
-      [
-        "run",
-        "file-sum",
-        "-n",
-        "2",
-        "-c",
-        "2",
-        "-m",
-        MODEL,
-        "-b",
-        server.url,
-        "-o",
-        "out",
-        "--env.taskset.image",
-        IMAGE,
-      ],
-      dir,
-      env,
-    );
-    let stderr = "";
-    const reading = (async () => {
-      for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) stderr += chunk;
-    })();
-    child.stdout.cancel();
+  await withModelServer(bashModel("sleep 30", SOLVE), async (server) => {
+    const run = new BackgroundCli(fileSumRun(server, "-n", "2", "-c", "2"), dir, env);
     // Wait until both agents run `sleep 30` (each asked the model once) and their containers exist.
-    let runId: string | undefined;
-    const deadline = Date.now() + 60_000;
-    while (Date.now() < deadline) {
-      const runDir = runDirOf(stderr);
-      runId = runDir ? basename(runDir) : undefined;
-      if (runId && server.requests.length >= 2 && (await runContainers(runId)).length >= 2) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    assert.ok(runId, `the run never announced its directory:\n${stderr}`);
+    const runId = await run.waitFor(async (id) =>
+      server.requests.length >= 2 && (await runContainers(id)).length >= 2
+    );
+    assert.ok(runId, `the run never announced its directory:\n${run.stderr}`);
     await new Promise((r) => setTimeout(r, 500)); // the `sleep 30` execs are running
-    child.kill("SIGKILL");
-    const status = await child.status;
-    await reading;
+    const status = await run.kill("SIGKILL");
     assert.equal(status.signal, "SIGKILL");
 
     // SIGKILL skipped every teardown: the containers and the ledger's live entries remain.
@@ -339,50 +321,21 @@ Deno.test("vf cleanup --run removes what an evaluator killed with SIGKILL mid-ru
 Deno.test("SIGINT mid-run tears down every live container, pooled ones included, and the ledger shows none live", async () => {
   const dir = await tempDir("vf_sigint_");
   const ledgerPath = join(dir, "ledger.jsonl");
-  await withServer(bashModel("sleep 30", SOLVE), async (server) => {
-    const child = spawnCli(
-      [
-        "run",
-        "file-sum",
-        "-n",
-        "2",
-        "-c",
-        "2",
-        "-m",
-        MODEL,
-        "-b",
-        server.url,
-        "-o",
-        "out",
-        "--env.taskset.image",
-        IMAGE,
-        "--env.agent.runtime.warm_pool",
-        "2",
-      ],
+  await withModelServer(bashModel("sleep 30", SOLVE), async (server) => {
+    const run = new BackgroundCli(
+      fileSumRun(server, "-n", "2", "-c", "2", "--env.agent.runtime.warm_pool", "2"),
       dir,
       { VF_LEDGER: ledgerPath },
     );
-    let stderr = "";
-    const reading = (async () => {
-      for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) stderr += chunk;
-    })();
-    child.stdout.cancel();
-    let runId: string | undefined;
-    const deadline = Date.now() + 60_000;
-    while (Date.now() < deadline) {
-      const runDir = runDirOf(stderr);
-      runId = runDir ? basename(runDir) : undefined;
-      // Two agents in `sleep 30` plus two pooled replacements.
-      if (runId && server.requests.length >= 2 && (await runContainers(runId)).length >= 4) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    assert.ok(runId, `the run never announced its directory:\n${stderr}`);
+    // Two agents in `sleep 30` plus two pooled replacements.
+    const runId = await run.waitFor(async (id) =>
+      server.requests.length >= 2 && (await runContainers(id)).length >= 4
+    );
+    assert.ok(runId, `the run never announced its directory:\n${run.stderr}`);
     const before = await runContainers(runId!);
     assert.ok(before.some((c: Json) => c.Labels["vf.pool"] === "1"), "no pooled container seen");
-    child.kill("SIGINT");
-    const status = await child.status;
-    await reading;
-    assert.equal(status.code, 130, stderr);
+    const status = await run.kill("SIGINT");
+    assert.equal(status.code, 130, run.stderr);
     assert.deepEqual(await runContainers(runId!), []);
     assert.deepEqual(await new Ledger(ledgerPath).live({ runId }), []);
   });
@@ -482,37 +435,13 @@ Deno.test("vf run with a warm pool: agents get pooled containers, grading sandbo
   const dir = await tempDir("vf_pool_run_");
   await using events = new EngineEvents();
   await events.ready();
-  const res = await withServer(bashModel(SOLVE), (server) =>
+  const res = await withModelServer(bashModel(SOLVE), (server) =>
     cli(
-      [
-        "run",
-        "file-sum",
-        "-n",
-        "3",
-        "-r",
-        "2",
-        "-c",
-        "2",
-        "-m",
-        MODEL,
-        "-b",
-        server.url,
-        "-o",
-        "out",
-        "--env.taskset.image",
-        IMAGE,
-        "--env.agent.runtime.warm_pool",
-        "2",
-      ],
+      fileSumRun(server, "-n", "3", "-r", "2", "-c", "2", "--env.agent.runtime.warm_pool", "2"),
       dir,
       { VF_LEDGER: join(dir, "ledger.jsonl") },
     ));
-  assert.equal(res.code, 0, transcript(res));
-  const runDir = runDirOf(res.stderr)!;
-  const runId = basename(runDir);
-  const traces = await readTraces(runDir);
-  assert.equal(traces.length, 6);
-  for (const t of traces) assert.equal(t.reward, 1, JSON.stringify(t.error));
+  const runId = await solvedRun(res, 6);
   await new Promise((r) => setTimeout(r, 300));
   const created = events.of(runId).filter((e) => e.action === "create");
   const graders = created.filter((e) => e.labels["vf.role"] === "grader");
@@ -559,7 +488,7 @@ Deno.test("[limits] max_sandboxes = 2 with 6 concurrent rollouts: the engine nev
       await new Promise((r) => setTimeout(r, 20));
     }
   })();
-  const res = await withServer(
+  const res = await withModelServer(
     bashModel(SOLVE),
     (server) =>
       cli(["eval", "@", "run.toml", "-b", server.url], dir, {
@@ -568,12 +497,7 @@ Deno.test("[limits] max_sandboxes = 2 with 6 concurrent rollouts: the engine nev
   );
   sampling = false;
   await sampler;
-  assert.equal(res.code, 0, transcript(res));
-  const runDir = runDirOf(res.stderr)!;
-  const runId = basename(runDir);
-  const traces = await readTraces(runDir);
-  assert.equal(traces.length, 6);
-  for (const t of traces) assert.equal(t.reward, 1, JSON.stringify(t.error));
+  const runId = await solvedRun(res, 6);
   await new Promise((r) => setTimeout(r, 300));
   const creates = events.of(runId).filter((e) => e.action === "create").length;
   assert.ok(creates >= 12, `only ${creates} containers created`); // 6 agents + 6 graders
@@ -624,35 +548,23 @@ Deno.test("[limits] max_model_connections caps model requests in flight, separat
     const turn = body.messages.filter((m) => m.role === "assistant").length;
     return (turn === 0 ? toolCallReply("bash", { command: SOLVE }) : textReply("done")) as Reply;
   };
-  const res = await withServer(responder, (server) =>
+  const res = await withModelServer(responder, (server) =>
     cli(
-      [
-        "run",
-        "file-sum",
+      fileSumRun(
+        server,
         "-n",
         "4",
         "-c",
         "4",
-        "-m",
-        MODEL,
-        "-b",
-        server.url,
-        "-o",
-        "out",
-        "--env.taskset.image",
-        IMAGE,
         "--limits.max_model_connections",
         "1",
         "--env.agent.scoring.mode",
         "shared",
-      ],
+      ),
       dir,
       { VF_LEDGER: join(dir, "ledger.jsonl") },
     ));
-  assert.equal(res.code, 0, transcript(res));
-  const traces = await readTraces(runDirOf(res.stderr)!);
-  assert.equal(traces.length, 4);
-  for (const t of traces) assert.equal(t.reward, 1, JSON.stringify(t.error));
+  await solvedRun(res, 4);
   assert.equal(peak, 1, `model saw ${peak} concurrent requests`);
   await Deno.remove(dir, { recursive: true });
 });
@@ -662,22 +574,9 @@ Deno.test("[limits] max_model_connections caps model requests in flight, separat
 
 Deno.test("an unreachable engine is retried in fresh sandboxes and recorded as an infra error, never reward 0", async () => {
   const dir = await tempDir("vf_infra_");
-  const res = await withServer(bashModel(SOLVE), (server) =>
+  const res = await withModelServer(bashModel(SOLVE), (server) =>
     cli(
-      [
-        "run",
-        "file-sum",
-        "-n",
-        "1",
-        "-m",
-        MODEL,
-        "-b",
-        server.url,
-        "-o",
-        "out",
-        "--env.taskset.image",
-        IMAGE,
-      ],
+      fileSumRun(server, "-n", "1"),
       dir,
       {
         DOCKER_HOST: `unix://${join(dir, "no-such-docker.sock")}`,
@@ -714,7 +613,7 @@ Deno.test("a sandbox that fails to come up is replaced by a fresh one and the ro
     close: () => pool.close(),
   };
   const [task] = await loadFileSum({ image: IMAGE }).tasks(1);
-  await withServer(bashModel(SOLVE), async (server) => {
+  await withModelServer(bashModel(SOLVE), async (server) => {
     const trace = await runTaskRollout({
       task,
       tasksetId: "file-sum",
@@ -791,22 +690,9 @@ Deno.test("DOCKER_HOST=tcp:// with DOCKER_TLS_VERIFY: the real engine answers th
   // End to end: vf run against the TLS endpoint.
   const work = await tempDir("vf_tls_run_");
   const ledgerPath = join(work, "ledger.jsonl");
-  const res = await withServer(bashModel(SOLVE), (server) =>
+  const res = await withModelServer(bashModel(SOLVE), (server) =>
     cli(
-      [
-        "run",
-        "file-sum",
-        "-n",
-        "1",
-        "-m",
-        MODEL,
-        "-b",
-        server.url,
-        "-o",
-        "out",
-        "--env.taskset.image",
-        IMAGE,
-      ],
+      fileSumRun(server, "-n", "1"),
       work,
       {
         DOCKER_HOST: host,
@@ -886,22 +772,9 @@ Deno.test("DOCKER_HOST=ssh://: the Engine API over a real sshd, with known-hosts
 
   // vf run over ssh:// end to end.
   const work = await tempDir("vf_ssh_run_");
-  const res = await withServer(bashModel(SOLVE), (server) =>
+  const res = await withModelServer(bashModel(SOLVE), (server) =>
     cli(
-      [
-        "run",
-        "file-sum",
-        "-n",
-        "1",
-        "-m",
-        MODEL,
-        "-b",
-        server.url,
-        "-o",
-        "out",
-        "--env.taskset.image",
-        IMAGE,
-      ],
+      fileSumRun(server, "-n", "1"),
       work,
       {
         DOCKER_HOST: host,

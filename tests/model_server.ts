@@ -86,6 +86,16 @@ export function toolCallReply(
   };
 }
 
+/** A scripted agent: one `bash` tool call per turn, running `commands` in order, then "done". */
+export function bashModel(...commands: string[]): Responder {
+  return ({ body }) => {
+    const turn = body.messages.filter((m) => m.role === "assistant").length;
+    return turn < commands.length
+      ? toolCallReply("bash", { command: commands[turn] })
+      : textReply("done");
+  };
+}
+
 /** A 429 with a `retry-after` header (seconds). */
 export function rateLimitReply(retryAfterSeconds = 0): ErrorReply {
   return {

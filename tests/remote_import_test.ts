@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { extname, join, normalize, sep } from "node:path";
 import { fileURLToPath } from "node:url";
-import { childEnv } from "./_child_env.ts";
+import { runDeno, tempDir, transcript } from "./_cli.ts";
 import { lastUserText, startModelServer, textReply } from "./model_server.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -90,50 +90,28 @@ Deno.test("a program with no config imports mod.ts by URL and evaluates a model"
     apiKey: "remote-test-key",
     responder: (request) => textReply(lastUserText(request).includes("2+2") ? "4" : "7"),
   });
-  const work = await Deno.makeTempDir({ prefix: "vf_remote_import_" });
-  const denoDir = await Deno.makeTempDir({ prefix: "vf_remote_import_deno_dir_" });
-  try {
-    await Deno.writeTextFile(join(work, "main.ts"), program(`${files.origin}/mod.ts`));
-    const run = async (args: string[]) => {
-      const out = await new Deno.Command(Deno.execPath(), {
-        args,
-        cwd: work,
-        env: childEnv({ DENO_DIR: denoDir }),
-        clearEnv: true,
-        stdin: "null",
-        stdout: "piped",
-        stderr: "piped",
-      }).output();
-      const stdout = new TextDecoder().decode(out.stdout);
-      const stderr = new TextDecoder().decode(out.stderr);
-      return {
-        code: out.code,
-        stdout,
-        stderr,
-        transcript: `exit ${out.code}\n${stdout}\n${stderr}`,
-      };
-    };
+  await using work = await tempDir("vf_remote_import_");
+  await using denoDir = await tempDir("vf_remote_import_deno_dir_");
+  await Deno.writeTextFile(join(work.path, "main.ts"), program(`${files.origin}/mod.ts`));
+  const run = (args: string[]) =>
+    runDeno(args, { cwd: work.path, env: { DENO_DIR: denoDir.path } });
 
-    const res = await run(["run", "-A", `--reload=${files.origin}`, "main.ts", model.url]);
-    assert.equal(res.code, 0, res.transcript);
-    const { metadata, outputs } = JSON.parse(res.stdout.trim().split("\n").at(-1)!);
-    assert.equal(metadata.num_rollouts, 6);
-    assert.equal(outputs, 6);
-    assert.equal(metadata.avg_reward, 0.5);
-    assert.equal(metadata.model, "remote-model");
-    assert.equal(model.requests.length, 6);
-    assert.ok(files.requested.includes("/mod.ts"), "mod.ts was not fetched from the server");
+  const res = await run(["run", "-A", `--reload=${files.origin}`, "main.ts", model.url]);
+  assert.equal(res.code, 0, transcript(res));
+  const { metadata, outputs } = JSON.parse(res.stdout.trim().split("\n").at(-1)!);
+  assert.equal(metadata.num_rollouts, 6);
+  assert.equal(outputs, 6);
+  assert.equal(metadata.avg_reward, 0.5);
+  assert.equal(metadata.model, "remote-model");
+  assert.equal(model.requests.length, 6);
+  assert.ok(files.requested.includes("/mod.ts"), "mod.ts was not fetched from the server");
 
-    // The user's own type check sees vf's types through the URL.
-    const check = await run(["check", `--allow-import=${new URL(files.origin).host}`, "main.ts"]);
-    assert.equal(check.code, 0, check.transcript);
+  // The user's own type check sees vf's types through the URL.
+  const check = await run(["check", `--allow-import=${new URL(files.origin).host}`, "main.ts"]);
+  assert.equal(check.code, 0, transcript(check));
 
-    // Nothing was written next to the program: no lockfile, no node_modules, no config.
-    const left = [];
-    for await (const entry of Deno.readDir(work)) left.push(entry.name);
-    assert.deepEqual(left, ["main.ts"]);
-  } finally {
-    await Deno.remove(work, { recursive: true });
-    await Deno.remove(denoDir, { recursive: true });
-  }
+  // Nothing was written next to the program: no lockfile, no node_modules, no config.
+  const left = [];
+  for await (const entry of Deno.readDir(work.path)) left.push(entry.name);
+  assert.deepEqual(left, ["main.ts"]);
 });

@@ -14,18 +14,17 @@ import { createHash } from "node:crypto";
 import { basename, extname, join, normalize, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 import { cleanupContainers } from "../mod.ts";
-import { childEnv } from "./_child_env.ts";
+import { type CliResult, runCli, transcript } from "./_cli.ts";
 import {
+  bashModel,
   lastUserText,
   type ModelServer,
   type Responder,
   startModelServer,
   textReply,
-  toolCallReply,
 } from "./model_server.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const CLI = join(ROOT, "cli.ts");
 const MODEL = "vf-sandbox-test";
 const DOCKER_SOCKET = "/var/run/docker.sock";
 const TARGET_TEXT = "hello from the undeclared host";
@@ -104,16 +103,6 @@ async function modelServer(responder: Responder): Promise<ModelServer> {
   return await startModelServer({ responder, apiKey: API_KEY });
 }
 
-/** A model that runs one bash command per turn, then answers "done". */
-function bashModel(...commands: string[]): Responder {
-  return ({ body }) => {
-    const turn = body.messages.filter((m) => m.role === "assistant").length;
-    return turn < commands.length
-      ? toolCallReply("bash", { command: commands[turn] })
-      : textReply("done");
-  };
-}
-
 // ---------------------------------------------------------------------------------------
 // Running the CLI
 
@@ -131,16 +120,6 @@ function denoDir(): Promise<string> {
     }).output();
     return JSON.parse(new TextDecoder().decode(out.stdout)).denoDir;
   })();
-}
-
-interface CliResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function transcript(res: CliResult): string {
-  return `exit ${res.code}\n--- stdout\n${res.stdout}\n--- stderr\n${res.stderr}`;
 }
 
 /** A temp dir with its own HOME (holding a dummy SSH key), lock file and output dir. */
@@ -169,27 +148,13 @@ class Workdir implements AsyncDisposable {
   }
 
   async cliRaw(args: string[], env: Record<string, string> = {}): Promise<CliResult> {
-    const out = await new Deno.Command(Deno.execPath(), {
+    return await runCli(args, {
       // --lock: a copy of the project's lock, so that URL environments imported in-process
       // (--trust) are recorded there and not in the repository's deno.lock.
-      args: ["run", "-A", `--lock=${join(this.path, "deno.lock")}`, CLI, ...args],
+      denoFlags: [`--lock=${join(this.path, "deno.lock")}`],
       cwd: this.path,
-      env: childEnv({
-        HOME: this.home,
-        DENO_DIR: await denoDir(),
-        OPENAI_API_KEY: API_KEY,
-        ...env,
-      }),
-      clearEnv: true,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    return {
-      code: out.code,
-      stdout: new TextDecoder().decode(out.stdout),
-      stderr: new TextDecoder().decode(out.stderr),
-    };
+      env: { HOME: this.home, DENO_DIR: await denoDir(), OPENAI_API_KEY: API_KEY, ...env },
+    });
   }
 
   /** Every file under this dir except HOME, as text (for "the secret never appears"). */
@@ -640,7 +605,33 @@ Deno.test("a URL taskset runs sandboxed on the evaluator's Docker runtime: vf va
   }
 });
 
-Deno.test("--trust is the explicit opt-out: a URL environment then runs in-process and reads an environment variable the sandbox denies", async () => {
+Deno.test("--trust checks a URL environment against the lock file too: a changed module fails until --reload", async () => {
+  await using w = await workdir();
+  const packages = join(w.path, "packages");
+  await using files = await serveFiles(packages);
+  await using model = await modelServer(halfRightModel);
+  const envUrl = `${files.origin}/envs/tiny/mod.ts`;
+  const v1 = tinyEnv(`${files.origin}/mod.ts`);
+  await writePackage(packages, "tiny", { "mod.ts": v1 });
+  const args = [...evalArgs(envUrl, model, "-n", "2", "-r", "1"), "--trust"];
+  const pinned = async () => JSON.parse(await Deno.readTextFile(w.lockFile())).remote ?? {};
+
+  assert.equal((await evalRows(await w.cli(args))).length, 2);
+  assert.equal((await pinned())[envUrl], sha256(v1));
+
+  const v2 = v1 + "// a new version\n";
+  await Deno.writeTextFile(join(packages, "tiny", "mod.ts"), v2);
+  const changed = await w.cli(args);
+  assert.equal(changed.code, 1, transcript(changed));
+  assert.match(changed.stderr, /changed since it was pinned/);
+  assert.ok(changed.stderr.includes(envUrl), transcript(changed));
+  assert.equal((await pinned())[envUrl], sha256(v1), "a failed run changed the pin");
+
+  assert.equal((await evalRows(await w.cli([...args, "--reload"]))).length, 2);
+  assert.equal((await pinned())[envUrl], sha256(v2), "--reload did not re-pin the new version");
+});
+
+Deno.test("--trust is the explicit opt-out: a URL environment then runs with every permission and reads an environment variable the sandbox denies", async () => {
   await using w = await workdir();
   const packages = join(w.path, "packages");
   await using files = await serveFiles(packages);

@@ -5,32 +5,12 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { startModelServer } from "./model_server.ts";
+import { cliCommand, collect, tempDir, transcript } from "./_cli.ts";
 
-const CLI = fileURLToPath(new URL("../cli.ts", import.meta.url));
-const decoder = new TextDecoder();
-
-/** A clean environment: no keys or OPENAI_* variables leak in from the machine. */
-function childEnv(extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = { NO_COLOR: "1" };
-  for (const name of ["PATH", "HOME", "DENO_DIR", "XDG_CACHE_HOME", "TMPDIR"]) {
-    const value = Deno.env.get(name);
-    if (value !== undefined) env[name] = value;
-  }
-  return { ...env, ...extra };
-}
-
+/** The CLI with a bare environment: no keys or OPENAI_* variables leak in from the machine. */
 function cli(args: string[], cwd: string, env: Record<string, string> = {}): Deno.Command {
-  return new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", CLI, ...args],
-    cwd,
-    env: childEnv(env),
-    clearEnv: true,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  });
+  return cliCommand(args, { cwd, env, registry: false });
 }
 
 function freePort(): number {
@@ -61,47 +41,33 @@ async function waitForHealth(
   );
 }
 
+/** `vf eval <envId>` through the env server at `url`, with model "m" at `baseUrl`, plus `flags`. */
+function evalViaServer(envId: string, url: string, baseUrl: string, ...flags: string[]): string[] {
+  return ["eval", envId, "--server", url, "-m", "m", "-b", baseUrl, ...flags];
+}
+
 Deno.test("vf eval --server runs an eval through a vf serve process", async () => {
-  const tmp = await Deno.makeTempDir({ prefix: "vf_serve_" });
+  await using tmp = await tempDir("vf_serve_");
   await using model = await startModelServer({ responder: () => ({ content: "So \\boxed{18}" }) });
   const port = freePort();
   const url = `http://127.0.0.1:${port}`;
-  const server = cli(["serve", "gsm8k", "--port", String(port), "-c", "4"], tmp).spawn();
+  const server = cli(["serve", "gsm8k", "--port", String(port), "-c", "4"], tmp.path).spawn();
   try {
     const health = await waitForHealth(url, server);
     assert.equal(health.env_id, "gsm8k");
     assert.equal(health.max_concurrent, 4);
 
-    const evalRun = await cli(
-      [
-        "eval",
-        "gsm8k",
-        "--server",
-        url,
-        "-m",
-        "m",
-        "-b",
-        model.url,
-        "-k",
-        "VF_TEST_KEY",
-        "-n",
-        "2",
-        "-r",
-        "2",
-        "-o",
-        tmp,
-      ],
-      tmp,
-      { VF_TEST_KEY: "key-from-the-evaluator" },
-    ).output();
-    const transcript = `exit ${evalRun.code}\n--- stdout\n${
-      decoder.decode(evalRun.stdout)
-    }\n--- stderr\n${decoder.decode(evalRun.stderr)}`;
-    assert.equal(evalRun.code, 0, transcript);
+    const flags = ["-k", "VF_TEST_KEY", "-n", "2", "-r", "2", "-o", tmp.path];
+    const evalRun = await collect(
+      cli(evalViaServer("gsm8k", url, model.url, ...flags), tmp.path, {
+        VF_TEST_KEY: "key-from-the-evaluator",
+      }),
+    );
+    assert.equal(evalRun.code, 0, transcript(evalRun));
 
-    const base = join(tmp, "evals", "gsm8k--m");
+    const base = join(tmp.path, "evals", "gsm8k--m");
     const dirs = [...Deno.readDirSync(base)].map((e) => e.name);
-    assert.equal(dirs.length, 1, transcript);
+    assert.equal(dirs.length, 1, transcript(evalRun));
     const rows = Deno.readTextFileSync(join(base, dirs[0], "results.jsonl")).trim().split("\n").map(
       (l) => JSON.parse(l),
     );
@@ -117,48 +83,23 @@ Deno.test("vf eval --server runs an eval through a vf serve process", async () =
     );
 
     // A mismatched environment name is refused before any rollout runs.
-    const wrong = await cli([
-      "eval",
-      "wordle",
-      "--server",
-      url,
-      "-m",
-      "m",
-      "-b",
-      model.url,
-      "-n",
-      "1",
-    ], tmp).output();
+    const wrong = await collect(cli(evalViaServer("wordle", url, model.url, "-n", "1"), tmp.path));
     assert.equal(wrong.code, 1);
-    assert.match(decoder.decode(wrong.stderr), /serves "gsm8k", not "wordle"/);
+    assert.match(wrong.stderr, /serves "gsm8k", not "wordle"/);
     assert.equal(model.requests.length, 4);
   } finally {
     server.kill("SIGTERM");
-    const out = await server.output();
-    await Deno.remove(tmp, { recursive: true });
-    assert.equal(out.code, 0, decoder.decode(out.stderr));
-    assert.match(decoder.decode(out.stdout), new RegExp(`environment "gsm8k" at ${url}`));
-    assert.match(decoder.decode(out.stderr), /SIGTERM: stopping the env server/);
+    const out = await collect(server);
+    assert.equal(out.code, 0, out.stderr);
+    assert.match(out.stdout, new RegExp(`environment "gsm8k" at ${url}`));
+    assert.match(out.stderr, /SIGTERM: stopping the env server/);
   }
 });
 
 Deno.test("vf eval --server names the URL when no server is listening", async () => {
-  const tmp = await Deno.makeTempDir({ prefix: "vf_serve_" });
-  try {
-    const url = `http://127.0.0.1:${freePort()}`;
-    const out = await cli([
-      "eval",
-      "gsm8k",
-      "--server",
-      url,
-      "-m",
-      "m",
-      "-b",
-      "http://127.0.0.1:1/v1",
-    ], tmp).output();
-    assert.equal(out.code, 1);
-    assert.match(decoder.decode(out.stderr), new RegExp(`Cannot reach the env server at "${url}"`));
-  } finally {
-    await Deno.remove(tmp, { recursive: true });
-  }
+  await using tmp = await tempDir("vf_serve_");
+  const url = `http://127.0.0.1:${freePort()}`;
+  const out = await collect(cli(evalViaServer("gsm8k", url, "http://127.0.0.1:1/v1"), tmp.path));
+  assert.equal(out.code, 1);
+  assert.match(out.stderr, new RegExp(`Cannot reach the env server at "${url}"`));
 });

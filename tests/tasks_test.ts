@@ -10,7 +10,6 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { basename, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import {
   cleanupContainers,
   collectArtifacts,
@@ -22,6 +21,7 @@ import {
   type TaskTrace,
 } from "../mod.ts";
 import {
+  bashModel,
   type ModelServer,
   type Reply,
   type Responder,
@@ -29,51 +29,22 @@ import {
   textReply,
   toolCallReply,
 } from "./model_server.ts";
+import { cliCommand, type CliResult, collect, MOD_URL, transcript } from "./_cli.ts";
 
-const CLI = fileURLToPath(new URL("../cli.ts", import.meta.url));
-const MOD_URL = new URL("../mod.ts", import.meta.url).href;
 const DOCKER_SOCKET = "/var/run/docker.sock";
 const MODEL = "vf-test";
 
 // ---------------------------------------------------------------------------------------
 // Running the CLI
 
-interface CliResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-/** A clean environment: no OPENAI_* variables leak in from the machine running the tests. */
-function childEnv(extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = { NO_COLOR: "1" };
-  for (const name of ["PATH", "HOME", "DENO_DIR", "XDG_CACHE_HOME", "TMPDIR", "DOCKER_HOST"]) {
-    const value = Deno.env.get(name);
-    if (value !== undefined) env[name] = value;
-  }
-  return { ...env, ...extra };
-}
-
+/** The CLI with a bare environment (no OPENAI_* variables leak in) plus DOCKER_HOST. */
 function spawnCli(
   args: string[],
   cwd: string,
   env: Record<string, string> = {},
   stdout: "piped" | "null" = "piped",
 ): Deno.ChildProcess {
-  return new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", CLI, ...args],
-    cwd,
-    env: childEnv(env),
-    clearEnv: true,
-    stdin: "null",
-    stdout,
-    stderr: "piped",
-  }).spawn();
-}
-
-/** Everything the CLI printed, for assertion messages. */
-function transcript(res: CliResult): string {
-  return `exit ${res.code}\n--- stdout\n${res.stdout}\n--- stderr\n${res.stderr}`;
+  return cliCommand(args, { cwd, env, stdout, registry: false, docker: true }).spawn();
 }
 
 /** The run directory a `vf run` / `vf eval @` announced on stderr. */
@@ -132,12 +103,7 @@ class Scenario implements AsyncDisposable {
 
   /** Run the CLI in this scenario's temp dir; remembers the run id it announces. */
   async cli(args: string[], env: Record<string, string> = {}): Promise<CliResult> {
-    const out = await spawnCli(args, this.path, env).output();
-    const res = {
-      code: out.code,
-      stdout: new TextDecoder().decode(out.stdout),
-      stderr: new TextDecoder().decode(out.stderr),
-    };
+    const res = await collect(spawnCli(args, this.path, env));
     const dir = announcedRunDir(res.stderr);
     if (dir) this.runIds.add(basename(dir));
     return res;
@@ -221,13 +187,6 @@ function agentModel(step: (turn: Turn) => Reply): Responder {
     const prompt = body.messages.find((m) => m.role === "user")?.content;
     return step({ turn, toolOutputs, prompt: typeof prompt === "string" ? prompt : "" });
   };
-}
-
-/** Runs one bash command per turn, then answers "done" without tools. */
-function bashModel(...commands: string[]): Responder {
-  return agentModel(({ turn }) =>
-    turn < commands.length ? toolCallReply("bash", { command: commands[turn] }) : textReply("done")
-  );
 }
 
 /** `vf run <target>` against `server`, writing under `./out`, plus `flags`. */

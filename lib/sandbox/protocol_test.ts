@@ -7,9 +7,12 @@ import { startModelServer } from "../../tests/model_server.ts";
 
 /** Two peers joined back to back in memory; `handler` serves what `a` calls on `b`. */
 function pair(handler: (method: string, params: unknown, signal: AbortSignal) => Promise<unknown>) {
-  let a: RpcPeer, b: RpcPeer;
-  a = new RpcPeer((line) => Promise.resolve(b.receive(line)), () => Promise.reject("unused"));
-  b = new RpcPeer((line) => Promise.resolve(a.receive(line)), handler);
+  const peers: { a?: RpcPeer; b?: RpcPeer } = {};
+  const a = new RpcPeer((line) => Promise.resolve(peers.b!.receive(line)), () => {
+    return Promise.reject(new Error("unused"));
+  });
+  const b = new RpcPeer((line) => Promise.resolve(a.receive(line)), handler);
+  Object.assign(peers, { a, b });
   return { a, b };
 }
 

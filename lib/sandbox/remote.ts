@@ -49,6 +49,12 @@ export interface SandboxHostOptions {
   cacheRoot?: string;
   /** The `deno` executable; default this process under Deno, else `deno` on PATH. */
   denoPath?: string;
+  /**
+   * `--trust`: the host runs with every permission, this process's environment variables and
+   * working directory. Modules are still pinned in the lock file, and model and sandbox calls
+   * still go through the evaluator.
+   */
+  trusted?: boolean;
 }
 
 /** Find the Deno executable for the sandbox, or explain how to get one. */
@@ -269,7 +275,7 @@ export async function startSandboxHost(
       );
     }
   }
-  if (declared.allowNet?.length) {
+  if (declared.allowNet?.length && !options.trusted) {
     process.stderr.write(
       `Sandboxed environment may connect to: ${
         declared.allowNet.join(", ")
@@ -300,33 +306,38 @@ export async function startSandboxHost(
   const hostPath = await hostEntry(cacheRoot);
 
   const launch = async (reloadOrigin: boolean) => {
+    const permissionFlags = options.trusted ? ["--allow-all"] : [
+      `--allow-read=${reads.join(",")}`,
+      `--allow-write=${cacheDir}`,
+      ...(importHosts.length ? [`--allow-import=${importHosts.join(",")}`] : []),
+      ...(perms.allowNet.length ? [`--allow-net=${perms.allowNet.join(",")}`] : []),
+      ...(perms.allowEnv.length ? [`--allow-env=${perms.allowEnv.join(",")}`] : []),
+    ];
     const args = [
       "run",
       "--quiet",
       "--no-prompt",
       "--no-config",
       `--lock=${lockFile}`,
-      `--allow-read=${reads.join(",")}`,
-      `--allow-write=${cacheDir}`,
-      ...(importHosts.length ? [`--allow-import=${importHosts.join(",")}`] : []),
-      ...(perms.allowNet.length ? [`--allow-net=${perms.allowNet.join(",")}`] : []),
-      ...(perms.allowEnv.length ? [`--allow-env=${perms.allowEnv.join(",")}`] : []),
+      ...permissionFlags,
       ...(reloadOrigin && origin ? [`--reload=${origin}`] : []),
       hostPath,
     ];
-    const childEnv: Record<string, string> = {
-      HOME: cacheDir,
-      NO_COLOR: "1",
-      DENO_DIR: process.env.DENO_DIR ?? join(homedir(), ".cache", "deno"),
-      PATH: process.env.PATH ?? "/usr/bin:/bin",
-    };
+    const childEnv: Record<string, string> = options.trusted
+      ? { ...process.env as Record<string, string>, NO_COLOR: "1" }
+      : {
+        HOME: cacheDir,
+        NO_COLOR: "1",
+        DENO_DIR: process.env.DENO_DIR ?? join(homedir(), ".cache", "deno"),
+        PATH: process.env.PATH ?? "/usr/bin:/bin",
+      };
     // Deno itself needs these to fetch modules; the environment's code cannot read them
     // (no --allow-env), and no credentials are passed.
     for (const [k, v] of Object.entries(process.env)) {
       if (v && PASS_ENV.test(k)) childEnv[k] = v;
     }
     const child = spawn(deno, args, {
-      cwd: cacheDir,
+      cwd: options.trusted ? process.cwd() : cacheDir,
       env: childEnv,
       stdio: ["pipe", "pipe", "pipe"],
     });
