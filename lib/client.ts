@@ -6,6 +6,7 @@
  */
 import {
   AuthenticationError,
+  ConfigError,
   EmptyModelResponseError,
   InvalidModelResponseError,
   ModelError,
@@ -267,7 +268,16 @@ export class OpenAIChatClient implements ChatClient {
     this.#maxRetries = config.max_retries ?? 5;
     this.#headers = config.extra_headers ?? {};
     this.headersFromState = config.extra_headers_from_state ?? {};
-    const endpoint = new URL(`${this.baseUrl}/chat/completions`);
+    let endpoint: URL | null = null;
+    try {
+      endpoint = new URL(`${this.baseUrl}/chat/completions`);
+    } catch { /* reported below */ }
+    if (!endpoint || (endpoint.protocol !== "http:" && endpoint.protocol !== "https:")) {
+      throw new ConfigError(
+        `Model base URL "${config.base_url}" is not an http(s) URL; ` +
+          "give one like http://127.0.0.1:8000/v1 (-b / base_url)",
+      );
+    }
     const http1 = (config.transport ?? "auto") === "auto" && endpoint.protocol === "http:" &&
       !usesProxy(endpoint, readEnv);
     this.#http1Endpoint = http1 ? endpoint : null;

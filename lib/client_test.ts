@@ -3,6 +3,7 @@ import { EndpointUnreachableError, OpenAIChatClient } from "./client.ts";
 import { SingleTurnEnv } from "./environment.ts";
 import {
   AuthenticationError,
+  ConfigError,
   EmptyModelResponseError,
   InvalidModelResponseError,
   ModelError,
@@ -274,6 +275,17 @@ Deno.test("OpenAIChatClient reads the key from the variable named by api_key_var
   await using open = await startModelServer({ responder: () => ({ content: "ok" }) });
   await clientFor(open.url, { api_key_var: name }).getResponse(USER, "m");
   assert.equal(open.requests[0].headers.authorization, "Bearer EMPTY");
+});
+
+Deno.test("OpenAIChatClient rejects a base URL that is not http(s), naming it and the flag", () => {
+  for (const base_url of ["not a url", "ftp://host/v1"]) {
+    assert.throws(
+      () => new OpenAIChatClient({ base_url }),
+      (e: Error) =>
+        e instanceof ConfigError && e.message.includes(`"${base_url}"`) &&
+        /-b \/ base_url/.test(e.message),
+    );
+  }
 });
 
 Deno.test("getResponse() sends the JSON body with a bearer token and content type", async () => {
