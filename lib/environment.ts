@@ -406,6 +406,9 @@ function sample(ds: Dataset, n: number, seed?: number | null): Dataset {
   return out;
 }
 
+/** The signal of a rollout nobody can cancel (no run signal, no rollout timeout). */
+const NEVER_ABORTED = new AbortController().signal;
+
 /** Options of {@link MultiTurnEnv}. */
 export interface MultiTurnEnvOptions extends EnvironmentOptions {
   /** Model turns before the rollout stops; ≤ 0 means unlimited. Default -1. */
@@ -536,17 +539,23 @@ export abstract class MultiTurnEnv extends Environment {
     options: RolloutOptions = {},
   ): Promise<State> {
     const state = this.initState(input, client, model, options.samplingArgs);
-    const controller = new AbortController();
     const outer = options.signal;
-    const onAbort = () => controller.abort(outer?.reason);
-    if (outer?.aborted) onAbort();
-    outer?.addEventListener("abort", onAbort, { once: true });
-    state.signal = controller.signal;
+    const timed = this.timeoutSeconds !== null && this.timeoutSeconds > 0;
+    // A rollout needs a signal of its own only to time out alone; otherwise the run's signal
+    // serves (thousands of rollouts adding and removing listeners on it cost measurable CPU).
+    const controller = timed ? new AbortController() : undefined;
+    const onAbort = () => controller!.abort(outer?.reason);
+    if (controller) {
+      if (outer?.aborted) onAbort();
+      outer?.addEventListener("abort", onAbort, { once: true });
+    }
+    const signal = controller?.signal ?? outer ?? NEVER_ABORTED;
+    state.signal = signal;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const TIMEOUT = Symbol("timeout");
     try {
-      const loop = this.#loop(state, controller.signal);
-      if (this.timeoutSeconds && this.timeoutSeconds > 0) {
+      const loop = this.#loop(state, signal);
+      if (controller) {
         const timeout = new Promise<typeof TIMEOUT>((resolve) => {
           timer = setTimeout(() => resolve(TIMEOUT), this.timeoutSeconds! * 1000);
         });
@@ -569,7 +578,7 @@ export abstract class MultiTurnEnv extends Environment {
       }
     } finally {
       clearTimeout(timer);
-      outer?.removeEventListener("abort", onAbort);
+      if (controller) outer?.removeEventListener("abort", onAbort);
       await this.runCleanups(state);
       state.timing.generation.end = nowSeconds();
       this.renderCompletion(state);
