@@ -93,6 +93,13 @@ Environment:
       --timeout <seconds>       wall-clock limit per rollout
       --server <url>            run the rollouts on an env server started with vf serve; the
                                 endpoint and the key from -k are sent to it in each request
+URL environments (always in a separate Deno process, modules pinned in the lock file):
+      --allow-net <h:p,...>     hosts the sandboxed environment may reach (also --allow-read,
+                                --allow-env, --allow-import); vf.json beside mod.ts may declare net
+      --sandbox                 run a local environment under the same permission sandbox
+      --trust                   no sandbox: every permission, this process's env and cwd
+      --reload                  accept changed remote modules and pin them again
+      --lock-file <file>        lock file (default vf.lock beside the TOML, else ./vf.lock)
 Results:
   -s, --save-results            save results (the default; kept for verifiers users)
       --no-save                 do not write results
@@ -338,7 +345,7 @@ function lockFileFor(config: EvalConfig, source: string): string {
   return source.endsWith(".toml") ? join(dirname(resolve(source)), "vf.lock") : resolve("vf.lock");
 }
 
-/** Load a taskset: sandboxed for URLs (or --sandbox), in-process otherwise. */
+/** Load a taskset: in a host process for URLs (or --sandbox), in-process otherwise. */
 async function loadTasksetFor(
   spec: string,
   tasksetConfig: Record<string, unknown>,

@@ -59,7 +59,7 @@ export const EvalConfig = z.strictObject({
     allow_env: z.array(z.string()).optional(),
     allow_import: z.array(z.string()).optional(),
   }).optional(),
-  /** Run a URL environment in-process, without the sandbox (explicit opt-out). */
+  /** Run a URL environment with every permission instead of the sandbox (explicit opt-out). */
   trust: z.boolean().optional(),
   /** Accept changed remote modules and re-pin them in the lock file. */
   reload: z.boolean().optional(),
