@@ -266,7 +266,7 @@ export class OpenAIChatClient implements ChatClient {
     this.#keySource = describeKeySource(config);
     this.#timeoutMs = (config.timeout ?? 600) * 1000;
     this.#maxRetries = config.max_retries ?? 5;
-    this.#headers = config.extra_headers ?? {};
+    this.#headers = lowerCaseKeys(config.extra_headers);
     this.headersFromState = config.extra_headers_from_state ?? {};
     let endpoint: URL | null = null;
     try {
@@ -312,7 +312,7 @@ export class OpenAIChatClient implements ChatClient {
       authorization: `Bearer ${this.#key}`,
       "user-agent": USER_AGENT,
       ...this.#headers,
-      ...options.headers,
+      ...lowerCaseKeys(options.headers),
     };
     let lastError: unknown;
     for (let attempt = 0; attempt <= this.#maxRetries; attempt++) {
@@ -479,6 +479,13 @@ export class OpenAIChatClient implements ChatClient {
       outer?.removeEventListener("abort", onOuter);
     }
   }
+}
+
+/** Header names are case-insensitive: later ones (e.g. a user's `Authorization`) replace ours. */
+function lowerCaseKeys(headers: Record<string, string> | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name in headers) out[name.toLowerCase()] = headers[name];
+  return out;
 }
 
 /** What one attempt got back. */

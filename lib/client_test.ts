@@ -277,6 +277,23 @@ Deno.test("OpenAIChatClient reads the key from the variable named by api_key_var
   assert.equal(open.requests[0].headers.authorization, "Bearer EMPTY");
 });
 
+Deno.test("a header given as Authorization or User-Agent replaces vf's own instead of doubling it", async () => {
+  await using server = await startModelServer({ responder: () => ({ content: "ok" }) });
+  for (const transport of ["auto", "fetch"] as const) {
+    const client = new OpenAIChatClient({
+      base_url: server.url,
+      transport,
+      extra_headers: { Authorization: "Bearer gateway-key" },
+    });
+    await client.getResponse(USER, "m", { headers: { "User-Agent": "my-agent/1" } });
+  }
+  for (const { headers } of server.requests) {
+    assert.equal(headers.authorization, "Bearer gateway-key");
+    assert.equal(headers["user-agent"], "my-agent/1");
+  }
+  assert.equal(server.requests.length, 2);
+});
+
 Deno.test("OpenAIChatClient rejects a base URL that is not http(s), naming it and the flag", () => {
   for (const base_url of ["not a url", "ftp://host/v1"]) {
     assert.throws(
