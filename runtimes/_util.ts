@@ -83,6 +83,13 @@ export function envList(env: Record<string, string> | undefined): string[] | und
   return Object.entries(env).map(([k, v]) => `${k}=${v}`);
 }
 
+/** The check every `run()` starts with: argv is a non-empty array. */
+export function requireArgv(argv: string[]): void {
+  if (!Array.isArray(argv) || argv.length === 0) {
+    throw new TypeError("run() needs a non-empty argv");
+  }
+}
+
 /** Where a runtime is in its life. */
 export type RuntimeState = "new" | "starting" | "running" | "stopped";
 

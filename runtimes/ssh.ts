@@ -33,6 +33,7 @@ import {
   describeArgv,
   expandHome,
   randomHex,
+  requireArgv,
   resolveSandboxPath,
   StartOnce,
   toBytes,
@@ -850,9 +851,7 @@ export class SshRuntime implements Runtime {
   /** Runs `argv` on the host in the working directory (no shell around it). */
   async run(argv: string[], options: RunOptions = {}): Promise<RunResult> {
     const connection = this.#requireRunning();
-    if (!Array.isArray(argv) || argv.length === 0) {
-      throw new TypeError("run() needs a non-empty argv");
-    }
+    requireArgv(argv);
     const { signal, timeoutMs } = options;
     signal?.throwIfAborted();
     const started = performance.now();

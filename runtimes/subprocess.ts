@@ -26,6 +26,7 @@ import {
   decodeChunks,
   describeArgv,
   randomHex,
+  requireArgv,
   resolveSandboxPath,
   toBytes,
   within,
@@ -159,9 +160,7 @@ export class SubprocessRuntime implements Runtime {
   /** Runs `argv` as a host process in its own process group. */
   async run(argv: string[], options: RunOptions = {}): Promise<RunResult> {
     this.#requireRunning();
-    if (!Array.isArray(argv) || argv.length === 0) {
-      throw new TypeError("run() needs a non-empty argv");
-    }
+    requireArgv(argv);
     if (options.user !== undefined) {
       throw new SandboxUnsupportedError(
         `The subprocess runtime cannot run commands as user "${options.user}"; use a docker ` +

@@ -17,6 +17,7 @@ import {
   describeArgv,
   envList,
   randomHex,
+  requireArgv,
   resolveSandboxPath,
   sleep,
   StartOnce,
@@ -244,9 +245,7 @@ export class DockerRuntime implements Runtime {
   /** Runs `argv` as an exec in the container. */
   async run(argv: string[], options: RunOptions = {}): Promise<RunResult> {
     const id = this.#requireRunning();
-    if (!Array.isArray(argv) || argv.length === 0) {
-      throw new TypeError("run() needs a non-empty argv");
-    }
+    requireArgv(argv);
     const { signal, timeoutMs } = options;
     signal?.throwIfAborted();
     const started = performance.now();
