@@ -24,78 +24,85 @@
 
 export type * from "./lib/types.ts";
 export * from "./lib/errors.ts";
-export { Dataset } from "./lib/dataset.ts";
-export type { MapAsyncOptions, MapOptions, MapResult } from "./lib/dataset.ts";
-export { datasetFromBytes, loadDataset, saveDataset } from "./lib/dataset_io.ts";
-export { loadHubDataset } from "./lib/hub.ts";
-export type { LoadHubDatasetOptions } from "./lib/hub.ts";
-export { EXAMPLE_DATASET_NAMES, loadExampleDataset } from "./lib/example_datasets.ts";
-export { formatRows, parseInfo } from "./lib/formatting.ts";
-export type { FormatOptions } from "./lib/formatting.ts";
+export { Dataset } from "./lib/data/dataset.ts";
+export type { MapAsyncOptions, MapOptions, MapResult } from "./lib/data/dataset.ts";
+export { datasetFromBytes, loadDataset, saveDataset } from "./lib/data/io.ts";
+export { loadHubDataset } from "./lib/data/hub.ts";
+export type { LoadHubDatasetOptions } from "./lib/data/hub.ts";
+export { EXAMPLE_DATASET_NAMES, loadExampleDataset } from "./lib/data/examples.ts";
+export { formatRows, parseInfo } from "./lib/data/formatting.ts";
+export type { FormatOptions } from "./lib/data/formatting.ts";
 export { contentText, normalizeMessages, normalizeToolDefs } from "./lib/messages.ts";
 export {
   BOXED_SYSTEM_PROMPT,
   extractBoxedAnswer,
   extractHashAnswer,
   THINK_BOXED_SYSTEM_PROMPT,
-} from "./lib/extract.ts";
-export { MaybeThinkParser, messageText, Parser, ThinkParser, XMLParser } from "./lib/parser.ts";
-export type { ParsedFields, ParserOptions, XMLParserOptions } from "./lib/parser.ts";
-export { groupReward, Rubric, RubricGroup } from "./lib/rubric.ts";
+} from "./lib/scoring/extract.ts";
+export {
+  MaybeThinkParser,
+  messageText,
+  Parser,
+  ThinkParser,
+  XMLParser,
+} from "./lib/scoring/parser.ts";
+export type { ParsedFields, ParserOptions, XMLParserOptions } from "./lib/scoring/parser.ts";
+export { groupReward, Rubric, RubricGroup } from "./lib/scoring/rubric.ts";
 export type {
   GroupRewardContext,
   GroupRewardFunc,
   RewardContext,
   RewardFunc,
   RubricOptions,
-} from "./lib/rubric.ts";
-export { MathRubric } from "./lib/math_rubric.ts";
-export type { MathRubricOptions } from "./lib/math_rubric.ts";
-export { verifyMath } from "./lib/math_verify.ts";
-export { DEFAULT_JUDGE_PROMPT, JudgeRubric } from "./lib/judge_rubric.ts";
-export type { JudgeArgs, JudgeRubricOptions } from "./lib/judge_rubric.ts";
-export { EndpointUnreachableError, OpenAIChatClient } from "./lib/client.ts";
-export type { ChatClient, ChatRequestOptions, ClientConfig } from "./lib/client.ts";
-export { loadEndpoints, RoundRobinClient } from "./lib/endpoints.ts";
-export type { Endpoint } from "./lib/endpoints.ts";
-export { Environment, MultiTurnEnv, SingleTurnEnv } from "./lib/environment.ts";
+} from "./lib/scoring/rubric.ts";
+export { MathRubric } from "./lib/scoring/math_rubric.ts";
+export type { MathRubricOptions } from "./lib/scoring/math_rubric.ts";
+export { verifyMath } from "./lib/scoring/math_verify.ts";
+export { DEFAULT_JUDGE_PROMPT, JudgeRubric } from "./lib/scoring/judge_rubric.ts";
+export type { JudgeArgs, JudgeRubricOptions } from "./lib/scoring/judge_rubric.ts";
+export { EndpointUnreachableError, OpenAIChatClient } from "./lib/model/client.ts";
+export type { ChatClient, ChatRequestOptions, ClientConfig } from "./lib/model/client.ts";
+export { loadEndpoints, RoundRobinClient } from "./lib/model/endpoints.ts";
+export type { Endpoint } from "./lib/model/endpoints.ts";
+export { Environment, MultiTurnEnv, SingleTurnEnv } from "./lib/envs/environment.ts";
 export type {
   DatasetBuilder,
   DatasetSource,
   EnvironmentOptions,
   MultiTurnEnvOptions,
   RolloutOptions,
-} from "./lib/environment.ts";
-export { defineTool, StatefulToolEnv, ToolEnv } from "./lib/tool_env.ts";
-export type { DefineToolOptions, ToolEnvOptions, ToolSpec } from "./lib/tool_env.ts";
-export { EnvGroup, EnvGroupRubric } from "./lib/env_group.ts";
-export type { EnvGroupOptions } from "./lib/env_group.ts";
-export type { RolloutTiming, State } from "./lib/state.ts";
-export { evaluate, generate } from "./lib/evaluate.ts";
+} from "./lib/envs/environment.ts";
+export { defineTool, StatefulToolEnv, ToolEnv } from "./lib/envs/tool_env.ts";
+export type { DefineToolOptions, ToolEnvOptions, ToolSpec } from "./lib/envs/tool_env.ts";
+export { EnvGroup, EnvGroupRubric } from "./lib/envs/group.ts";
+export type { EnvGroupOptions } from "./lib/envs/group.ts";
+export { stateToOutput } from "./lib/state.ts";
+export type { RolloutOutput, RolloutTiming, State } from "./lib/state.ts";
+export { evaluate, generate } from "./lib/eval/evaluate.ts";
 export type {
   EvaluateOptions,
   GenerateOptions,
   GenerateOutputs,
   Progress,
-} from "./lib/evaluate.ts";
-export { loadMetadata, loadOutputs, passAtK, stateToOutput } from "./lib/results.ts";
-export type { RolloutOutput, RunMetadata } from "./lib/results.ts";
-export { loadEnvironment } from "./lib/load_env.ts";
-export { ENV_SERVER_PROTOCOL, startEnvServer } from "./lib/env_server.ts";
-export type { EnvServer, EnvServerOptions, RolloutsLine } from "./lib/env_server.ts";
-export { EnvServerError, ServerEnvironment } from "./lib/env_client.ts";
+} from "./lib/eval/evaluate.ts";
+export { loadMetadata, loadOutputs, passAtK } from "./lib/eval/results.ts";
+export type { RunMetadata } from "./lib/eval/results.ts";
+export { loadEnvironment } from "./lib/envs/load.ts";
+export { ENV_SERVER_PROTOCOL, startEnvServer } from "./lib/serve/server.ts";
+export type { EnvServer, EnvServerOptions, RolloutsLine } from "./lib/serve/server.ts";
+export { EnvServerError, ServerEnvironment } from "./lib/serve/client.ts";
 export type {
   GroupResult,
   ServerEnvironmentOptions,
   ServerInfo,
   StreamRolloutsOptions,
-} from "./lib/env_client.ts";
-export type { EnvironmentModule } from "./lib/load_env.ts";
+} from "./lib/serve/client.ts";
+export type { EnvironmentModule } from "./lib/envs/load.ts";
 export { VERSION } from "./lib/version.ts";
 export { mulberry32, seededShuffle } from "./lib/random.ts";
 
-import type { RolloutOutput } from "./lib/results.ts";
-import { Dataset } from "./lib/dataset.ts";
+import type { RolloutOutput } from "./lib/state.ts";
+import { Dataset } from "./lib/data/dataset.ts";
 
 /** Turn saved rollout outputs into a Dataset (e.g. for filtering or training). */
 export function makeDataset(results: RolloutOutput[] | { outputs: RolloutOutput[] }): Dataset {
@@ -103,7 +110,7 @@ export function makeDataset(results: RolloutOutput[] | { outputs: RolloutOutput[
   return Dataset.fromList(rows.map((r) => ({ ...r })));
 }
 
-export { metric, readText, reward, Task, Taskset } from "./lib/task.ts";
+export { metric, readText, reward, Task, Taskset } from "./lib/tasks/task.ts";
 export type {
   Artifact,
   RuntimeConfig,
@@ -115,18 +122,18 @@ export type {
   TasksetConfig,
   TasksetModule,
   TraceView,
-} from "./lib/task.ts";
-export { BashHarness, getHarness, HARNESSES, NullHarness } from "./lib/harness.ts";
-export type { Harness, HarnessContext, HarnessRecorder } from "./lib/harness.ts";
-export { collectArtifacts, restoreArtifacts, runTaskRollout } from "./lib/task_rollout.ts";
-export type { AgentPolicy, TaskRolloutOptions, TaskTrace } from "./lib/task_rollout.ts";
-export { loadTraces, runTaskset, selectTasks, validateTaskset } from "./lib/task_run.ts";
+} from "./lib/tasks/task.ts";
+export { BashHarness, getHarness, HARNESSES, NullHarness } from "./lib/tasks/harness.ts";
+export type { Harness, HarnessContext, HarnessRecorder } from "./lib/tasks/harness.ts";
+export { collectArtifacts, restoreArtifacts, runTaskRollout } from "./lib/tasks/rollout.ts";
+export type { AgentPolicy, TaskRolloutOptions, TaskTrace } from "./lib/tasks/rollout.ts";
+export { loadTraces, runTaskset, selectTasks, validateTaskset } from "./lib/tasks/run.ts";
 export type {
   JudgeConfig,
   RunTasksetOptions,
   TaskRunSummary,
   ValidationResult,
-} from "./lib/task_run.ts";
+} from "./lib/tasks/run.ts";
 export {
   cleanupContainers,
   cleanupLedger,
@@ -145,7 +152,7 @@ export type {
   SandboxLimit,
   SandboxSource,
 } from "./runtimes/mod.ts";
-export { limitModelConnections, Semaphore } from "./lib/limits.ts";
+export { limitModelConnections, Semaphore } from "./lib/model/limits.ts";
 export type {
   RunOptions,
   RunResult,

@@ -10,14 +10,14 @@
  */
 
 import process from "node:process";
-import { OpenAIChatClient } from "../lib/client.ts";
-import { ServerEnvironment } from "../lib/env_client.ts";
-import { startEnvServer } from "../lib/env_server.ts";
-import { SingleTurnEnv } from "../lib/environment.ts";
-import { type EnvironmentHandle, evaluate } from "../lib/evaluate.ts";
-import { startModelServer } from "../lib/local_model_server.ts";
+import { OpenAIChatClient } from "../lib/model/client.ts";
+import { ServerEnvironment } from "../lib/serve/client.ts";
+import { startEnvServer } from "../lib/serve/server.ts";
+import { SingleTurnEnv } from "../lib/envs/environment.ts";
+import { type EnvironmentHandle, evaluate } from "../lib/eval/evaluate.ts";
+import { startModelServer } from "../lib/model/local_server.ts";
 import { contentText } from "../lib/messages.ts";
-import { Rubric } from "../lib/rubric.ts";
+import { Rubric } from "../lib/scoring/rubric.ts";
 
 function flag(name: string, fallback: string): string {
   const args = process.argv.slice(2);

@@ -7,12 +7,13 @@
  * [--url http://127.0.0.1:8000/v1]`
  *
  * With `--url`, only that (loopback) server is measured, e.g. one started in another process
- * with `deno run -A lib/local_model_server.ts --port 8000`.
+ * with `deno run -A lib/model/local_server.ts --port 8000`.
  * @module
  */
 
 import process from "node:process";
-import { serveHttp, startModelServer } from "../lib/local_model_server.ts";
+import { serveHttp } from "../lib/model/http_server.ts";
+import { startModelServer } from "../lib/model/local_server.ts";
 
 function flag(name: string, fallback: string): string {
   const args = process.argv.slice(2);

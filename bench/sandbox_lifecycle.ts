@@ -23,12 +23,13 @@ import process from "node:process";
 import { join } from "node:path";
 import { Buffer } from "node:buffer";
 import { loadTaskset } from "../environments/file_sum/mod.ts";
-import { collectArtifacts, restoreArtifacts } from "../lib/task_rollout.ts";
-import type { Task, TaskHookContext, TraceView } from "../lib/task.ts";
+import { collectArtifacts, restoreArtifacts } from "../lib/tasks/rollout.ts";
+import type { Task, TaskHookContext, TraceView } from "../lib/tasks/task.ts";
 import { cleanupContainers, DockerEngine } from "../runtimes/docker/mod.ts";
 import { setDefaultLedger } from "../runtimes/ledger.ts";
 import { WarmPool } from "../runtimes/pool.ts";
-import { createRuntime, type Runtime, type RuntimeSpec } from "../runtimes/runtime.ts";
+import { createRuntime } from "../runtimes/create.ts";
+import type { Runtime, RuntimeSpec } from "../runtimes/runtime.ts";
 
 function flag(name: string, fallback: string): string {
   const args = process.argv.slice(2);

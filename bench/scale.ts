@@ -14,10 +14,10 @@
 import { join } from "node:path";
 import process from "node:process";
 import { loadTaskset } from "../environments/file_sum/mod.ts";
-import { OpenAIChatClient } from "../lib/client.ts";
-import { getHarness } from "../lib/harness.ts";
+import { OpenAIChatClient } from "../lib/model/client.ts";
+import { getHarness } from "../lib/tasks/harness.ts";
 import { startModelServer, textReply, toolCallReply } from "../tests/model_server.ts";
-import { runTaskset } from "../lib/task_run.ts";
+import { runTaskset } from "../lib/tasks/run.ts";
 import { DockerEngine } from "../runtimes/docker/mod.ts";
 import { Ledger, setDefaultLedger } from "../runtimes/ledger.ts";
 import { SandboxLimits } from "../runtimes/limits.ts";

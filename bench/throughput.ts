@@ -23,7 +23,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { evaluate, OpenAIChatClient, Rubric, SingleTurnEnv } from "../mod.ts";
-import { http1Request } from "../lib/http1.ts";
+import { http1Request } from "../lib/model/http1.ts";
 
 function flag(name: string, fallback: string): string {
   const args = process.argv.slice(2);
@@ -84,7 +84,7 @@ async function raw(url: string, n: number, concurrency: number): Promise<number>
   });
 }
 
-/** The same loop on vf's HTTP/1.1 pool (`lib/http1.ts`), the transport `evaluate` uses. */
+/** The same loop on vf's HTTP/1.1 pool (`lib/model/http1.ts`), the transport `evaluate` uses. */
 async function rawHttp1(url: string, n: number, concurrency: number): Promise<number> {
   const endpoint = new URL(`${url}/chat/completions`);
   return await rawLoop(n, concurrency, async (body) => {

@@ -3,8 +3,8 @@
  * embeds them.
  * @module
  */
-import type { Registry } from "../lib/load_env.ts";
-import type { TasksetModule } from "../lib/task.ts";
+import type { Registry } from "../lib/envs/load.ts";
+import type { TasksetModule } from "../lib/tasks/task.ts";
 import * as calculator from "./calculator/mod.ts";
 import * as fileSum from "./file_sum/mod.ts";
 import * as pyGrader from "./py_grader/mod.ts";

@@ -1,8 +1,12 @@
 /**
- * The per-rollout mutable record and its timing.
+ * The per-rollout mutable record and its timing, and {@linkcode RolloutOutput}, its
+ * serialised form. Environments fill a State, rubrics score it, `evaluate` and the env
+ * server write its output: it sits below all of them.
  * @module
  */
-import type { ChatClient } from "./client.ts";
+import { type SerializedError, serializeError } from "./errors.ts";
+import { jsonCopy } from "./_plain.ts";
+import type { ChatClient } from "./model/client.ts";
 import type { Messages, RolloutInput, SamplingArgs, Tool, TrajectoryStep } from "./types.ts";
 
 /** A start/end span in Unix seconds. */
@@ -90,4 +94,101 @@ export interface State {
   timing: RolloutTiming;
   signal?: AbortSignal;
   [key: string]: unknown;
+}
+
+/** Version of every persisted record (results, traces, metadata). */
+export const FORMAT_VERSION = 1;
+
+/** One serialised rollout (snake_case, as in verifiers). */
+export interface RolloutOutput {
+  format_version: number;
+  example_id: number;
+  task: string;
+  prompt: Messages;
+  completion: Messages;
+  answer?: string;
+  info?: Record<string, unknown>;
+  reward: number;
+  advantage?: number | null;
+  metrics: Record<string, number>;
+  timing: Record<string, unknown>;
+  is_completed: boolean;
+  is_truncated: boolean;
+  stop_condition: string | null;
+  tool_defs: Tool[] | null;
+  error: SerializedError | null;
+  token_usage?: {
+    input_tokens: number;
+    output_tokens: number;
+    final_input_tokens: number;
+    final_output_tokens: number;
+  };
+  trajectory_id: string;
+  [extra: string]: unknown;
+}
+
+function jsonReplacer(_key: string, v: unknown): unknown {
+  if (typeof v === "bigint") return Number(v);
+  if (v instanceof Error) return serializeError(v);
+  if (v instanceof Map) return Object.fromEntries(v);
+  if (v instanceof Set) return [...v];
+  return v;
+}
+
+function jsonSafe(value: unknown): unknown {
+  return jsonCopy(value, jsonReplacer);
+}
+
+/** Serialise a finished state. `stateColumns` copies extra state keys (JSON-safe values only). */
+export function stateToOutput(state: State, stateColumns: string[] = []): RolloutOutput {
+  const metrics = state.metrics ?? {};
+  const out: RolloutOutput = {
+    format_version: FORMAT_VERSION,
+    example_id: state.example_id,
+    task: state.task ?? "default",
+    prompt: jsonSafe(state.prompt) as Messages,
+    completion: jsonSafe(state.completion) as Messages,
+    reward: state.reward ?? 0,
+    advantage: state.advantage,
+    metrics,
+    timing: timingDump(state.timing),
+    is_completed: state.is_completed,
+    is_truncated: state.is_truncated,
+    stop_condition: state.stop_condition,
+    tool_defs: state.tool_defs.length > 0 ? state.tool_defs : null,
+    error: state.error ? serializeError(state.error) : null,
+    trajectory_id: state.trajectory_id,
+  };
+  if (out.error) {
+    out.error_chain = out.error.error_chain_repr;
+    out.long_error_chain = out.error.error_chain_str;
+  }
+  if (state.answer) out.answer = state.answer;
+  if (state.info && Object.keys(state.info).length > 0) {
+    out.info = jsonSafe(state.info) as Record<string, unknown>;
+  }
+  for (const [k, v] of Object.entries(metrics)) if (!(k in out)) out[k] = v;
+  if (state.usage.seen) {
+    const steps = state.trajectory.filter((s) => s.response.usage);
+    const finalOut = steps.reduce((a, s) => a + (s.response.usage?.completion_tokens ?? 0), 0);
+    const lastUsage = steps.at(-1)?.response.usage;
+    const finalIn = lastUsage
+      ? Math.max(0, lastUsage.prompt_tokens + lastUsage.completion_tokens - finalOut)
+      : 0;
+    out.token_usage = {
+      input_tokens: state.usage.input_tokens,
+      output_tokens: state.usage.output_tokens,
+      final_input_tokens: finalIn,
+      final_output_tokens: finalOut,
+    };
+  }
+  for (const col of stateColumns) {
+    const value = state[col];
+    try {
+      out[col] = jsonSafe(value ?? null);
+    } catch (error) {
+      throw new TypeError(`State column "${col}" is not JSON-serialisable: ${error}`);
+    }
+  }
+  return out;
 }

@@ -4,7 +4,7 @@
  * `createRate` creations per second (a token bucket of depth `createBurst`). Limits wrap
  * `start()`: {@linkcode SandboxLimits.wrap} returns a runtime whose `start()` waits for a
  * slot and a token and whose `stop()` frees the slot. Model-connection limits are separate
- * (`lib/limits.ts`).
+ * (`lib/model/limits.ts`).
  * @module
  */
 

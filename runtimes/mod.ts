@@ -15,17 +15,18 @@
  * @module
  */
 
-export {
-  createRuntime,
-  type DockerRuntimeSpec,
-  type RunOptions,
-  type RunResult,
-  type Runtime,
-  RUNTIME_TYPES,
-  type RuntimeCapabilities,
-  type RuntimeSpec,
-  type SubprocessRuntimeSpec,
+export type {
+  DockerRuntimeSpec,
+  PrimeRuntimeSpec,
+  RunOptions,
+  RunResult,
+  Runtime,
+  RuntimeCapabilities,
+  RuntimeSpec,
+  SshRuntimeSpec,
+  SubprocessRuntimeSpec,
 } from "./runtime.ts";
+export { createRuntime, RUNTIME_TYPES } from "./create.ts";
 export {
   shellQuote,
   SshConnectError,
@@ -35,8 +36,7 @@ export {
   type SshFailure,
   SshRuntime,
   type SshRuntimeOptions,
-  type SshRuntimeSpec,
-} from "./ssh.ts";
+} from "./ssh/mod.ts";
 export {
   cleanupPrime,
   listPrimeSandboxes,
@@ -46,9 +46,8 @@ export {
   type PrimeCleanupFilter,
   PrimeRuntime,
   type PrimeRuntimeOptions,
-  type PrimeRuntimeSpec,
   type PrimeSandbox,
-} from "./prime.ts";
+} from "./prime/mod.ts";
 export {
   CommandTimeoutError,
   SandboxApiError,

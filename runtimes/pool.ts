@@ -14,7 +14,8 @@
 
 import { SandboxStateError } from "./errors.ts";
 import type { SandboxLimits } from "./limits.ts";
-import { createRuntime, type Runtime, type RuntimeSpec } from "./runtime.ts";
+import { createRuntime } from "./create.ts";
+import type { Runtime, RuntimeSpec } from "./runtime.ts";
 
 /** Options of {@linkcode SandboxSource.acquire}. */
 export interface AcquireOptions {

@@ -1,19 +1,11 @@
 /**
- * The Runtime interface every sandbox backend implements, the plain runtime specs, and
- * {@linkcode createRuntime}, which builds a runtime from a spec.
+ * The Runtime interface every sandbox backend implements, and the plain runtime specs.
  *
  * Paths given to `read`, `write`, `archiveOut` and `archiveIn` are sandbox paths: absolute,
- * or relative to the runtime's working directory.
+ * or relative to the runtime's working directory. Backends implement this interface;
+ * `create.ts` builds one from a spec.
  * @module
  */
-
-import { ConfigError } from "../lib/errors.ts";
-import { DockerRuntime } from "./docker/mod.ts";
-import { PrimeRuntime, type PrimeRuntimeSpec } from "./prime.ts";
-import { SshRuntime, type SshRuntimeSpec } from "./ssh.ts";
-import { SubprocessRuntime } from "./subprocess.ts";
-
-export type { PrimeRuntimeSpec, SshRuntimeSpec };
 
 /** Options of {@linkcode Runtime.run}. */
 export interface RunOptions {
@@ -106,42 +98,86 @@ export interface SubprocessRuntimeSpec {
   env?: Record<string, string>;
 }
 
+/** A host reached over SSH. */
+export interface SshRuntimeSpec {
+  type: "ssh";
+  /** Host name or address. */
+  host: string;
+  /** Default 22. */
+  port?: number;
+  /** Login user; default the local user name. */
+  user?: string;
+  /** Private key file (unencrypted; use the agent for encrypted keys). */
+  privateKeyPath?: string;
+  /** Authenticate through the agent at `SSH_AUTH_SOCK`. */
+  agent?: boolean;
+  /** known_hosts file; default `~/.ssh/known_hosts`. */
+  knownHostsPath?: string;
+  /** Accept and record the key of a host known_hosts does not know yet; default false. */
+  trustOnFirstUse?: boolean;
+  /** Working directory; default a fresh `/tmp/vf-<hex>` per runtime, removed on stop. */
+  workdir?: string;
+  /** Environment of every command. */
+  env?: Record<string, string>;
+  /** The host is used by this runtime alone (e.g. a VM made for it); sets `capabilities.isolation`. */
+  dedicated?: boolean;
+  /** The server's `MaxSessions` (channels per connection); default 10, OpenSSH's default. */
+  maxSessions?: number;
+  /** Give up connecting after this long; default 20 s. */
+  connectTimeoutMs?: number;
+  /**
+   * OpenSSH client configuration to read for `host` (`HostName`, `User`, `Port`,
+   * `IdentityFile`, `UserKnownHostsFile`); default `~/.ssh/config` when it exists, `null` to
+   * read none. Fields set in this spec win over the file.
+   */
+  sshConfigPath?: string | null;
+}
+
+/** A Prime Intellect sandbox reached over SSH. */
+export interface PrimeRuntimeSpec {
+  type: "prime";
+  /** Container image; default `python:3.11-slim`. */
+  image?: string;
+  /** GPU type, optionally with a count: `"H100_80GB"`, `"A100_80GB:2"`; default none. */
+  gpu?: string;
+  /** CPU cores; default 1. */
+  cpu?: number;
+  /** Memory in GB; default 2. */
+  memory?: number;
+  /** Disk in GB; default 10. */
+  disk?: number;
+  /** Provider-side lifetime in minutes (1 to 1440); default 60. */
+  ttlMinutes?: number;
+  /** Extra labels, as `key=value` pairs or plain strings. */
+  labels?: Record<string, string> | string[];
+  /** A micro-VM instead of a container; default true only with a GPU (see the module notes). */
+  vm?: boolean;
+  /** Region, e.g. `us`; default the provider's. */
+  region?: string;
+  /** Team to bill; default `PRIME_TEAM_ID` when set. */
+  teamId?: string;
+  /** Working directory; default a fresh `/tmp/vf-<hex>`. */
+  workdir?: string;
+  /** Environment of every command (sent over SSH, not stored on the sandbox). */
+  env?: Record<string, string>;
+  /** API base URL; default `https://api.primeintellect.ai`. */
+  apiBase?: string;
+  /** Environment variable holding the API key; default `PRIME_API_KEY`. */
+  apiKeyVar?: string;
+  /** Give up waiting for the sandbox (and its SSH endpoint) after this long; default 10 min. */
+  readyTimeoutMs?: number;
+  /** SSH settings; by default an ephemeral key and the session's user. */
+  ssh?: {
+    user?: string;
+    privateKeyPath?: string;
+    knownHostsPath?: string;
+    trustOnFirstUse?: boolean;
+  };
+}
+
 /** A runtime spec, tagged by `type`. */
 export type RuntimeSpec =
   | DockerRuntimeSpec
   | SubprocessRuntimeSpec
   | SshRuntimeSpec
   | PrimeRuntimeSpec;
-
-/** The runtime types {@linkcode createRuntime} knows. */
-export const RUNTIME_TYPES = ["docker", "subprocess", "ssh", "prime"] as const;
-
-/**
- * Builds a runtime (not started) from its spec.
- * @param spec the runtime spec
- * @param options.runId run id, put on container labels
- * @param options.task task name or id, put on container labels
- * @throws {ConfigError} for an unknown `type`
- */
-export function createRuntime(
-  spec: RuntimeSpec,
-  options: { runId?: string; task?: string } = {},
-): Runtime {
-  switch (spec.type) {
-    case "docker":
-      return new DockerRuntime(spec, options);
-    case "subprocess":
-      return new SubprocessRuntime(spec, options);
-    case "ssh":
-      return new SshRuntime(spec, options);
-    case "prime":
-      return new PrimeRuntime(spec, options);
-    default: {
-      const type = (spec as { type?: unknown }).type;
-      throw new ConfigError(
-        `Unknown runtime type "${String(type)}"; known types: ` +
-          RUNTIME_TYPES.map((t) => `"${t}"`).join(", "),
-      );
-    }
-  }
-}

@@ -9,7 +9,7 @@
 import { existsSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import process from "node:process";
-import { resolveNpmSpecifier } from "../lib/_npm_resolve.ts";
+import { resolveNpmSpecifier } from "../lib/envs/_npm_resolve.ts";
 
 interface BuildArtifact {
   path: string;
@@ -61,9 +61,9 @@ const npmSpecifiers = {
 };
 
 const result = await bun.build({
-  entrypoints: [resolve(root, "cli.ts"), resolve(root, "lib/_math_worker.ts")],
-  // Paths inside the binary are relative to the project root: lib/math_verify.ts starts the
-  // worker as `./lib/_math_worker.ts`.
+  entrypoints: [resolve(root, "cli.ts"), resolve(root, "lib/scoring/_math_worker.ts")],
+  // Paths inside the binary are relative to the project root: lib/scoring/math_verify.ts starts the
+  // worker as `./lib/scoring/_math_worker.ts`.
   root,
   target: "bun",
   format: "esm",

@@ -93,7 +93,7 @@ export async function compile(outfile = join(ROOT, "dist/vf")): Promise<string> 
     "--quiet",
     "--entrypoint",
     "cli.ts",
-    "lib/_math_worker.ts",
+    "lib/scoring/_math_worker.ts",
   ], "fill node_modules");
   const bun = await findBun();
   console.error(`bundling with bun ${await bunVersion(bun)}`);

@@ -1,11 +1,11 @@
 /**
- * The echo environment of lib/env_server_test.ts and lib/evaluate_test.ts: "echo-test", whose
+ * The echo environment of lib/serve/server_test.ts and lib/eval/evaluate_test.ts: "echo-test", whose
  * answer to question `qN` is `aN` (q0 … q5), scored 1 on an exact match.
  * @module
  */
-import { type MultiTurnEnvOptions, SingleTurnEnv } from "../lib/environment.ts";
+import { type MultiTurnEnvOptions, SingleTurnEnv } from "../lib/envs/environment.ts";
 import { contentText } from "../lib/messages.ts";
-import { Rubric } from "../lib/rubric.ts";
+import { Rubric } from "../lib/scoring/rubric.ts";
 
 const QUESTIONS = ["q0", "q1", "q2", "q3", "q4", "q5"];
 

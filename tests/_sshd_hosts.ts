@@ -237,6 +237,12 @@ mkdir -p "$R/run/sshd" "$R${INNER_STATE}"
 mount --bind "$B/state" "$R${INNER_STATE}"
 # A locked root ("!" in shadow) cannot log in even with a key when UsePAM is off.
 sed -i 's/^root:!/root:*/' "$R/etc/shadow" 2>/dev/null || true
+# A fresh host's root has Debian's default dotfiles, not this machine's: bash sources
+# ~/.bashrc for every command sshd runs, and a machine's own (pyenv init, say) can cost half
+# a second per command, which the timeout tests would measure instead of the runtime.
+for f in .bashrc .profile; do
+  if [ -f "$R/etc/skel/$f" ]; then cp "$R/etc/skel/$f" "$R/root/$f"; else : >"$R/root/$f"; fi
+done
 exec unshare --root="$R" ${SSHD} -f ${INNER_STATE}/sshd_config -E ${INNER_STATE}/sshd.log`;
 
 function sshdConfig(address: string): string {

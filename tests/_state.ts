@@ -1,11 +1,11 @@
 /**
- * Rollout states for unit tests that score or record them (lib/rubric_test.ts,
- * lib/results_test.ts): built by the real `Environment.initState`, so they have every field a
+ * Rollout states for unit tests that score or record them (lib/scoring/rubric_test.ts,
+ * lib/eval/results_test.ts): built by the real `Environment.initState`, so they have every field a
  * rollout has.
  * @module
  */
-import type { ChatClient } from "../lib/client.ts";
-import { SingleTurnEnv } from "../lib/environment.ts";
+import type { ChatClient } from "../lib/model/client.ts";
+import { SingleTurnEnv } from "../lib/envs/environment.ts";
 import type { State } from "../lib/state.ts";
 import type { Messages, TrajectoryStep, Usage } from "../lib/types.ts";
 

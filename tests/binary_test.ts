@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { compile } from "../scripts/compile.ts";
-import { loadExampleDataset } from "../lib/example_datasets.ts";
+import { loadExampleDataset } from "../lib/data/examples.ts";
 import { VERSION } from "../lib/version.ts";
 import { demoResponder, lastUserText, type Responder, startModelServer } from "./model_server.ts";
 import { childEnv } from "./_child_env.ts";

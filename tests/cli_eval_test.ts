@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { loadExampleDataset } from "../lib/example_datasets.ts";
+import { loadExampleDataset } from "../lib/data/examples.ts";
 import { VERSION } from "../lib/version.ts";
 import {
   type ChatRequest,

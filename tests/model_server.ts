@@ -19,7 +19,7 @@ import {
   type ModelServerOptions,
   type Responder,
   startModelServer,
-} from "../lib/local_model_server.ts";
+} from "../lib/model/local_server.ts";
 
 export {
   type ChatCompletionBody,
@@ -43,7 +43,7 @@ export {
   type WireMessage,
   type WireTool,
   type WireToolCall,
-} from "../lib/local_model_server.ts";
+} from "../lib/model/local_server.ts";
 
 /**
  * Start a model server, run `fn` with it, and close it even when `fn` throws.

@@ -7,7 +7,7 @@
  * @module
  */
 import { fromBase64, RpcPeer, toBase64 } from "./protocol.ts";
-import type { ChatClient, ChatRequestOptions } from "../client.ts";
+import type { ChatClient, ChatRequestOptions } from "../model/client.ts";
 import type {
   RunOptions,
   RunResult,

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { RpcPeer } from "./protocol.ts";
 import { RemoteEnvironment, startSandboxHost } from "./remote.ts";
-import { OpenAIChatClient } from "../client.ts";
+import { OpenAIChatClient } from "../model/client.ts";
 import { startModelServer } from "../../tests/model_server.ts";
 
 /** Two peers joined back to back in memory; `handler` serves what `a` calls on `b`. */

@@ -13,12 +13,18 @@ import { delimiter, dirname, join, resolve } from "node:path";
 import process from "node:process";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import type { Runtime } from "../../runtimes/runtime.ts";
-import type { ChatClient } from "../client.ts";
-import { Dataset } from "../dataset.ts";
-import type { RolloutOptions } from "../environment.ts";
+import type { ChatClient } from "../model/client.ts";
+import { Dataset } from "../data/dataset.ts";
+import type { RolloutOptions } from "../envs/environment.ts";
 import { ConfigError } from "../errors.ts";
-import type { RolloutOutput } from "../results.ts";
-import { Task, type TaskData, type TaskHookContext, type TaskScores, Taskset } from "../task.ts";
+import type { RolloutOutput } from "../state.ts";
+import {
+  Task,
+  type TaskData,
+  type TaskHookContext,
+  type TaskScores,
+  Taskset,
+} from "../tasks/task.ts";
 import type { Row, SamplingArgs } from "../types.ts";
 import { fromBase64, RemoteError, RpcPeer, toBase64 } from "./protocol.ts";
 

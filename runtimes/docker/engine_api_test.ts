@@ -1,11 +1,6 @@
 import assert from "node:assert/strict";
-import {
-  compareApiVersions,
-  DockerEngine,
-  MAX_API_VERSION,
-  parseDockerHost,
-  splitImage,
-} from "./engine_api.ts";
+import { compareApiVersions, DockerEngine, MAX_API_VERSION, splitImage } from "./engine_api.ts";
+import { parseDockerHost } from "./host.ts";
 import { parseMemory } from "./mod.ts";
 
 Deno.test("parseDockerHost() understands unix sockets, tcp://host:port with or without TLS, and ssh://", () => {

@@ -19,7 +19,11 @@ import { readFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
-import { type HostKeyChecking, hostKeyVerifier, knownHostKeyAlgorithms } from "../_known_hosts.ts";
+import {
+  type HostKeyChecking,
+  hostKeyVerifier,
+  knownHostKeyAlgorithms,
+} from "../ssh/known_hosts.ts";
 import { SandboxUnavailableError } from "../errors.ts";
 
 /** The parts of an `ssh://` DOCKER_HOST. */

@@ -1,0 +1,187 @@
+/**
+ * Command-line arguments: yargs-parser settings shared by the commands, and flags turned
+ * into config keys (aliases, JSON values, dotted keys).
+ * @module
+ */
+
+import yargsParser from "npm:yargs-parser@^22.0.0";
+import { setDotted } from "../config.ts";
+import { ConfigError } from "../errors.ts";
+
+const ALIASES: Record<string, string> = {
+  n: "num_examples",
+  r: "rollouts_per_example",
+  c: "max_concurrent",
+  m: "model",
+  b: "base_url",
+  "api-base-url": "base_url",
+  k: "api_key_var",
+  a: "sampling_args",
+  S: "sampling_args",
+  t: "max_tokens",
+  T: "temperature",
+  s: "save_results",
+  o: "output_dir",
+  R: "resume",
+  i: "independent_scoring",
+  C: "state_columns",
+  e: "endpoints_path",
+  x: "extra_env_kwargs",
+  v: "verbose",
+  q: "quiet",
+  seed: "shuffle_seed",
+  save: "save",
+};
+
+const JSON_KEYS = new Set(["sampling_args", "env_args", "extra_env_kwargs"]);
+
+const STRING_KEYS = new Set([
+  "model",
+  "base_url",
+  "api_key_var",
+  "output_dir",
+  "endpoints_path",
+  "env_id",
+  "server",
+]);
+
+/** Turn parsed flags into config keys (snake_case, dotted keys nested). */
+export function flagsToConfig(flags: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  const headers: Record<string, string> = {};
+  for (const [rawKey, rawValue] of Object.entries(flags)) {
+    if (rawKey === "_" || rawKey === "--" || rawKey === "help" || rawKey === "h") continue;
+    const key = ALIASES[rawKey] ?? rawKey.replaceAll("-", "_");
+    let value = rawValue;
+    if (key === "header") {
+      for (const h of [rawValue].flat()) {
+        const at = String(h).indexOf(":");
+        if (at < 1) throw new ConfigError(`--header "${h}" must look like "Name: value"`);
+        headers[String(h).slice(0, at).trim()] = String(h).slice(at + 1).trim();
+      }
+      continue;
+    }
+    if (Array.isArray(value) && key !== "state_columns") value = value[value.length - 1];
+    if (JSON_KEYS.has(key) && typeof value === "string") {
+      try {
+        value = JSON.parse(value);
+      } catch {
+        const flag = `${rawKey.length === 1 ? "-" : "--"}${rawKey}`;
+        throw new ConfigError(`${flag}: ${JSON.stringify(value)} is not valid JSON`);
+      }
+    }
+    if (STRING_KEYS.has(key) && value !== undefined) value = String(value);
+    if (key === "state_columns") {
+      value = [value].flat().flatMap((v) => String(v).split(",")).filter(Boolean);
+    }
+    if (key === "resume" && value === "") value = true;
+    if (key === "sandbox" && typeof value === "boolean") {
+      setDotted(out, "sandbox.enabled", value);
+      continue;
+    }
+    if (["allow_net", "allow_read", "allow_env", "allow_import"].includes(key)) {
+      setDotted(
+        out,
+        `sandbox.${key}`,
+        [value].flat().flatMap((v) => String(v).split(",")).filter(Boolean),
+      );
+      continue;
+    }
+    if (key.includes(".")) setDotted(out, key, coerce(value));
+    else out[key] = value;
+  }
+  if (Object.keys(headers).length) out.headers = headers;
+  return out;
+}
+
+function coerce(value: unknown): unknown {
+  if (typeof value !== "string") return value;
+  if (value === "true") return true;
+  if (value === "false") return false;
+  if (/^-?\d+(\.\d+)?$/.test(value)) return Number(value);
+  if (/^[[{]/.test(value)) {
+    try {
+      return JSON.parse(value);
+    } catch { /* keep the string */ }
+  }
+  return value;
+}
+
+export function parseArgs(argv: string[]) {
+  return yargsParser(argv, {
+    configuration: {
+      "camel-case-expansion": false,
+      "dot-notation": false,
+      "boolean-negation": true,
+      "parse-positional-numbers": false,
+    },
+    boolean: [
+      "sandbox",
+      "trust",
+      "reload",
+      "s",
+      "save-results",
+      "i",
+      "independent-scoring",
+      "v",
+      "verbose",
+      "q",
+      "quiet",
+      "help",
+      "h",
+      "version",
+      "save",
+    ],
+    string: [
+      "allow-net",
+      "allow-read",
+      "allow-env",
+      "allow-import",
+      "lock-file",
+      "m",
+      "model",
+      "b",
+      "base-url",
+      "k",
+      "api-key-var",
+      "a",
+      "S",
+      "sampling-args",
+      "env-args",
+      "x",
+      "extra-env-kwargs",
+      "o",
+      "output-dir",
+      "e",
+      "endpoints-path",
+      "header",
+      "C",
+      "state-columns",
+      "R",
+      "resume",
+      "server",
+    ],
+    number: [
+      "n",
+      "num-examples",
+      "r",
+      "rollouts-per-example",
+      "c",
+      "max-concurrent",
+      "t",
+      "max-tokens",
+      "T",
+      "temperature",
+      "max-retries",
+      "timeout",
+      "seed",
+    ],
+  });
+}
+
+export function parseDuration(text: string): number {
+  const m = /^(\d+(?:\.\d+)?)(s|m|h|d)?$/.exec(text.trim());
+  if (!m) throw new ConfigError(`--older-than "${text}" must look like 30s, 10m, 2h or 1d`);
+  const unit = { s: 1e3, m: 60e3, h: 3600e3, d: 86400e3 }[(m[2] ?? "s") as "s" | "m" | "h" | "d"];
+  return Number(m[1]) * unit;
+}

@@ -1,0 +1,298 @@
+/**
+ * `vf eval`: evaluate a model on an environment, from flags or a TOML config.
+ * @module
+ */
+
+import process from "node:process";
+import { readdir, stat } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { BUILTINS } from "../../environments/mod.ts";
+import type { ChatClient } from "../model/client.ts";
+import { deepMerge, type EvalConfig, readToml, validateEvalConfig } from "../config.ts";
+import type { Environment } from "../envs/environment.ts";
+import { ConfigError, describeError } from "../errors.ts";
+import { evaluate } from "../eval/evaluate.ts";
+import { loadEnvironment } from "../envs/load.ts";
+import { forwardableConfig, ServerEnvironment } from "../serve/client.ts";
+import { RemoteEnvironment, startSandboxHost } from "../sandbox/remote.ts";
+import { ProgressDisplay, renderSummary } from "../eval/progress.ts";
+import { loadMetadata, loadOutputs, writeJsonAtomic } from "../eval/results.ts";
+import { flagsToConfig, parseArgs } from "./args.ts";
+import { env, lockFileFor, resolveClient, sandboxPermissions, wantsSandbox } from "./resolve.ts";
+import { onInterrupt } from "./interrupt.ts";
+import { runTasks } from "./run.ts";
+
+export const EVAL_HELP = `vf eval <env | @ config.toml> [options]
+
+Model endpoint:
+  -m, --model <id>              model id or endpoint alias (default gpt-4.1-mini)
+  -b, --base-url <url>          OpenAI-compatible base URL (default $OPENAI_BASE_URL or
+                                https://api.openai.com/v1)
+  -k, --api-key-var <NAME>      environment variable holding the key (default OPENAI_API_KEY)
+  -e, --endpoints-path <file>   endpoint registry (default ./configs/endpoints.toml if present)
+      --header "Name: value"    extra request header (repeatable)
+Run size:
+  -n, --num-examples <n>        examples to evaluate, -1 for all (env default, else 5)
+  -r, --rollouts-per-example <r> rollouts per example (env default, else 3)
+  -c, --max-concurrent <c>      rollouts in flight (default 32)
+      --seed <s>                shuffle the eval set with this seed before taking n
+Sampling:
+  -a, -S, --sampling-args <json> sampling args passed to the API, e.g. '{"temperature":0.7}'
+  -t, --max-tokens <n>          shorthand for sampling max_tokens
+  -T, --temperature <x>         shorthand for sampling temperature
+Environment:
+      --env-args <json>         arguments for loadEnvironment()
+  -x, --extra-env-kwargs <json> settings applied to the loaded env (e.g. '{"max_turns":5}')
+      --timeout <seconds>       wall-clock limit per rollout
+      --server <url>            run the rollouts on an env server started with vf serve; the
+                                endpoint and the key from -k are sent to it in each request
+URL environments (always in a separate Deno process, modules pinned in the lock file):
+      --allow-net <h:p,...>     hosts the sandboxed environment may reach (also --allow-read,
+                                --allow-env, --allow-import); vf.json beside mod.ts may declare net
+      --sandbox                 run a local environment under the same permission sandbox
+      --trust                   no sandbox: every permission, this process's env and cwd
+      --reload                  accept changed remote modules and pin them again
+      --lock-file <file>        lock file (default vf.lock beside the TOML, else ./vf.lock)
+Results:
+  -s, --save-results            save results (the default; kept for verifiers users)
+      --no-save                 do not write results
+  -o, --output-dir <dir>        base directory (default ./outputs)
+  -R, --resume [dir]            finish an interrupted run (latest matching one if no dir)
+  -C, --state-columns <a,b>     extra state keys to save per rollout
+  -i, --independent-scoring     score rollouts one by one instead of per group
+      --max-retries <n>         re-run groups hit by infrastructure errors (default 0)
+  -q, --quiet                   no progress display
+Any config key can be set with a dotted flag, e.g. --client.timeout 30.
+
+Writes outputs/evals/<env>--<model>/<run_id>/{results.jsonl,metadata.json,config.json}.
+`;
+
+/** `vf eval --server`: the environment lives in a `vf serve` process, loaded with its own args. */
+async function connectEnvServer(config: EvalConfig, envSpec: string, client: ChatClient) {
+  const misplaced = [
+    ["--env-args", config.env_args],
+    ["-x/--extra-env-kwargs", config.extra_env_kwargs],
+    ["--timeout", config.timeout],
+    ["--sandbox", config.sandbox?.enabled || undefined],
+  ].filter(([, v]) => v !== undefined).map(([k]) => k);
+  if (misplaced.length) {
+    throw new ConfigError(
+      `${misplaced.join(", ")} apply where the environment is loaded; pass them to vf serve`,
+    );
+  }
+  forwardableConfig(client); // fails now, not in the first rollout, when it cannot be forwarded
+  const served = await ServerEnvironment.connect(config.server!, { token: env("VF_SERVER_TOKEN") });
+  const norm = (s: string) =>
+    s.replace(/\/mod\.ts$/, "").replace(/\/+$/, "").split("/").pop()!.replace(/\.(ts|js)$/, "")
+      .replaceAll("_", "-");
+  if (envSpec !== config.server && served.envId && norm(envSpec) !== norm(served.envId)) {
+    throw new ConfigError(
+      `The env server at "${config.server}" serves "${served.envId}", not "${envSpec}"`,
+    );
+  }
+  return served;
+}
+
+/** Resolve everything `vf eval` needs from the merged config. */
+async function resolveEval(config: EvalConfig, source: string) {
+  const envSpec = config.env_id ?? (config.env?.id as string | undefined) ?? config.server;
+  if (!envSpec) {
+    throw new ConfigError(
+      `${source}: no environment given; pass one (vf eval gsm8k) or set env_id`,
+    );
+  }
+  const { client, model, baseUrl, keyVar } = await resolveClient(config);
+  let environmentTyped: Environment;
+  let defaults: { num_examples?: number; rollouts_per_example?: number } = {};
+  let id: string;
+  if (config.server) {
+    const served = await connectEnvServer(config, envSpec, client);
+    environmentTyped = served as unknown as Environment;
+    defaults = served.evalDefaults ?? {};
+    id = served.envId;
+  } else if (wantsSandbox(envSpec, config)) {
+    const { host, info } = await startSandboxHost({
+      spec: envSpec,
+      kind: "environment",
+      args: config.env_args ?? {},
+      permissions: sandboxPermissions(config),
+      lockFile: lockFileFor(config, source),
+      reload: config.reload,
+      trusted: config.trust === true,
+    });
+    const remote = new RemoteEnvironment(host, info);
+    environmentTyped = remote as unknown as Environment;
+    defaults = remote.evalDefaults ?? {};
+    id = remote.envId;
+  } else {
+    const loaded = await loadEnvironment(envSpec, config.env_args ?? {}, BUILTINS);
+    environmentTyped = loaded.env as Environment;
+    defaults = loaded.module.evalDefaults ?? {};
+    id = loaded.id;
+  }
+  try {
+    // Build the (cached) eval dataset now, so a bad dataset fails before the run starts and
+    // the error names the environment.
+    await environmentTyped.getEvalDataset();
+  } catch (error) {
+    const reason = error instanceof ConfigError ? error.message : describeError(error);
+    throw new ConfigError(`Environment "${envSpec}": ${reason}`, { cause: error });
+  }
+  if (config.extra_env_kwargs) environmentTyped.setKwargs(config.extra_env_kwargs);
+  if (config.timeout) environmentTyped.setKwargs({ timeout_seconds: config.timeout });
+  const sampling: Record<string, unknown> = { ...(config.sampling_args ?? {}) };
+  if (config.max_tokens !== undefined && sampling.max_tokens === undefined) {
+    sampling.max_tokens = config.max_tokens;
+  }
+  if (config.temperature !== undefined && sampling.temperature === undefined) {
+    sampling.temperature = config.temperature;
+  }
+  return {
+    env: environmentTyped,
+    envId: environmentTyped.envId || id,
+    client,
+    model,
+    baseUrl,
+    keyVar,
+    numExamples: config.num_examples ?? defaults.num_examples ?? 5,
+    rollouts: config.rollouts_per_example ?? defaults.rollouts_per_example ?? 3,
+    maxConcurrent: config.max_concurrent ?? 32,
+    sampling,
+  };
+}
+
+async function findResumable(base: string, envId: string, model: string, r: number, n: number) {
+  let entries: string[];
+  try {
+    entries = await readdir(base);
+  } catch {
+    return null;
+  }
+  const candidates: Array<{ dir: string; mtime: number }> = [];
+  for (const name of entries) {
+    const dir = join(base, name);
+    try {
+      const meta = await loadMetadata(dir);
+      const rows = (await loadOutputs(dir)).length;
+      if (meta.env_id !== envId || meta.model !== model || meta.rollouts_per_example !== r) {
+        continue;
+      }
+      if (meta.num_examples > n || rows >= n * r) continue;
+      candidates.push({ dir, mtime: (await stat(join(dir, "metadata.json"))).mtimeMs });
+    } catch { /* not a run directory */ }
+  }
+  candidates.sort((a, b) => b.mtime - a.mtime);
+  return candidates[0]?.dir ?? null;
+}
+
+export async function cmdEval(argv: string[]): Promise<number> {
+  const flags = parseArgs(argv);
+  if (flags.help || flags.h) {
+    process.stdout.write(EVAL_HELP);
+    return 0;
+  }
+  const positional = flags._.map(String);
+  let fileConfig: Record<string, unknown> = {};
+  let source = "command line";
+  if (positional[0] === "@" || positional[0]?.startsWith("@")) {
+    const path = positional[0] === "@" ? positional[1] : positional[0].slice(1);
+    if (!path) throw new ConfigError("vf eval @ needs a config file: vf eval @ config.toml");
+    fileConfig = await readToml(path);
+    source = path;
+    positional.splice(0, positional[0] === "@" ? 2 : 1);
+  }
+  const cliConfig = flagsToConfig(flags as Record<string, unknown>);
+  if (positional[0]) cliConfig.env_id = positional[0];
+  if (positional.length > 1) {
+    throw new ConfigError(`Unexpected arguments: ${positional.slice(1).join(" ")}`);
+  }
+  const merged = deepMerge(fileConfig, cliConfig);
+  const config = validateEvalConfig(merged, source);
+  if (config.env && "taskset" in config.env) return await runTasks(config, merged, source);
+  const run = await resolveEval(config, source);
+
+  const save = config.save !== false;
+  const base = resolve(
+    config.output_dir ?? "outputs",
+    "evals",
+    `${run.envId}--${run.model.replaceAll("/", "--")}`,
+  );
+  let runDir: string | null = null;
+  let resume = false;
+  if (config.resume) {
+    resume = true;
+    if (typeof config.resume === "string") {
+      runDir = resolve(config.resume);
+      await loadMetadata(runDir); // validates that it is a run directory
+    } else {
+      runDir = await findResumable(base, run.envId, run.model, run.rollouts, run.numExamples);
+      if (!runDir) process.stderr.write("No unfinished matching run found; starting a new one\n");
+    }
+  }
+  if (save && !runDir) runDir = join(base, crypto.randomUUID().slice(0, 8));
+  if (!save && !resume) runDir = null;
+
+  const quiet = config.quiet ?? false;
+  const out = {
+    write: (t: string) => process.stderr.write(t),
+    isTTY: Boolean(process.stderr.isTTY),
+  };
+  const display = quiet ? null : new ProgressDisplay(out, run.envId);
+  using interrupt = onInterrupt();
+
+  if (runDir) {
+    const resolved = {
+      format_version: 1,
+      ...merged,
+      env_id: run.envId,
+      model: run.model,
+      base_url: run.baseUrl,
+      api_key_var: run.keyVar,
+      num_examples: run.numExamples,
+      rollouts_per_example: run.rollouts,
+      max_concurrent: run.maxConcurrent,
+      sampling_args: run.sampling,
+    };
+    await writeJsonAtomic(join(runDir, "config.json"), resolved);
+    process.stderr.write(`Saving results to ${runDir}\n`);
+  }
+  try {
+    const result = await evaluate(run.env, run.client, run.model, {
+      numExamples: run.numExamples,
+      rolloutsPerExample: run.rollouts,
+      maxConcurrent: run.maxConcurrent,
+      samplingArgs: run.sampling,
+      independentScoring: config.independent_scoring,
+      maxRetries: config.max_retries,
+      stateColumns: config.state_columns,
+      shuffleSeed: config.shuffle_seed ?? null,
+      resultsDir: runDir,
+      resume,
+      signal: interrupt.signal,
+      onProgress: display ? (p) => display.update(p) : undefined,
+      metadataExtra: runDir ? { run_dir: runDir } : {},
+    });
+    display?.finish();
+    process.stdout.write(renderSummary(result.metadata, result.outputs) + "\n");
+    if (runDir) process.stdout.write(`results: ${join(runDir, "results.jsonl")}\n`);
+    return 0;
+  } catch (error) {
+    display?.finish();
+    if (interrupt.interrupted) {
+      const saved = runDir ? (await loadOutputs(runDir)).length : 0;
+      process.stderr.write(
+        runDir
+          ? `Interrupted: ${saved} rollouts saved in ${runDir}; finish with: vf eval ... --resume ${runDir}\n`
+          : "Interrupted\n",
+      );
+      return 130;
+    }
+    if (runDir) {
+      const saved = (await loadOutputs(runDir).catch(() => [])).length;
+      if (saved) process.stderr.write(`${saved} finished rollouts are saved in ${runDir}\n`);
+    }
+    throw error;
+  } finally {
+    await run.env.teardown().catch(() => {});
+  }
+}

@@ -1,0 +1,110 @@
+/**
+ * What the commands resolve from a merged config: the model client (endpoint registry,
+ * flags, `[client]`), and where an environment or taskset runs (in-process, or in a sandbox
+ * host process pinned by the lock file).
+ * @module
+ */
+
+import process from "node:process";
+import { existsSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { TASKSETS } from "../../environments/mod.ts";
+import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
+import type { EvalConfig } from "../config.ts";
+import { loadEndpoints, RoundRobinClient } from "../model/endpoints.ts";
+import { loadTasksetSpec } from "../envs/load.ts";
+import { RemoteTaskset, type SandboxPermissions, startSandboxHost } from "../sandbox/remote.ts";
+
+export function env(name: string): string | undefined {
+  return process.env[name];
+}
+
+export function isUrlSpec(spec: string): boolean {
+  return /^https?:\/\//.test(spec);
+}
+
+/**
+ * URL environments always run in a separate host process pinned by the lock file: under the
+ * permission sandbox, or with every permission when --trust is given. Local ones run
+ * in-process unless --sandbox is given.
+ */
+export function wantsSandbox(spec: string, config: EvalConfig): boolean {
+  return isUrlSpec(spec) || config.sandbox?.enabled === true;
+}
+
+export function sandboxPermissions(config: EvalConfig): SandboxPermissions {
+  return {
+    allowNet: config.sandbox?.allow_net,
+    allowRead: config.sandbox?.allow_read,
+    allowEnv: config.sandbox?.allow_env,
+    allowImport: config.sandbox?.allow_import,
+  };
+}
+
+export function lockFileFor(config: EvalConfig, source: string): string {
+  if (config.lock_file) return resolve(config.lock_file);
+  return source.endsWith(".toml") ? join(dirname(resolve(source)), "vf.lock") : resolve("vf.lock");
+}
+
+/** Load a taskset: in a host process for URLs (or --sandbox), in-process otherwise. */
+export async function loadTasksetFor(
+  spec: string,
+  tasksetConfig: Record<string, unknown>,
+  config: EvalConfig,
+  source: string,
+) {
+  if (wantsSandbox(spec, config)) {
+    const { host, info } = await startSandboxHost({
+      spec,
+      kind: "taskset",
+      args: tasksetConfig,
+      permissions: sandboxPermissions(config),
+      lockFile: lockFileFor(config, source),
+      reload: config.reload,
+      trusted: config.trust === true,
+    });
+    return new RemoteTaskset(host, info);
+  }
+  return await loadTasksetSpec(spec, tasksetConfig, TASKSETS);
+}
+
+/** Resolve the model endpoint: registry aliases, flags, `[client]`, defaults. */
+export async function resolveClient(config: EvalConfig) {
+  let model = config.model ?? "gpt-4.1-mini";
+  let baseUrl = config.base_url ?? config.api_base_url ?? config.client?.base_url;
+  let keyVar = config.api_key_var ?? config.client?.api_key_var;
+  const headers = { ...(config.client?.headers ?? {}), ...(config.headers ?? {}) };
+  const clientOpts = {
+    timeout: config.client?.timeout,
+    max_retries: config.client?.max_retries,
+    transport: config.client?.transport,
+    extra_headers: headers,
+  };
+  let client: ChatClient | null = null;
+  const registryPath = config.endpoints_path ??
+    (existsSync("configs/endpoints.toml") ? "configs/endpoints.toml" : null);
+  if (registryPath) {
+    const registry = await loadEndpoints(registryPath);
+    const replicas = registry.get(model);
+    if (replicas) {
+      model = replicas[0].model;
+      if (!baseUrl && replicas.length > 1) {
+        client = new RoundRobinClient(replicas.map((r) =>
+          new OpenAIChatClient({
+            base_url: r.url,
+            api_key_var: keyVar ?? r.key,
+            ...clientOpts,
+            extra_headers: { ...(r.headers ?? {}), ...headers },
+          })
+        ));
+      }
+      baseUrl ??= replicas[0].url;
+      keyVar ??= replicas[0].key;
+      Object.assign(headers, { ...(replicas[0].headers ?? {}), ...headers });
+    }
+  }
+  baseUrl ??= env("OPENAI_BASE_URL") ?? "https://api.openai.com/v1";
+  keyVar ??= "OPENAI_API_KEY";
+  client ??= new OpenAIChatClient({ base_url: baseUrl, api_key_var: keyVar, ...clientOpts });
+  return { client, model, baseUrl, keyVar };
+}

@@ -1,0 +1,193 @@
+/**
+ * `vf run`, and the `[env.taskset]` form of `vf eval`: an agent on sandboxed tasks.
+ * @module
+ */
+
+import process from "node:process";
+import { readFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { TASKSETS } from "../../environments/mod.ts";
+import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
+import { WarmPool } from "../../runtimes/pool.ts";
+import { limitModelConnections } from "../model/limits.ts";
+import { getHarness } from "../tasks/harness.ts";
+import type { AgentPolicy } from "../tasks/rollout.ts";
+import { runTaskset } from "../tasks/run.ts";
+import { deepMerge, type EvalConfig, validateEvalConfig, validateTaskEnv } from "../config.ts";
+import { ConfigError } from "../errors.ts";
+import { writeJsonAtomic } from "../eval/results.ts";
+import { flagsToConfig, parseArgs } from "./args.ts";
+import { loadTasksetFor, resolveClient } from "./resolve.ts";
+import { onInterrupt } from "./interrupt.ts";
+
+const RUN_HELP = `vf run <taskset> [options]     (same as: vf eval @ cfg.toml with [env.taskset] id)
+
+Runs an agent on each task of a taskset inside sandboxes and grades it.
+  -n <tasks>  -r <rollouts per task>  -c <concurrent rollouts (default 4)>
+  -m, -b, -k                          model, base URL, API key variable (as vf eval)
+  --env.agent.harness.id bash|null    the agent harness (default bash)
+  --env.agent.runtime.type docker|subprocess   --env.agent.runtime.cpu 2 --env.agent.runtime.memory 4
+  --env.agent.scoring.mode shared|isolated      --env.agent.scoring.runtime.image <image>
+  --env.id best-of-n --env.n 4        best-of-n (adds best / pass_at_n metrics)
+  --env.agent.runtime.warm_pool 4     keep started agent sandboxes ready (grading stays fresh)
+  --limits.max_sandboxes 32  --limits.sandbox_create_rate 8  --limits.max_model_connections 64
+  -R, --resume <run dir>              re-run only the missing or failed rollouts
+Writes outputs/evals/<taskset>--<model>/<run_id>/{traces.jsonl,metadata.json,config.json}.
+Tasksets: ${Object.keys(TASKSETS).join(", ")}, or a path to a module exporting loadTaskset().
+`;
+
+/** Run a taskset (the `[env.taskset]` form of `vf eval`, and `vf run`). */
+export async function runTasks(
+  config: EvalConfig,
+  merged: Record<string, unknown>,
+  source: string,
+): Promise<number> {
+  const envSection = validateTaskEnv(config.env, source);
+  const { client, model, baseUrl, keyVar } = await resolveClient(config);
+  const { id: tasksetId, task: taskConfig, ...tasksetKnobs } = envSection.taskset;
+  const taskset = await loadTasksetFor(
+    tasksetId,
+    { ...tasksetKnobs, id: tasksetId, task: taskConfig ?? {} },
+    config,
+    source,
+  );
+  const agent = envSection.agent ?? {};
+  const harnessConfig = agent.harness ?? { id: "bash" };
+  const policy: AgentPolicy = {
+    runtime: agent.runtime ?? {},
+    harness: getHarness(harnessConfig.id ?? "bash", harnessConfig),
+    scoring: agent.scoring,
+    maxTurns: harnessConfig.max_turns ?? agent.max_turns,
+    toolTimeoutSeconds: harnessConfig.tool_timeout,
+  };
+  const bestOfN = envSection.id === "best-of-n";
+  // Resuming: sizes not given again default to those the run was started with.
+  const saved = typeof config.resume === "string"
+    ? await readFile(join(resolve(config.resume), "config.json"), "utf8")
+      .then((t) => JSON.parse(t) as Record<string, unknown>)
+      .catch(() => ({} as Record<string, unknown>))
+    : {};
+  const savedNum = typeof saved.num_examples === "number" ? saved.num_examples : undefined;
+  const savedRollouts = typeof saved.rollouts_per_example === "number"
+    ? saved.rollouts_per_example
+    : undefined;
+  const rollouts = bestOfN
+    ? envSection.n ?? config.rollouts_per_example ?? savedRollouts ?? 4
+    : config.rollouts_per_example ?? savedRollouts ?? 1;
+  const numTasks = config.num_examples ?? savedNum ?? -1;
+  const runId = crypto.randomUUID().slice(0, 8);
+  const save = config.save !== false;
+  const base = resolve(
+    config.output_dir ?? "outputs",
+    "evals",
+    `${taskset.id}--${model.replaceAll("/", "--")}`,
+  );
+  let runDir: string | null = save ? join(base, runId) : null;
+  let resume = false;
+  if (typeof config.resume === "string") {
+    runDir = resolve(config.resume);
+    resume = true;
+  } else if (config.resume === true) {
+    throw new ConfigError("Resuming a taskset run needs the run directory: --resume <dir>");
+  }
+  if (runDir) {
+    const resolved = {
+      format_version: 1,
+      ...merged,
+      model,
+      client: { ...(config.client ?? {}), base_url: baseUrl, api_key_var: keyVar },
+      num_examples: numTasks,
+      rollouts_per_example: rollouts,
+      env: envSection, // scoring.env templates are kept as written, never resolved here
+    };
+    delete (resolved as Record<string, unknown>).base_url;
+    delete (resolved as Record<string, unknown>).api_key_var;
+    await writeJsonAtomic(join(runDir, "config.json"), resolved);
+    process.stderr.write(`Saving traces to ${runDir}\n`);
+  }
+  // Sandboxes come through the limits and the warm pool; model calls through their own limit.
+  const sandboxLimits = sandboxLimitsFromConfig(config.limits);
+  const warmPool = agent.runtime?.warm_pool ?? 0;
+  const sandboxes = sandboxLimits || warmPool > 0
+    ? new WarmPool({
+      size: warmPool,
+      runId: runDir ? runDir.split("/").pop()! : runId,
+      limits: sandboxLimits,
+    })
+    : undefined;
+  policy.sandboxes = sandboxes;
+  const maxModel = config.limits?.max_model_connections;
+  const modelClient = maxModel ? limitModelConnections(client, maxModel) : client;
+  const quiet = config.quiet ?? false;
+  const started = Date.now();
+  using interrupt = onInterrupt();
+  try {
+    const { summary } = await runTaskset({
+      taskset,
+      policy,
+      client: modelClient,
+      model,
+      samplingArgs: config.sampling_args,
+      numTasks,
+      rolloutsPerTask: rollouts,
+      maxConcurrent: config.max_concurrent ?? 4,
+      shuffleSeed: config.shuffle_seed ?? null,
+      runDir,
+      runId: runDir ? runDir.split("/").pop()! : runId,
+      resume,
+      envId: envSection.id,
+      bestOfNThreshold: envSection.threshold,
+      judges: envSection.judges,
+      signal: interrupt.signal,
+      onTrace: quiet ? undefined : (t, done, total) => {
+        const rate = done / Math.max(0.001, (Date.now() - started) / 1000);
+        process.stderr.write(
+          `${taskset.id} ${done}/${total} ${rate.toFixed(2)}/s task ${t.task.key} reward ${
+            t.reward === null ? "error" : t.reward.toFixed(3)
+          }${
+            t.error ? ` (${t.error.phase}: ${t.error.error}: ${t.error.message.slice(0, 120)})` : ""
+          }\n`,
+        );
+      },
+    });
+    const lines = [
+      `taskset ${summary.taskset}  model ${summary.model}  tasks ${summary.num_tasks}  rollouts/task ${summary.rollouts_per_task}  rollouts ${summary.num_rollouts}`,
+      `reward ${
+        summary.avg_reward.toFixed(4)
+      }  errors ${summary.num_errors} of ${summary.num_rollouts}`,
+      ...Object.entries(summary.avg_rewards).map(([k, v]) => `  reward ${k}: ${v.toFixed(4)}`),
+      ...Object.entries(summary.avg_metrics).map(([k, v]) => `  metric ${k}: ${v.toFixed(4)}`),
+      ...Object.entries(summary.pass_at_k).map(([k, v]) => `  pass@${k}: ${v.toFixed(3)}`),
+      `tokens: input ${summary.usage.input_tokens}, output ${summary.usage.output_tokens}`,
+    ];
+    process.stdout.write(lines.join("\n") + "\n");
+    if (runDir) process.stdout.write(`traces: ${join(runDir, "traces.jsonl")}\n`);
+    return 0;
+  } catch (error) {
+    if (interrupt.interrupted) {
+      process.stderr.write(
+        runDir
+          ? `Interrupted; finish with: vf eval @ <config> --resume ${runDir}\n`
+          : "Interrupted\n",
+      );
+      return 130;
+    }
+    throw error;
+  } finally {
+    await sandboxes?.close();
+  }
+}
+
+export async function cmdRun(argv: string[]): Promise<number> {
+  const flags = parseArgs(argv);
+  if (flags.help || flags.h) {
+    process.stdout.write(RUN_HELP);
+    return 0;
+  }
+  const positional = flags._.map(String);
+  if (!positional[0]) throw new ConfigError("vf run needs a taskset: vf run file-sum -n 1 -r 1");
+  const cliConfig = flagsToConfig(flags as Record<string, unknown>);
+  const merged = deepMerge({ env: { taskset: { id: positional[0] } } }, cliConfig);
+  const config = validateEvalConfig(merged, "command line");
+  return await runTasks(config, merged, "command line");
+}

@@ -1,0 +1,114 @@
+/**
+ * `vf serve`: one environment over HTTP for trainers and evaluators.
+ * @module
+ */
+
+import process from "node:process";
+import yargsParser from "npm:yargs-parser@^22.0.0";
+import { BUILTINS } from "../../environments/mod.ts";
+import type { Environment } from "../envs/environment.ts";
+import { ConfigError, describeError } from "../errors.ts";
+import { loadEnvironment } from "../envs/load.ts";
+import { startEnvServer } from "../serve/server.ts";
+import { flagsToConfig } from "./args.ts";
+import { env } from "./resolve.ts";
+
+const SERVE_HELP = `vf serve <env> [options]
+
+Serves one environment over HTTP so trainers and evaluators elsewhere can run rollouts with
+it: GET /health, GET /info, POST /dataset, POST /rollouts (NDJSON stream), POST /cancel.
+Evaluate through it with: vf eval <env> --server http://HOST:PORT -m <model> -b <url> -k <VAR>
+  --port <p>                  port (default 8123; 0 picks a free one)
+  --host <addr>               interface (default 127.0.0.1)
+  -c, --max-concurrent <n>    groups running at once across all requests (default 32)
+  --env-args <json>           arguments for loadEnvironment()
+  -x, --extra-env-kwargs <json>  settings applied to the loaded env
+  --timeout <seconds>         wall-clock limit per rollout
+  --allow-key-var <NAME>      a variable requests may name as client.api_key_var to use this
+                              server's key (repeatable; by default none is ever read)
+Requests carry the model endpoint and its API key: keep the server on loopback, or behind
+TLS on a trusted network. When VF_SERVER_TOKEN is set, requests must send it as a bearer
+token (vf eval --server sends $VF_SERVER_TOKEN). Runs until SIGINT or SIGTERM.
+`;
+
+export async function cmdServe(argv: string[]): Promise<number> {
+  const flags = yargsParser(argv, {
+    configuration: { "camel-case-expansion": false, "parse-positional-numbers": false },
+    boolean: ["help", "h"],
+    string: ["host", "env-args", "x", "extra-env-kwargs", "allow-key-var"],
+    number: ["port", "c", "max-concurrent", "timeout"],
+  });
+  if (flags.help || flags.h) {
+    process.stdout.write(SERVE_HELP);
+    return 0;
+  }
+  const positional = flags._.map(String);
+  if (positional.length !== 1) {
+    throw new ConfigError("vf serve needs one environment: vf serve gsm8k --port 8123");
+  }
+  const config = flagsToConfig(flags as Record<string, unknown>);
+  const last = (v: unknown) => (Array.isArray(v) ? v[v.length - 1] : v);
+  const port = Number(last(flags.port) ?? 8123);
+  const maxConcurrent = Number(last(flags.c ?? flags["max-concurrent"]) ?? 32);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new ConfigError(`--port ${port} is not a port number`);
+  }
+  if (!Number.isInteger(maxConcurrent) || maxConcurrent < 1) {
+    throw new ConfigError(`-c/--max-concurrent must be an integer ≥ 1, got ${maxConcurrent}`);
+  }
+  const hostname = String(last(flags.host) ?? "127.0.0.1");
+  const loaded = await loadEnvironment(
+    positional[0],
+    (config.env_args ?? {}) as Record<string, unknown>,
+    BUILTINS,
+  );
+  const environment = loaded.env as Environment;
+  try {
+    await environment.getEvalDataset();
+  } catch (error) {
+    const reason = error instanceof ConfigError ? error.message : describeError(error);
+    throw new ConfigError(`Environment "${positional[0]}": ${reason}`, { cause: error });
+  }
+  if (config.extra_env_kwargs) {
+    environment.setKwargs(config.extra_env_kwargs as Record<string, unknown>);
+  }
+  if (flags.timeout !== undefined) {
+    environment.setKwargs({ timeout_seconds: Number(last(flags.timeout)) });
+  }
+  const token = env("VF_SERVER_TOKEN") || undefined;
+  const server = await startEnvServer(environment, {
+    port,
+    hostname,
+    maxConcurrent,
+    envId: environment.envId || loaded.id,
+    evalDefaults: loaded.module.evalDefaults ?? null,
+    token,
+    allowKeyVars: [flags["allow-key-var"] ?? []].flat().map(String),
+  });
+  const loopback = ["127.0.0.1", "localhost", "::1"].includes(hostname);
+  if (!loopback && !token) {
+    process.stderr.write(
+      `warning: serving on ${hostname} without VF_SERVER_TOKEN: anyone who reaches the port can run rollouts, ` +
+        `and model keys travel in request bodies; use a trusted network and TLS\n`,
+    );
+  }
+  process.stdout.write(
+    `vf serve: environment "${
+      environment.envId || loaded.id
+    }" at ${server.url} (${maxConcurrent} groups at once)\n`,
+  );
+  const stop = Promise.withResolvers<string>();
+  const onSignal = (sig: string) => stop.resolve(sig);
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  try {
+    const sig = await stop.promise;
+    process.stderr.write(`${sig}: stopping the env server\n`);
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    await server.close();
+    await environment.teardown().catch(() => {});
+  }
+  return 0;
+}

@@ -1,0 +1,82 @@
+/**
+ * `vf validate`: per task, the gold answer must score 1.0 and an untouched workspace 0.0.
+ * @module
+ */
+
+import process from "node:process";
+import { validateTaskset } from "../tasks/run.ts";
+import { RuntimeTable, validateEvalConfig } from "../config.ts";
+import { ConfigError } from "../errors.ts";
+import { flagsToConfig, parseArgs } from "./args.ts";
+import { loadTasksetFor } from "./resolve.ts";
+
+const VALIDATE_HELP = `vf validate <taskset> [-n N] [--runtime.type docker|subprocess]
+
+Per task, in fresh sandboxes: the gold answer (Task.validate) must score 1.0 and an
+untouched workspace 0.0. Prints a table and a JSON summary; exits 1 when any task fails.
+`;
+
+function validateRuntimeTable(raw: Record<string, unknown>) {
+  const r = RuntimeTable.safeParse(raw);
+  if (!r.success) {
+    const issue = r.error.issues[0];
+    throw new ConfigError(`command line: runtime.${issue.path.join(".")}: ${issue.message}`);
+  }
+  return r.data;
+}
+
+export async function cmdValidate(argv: string[]): Promise<number> {
+  const flags = parseArgs(argv);
+  if (flags.help || flags.h) {
+    process.stdout.write(VALIDATE_HELP);
+    return 0;
+  }
+  const positional = flags._.map(String);
+  if (!positional[0]) throw new ConfigError("vf validate needs a taskset: vf validate file-sum");
+  const raw = flagsToConfig(flags as Record<string, unknown>);
+  const runtime = validateRuntimeTable((raw.runtime ?? {}) as Record<string, unknown>);
+  const evalConfig = validateEvalConfig(
+    Object.fromEntries(
+      Object.entries(raw).filter(([k]) => ["sandbox", "trust", "reload", "lock_file"].includes(k)),
+    ),
+    "command line",
+  );
+  const taskset = await loadTasksetFor(
+    positional[0],
+    { id: positional[0] },
+    evalConfig,
+    "command line",
+  );
+  const runId = `validate-${crypto.randomUUID().slice(0, 8)}`;
+  const results = await validateTaskset(taskset, {
+    numTasks: typeof raw.num_examples === "number" ? raw.num_examples : -1,
+    runtime,
+    runId,
+    maxConcurrent: typeof raw.max_concurrent === "number" ? raw.max_concurrent : 4,
+  });
+  const rows = [
+    ["task", "gold", "untouched", "result"],
+    ...results.map((r) => [
+      r.task,
+      r.gold_reward === null ? "-" : r.gold_reward.toFixed(2),
+      r.empty_reward === null ? "-" : r.empty_reward.toFixed(2),
+      r.ok ? "ok" : `FAIL ${r.error ?? ""}`,
+    ]),
+  ];
+  const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
+  process.stdout.write(
+    rows.map((r) => r.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd()).join("\n") + "\n",
+  );
+  const failed = results.filter((r) => !r.ok).length;
+  process.stdout.write(
+    JSON.stringify({
+      taskset: taskset.id,
+      runtime: runtime.type ?? "docker",
+      tasks: results.length,
+      passed: results.length - failed,
+      failed,
+      results,
+    }) + "\n",
+  );
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,598 @@
+/**
+ * Environments: the dataset sources, the rollout loop and its stop conditions.
+ * @module
+ */
+import type { ChatClient } from "../model/client.ts";
+import { EndpointUnreachableError } from "../model/client.ts";
+import { Dataset } from "../data/dataset.ts";
+import {
+  AuthenticationError,
+  InfraError,
+  InvalidModelResponseError,
+  OverlongPromptError,
+  VfError,
+} from "../errors.ts";
+import { formatRows, parseInfo } from "../data/formatting.ts";
+import { copyPlain } from "../_plain.ts";
+import { normalizeMessages, normalizeToolDefs } from "../messages.ts";
+import { Parser } from "../scoring/parser.ts";
+import { Rubric, RubricGroup, sortHandlers } from "../scoring/rubric.ts";
+import { newTiming, nowSeconds, type RolloutOutput, type State, stateToOutput } from "../state.ts";
+import type {
+  AssistantMessage,
+  Message,
+  Messages,
+  Response,
+  RolloutInput,
+  Row,
+  SamplingArgs,
+  Tool,
+} from "../types.ts";
+
+/** A function that builds a dataset on first access. */
+export type DatasetBuilder = () => Dataset | Row[] | Promise<Dataset | Row[]>;
+
+/** Anything accepted as a dataset source. */
+export type DatasetSource = Dataset | Row[] | DatasetBuilder;
+
+/** Options shared by every environment. */
+export interface EnvironmentOptions {
+  /** Training rows: a Dataset, a list of rows, or a builder called on first access. */
+  dataset?: DatasetSource | null;
+  /** Evaluation rows; `evaluate()` falls back to `dataset` when absent. */
+  evalDataset?: DatasetSource | null;
+  /** System prompt (see the formatting rules in the README). */
+  systemPrompt?: string | null;
+  /** Few-shot messages, applied only when rows are built from `question`. */
+  fewShot?: Message[] | null;
+  /** Default `new Parser()`. */
+  parser?: Parser<unknown>;
+  /** Default an empty `Rubric`. */
+  rubric?: Rubric;
+  /** Merged into the defaults for every model call. */
+  samplingArgs?: SamplingArgs;
+  /** Tools shown to the model (rows may override with `info.tool_defs`). */
+  toolDefs?: Tool[] | null;
+  /** Environment id: default `task`, metadata, output paths. */
+  envId?: string;
+  /** Arguments the environment was loaded with (recorded in metadata). */
+  envArgs?: Record<string, unknown>;
+  /** Accepted for parity with verifiers' `map_kwargs` (e.g. `{ num_proc: 8 }`); formatting is in-process. */
+  mapKwargs?: Record<string, unknown>;
+  /** When false, rollouts get reward 0 and no metrics; default true. */
+  scoreRollouts?: boolean;
+  /** Reward at or above which a rollout counts as correct for pass@k; default 0.5. */
+  passThreshold?: number;
+}
+
+/** Options of one rollout call. */
+export interface RolloutOptions {
+  samplingArgs?: SamplingArgs;
+  signal?: AbortSignal;
+}
+
+/** Errors that end the whole run instead of one rollout. */
+export function isFatalError(error: unknown): boolean {
+  return error instanceof AuthenticationError || error instanceof EndpointUnreachableError;
+}
+
+interface Handler<F> {
+  name: string;
+  priority: number;
+  fn: F;
+}
+
+/** The base of every environment. */
+export abstract class Environment {
+  envId: string;
+  envArgs: Record<string, unknown>;
+  systemPrompt: string | null;
+  fewShot: Message[] | null;
+  parser: Parser<unknown>;
+  rubric: Rubric;
+  samplingArgs: SamplingArgs;
+  toolDefs: Tool[];
+  mapKwargs: Record<string, unknown>;
+  scoreRollouts: boolean;
+  passThreshold: number;
+  #sources: { train: DatasetSource | null; eval: DatasetSource | null };
+  #built: { train: Dataset | null; eval: Dataset | null } = { train: null, eval: null };
+  #building: { train: Promise<Dataset> | null; eval: Promise<Dataset> | null } = {
+    train: null,
+    eval: null,
+  };
+  #stops: Handler<(state: State) => boolean | Promise<boolean>>[] = [];
+  #cleanups: Handler<(state: State) => unknown>[] = [];
+  #teardowns: Handler<() => unknown>[] = [];
+
+  constructor(options: EnvironmentOptions = {}) {
+    this.toolDefs = normalizeToolDefs(options.toolDefs ?? null, "toolDefs");
+    this.systemPrompt = options.systemPrompt ?? null;
+    this.fewShot = options.fewShot ?? null;
+    this.parser = options.parser ?? new Parser();
+    this.rubric = options.rubric ?? new Rubric({ parser: this.parser });
+    if (this.rubric.parser.constructor !== this.parser.constructor) {
+      console.warn(
+        `The environment's parser (${this.parser.constructor.name}) differs from the rubric's (${this.rubric.parser.constructor.name})`,
+      );
+    }
+    this.envId = options.envId ?? "";
+    this.envArgs = options.envArgs ?? {};
+    this.mapKwargs = options.mapKwargs ?? {};
+    this.scoreRollouts = options.scoreRollouts ?? true;
+    this.passThreshold = options.passThreshold ?? 0.5;
+    this.samplingArgs = { ...(options.samplingArgs ?? {}) };
+    this.#sources = { train: options.dataset ?? null, eval: options.evalDataset ?? null };
+    // Raw datasets are formatted eagerly so bad rows fail at construction.
+    for (const split of ["train", "eval"] as const) {
+      const src = this.#sources[split];
+      if (src instanceof Dataset || Array.isArray(src)) {
+        this.#built[split] = this.#format(src instanceof Dataset ? src.toList() : src, split);
+      }
+    }
+    if (!this.#sources.train && !this.#sources.eval) {
+      throw new TypeError("Either dataset or evalDataset must be provided");
+    }
+  }
+
+  #format(rows: Row[], split: "train" | "eval"): Dataset {
+    return Dataset.fromList(
+      this.formatDataset(rows, split === "train" ? "dataset" : "eval_dataset"),
+    );
+  }
+
+  /** Format raw rows into rollout inputs; EnvGroup overrides this. */
+  protected formatDataset(rows: Row[], label: string): Row[] {
+    return formatRows(rows, {
+      systemPrompt: this.systemPrompt,
+      fewShot: this.fewShot,
+      envId: this.envId,
+      label,
+    });
+  }
+
+  async #build(split: "train" | "eval"): Promise<Dataset | null> {
+    if (this.#built[split]) return this.#built[split];
+    const src = this.#sources[split];
+    if (!src) return null;
+    if (typeof src !== "function") return this.#built[split];
+    // Concurrent first accesses share one build, so the builder runs once.
+    this.#building[split] ??= (async () => {
+      const made = await (src as DatasetBuilder)();
+      return this.#format(made instanceof Dataset ? made.toList() : made, split);
+    })().finally(() => (this.#building[split] = null));
+    this.#built[split] = await this.#building[split];
+    return this.#built[split];
+  }
+
+  /** Whether an evaluation dataset source was given. */
+  get hasEvalDataset(): boolean {
+    return this.#sources.eval !== null;
+  }
+
+  /** Whether a training dataset source was given. */
+  get hasDataset(): boolean {
+    return this.#sources.train !== null;
+  }
+
+  /** The formatted training dataset; shuffled copy when `seed` is given, then the first `n`. */
+  async getDataset(n = -1, seed?: number | null): Promise<Dataset> {
+    const ds = await this.#build("train");
+    if (!ds) throw new TypeError("dataset is not set");
+    return sample(ds, n, seed);
+  }
+
+  /** The formatted evaluation dataset, falling back to the training one. */
+  async getEvalDataset(n = -1, seed?: number | null): Promise<Dataset> {
+    const ds = await this.#build("eval");
+    if (!ds) return this.getDataset(n, seed);
+    return sample(ds, n, seed);
+  }
+
+  /** Register a stop condition; checked before every turn in priority order. */
+  addStopCondition(
+    name: string,
+    fn: (state: State) => boolean | Promise<boolean>,
+    priority = 0,
+  ): void {
+    this.#stops.push({ name, fn, priority });
+    sortHandlers(this.#stops);
+  }
+
+  /** Register a per-rollout cleanup hook (runs even on timeout or error). */
+  addCleanup(name: string, fn: (state: State) => unknown, priority = 0): void {
+    this.#cleanups.push({ name, fn, priority });
+    sortHandlers(this.#cleanups);
+  }
+
+  /** Register a teardown hook, run once by {@link Environment.teardown}. */
+  addTeardown(name: string, fn: () => unknown, priority = 0): void {
+    this.#teardowns.push({ name, fn, priority });
+    sortHandlers(this.#teardowns);
+  }
+
+  /** Names of the registered stop conditions, in evaluation order. */
+  get stopConditionNames(): string[] {
+    return this.#stops.map((s) => s.name);
+  }
+
+  /** Add a rubric: it joins (or becomes) a RubricGroup with the current one. */
+  addRubric(rubric: Rubric): void {
+    if (this.rubric instanceof RubricGroup) this.rubric.rubrics.push(rubric);
+    else this.rubric = new RubricGroup([this.rubric, rubric]);
+  }
+
+  /** Apply settings by name, e.g. from `--extra-env-kwargs`: `setX(value)` if present, else a field. */
+  setKwargs(kwargs: Record<string, unknown>): void {
+    for (const [key, value] of Object.entries(kwargs)) {
+      const camel = key.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+      const setter = `set${camel[0].toUpperCase()}${camel.slice(1)}`;
+      // deno-lint-ignore no-explicit-any
+      const self = this as any;
+      if (typeof self[setter] === "function") self[setter](value);
+      else self[camel] = value;
+    }
+  }
+
+  /** Build the initial state of a rollout. */
+  initState(input: Row, client: ChatClient, model: string, samplingArgs: SamplingArgs = {}): State {
+    const copy = copyPlain(input) as RolloutInput;
+    const info = parseInfo(copy.info, `info of example ${copy.example_id}`);
+    if ("oai_tools" in info) {
+      throw new TypeError("info.oai_tools is not supported; use info.tool_defs");
+    }
+    copy.info = info;
+    if (copy.task === undefined) copy.task = this.envId || "default";
+    const toolDefs = "tool_defs" in info
+      ? normalizeToolDefs(info.tool_defs, "info.tool_defs")
+      : [...this.toolDefs];
+    const prompt = normalizeMessages(copy.prompt);
+    copy.prompt = prompt;
+    return {
+      input: copy,
+      prompt,
+      answer: copy.answer === undefined || copy.answer === null ? "" : String(copy.answer),
+      task: String(copy.task),
+      info,
+      example_id: Number(copy.example_id ?? 0),
+      client,
+      model,
+      sampling_args: { ...this.samplingArgs, ...samplingArgs },
+      is_completed: false,
+      is_truncated: false,
+      tool_defs: toolDefs,
+      trajectory: [],
+      completion: [],
+      usage: { input_tokens: 0, output_tokens: 0, seen: false },
+      trajectory_id: crypto.randomUUID().replaceAll("-", ""),
+      reward: null,
+      advantage: null,
+      metrics: null,
+      error: null,
+      final_env_response: null,
+      stop_condition: null,
+      prompt_too_long: false,
+      timed_out: false,
+      timing: newTiming(),
+    };
+  }
+
+  /** Ask the model for the next message, tracking usage on the state. */
+  async getModelResponse(state: State, prompt: Messages): Promise<Response> {
+    const headers: Record<string, string> = {};
+    for (const [header, key] of Object.entries(state.client.headersFromState)) {
+      const value = state[key];
+      if (value !== undefined && value !== null) headers[header] = String(value);
+    }
+    const response = await state.client.getResponse(prompt, state.model, {
+      tools: state.tool_defs,
+      samplingArgs: state.sampling_args,
+      headers,
+      signal: state.signal,
+    });
+    if (response.usage) {
+      state.usage.seen = true;
+      state.usage.input_tokens += response.usage.prompt_tokens;
+      state.usage.output_tokens += response.usage.completion_tokens;
+    }
+    return response;
+  }
+
+  /** Whether a stop condition fires; records which one. */
+  async isCompleted(state: State): Promise<boolean> {
+    for (const stop of this.#stops) {
+      let fired = stop.fn(state);
+      // Most conditions are synchronous; awaiting only promises saves a microtask per check.
+      if (typeof (fired as PromiseLike<boolean> | null)?.then === "function") fired = await fired;
+      if (fired) {
+        state.is_completed = true;
+        state.is_truncated ||= state.trajectory.some((s) => s.is_truncated);
+        state.stop_condition = stop.name;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** Run one rollout to completion (not scored). */
+  abstract rollout(
+    input: Row,
+    client: ChatClient,
+    model: string,
+    options?: RolloutOptions,
+  ): Promise<State>;
+
+  /** Run the cleanup hooks of the environment, then of the rubric. */
+  async runCleanups(state: State): Promise<void> {
+    for (const c of this.#cleanups) {
+      try {
+        await c.fn(state);
+      } catch (error) {
+        console.warn(`Cleanup "${c.name}" failed: ${error}`);
+      }
+    }
+  }
+
+  /** Run a group of rollouts concurrently, then score them together. */
+  async runGroup(
+    inputs: Row[],
+    client: ChatClient,
+    model: string,
+    options: RolloutOptions & { independentScoring?: boolean } = {},
+  ): Promise<State[]> {
+    const states = await Promise.all(
+      inputs.map((input) => this.rollout(input, client, model, options)),
+    );
+    await this.scoreStates(states, options.independentScoring ?? false);
+    return states;
+  }
+
+  /**
+   * Run a group and serialise it: what `generate` calls. `retryable` tells whether a
+   * rollout hit an infrastructure or invalid-response error worth a fresh attempt.
+   */
+  async runGroupOutputs(
+    inputs: Row[],
+    client: ChatClient,
+    model: string,
+    options: RolloutOptions & { independentScoring?: boolean; stateColumns?: string[] } = {},
+  ): Promise<{ outputs: RolloutOutput[]; retryable: boolean }> {
+    const states = await this.runGroup(inputs, client, model, options);
+    return {
+      outputs: states.map((s) => stateToOutput(s, options.stateColumns)),
+      retryable: states.some((s) =>
+        s.error instanceof InfraError || s.error instanceof InvalidModelResponseError
+      ),
+    };
+  }
+
+  /** Score finished states (group scoring by default). */
+  async scoreStates(states: State[], independent = false): Promise<void> {
+    const start = nowSeconds();
+    for (const s of states) s.timing.scoring.start = start;
+    if (!this.scoreRollouts) {
+      for (const s of states) {
+        s.reward = 0;
+        s.metrics = {};
+      }
+    } else if (independent) {
+      for (const s of states) await this.rubric.scoreRollout(s);
+    } else {
+      await this.rubric.scoreGroup(states);
+    }
+    const end = nowSeconds();
+    for (const s of states) {
+      s.timing.scoring.end = end;
+      try {
+        await this.rubric.cleanup(s);
+      } catch (error) {
+        console.warn(`Rubric cleanup failed: ${error}`);
+      }
+    }
+  }
+
+  /** Run the teardown hooks: the rubric's, then the environment's. */
+  async teardown(): Promise<void> {
+    await this.rubric.teardown();
+    for (const t of this.#teardowns) await t.fn();
+  }
+}
+
+function sample(ds: Dataset, n: number, seed?: number | null): Dataset {
+  let out = ds;
+  if (seed !== undefined && seed !== null) out = out.shuffle(seed);
+  if (n > 0 && n < out.length) out = out.select([...Array(n).keys()]);
+  return out;
+}
+
+/** The signal of a rollout nobody can cancel (no run signal, no rollout timeout). */
+const NEVER_ABORTED = new AbortController().signal;
+
+/** Options of {@link MultiTurnEnv}. */
+export interface MultiTurnEnvOptions extends EnvironmentOptions {
+  /** Model turns before the rollout stops; ≤ 0 means unlimited. Default -1. */
+  maxTurns?: number;
+  /** Wall-clock cap for one rollout's generation phase, in seconds. */
+  timeoutSeconds?: number | null;
+  /** Stop once this many completion tokens were used; ≤ 0 means unlimited. */
+  maxTotalCompletionTokens?: number;
+}
+
+/** The multi-turn rollout loop: model turn, environment response, repeat until a stop fires. */
+export abstract class MultiTurnEnv extends Environment {
+  maxTurns: number;
+  timeoutSeconds: number | null;
+  maxTotalCompletionTokens: number;
+
+  constructor(options: MultiTurnEnvOptions = {}) {
+    super(options);
+    this.maxTurns = options.maxTurns ?? -1;
+    this.timeoutSeconds = options.timeoutSeconds ?? null;
+    this.maxTotalCompletionTokens = options.maxTotalCompletionTokens ?? -1;
+    this.addStopCondition("has_error", (s) => s.error !== null && s.error !== undefined, 100);
+    this.addStopCondition("has_final_env_response", (s) => s.final_env_response !== null);
+    this.addStopCondition(
+      "max_total_completion_tokens_reached",
+      (s) =>
+        this.maxTotalCompletionTokens > 0 && s.usage.output_tokens >= this.maxTotalCompletionTokens,
+    );
+    this.addStopCondition(
+      "max_turns_reached",
+      (s) => this.maxTurns > 0 && s.trajectory.length >= this.maxTurns,
+    );
+    this.addStopCondition("prompt_too_long", (s) => s.prompt_too_long);
+    const monitor = new Rubric({ parser: this.parser });
+    monitor.addMetric(({ state }) => state.trajectory.length, 0, "num_turns");
+    this.addRubric(monitor);
+  }
+
+  /** Set the per-rollout timeout (used by `--timeout`). */
+  setTimeoutSeconds(value: number | null): void {
+    this.timeoutSeconds = value;
+  }
+
+  /** The environment's reply to the conversation so far: new messages to append. */
+  abstract envResponse(messages: Messages, state: State): Promise<Messages> | Messages;
+
+  /** Per-rollout setup hook; default no-op. */
+  setupState(_state: State): Promise<void> | void {}
+
+  /** The messages to send next: the prompt on the first turn, else history plus env response. */
+  async getPromptMessages(state: State): Promise<Messages> {
+    if (state.trajectory.length === 0) return state.prompt;
+    const last = state.trajectory[state.trajectory.length - 1];
+    const messages = [...last.prompt, ...last.completion];
+    const reply = normalizeMessages(await this.envResponse(messages, state));
+    return [...messages, ...reply];
+  }
+
+  /** Record a model response as a trajectory step. */
+  addModelResponse(state: State, prompt: Messages, response: Response): void {
+    const { finish_reason: _f, is_truncated, ...message } = response.message;
+    const completion: AssistantMessage = { ...message, role: "assistant" };
+    if (!completion.tool_calls) delete completion.tool_calls;
+    state.is_truncated ||= is_truncated;
+    state.trajectory.push({
+      prompt,
+      completion: [completion],
+      response,
+      reward: null,
+      advantage: null,
+      is_truncated,
+      trajectory_id: state.trajectory_id,
+      extras: {},
+    });
+  }
+
+  /** The completion: everything after the original prompt, plus a final env response. */
+  renderCompletion(state: State): void {
+    if (state.trajectory.length === 0) {
+      state.completion = [];
+      return;
+    }
+    const last = state.trajectory[state.trajectory.length - 1];
+    const full = [...last.prompt, ...last.completion, ...(state.final_env_response ?? [])];
+    state.completion = full.slice(state.prompt.length);
+  }
+
+  async #loop(state: State, signal: AbortSignal): Promise<void> {
+    state.timing.generation.start = nowSeconds();
+    state.timing.setup.start = state.timing.generation.start;
+    try {
+      await this.setupState(state);
+    } catch (error) {
+      if (isFatalError(error) || signal.aborted) throw error;
+      state.error = error;
+    } finally {
+      state.timing.setup.end = nowSeconds();
+    }
+    while (!(await this.isCompleted(state))) {
+      signal.throwIfAborted();
+      try {
+        const t0 = nowSeconds();
+        const prompt = await this.getPromptMessages(state);
+        if (state.trajectory.length > 0) {
+          state.timing.env.spans.push({ start: t0, end: nowSeconds() });
+        }
+        if (state.final_env_response !== null) continue;
+        const t1 = nowSeconds();
+        const response = await this.getModelResponse(state, prompt);
+        state.timing.model.spans.push({ start: t1, end: nowSeconds() });
+        this.addModelResponse(state, prompt, response);
+      } catch (error) {
+        if (signal.aborted || isFatalError(error)) throw error;
+        if (error instanceof OverlongPromptError) {
+          state.prompt_too_long = true;
+          state.is_truncated = true;
+        } else {
+          state.error = error;
+        }
+      }
+    }
+  }
+
+  async rollout(
+    input: Row,
+    client: ChatClient,
+    model: string,
+    options: RolloutOptions = {},
+  ): Promise<State> {
+    const state = this.initState(input, client, model, options.samplingArgs);
+    const outer = options.signal;
+    const timed = this.timeoutSeconds !== null && this.timeoutSeconds > 0;
+    // A rollout needs a signal of its own only to time out alone; otherwise the run's signal
+    // serves (thousands of rollouts adding and removing listeners on it cost measurable CPU).
+    const controller = timed ? new AbortController() : undefined;
+    const onAbort = () => controller!.abort(outer?.reason);
+    if (controller) {
+      if (outer?.aborted) onAbort();
+      outer?.addEventListener("abort", onAbort, { once: true });
+    }
+    const signal = controller?.signal ?? outer ?? NEVER_ABORTED;
+    state.signal = signal;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const TIMEOUT = Symbol("timeout");
+    try {
+      const loop = this.#loop(state, signal);
+      if (controller) {
+        const timeout = new Promise<typeof TIMEOUT>((resolve) => {
+          timer = setTimeout(() => resolve(TIMEOUT), this.timeoutSeconds! * 1000);
+        });
+        const winner = await Promise.race([loop, timeout]);
+        if (winner === TIMEOUT) {
+          controller.abort(new VfError("Rollout timed out"));
+          // Give hooks that ignore the signal a moment to settle, but never hang on them.
+          let grace: ReturnType<typeof setTimeout> | undefined;
+          await Promise.race([
+            loop.catch(() => {}),
+            new Promise((r) => (grace = setTimeout(r, 2000))),
+          ]);
+          clearTimeout(grace);
+          state.timed_out = true;
+          state.is_completed = true;
+          state.stop_condition = "timeout_reached";
+        }
+      } else {
+        await loop;
+      }
+    } finally {
+      clearTimeout(timer);
+      if (controller) outer?.removeEventListener("abort", onAbort);
+      await this.runCleanups(state);
+      state.timing.generation.end = nowSeconds();
+      this.renderCompletion(state);
+    }
+    return state;
+  }
+}
+
+/** One model turn, no environment response. */
+export class SingleTurnEnv extends MultiTurnEnv {
+  constructor(options: Omit<MultiTurnEnvOptions, "maxTurns"> = {}) {
+    super({ ...options, maxTurns: 1 });
+  }
+
+  envResponse(): Messages {
+    throw new Error("SingleTurnEnv has no environment response");
+  }
+}

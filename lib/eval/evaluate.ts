@@ -1,0 +1,261 @@
+/**
+ * `generate` runs rollouts for given inputs, grouped by `example_id`, concurrently, scoring
+ * each group when it finishes and appending results to disk; `evaluate` picks the inputs
+ * from the environment's evaluation dataset.
+ * @module
+ */
+import type { ChatClient } from "../model/client.ts";
+import { Dataset } from "../data/dataset.ts";
+import { type Environment, isFatalError } from "../envs/environment.ts";
+
+/** What `generate`/`evaluate` need of an environment (in-process or sandboxed). */
+export type EnvironmentHandle = Pick<
+  Environment,
+  "envId" | "envArgs" | "samplingArgs" | "passThreshold" | "runGroupOutputs" | "getEvalDataset"
+>;
+import { ConfigError } from "../errors.ts";
+import {
+  loadMetadata,
+  loadOutputs,
+  MetadataBuilder,
+  ResultsWriter,
+  type RunMetadata,
+} from "./results.ts";
+import type { Row, SamplingArgs } from "../types.ts";
+import { VERSION } from "../version.ts";
+import type { RolloutOutput } from "../state.ts";
+
+/** Outputs that may wait in memory for the disk before workers wait with them. */
+const MAX_UNWRITTEN = 4096;
+
+/** A progress event, sent after each finished group. */
+export interface Progress {
+  done: number;
+  total: number;
+  avgReward: number;
+  errors: number;
+  elapsedMs: number;
+  newOutputs: RolloutOutput[];
+}
+
+/** Options of {@link generate}. */
+export interface GenerateOptions {
+  /** Merged over the environment's sampling args. */
+  samplingArgs?: SamplingArgs;
+  /** Rollouts in flight at once (converted to group slots of `ceil(c / r)`); ≤ 0 = unlimited. Default 32. */
+  maxConcurrent?: number;
+  /** Score each rollout alone instead of per group. Default false. */
+  independentScoring?: boolean;
+  /** Re-run a group whose rollout hit an infrastructure or invalid-response error. Default 0. */
+  maxRetries?: number;
+  /** Extra state keys copied into each output. */
+  stateColumns?: string[];
+  /** Directory to write `results.jsonl` and `metadata.json` into; nothing is saved when absent. */
+  resultsDir?: string | null;
+  /** Continue the run saved in `resultsDir`, skipping finished rollouts. */
+  resume?: boolean;
+  /** Called after each finished group. */
+  onProgress?: (progress: Progress) => void;
+  /** Stops scheduling and aborts in-flight rollouts; finished ones stay on disk. */
+  signal?: AbortSignal;
+  /** Extra fields recorded in the metadata. */
+  metadataExtra?: Record<string, unknown>;
+  /** Keep outputs in memory for the return value. Default true. */
+  keepOutputs?: boolean;
+}
+
+/** What {@link generate} returns. */
+export interface GenerateOutputs {
+  outputs: RolloutOutput[];
+  metadata: RunMetadata;
+}
+
+function groupByExample(inputs: Row[]): Row[][] {
+  const groups = new Map<unknown, Row[]>();
+  for (const row of inputs) {
+    if (row.example_id === undefined) {
+      throw new ConfigError(
+        'Every input needs an "example_id"; use env.getEvalDataset() to format rows',
+      );
+    }
+    const g = groups.get(row.example_id);
+    if (g) g.push(row);
+    else groups.set(row.example_id, [row]);
+  }
+  return [...groups.values()];
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Run rollouts for `inputs` (rows with `prompt` and `example_id`) and score them. */
+export async function generate(
+  env: EnvironmentHandle,
+  inputs: Row[] | Dataset,
+  client: ChatClient,
+  model: string,
+  options: GenerateOptions = {},
+): Promise<GenerateOutputs> {
+  const rows = inputs instanceof Dataset ? inputs.toList() : inputs;
+  const groups = groupByExample(rows);
+  const numExamples = groups.length;
+  const r = numExamples ? Math.floor(rows.length / numExamples) : 0;
+  const sampling = { ...env.samplingArgs, ...(options.samplingArgs ?? {}) };
+  const builder = new MetadataBuilder({
+    format_version: 1,
+    env_id: env.envId,
+    env_args: env.envArgs,
+    model,
+    base_url: client.baseUrl,
+    num_examples: numExamples,
+    rollouts_per_example: r,
+    sampling_args: sampling,
+    pass_threshold: env.passThreshold,
+    vf_version: VERSION,
+    ...(options.metadataExtra ?? {}),
+  });
+  const writer = options.resultsDir ? new ResultsWriter(options.resultsDir) : null;
+  const keep = options.keepOutputs ?? true;
+  const all: RolloutOutput[] = [];
+
+  let pending = groups;
+  if (options.resume && writer) {
+    const saved = await loadOutputs(writer.dir);
+    if (saved.length > 0) {
+      const meta = await loadMetadata(writer.dir);
+      const problems: string[] = [];
+      if (meta.env_id !== env.envId) problems.push(`env_id "${meta.env_id}" != "${env.envId}"`);
+      if (meta.model !== model) problems.push(`model "${meta.model}" != "${model}"`);
+      if (meta.rollouts_per_example !== r) {
+        problems.push(`rollouts_per_example ${meta.rollouts_per_example} != ${r}`);
+      }
+      if (meta.num_examples > numExamples) {
+        problems.push(`num_examples ${meta.num_examples} > ${numExamples}`);
+      }
+      if (problems.length) {
+        throw new ConfigError(`Cannot resume "${writer.dir}": ${problems.join("; ")}`);
+      }
+      const done = new Map<number, number>();
+      for (const o of saved) done.set(o.example_id, (done.get(o.example_id) ?? 0) + 1);
+      builder.add(saved);
+      if (keep) all.push(...saved);
+      pending = groups
+        .map((g) => g.slice(Math.min(g.length, done.get(Number(g[0].example_id)) ?? 0)))
+        .filter((g) => g.length > 0);
+    }
+  }
+
+  const total = rows.length;
+  const controller = new AbortController();
+  const outer = options.signal;
+  const onAbort = () => controller.abort(outer?.reason);
+  if (outer?.aborted) controller.abort(outer.reason);
+  outer?.addEventListener("abort", onAbort, { once: true });
+  const maxC = options.maxConcurrent ?? 32;
+  const slots = maxC > 0 ? Math.max(1, Math.ceil(maxC / Math.max(1, r))) : Infinity;
+  const started = Date.now();
+  let fatal: unknown = null;
+  let errors = 0;
+  const stop = (error: unknown) => {
+    fatal ??= error;
+    controller.abort(error);
+  };
+
+  if (writer) await writer.writeMetadata(builder.build());
+  const buildMetadata = () => builder.build();
+
+  const runOne = async (group: Row[]): Promise<void> => {
+    let outputs: RolloutOutput[] = [];
+    const retries = options.maxRetries ?? 0;
+    for (let attempt = 0; attempt <= retries; attempt++) {
+      const result = await env.runGroupOutputs(group, client, model, {
+        samplingArgs: options.samplingArgs,
+        signal: controller.signal,
+        independentScoring: options.independentScoring,
+        stateColumns: options.stateColumns,
+      });
+      outputs = result.outputs;
+      if (!result.retryable || attempt === retries) break;
+      await sleep(Math.min(1000 * 2 ** attempt, 60_000) * (0.5 + Math.random() / 2));
+    }
+    errors += outputs.filter((o) => o.error).length;
+    builder.add(outputs);
+    if (keep) all.push(...outputs);
+    const progress: Progress = {
+      done: builder.count,
+      total,
+      avgReward: builder.meanReward,
+      errors,
+      elapsedMs: Date.now() - started,
+      newOutputs: outputs,
+    };
+    if (!writer) return options.onProgress?.(progress);
+    // Rollouts go on while their lines reach the disk; progress is reported once they are
+    // there, and a write error ends the run. When the disk falls behind by MAX_UNWRITTEN
+    // outputs, workers wait for it, so memory stays flat.
+    const written = writer.append(outputs);
+    written.then(() => options.onProgress?.(progress)).catch(stop);
+    writer.writeMetadata(buildMetadata).catch(stop);
+    if (writer.unwritten > MAX_UNWRITTEN) await written;
+  };
+
+  // A fixed pool of workers pulling groups keeps memory flat for huge runs.
+  let next = 0;
+  const worker = async () => {
+    while (next < pending.length && !controller.signal.aborted) {
+      const group = pending[next++];
+      try {
+        await runOne(group);
+      } catch (error) {
+        if (controller.signal.aborted && !isFatalError(error)) return;
+        stop(error);
+        return;
+      }
+    }
+  };
+  const n = Math.min(pending.length, slots === Infinity ? pending.length : slots);
+  try {
+    await Promise.all(Array.from({ length: n }, worker));
+  } finally {
+    outer?.removeEventListener("abort", onAbort);
+    if (writer) {
+      // Queue the final metadata first so flush() writes it now, not a throttle interval later.
+      await writer.writeMetadata(buildMetadata);
+      await writer.flush();
+    }
+  }
+  if (fatal) throw fatal;
+  if (outer?.aborted) throw outer.reason;
+  const sorted = all
+    .map((o, i) => [o, i] as const)
+    .sort((a, b) => a[0].example_id - b[0].example_id || a[1] - b[1])
+    .map(([o]) => o);
+  return { outputs: sorted, metadata: builder.build() };
+}
+
+/** Options of {@link evaluate}. */
+export interface EvaluateOptions extends GenerateOptions {
+  /** Examples to evaluate; ≤ 0 means all. Default -1. */
+  numExamples?: number;
+  /** Rollouts per example (the dataset is repeated, then grouped by `example_id`). Default 1. */
+  rolloutsPerExample?: number;
+  /** Shuffle the evaluation set with this seed before taking `numExamples`. */
+  shuffleSeed?: number | null;
+}
+
+/** Evaluate a model on the environment's evaluation dataset. */
+export async function evaluate(
+  env: EnvironmentHandle,
+  client: ChatClient,
+  model: string,
+  options: EvaluateOptions = {},
+): Promise<GenerateOutputs> {
+  const ds = await env.getEvalDataset(options.numExamples ?? -1, options.shuffleSeed ?? null);
+  const r = options.rolloutsPerExample ?? 1;
+  if (!Number.isInteger(r) || r < 1) {
+    throw new RangeError(`rolloutsPerExample must be ≥ 1, got ${r}`);
+  }
+  const inputs = r > 1 ? ds.repeat(r) : ds;
+  return generate(env, inputs, client, model, options);
+}

@@ -1,0 +1,428 @@
+/**
+ * `results.jsonl` (one {@linkcode RolloutOutput} a line) and the run metadata: pass@k, the
+ * metadata builder, the streaming writer, and the readers.
+ * @module
+ */
+import { appendFile, mkdir, open, readFile, rename, stat, writeFile } from "node:fs/promises";
+import type { FileHandle } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { ConfigError } from "../errors.ts";
+import type { RolloutOutput } from "../state.ts";
+import type { Tool } from "../types.ts";
+
+/** pass@k and pass^k for one example with `c` correct of `n`. */
+export function passAtK(n: number, c: number, k: number): { pass: number; passAll: number } {
+  const comb = (a: number, b: number): number => {
+    if (b < 0 || b > a) return 0;
+    let r = 1;
+    for (let i = 1; i <= b; i++) r = (r * (a - b + i)) / i;
+    return r;
+  };
+  const total = comb(n, k);
+  return {
+    pass: n - c < k ? 1 : 1 - comb(n - c, k) / total,
+    passAll: comb(c, k) / total,
+  };
+}
+
+/** The fixed part of the metadata, known before any rollout finishes. */
+export interface MetadataBase {
+  format_version: number;
+  env_id: string;
+  env_args: Record<string, unknown>;
+  model: string;
+  base_url: string;
+  num_examples: number;
+  rollouts_per_example: number;
+  sampling_args: Record<string, unknown>;
+  pass_threshold: number;
+  vf_version: string;
+  [extra: string]: unknown;
+}
+
+/** Run-level aggregates, as written to `metadata.json`. */
+export interface RunMetadata extends MetadataBase {
+  date: string;
+  time_ms: number;
+  num_rollouts: number;
+  avg_reward: number;
+  avg_metrics: Record<string, number>;
+  avg_error: number;
+  pass_at_k: Record<string, number>;
+  pass_all_k: Record<string, number>;
+  usage: {
+    input_tokens: number;
+    output_tokens: number;
+    total_input_tokens: number;
+    total_output_tokens: number;
+  } | null;
+  tools: Tool[] | null;
+}
+
+/** Incrementally aggregates outputs into {@link RunMetadata}. */
+export class MetadataBuilder {
+  #base: MetadataBase;
+  #started = Date.now();
+  #n = 0;
+  #rewardSum = 0;
+  #errors = 0;
+  #metricSums = new Map<string, { sum: number; n: number }>();
+  #usage = { n: 0, input: 0, output: 0 };
+  #byExample = new Map<number, { n: number; correct: number }>();
+  #toolKey: string | null | undefined = undefined;
+  #tools: Tool[] | null = null;
+
+  constructor(base: MetadataBase) {
+    this.#base = base;
+  }
+
+  /** The fixed part of the metadata. */
+  get base(): MetadataBase {
+    return this.#base;
+  }
+
+  /** Count of outputs added. */
+  get count(): number {
+    return this.#n;
+  }
+
+  /** Mean reward so far (0 before any output). */
+  get meanReward(): number {
+    return this.#n ? this.#rewardSum / this.#n : 0;
+  }
+
+  /** Fold outputs in. */
+  add(outputs: RolloutOutput[]): void {
+    for (const o of outputs) {
+      this.#n++;
+      this.#rewardSum += Number(o.reward ?? 0);
+      if (o.error) this.#errors++;
+      for (const [k, v] of Object.entries(o.metrics ?? {})) {
+        if (typeof v !== "number") continue;
+        const m = this.#metricSums.get(k) ?? { sum: 0, n: 0 };
+        m.sum += v;
+        m.n++;
+        this.#metricSums.set(k, m);
+      }
+      if (o.token_usage) {
+        this.#usage.n++;
+        this.#usage.input += o.token_usage.input_tokens;
+        this.#usage.output += o.token_usage.output_tokens;
+      }
+      const ex = this.#byExample.get(o.example_id) ?? { n: 0, correct: 0 };
+      ex.n++;
+      if (Number(o.reward ?? 0) >= this.#base.pass_threshold && !o.error) ex.correct++;
+      this.#byExample.set(o.example_id, ex);
+      const key = (o.tool_defs ?? []).map((t) => t.name).sort().join(",");
+      if (this.#toolKey === undefined) {
+        this.#toolKey = key;
+        this.#tools = o.tool_defs && o.tool_defs.length ? o.tool_defs : null;
+      } else if (this.#toolKey !== key) {
+        this.#toolKey = null;
+        this.#tools = null;
+      }
+    }
+  }
+
+  /** The metadata as of now. */
+  build(): RunMetadata {
+    const r = this.#base.rollouts_per_example;
+    const passAt: Record<string, number> = {};
+    const passAll: Record<string, number> = {};
+    if (r > 1) {
+      const complete = [...this.#byExample.values()].filter((e) => e.n === r);
+      if (complete.length > 0) {
+        for (let k = 1; k <= r; k *= 2) {
+          let p = 0;
+          let pa = 0;
+          for (const e of complete) {
+            const v = passAtK(r, e.correct, k);
+            p += v.pass;
+            pa += v.passAll;
+          }
+          passAt[String(k)] = p / complete.length;
+          passAll[String(k)] = pa / complete.length;
+        }
+      }
+    }
+    const avgMetrics: Record<string, number> = {};
+    for (const [k, m] of this.#metricSums) avgMetrics[k] = m.sum / m.n;
+    return {
+      ...this.#base,
+      date: new Date().toISOString(),
+      time_ms: Date.now() - this.#started,
+      num_rollouts: this.#n,
+      avg_reward: this.meanReward,
+      avg_metrics: avgMetrics,
+      avg_error: this.#n ? this.#errors / this.#n : 0,
+      pass_at_k: passAt,
+      pass_all_k: passAll,
+      usage: this.#usage.n
+        ? {
+          input_tokens: this.#usage.input / this.#usage.n,
+          output_tokens: this.#usage.output / this.#usage.n,
+          total_input_tokens: this.#usage.input,
+          total_output_tokens: this.#usage.output,
+        }
+        : null,
+      tools: this.#tools,
+    };
+  }
+}
+
+/** How long `results.jsonl` stays open after the last append. */
+const IDLE_CLOSE_MS = 1000;
+
+/** Appends outputs to `results.jsonl` and rewrites `metadata.json` atomically. */
+export class ResultsWriter {
+  readonly dir: string;
+  /** Minimum time between metadata rewrites; pending metadata is written by `flush()`. */
+  readonly metadataIntervalMs: number;
+  #repaired = false;
+  #dirReady = false;
+  /** `results.jsonl`, open for appending while appends keep coming (see `#writeLines`). */
+  #handle: FileHandle | undefined;
+  #idleTimer: ReturnType<typeof setTimeout> | undefined;
+  #lastWriteAt = 0;
+  #queue: Promise<void> = Promise.resolve();
+  #pendingLines: string[] = [];
+  /** Lines appended but not yet on disk (queued or being written). */
+  #unwritten = 0;
+  #pendingWaiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
+  #flushScheduled = false;
+  #pendingMetadata: Record<string, unknown> | (() => Record<string, unknown>) | null = null;
+  #metadataTimer: ReturnType<typeof setTimeout> | undefined;
+  #lastMetadataAt = 0;
+
+  constructor(dir: string, options: { metadataIntervalMs?: number } = {}) {
+    this.dir = dir;
+    this.metadataIntervalMs = options.metadataIntervalMs ?? 500;
+  }
+
+  /** Outputs appended whose lines are not on disk yet. */
+  get unwritten(): number {
+    return this.#unwritten;
+  }
+
+  get resultsPath(): string {
+    return join(this.dir, "results.jsonl");
+  }
+
+  get metadataPath(): string {
+    return join(this.dir, "metadata.json");
+  }
+
+  #enqueue(job: () => Promise<void>): Promise<void> {
+    const next = this.#queue.then(job);
+    this.#queue = next.catch(() => {});
+    return next;
+  }
+
+  /**
+   * Append outputs (serialised one per line), repairing a torn last line first. Appends
+   * that arrive together are written with one call; the promise resolves once on disk.
+   */
+  append(outputs: RolloutOutput[]): Promise<void> {
+    for (const o of outputs) this.#pendingLines.push(JSON.stringify(o) + "\n");
+    this.#unwritten += outputs.length;
+    const done = new Promise<void>((resolve, reject) =>
+      this.#pendingWaiters.push({ resolve, reject })
+    );
+    if (!this.#flushScheduled) {
+      this.#flushScheduled = true;
+      queueMicrotask(() => {
+        this.#enqueue(async () => {
+          this.#flushScheduled = false;
+          const count = this.#pendingLines.length;
+          const lines = this.#pendingLines.join("");
+          const waiters = this.#pendingWaiters;
+          this.#pendingLines = [];
+          this.#pendingWaiters = [];
+          try {
+            await this.#writeLines(lines);
+            for (const w of waiters) w.resolve();
+          } catch (error) {
+            for (const w of waiters) w.reject(error);
+          } finally {
+            this.#unwritten -= count;
+          }
+        });
+      });
+    }
+    return done;
+  }
+
+  async #ensureDir(): Promise<void> {
+    await mkdir(this.dir, { recursive: true });
+    this.#dirReady = true;
+  }
+
+  /**
+   * Appends through a file handle kept open between appends: opening and closing the file
+   * for every append cost more than the write itself. The handle is closed by `flush()` and
+   * after `IDLE_CLOSE_MS` without appends. Runs on the queue, so writes never interleave.
+   */
+  async #writeLines(lines: string): Promise<void> {
+    if (!this.#handle) {
+      if (!this.#dirReady) await this.#ensureDir();
+      if (!this.#repaired) {
+        await repairTrailingLine(this.resultsPath);
+        this.#repaired = true;
+      }
+      try {
+        this.#handle = await open(this.resultsPath, "a");
+      } catch (error) {
+        // The directory was removed since: make it again.
+        if ((error as { code?: string }).code !== "ENOENT") throw error;
+        await this.#ensureDir();
+        this.#handle = await open(this.resultsPath, "a");
+      }
+      this.#armIdleClose(IDLE_CLOSE_MS);
+    }
+    try {
+      await this.#handle.writeFile(lines);
+    } catch (error) {
+      await this.#closeHandle().catch(() => {}); // the next append opens the file afresh
+      throw error;
+    }
+    this.#lastWriteAt = Date.now();
+  }
+
+  #armIdleClose(ms: number): void {
+    const timer = setTimeout(() => {
+      this.#idleTimer = undefined;
+      const idle = Date.now() - this.#lastWriteAt;
+      if (idle < IDLE_CLOSE_MS) this.#armIdleClose(IDLE_CLOSE_MS - idle);
+      else this.#enqueue(() => this.#closeHandle()).catch(() => {});
+    }, ms);
+    // Never keep the process alive just to close a file.
+    (timer as { unref?: () => void }).unref?.();
+    this.#idleTimer = timer;
+  }
+
+  async #closeHandle(): Promise<void> {
+    clearTimeout(this.#idleTimer);
+    this.#idleTimer = undefined;
+    const handle = this.#handle;
+    this.#handle = undefined;
+    await handle?.close();
+  }
+
+  /**
+   * Rewrite `metadata.json` (temp file, then rename), at most every `metadataIntervalMs`.
+   * A function is called only when the file is written, so callers can pass a builder
+   * instead of building metadata for every call.
+   */
+  writeMetadata(
+    metadata: Record<string, unknown> | (() => Record<string, unknown>),
+  ): Promise<void> {
+    this.#pendingMetadata = metadata;
+    const wait = this.#lastMetadataAt + this.metadataIntervalMs - Date.now();
+    if (wait <= 0) return this.#writePendingMetadata();
+    this.#metadataTimer ??= setTimeout(() => {
+      this.#metadataTimer = undefined;
+      this.#writePendingMetadata().catch(() => {});
+    }, wait);
+    return Promise.resolve();
+  }
+
+  #writePendingMetadata(): Promise<void> {
+    clearTimeout(this.#metadataTimer);
+    this.#metadataTimer = undefined;
+    return this.#enqueue(async () => {
+      const pending = this.#pendingMetadata;
+      if (!pending) return;
+      this.#pendingMetadata = null;
+      this.#lastMetadataAt = Date.now();
+      const metadata = typeof pending === "function" ? pending() : pending;
+      await writeJsonAtomic(this.metadataPath, metadata);
+    });
+  }
+
+  /** Wait for queued writes, writing any pending metadata now, and close `results.jsonl`. */
+  async flush(): Promise<void> {
+    await this.#queue;
+    if (this.#pendingMetadata) await this.#writePendingMetadata();
+    await this.#enqueue(() => this.#closeHandle());
+  }
+}
+
+/** Write JSON through a temp file and a rename, so readers never see half a file. */
+export async function writeJsonAtomic(path: string, value: unknown): Promise<void> {
+  await mkdir(dirname(path), { recursive: true });
+  const tmp = `${path}.${crypto.randomUUID().slice(0, 8)}.tmp`;
+  await writeFile(tmp, JSON.stringify(value, null, 2) + "\n");
+  await rename(tmp, path);
+}
+
+/** Truncate a partial last line left by a crash mid-write. */
+export async function repairTrailingLine(path: string): Promise<void> {
+  let size: number;
+  try {
+    size = (await stat(path)).size;
+  } catch {
+    return;
+  }
+  if (size === 0) return;
+  const text = await readFile(path, "utf8");
+  const body = text.trimEnd();
+  const cut = body.lastIndexOf("\n");
+  try {
+    JSON.parse(body.slice(cut + 1));
+    // A complete record whose newline was lost: end the line instead of dropping the record.
+    if (!text.slice(body.length).includes("\n")) await appendFile(path, "\n");
+    return;
+  } catch { /* fall through: drop the malformed last line */ }
+  const keep = cut < 0 ? "" : body.slice(0, cut + 1);
+  const fh = await open(path, "r+");
+  try {
+    await fh.truncate(new TextEncoder().encode(keep).length);
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Read `results.jsonl`: blank lines skipped, a malformed last line ignored, others fatal. */
+export async function loadOutputs(dir: string): Promise<RolloutOutput[]> {
+  const path = join(dir, "results.jsonl");
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch {
+    return [];
+  }
+  const lines = text.split("\n").map((l, i) => [l, i + 1] as const).filter(([l]) => l.trim());
+  const out: RolloutOutput[] = [];
+  for (const [idx, [line, lineNo]] of lines.entries()) {
+    try {
+      out.push(JSON.parse(line));
+    } catch (error) {
+      if (idx === lines.length - 1) {
+        console.warn(`${path}:${lineNo}: ignoring a malformed last line`);
+        continue;
+      }
+      throw new ConfigError(`${path}:${lineNo}: malformed JSON: ${(error as Error).message}`);
+    }
+  }
+  return out;
+}
+
+/** Read a run's `metadata.json`. */
+export async function loadMetadata(dir: string): Promise<RunMetadata> {
+  const path = join(dir, "metadata.json");
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch {
+    throw new ConfigError(`"${dir}" is not a results directory: "${path}" is missing`);
+  }
+  try {
+    const value = JSON.parse(text);
+    if (typeof value !== "object" || value === null || Array.isArray(value)) {
+      throw new Error("not an object");
+    }
+    return value as RunMetadata;
+  } catch (error) {
+    throw new ConfigError(`${path}: invalid metadata: ${(error as Error).message}`);
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * JudgeRubric: an LLM judge called through the same chat client interface.
+ * @module
+ */
+import type { ChatClient } from "../model/client.ts";
+import { responseText } from "../model/client.ts";
+import { contentText } from "../messages.ts";
+import type { Parser } from "./parser.ts";
+import { type RewardFunc, Rubric } from "./rubric.ts";
+import type { State } from "../state.ts";
+import type { Messages, SamplingArgs } from "../types.ts";
+
+/** The default judge prompt: asks for a bare "yes" or "no". */
+export const DEFAULT_JUDGE_PROMPT = `You are grading an answer against a reference.
+
+Question:
+{question}
+
+Reference answer:
+{answer}
+
+Answer to grade:
+{response}
+
+Does the answer to grade agree with the reference answer? Reply with exactly "yes" or "no".`;
+
+/** Options of {@link JudgeRubric}. */
+export interface JudgeRubricOptions {
+  funcs?: RewardFunc[];
+  weights?: number[];
+  parser?: Parser<unknown>;
+  /** The judge endpoint. */
+  judgeClient: ChatClient;
+  /** Default "gpt-4.1-nano". */
+  judgeModel?: string;
+  /** Template with `{question}`, `{answer}` and `{response}`. */
+  judgePrompt?: string;
+  judgeSamplingArgs?: SamplingArgs;
+}
+
+/** Arguments of {@link JudgeRubric.judge}. */
+export interface JudgeArgs {
+  prompt: Messages | string;
+  completion: Messages | string;
+  answer: string;
+  state?: State;
+  /** Cancels the judge call; default the state's signal. */
+  signal?: AbortSignal;
+}
+
+function fillTemplate(template: string, values: Record<string, string>): string {
+  return template.replace(/\{(\w+)\}/g, (m, key: string) => (key in values ? values[key] : m));
+}
+
+/**
+ * A rubric with a `judge` class object: reward functions call
+ * `await judge({ prompt, completion, answer, state })` and read the verdict text.
+ */
+export class JudgeRubric extends Rubric {
+  judgeClient: ChatClient;
+  judgeModel: string;
+  judgePrompt: string;
+  judgeSamplingArgs: SamplingArgs;
+
+  constructor(options: JudgeRubricOptions) {
+    super({ funcs: options.funcs, weights: options.weights, parser: options.parser });
+    this.judgeClient = options.judgeClient;
+    this.judgeModel = options.judgeModel ?? "gpt-4.1-nano";
+    this.judgePrompt = options.judgePrompt ?? DEFAULT_JUDGE_PROMPT;
+    this.judgeSamplingArgs = options.judgeSamplingArgs ?? {};
+    this.addClassObject("judge", (args: JudgeArgs) => this.judge(args));
+    this.addClassObject("judge_client", this.judgeClient);
+    this.addClassObject("judge_model", this.judgeModel);
+  }
+
+  /** Ask the judge; verdicts are cached per filled prompt on the state. */
+  async judge({ prompt, completion, answer, state, signal }: JudgeArgs): Promise<string> {
+    const question = typeof prompt === "string"
+      ? prompt
+      : contentText(prompt.at(-1)?.content ?? "");
+    const response = this.parser.parseAnswer(completion) ?? "";
+    const filled = fillTemplate(this.judgePrompt, { question, answer, response });
+    const cache = (state?.judge_response ?? {}) as Record<string, string>;
+    if (filled in cache) return cache[filled];
+    const reply = await this.judgeClient.getResponse(
+      [{ role: "user", content: filled }],
+      this.judgeModel,
+      { samplingArgs: this.judgeSamplingArgs, signal: signal ?? state?.signal },
+    );
+    const verdict = responseText(reply);
+    if (state) state.judge_response = { ...cache, [filled]: verdict };
+    return verdict;
+  }
+}

@@ -1,0 +1,377 @@
+/**
+ * Rubrics turn finished rollouts into a reward and named metrics.
+ *
+ * A reward function receives one context object and destructures what it needs:
+ * `({ completion, answer, parser }) => number`. Group functions (flagged with
+ * {@link groupReward}) see the whole group at once: `({ completions, answers }) => number[]`.
+ * @module
+ */
+import { Parser } from "./parser.ts";
+import type { State } from "../state.ts";
+import type { Messages } from "../types.ts";
+
+/** What an individual reward function receives. */
+export interface RewardContext {
+  prompt: Messages;
+  completion: Messages;
+  answer: string;
+  state: State;
+  task: string;
+  info: Record<string, unknown>;
+  example_id: number;
+  parser: Parser<unknown>;
+  // deno-lint-ignore no-explicit-any
+  [classObject: string]: any;
+}
+
+/** What a group reward function receives: the plural lists, index-aligned with the group. */
+export interface GroupRewardContext {
+  prompts: Messages[];
+  completions: Messages[];
+  answers: string[];
+  states: State[];
+  tasks: string[];
+  infos: Record<string, unknown>[];
+  parser: Parser<unknown>;
+  // deno-lint-ignore no-explicit-any
+  [classObject: string]: any;
+}
+
+/** A reward or metric function over one rollout. */
+export type RewardFunc = (ctx: RewardContext) => number | boolean | Promise<number | boolean>;
+/** A reward or metric function over a whole group of rollouts. */
+export type GroupRewardFunc = (ctx: GroupRewardContext) => number[] | Promise<number[]>;
+
+const GROUP = Symbol.for("vf.group_reward");
+
+/**
+ * Mark a function as a group reward function. The result can go wherever a
+ * {@link RewardFunc} goes (`funcs`, `addRewardFunc`, `addMetric`).
+ */
+export function groupReward(fn: GroupRewardFunc, name?: string): RewardFunc {
+  Object.defineProperty(fn, GROUP, { value: true });
+  if (name) Object.defineProperty(fn, "name", { value: name });
+  return fn as unknown as RewardFunc;
+}
+
+function isGroupFunc(fn: unknown): fn is GroupRewardFunc {
+  return typeof fn === "function" && (fn as unknown as Record<symbol, unknown>)[GROUP] === true;
+}
+
+/** One registered function. */
+export interface RubricEntry {
+  name: string;
+  weight: number;
+  fn: RewardFunc;
+  group: boolean;
+}
+
+/** Options for {@link Rubric}. */
+export interface RubricOptions {
+  /** Reward functions in execution order (group functions flagged with `groupReward`). */
+  funcs?: RewardFunc[];
+  /** One weight per function; default 1.0 each. */
+  weights?: number[];
+  /** The parser handed to reward functions as `parser`; default `new Parser()`. */
+  parser?: Parser<unknown>;
+}
+
+/** Name a function for metrics: an explicit name, else `fn.name`, else `reward_<i>`. */
+function funcName(fn: { name: string }, fallback: string): string {
+  return fn.name && fn.name !== "anonymous" ? fn.name : fallback;
+}
+
+/** Weighted reward functions plus weight-0 metrics. */
+export class Rubric {
+  entries: RubricEntry[] = [];
+  parser: Parser<unknown>;
+  // deno-lint-ignore no-explicit-any
+  classObjects: Record<string, any>;
+  #cleanups: Array<{ name: string; priority: number; fn: (state: State) => unknown }> = [];
+  #teardowns: Array<{ name: string; priority: number; fn: () => unknown }> = [];
+
+  constructor(options: RubricOptions = {}) {
+    const funcs = options.funcs ?? [];
+    const weights = options.weights ?? funcs.map(() => 1.0);
+    if (weights.length !== funcs.length) {
+      throw new RangeError(
+        `Rubric got ${funcs.length} functions but ${weights.length} weights; give one weight per function`,
+      );
+    }
+    this.parser = options.parser ?? new Parser();
+    this.classObjects = { parser: this.parser };
+    funcs.forEach((fn, i) => this.#add(fn, weights[i], undefined));
+  }
+
+  #add(fn: RewardFunc, weight: number, name: string | undefined): void {
+    if (typeof fn !== "function") throw new TypeError("Reward functions must be functions");
+    this.entries.push({
+      fn,
+      weight,
+      group: isGroupFunc(fn),
+      name: name ?? funcName(fn, `reward_${this.entries.length}`),
+    });
+  }
+
+  /** Add a reward function (default weight 1.0). */
+  addRewardFunc(fn: RewardFunc, weight = 1.0, name?: string): void {
+    this.#add(fn, weight, name);
+  }
+
+  /** Add a metric: a function recorded in `metrics` with weight 0 by default. */
+  addMetric(fn: RewardFunc, weight = 0.0, name?: string): void {
+    this.#add(fn, weight, name);
+  }
+
+  /** Make an object available to reward functions under `name`. */
+  addClassObject(name: string, obj: unknown): void {
+    this.classObjects[name] = obj;
+  }
+
+  /** Register a per-rollout cleanup hook. */
+  addCleanup(fn: (state: State) => unknown, options: { name?: string; priority?: number } = {}) {
+    this.#cleanups.push({ fn, name: options.name ?? fn.name, priority: options.priority ?? 0 });
+    sortHandlers(this.#cleanups);
+  }
+
+  /** Register a teardown hook, run once when the environment shuts down. */
+  addTeardown(fn: () => unknown, options: { name?: string; priority?: number } = {}) {
+    this.#teardowns.push({ fn, name: options.name ?? fn.name, priority: options.priority ?? 0 });
+    sortHandlers(this.#teardowns);
+  }
+
+  /** Names of all functions, in order. */
+  get funcNames(): string[] {
+    return this.entries.map((e) => e.name);
+  }
+
+  /** Weights of all functions, in order. */
+  get funcWeights(): number[] {
+    return this.entries.map((e) => e.weight);
+  }
+
+  #context(state: State): RewardContext {
+    return {
+      ...this.classObjects,
+      prompt: state.prompt,
+      completion: state.completion,
+      answer: state.answer ?? "",
+      state,
+      task: state.task,
+      info: state.info ?? {},
+      example_id: state.example_id,
+      parser: this.parser,
+    };
+  }
+
+  /** A score, or a promise of one when the function is async (sync ones skip the microtasks). */
+  #callOne(entry: RubricEntry, state: State): number | Promise<number> {
+    let value: unknown;
+    try {
+      value = (entry.fn as RewardFunc)(this.#context(state));
+    } catch (error) {
+      return rewardFailed(entry, error);
+    }
+    if (isThenable(value)) {
+      return Promise.resolve(value).then(
+        (v) => toScore(entry, v),
+        (error) => rewardFailed(entry, error),
+      );
+    }
+    return toScore(entry, value);
+  }
+
+  /** Score one rollout with individual functions only, sequentially. */
+  async scoreRollout(state: State): Promise<void> {
+    if (this.entries.some((e) => e.group)) {
+      throw new TypeError(
+        "scoreRollout() cannot run group reward functions; use scoreGroup() (drop independent scoring)",
+      );
+    }
+    let reward = 0;
+    const metrics: Record<string, number> = {};
+    for (const entry of this.entries) {
+      const called = this.#callOne(entry, state);
+      const score = typeof called === "number" ? called : await called;
+      reward += score * entry.weight;
+      metrics[entry.name] = score;
+    }
+    state.reward = reward;
+    state.metrics = metrics;
+  }
+
+  /** Score a group: functions in order; individual ones run concurrently across states. */
+  async scoreGroup(states: State[]): Promise<void> {
+    if (states.length === 0) return;
+    const totals = states.map(() => 0);
+    const metrics: Record<string, number>[] = states.map(() => ({}));
+    for (const entry of this.entries) {
+      let scores: number[];
+      if (entry.group) {
+        try {
+          const ctx: GroupRewardContext = {
+            ...this.classObjects,
+            prompts: states.map((s) => s.prompt),
+            completions: states.map((s) => s.completion),
+            answers: states.map((s) => s.answer ?? ""),
+            states,
+            tasks: states.map((s) => s.task),
+            infos: states.map((s) => s.info ?? {}),
+            parser: this.parser,
+          };
+          const out = await (entry.fn as unknown as GroupRewardFunc)(ctx);
+          scores = states.map((_, i) => Number(out?.[i] ?? 0) || 0);
+        } catch (error) {
+          console.warn(`Group reward function "${entry.name}" failed and scores 0: ${error}`);
+          scores = states.map(() => 0);
+        }
+      } else {
+        const called = states.map((s) => this.#callOne(entry, s));
+        scores = called.every((c) => typeof c === "number")
+          ? called as number[]
+          : await Promise.all(called);
+      }
+      scores.forEach((score, i) => {
+        totals[i] += score * entry.weight;
+        metrics[i][entry.name] = score;
+      });
+    }
+    applyGroupScores(states, totals, metrics);
+  }
+
+  /** Run the per-rollout cleanup hooks. */
+  async cleanup(state: State): Promise<void> {
+    for (const h of this.#cleanups) await h.fn(state);
+  }
+
+  /** Run the teardown hooks. */
+  async teardown(): Promise<void> {
+    for (const h of this.#teardowns) await h.fn();
+  }
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === "function";
+}
+
+/** Like Python's float(): null, "", [] and objects are not numbers (Number() says 0). */
+function toScore(entry: RubricEntry, value: unknown): number {
+  const n = typeof value === "boolean"
+    ? (value ? 1 : 0)
+    : typeof value === "number" || (typeof value === "string" && value.trim() !== "")
+    ? Number(value)
+    : NaN;
+  if (Number.isFinite(n)) return n;
+  let shown: string;
+  try {
+    shown = `returned ${JSON.stringify(value)}`;
+  } catch (error) {
+    return rewardFailed(entry, error); // e.g. a bigint, as before
+  }
+  return rewardFailed(entry, new TypeError(shown));
+}
+
+function rewardFailed(entry: RubricEntry, error: unknown): number {
+  console.warn(`Reward function "${entry.name}" failed and scores 0: ${String(error)}`);
+  return 0;
+}
+
+/** Set reward, metrics and advantage (reward minus the group mean) on each state. */
+export function applyGroupScores(
+  states: State[],
+  totals: number[],
+  metrics: Record<string, number>[],
+): void {
+  const mean = totals.reduce((a, b) => a + b, 0) / totals.length;
+  states.forEach((state, i) => {
+    state.reward = totals[i];
+    state.metrics = metrics[i];
+    state.advantage = totals[i] - mean;
+    for (const step of state.trajectory) {
+      if (step.reward === null) step.reward = totals[i];
+      if (step.advantage === null) step.advantage = state.advantage;
+    }
+  });
+}
+
+/** Sort hooks by descending priority, then name, as verifiers does. */
+export function sortHandlers<T extends { name: string; priority: number }>(list: T[]): void {
+  list.sort((a, b) => b.priority - a.priority || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+/** Several rubrics whose rewards and metrics are summed. */
+export class RubricGroup extends Rubric {
+  rubrics: Rubric[];
+
+  constructor(rubrics: Rubric[]) {
+    if (rubrics.length === 0) throw new RangeError("RubricGroup needs at least one rubric");
+    super({ parser: rubrics[0].parser });
+    this.rubrics = rubrics;
+  }
+
+  override get funcNames(): string[] {
+    return this.rubrics.flatMap((r) => r.funcNames);
+  }
+
+  override get funcWeights(): number[] {
+    return this.rubrics.flatMap((r) => r.funcWeights);
+  }
+
+  override addRewardFunc(fn: RewardFunc, weight = 1.0, name?: string): void {
+    this.rubrics[0].addRewardFunc(fn, weight, name);
+  }
+
+  override addMetric(fn: RewardFunc, weight = 0.0, name?: string): void {
+    this.rubrics[0].addMetric(fn, weight, name);
+  }
+
+  override addClassObject(name: string, obj: unknown): void {
+    this.rubrics[0].addClassObject(name, obj);
+  }
+
+  override async scoreRollout(state: State): Promise<void> {
+    let reward = 0;
+    const metrics: Record<string, number> = {};
+    for (const rubric of this.rubrics) {
+      await rubric.scoreRollout(state);
+      reward += state.reward ?? 0;
+      for (const [k, v] of Object.entries(state.metrics ?? {})) metrics[k] = (metrics[k] ?? 0) + v;
+    }
+    state.reward = reward;
+    state.metrics = metrics;
+  }
+
+  override async scoreGroup(states: State[]): Promise<void> {
+    if (states.length === 0) return;
+    const totals = states.map(() => 0);
+    const metrics: Record<string, number>[] = states.map(() => ({}));
+    const preset = states.map((s) => s.trajectory.map((st) => [st.reward, st.advantage]));
+    for (const rubric of this.rubrics) {
+      await rubric.scoreGroup(states);
+      states.forEach((s, i) => {
+        totals[i] += s.reward ?? 0;
+        for (const [k, v] of Object.entries(s.metrics ?? {})) {
+          metrics[i][k] = (metrics[i][k] ?? 0) + v;
+        }
+      });
+    }
+    // Members filled the steps from their own rewards; restore what was set before scoring
+    // and fill the rest from the summed reward.
+    states.forEach((s, i) =>
+      s.trajectory.forEach((step, j) => {
+        [step.reward, step.advantage] = preset[i][j] ?? [null, null];
+      })
+    );
+    applyGroupScores(states, totals, metrics);
+  }
+
+  override async cleanup(state: State): Promise<void> {
+    await super.cleanup(state);
+    for (const r of this.rubrics) await r.cleanup(state);
+  }
+
+  override async teardown(): Promise<void> {
+    await super.teardown();
+    for (const r of this.rubrics) await r.teardown();
+  }
+}

@@ -1,0 +1,329 @@
+/**
+ * Harnesses run the agent for one task rollout. `bash` gives the model a shell (and a file
+ * edit tool) inside the agent sandbox; `null` is a plain chat call. Custom harnesses
+ * implement {@link Harness} and are passed to the run by object or registered by id.
+ * @module
+ */
+import type { Runtime } from "../../runtimes/runtime.ts";
+import type { ChatClient } from "../model/client.ts";
+import { CommandTimeoutError, ConfigError } from "../errors.ts";
+import type { Task, TaskData } from "./task.ts";
+import type { Message, Messages, Response, SamplingArgs, Tool, ToolCall } from "../types.ts";
+
+/** One recorded model call. */
+export interface ModelCallRecord {
+  turn: number;
+  started_at: number;
+  duration_ms: number;
+  request_messages: number;
+  response: Response | null;
+  error?: string;
+}
+
+/** One recorded tool call. */
+export interface ToolCallRecord {
+  id: string;
+  name: string;
+  arguments: string;
+  output: string;
+  exit_code?: number;
+  duration_ms: number;
+  error?: string;
+}
+
+/** What a harness writes as it runs; persisted on the trace. */
+export interface HarnessRecorder {
+  messages: Messages;
+  model_calls: ModelCallRecord[];
+  tool_calls: ToolCallRecord[];
+  stop_condition: string | null;
+  usage: { input_tokens: number; output_tokens: number };
+}
+
+/** Everything a harness gets. */
+export interface HarnessContext {
+  task: Task;
+  data: TaskData;
+  runtime: Runtime;
+  client: ChatClient;
+  model: string;
+  samplingArgs: SamplingArgs;
+  recorder: HarnessRecorder;
+  /** Model turns at most; default 30. */
+  maxTurns: number;
+  /** Per tool command limit in ms; default 600 000. */
+  toolTimeoutMs: number;
+  /** The user commands run as (`agent_user`), if any. */
+  user?: string;
+  signal?: AbortSignal;
+}
+
+/** A harness: runs the agent loop to completion for one rollout. */
+export interface Harness {
+  readonly id: string;
+  /** Whether the agent executes code in the sandbox (bash does, null does not). */
+  readonly executesCode: boolean;
+  run(ctx: HarnessContext): Promise<void>;
+}
+
+const MAX_TOOL_OUTPUT = 16_000;
+
+const BASH_PREAMBLE =
+  `You are an autonomous agent working in a Linux sandbox. Use the bash tool to run shell ` +
+  `commands and the edit tool to change files. Work step by step; when the task is done, ` +
+  `reply with a short summary and no tool calls.`;
+
+const BASH_TOOL: Tool = {
+  name: "bash",
+  description: "Run a shell command in the sandbox and return its exit code, stdout and stderr.",
+  parameters: {
+    type: "object",
+    properties: { command: { type: "string", description: "The command, run with sh -c" } },
+    required: ["command"],
+    additionalProperties: false,
+  },
+};
+
+const EDIT_TOOL: Tool = {
+  name: "edit",
+  description:
+    "Replace exactly one occurrence of old_str with new_str in a file. With an empty old_str, create or overwrite the file with new_str.",
+  parameters: {
+    type: "object",
+    properties: {
+      path: { type: "string" },
+      old_str: { type: "string" },
+      new_str: { type: "string" },
+    },
+    required: ["path", "old_str", "new_str"],
+    additionalProperties: false,
+  },
+};
+
+function clip(text: string): string {
+  return text.length > MAX_TOOL_OUTPUT
+    ? `${text.slice(0, MAX_TOOL_OUTPUT / 2)}\n…[${text.length - MAX_TOOL_OUTPUT} chars cut]…\n${
+      text.slice(-MAX_TOOL_OUTPUT / 2)
+    }`
+    : text;
+}
+
+/** The conversation a harness starts from. */
+export function initialMessages(data: TaskData, preamble?: string): Messages {
+  const out: Message[] = [];
+  const system = [preamble, data.system_prompt].filter(Boolean).join("\n\n");
+  if (system) out.push({ role: "system", content: system });
+  if (typeof data.prompt === "string") out.push({ role: "user", content: data.prompt });
+  else out.push(...structuredClone(data.prompt));
+  return out;
+}
+
+async function callModel(
+  ctx: HarnessContext,
+  turn: number,
+  tools: Tool[],
+): Promise<Response> {
+  const started = Date.now();
+  const record: ModelCallRecord = {
+    turn,
+    started_at: started / 1000,
+    duration_ms: 0,
+    request_messages: ctx.recorder.messages.length,
+    response: null,
+  };
+  ctx.recorder.model_calls.push(record);
+  try {
+    const response = await ctx.client.getResponse(ctx.recorder.messages, ctx.model, {
+      tools,
+      samplingArgs: ctx.samplingArgs,
+      signal: ctx.signal,
+    });
+    record.response = response;
+    if (response.usage) {
+      ctx.recorder.usage.input_tokens += response.usage.prompt_tokens;
+      ctx.recorder.usage.output_tokens += response.usage.completion_tokens;
+    }
+    return response;
+  } catch (error) {
+    record.error = String(error);
+    throw error;
+  } finally {
+    record.duration_ms = Date.now() - started;
+  }
+}
+
+function assistantMessage(response: Response): Message {
+  const { finish_reason: _f, is_truncated: _t, ...msg } = response.message;
+  if (!msg.tool_calls) delete msg.tool_calls;
+  return { ...msg, role: "assistant" };
+}
+
+/** A tool-calling loop: `tools` are executed by `execute`; stops when the model answers without tools. */
+async function toolLoop(
+  ctx: HarnessContext,
+  tools: Tool[],
+  execute: (
+    call: ToolCall,
+    args: Record<string, unknown>,
+  ) => Promise<{ output: string; exit_code?: number }>,
+): Promise<void> {
+  for (let turn = 0; turn < ctx.maxTurns; turn++) {
+    ctx.signal?.throwIfAborted();
+    const response = await callModel(ctx, turn, tools);
+    ctx.recorder.messages.push(assistantMessage(response));
+    const calls = response.message.tool_calls ?? [];
+    if (calls.length === 0) {
+      ctx.recorder.stop_condition = "no_tools_called";
+      return;
+    }
+    for (const call of calls) {
+      const started = Date.now();
+      const rec: ToolCallRecord = {
+        id: call.id,
+        name: call.name,
+        arguments: call.arguments,
+        output: "",
+        duration_ms: 0,
+      };
+      let args: Record<string, unknown> | null = null;
+      try {
+        const parsed = JSON.parse(call.arguments || "{}");
+        if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+          throw new SyntaxError("arguments must be a JSON object");
+        }
+        args = parsed;
+      } catch (error) {
+        rec.error = `Invalid arguments: ${(error as Error).message}`;
+        rec.output = `Error: ${rec.error}`;
+      }
+      if (args) {
+        try {
+          const result = await execute(call, args);
+          rec.output = clip(result.output);
+          rec.exit_code = result.exit_code;
+        } catch (error) {
+          if (ctx.signal?.aborted) throw error;
+          if (error instanceof CommandTimeoutError) {
+            rec.error = error.message;
+            rec.output = `Error: command timed out after ${ctx.toolTimeoutMs / 1000}s`;
+          } else if (error instanceof ToolInputError) {
+            rec.error = error.message;
+            rec.output = `Error: ${error.message}`;
+          } else {
+            throw error; // sandbox failures end the rollout as infrastructure errors
+          }
+        }
+      }
+      rec.duration_ms = Date.now() - started;
+      ctx.recorder.tool_calls.push(rec);
+      ctx.recorder.messages.push({ role: "tool", tool_call_id: call.id, content: rec.output });
+    }
+  }
+  ctx.recorder.stop_condition = "max_turns_reached";
+}
+
+/** A tool input the model got wrong; reported back to the model. */
+class ToolInputError extends Error {}
+
+/** The bash harness: `bash` and `edit` tools executed in the agent sandbox. */
+export class BashHarness implements Harness {
+  readonly id = "bash";
+  readonly executesCode = true;
+  readonly edit: boolean;
+
+  constructor(options: { edit?: boolean } = {}) {
+    this.edit = options.edit ?? true;
+  }
+
+  async run(ctx: HarnessContext): Promise<void> {
+    ctx.recorder.messages.push(...initialMessages(ctx.data, BASH_PREAMBLE));
+    const tools = this.edit ? [BASH_TOOL, EDIT_TOOL] : [BASH_TOOL];
+    const cwd = ctx.data.workdir;
+    await toolLoop(ctx, tools, async (call, args) => {
+      if (call.name === "bash") {
+        if (typeof args.command !== "string") {
+          throw new ToolInputError('"command" must be a string');
+        }
+        const r = await ctx.runtime.run(["sh", "-c", args.command], {
+          user: ctx.user,
+          cwd,
+          timeoutMs: ctx.toolTimeoutMs,
+          signal: ctx.signal,
+        });
+        const parts = [`exit code: ${r.exit_code}`];
+        if (r.stdout) parts.push(`stdout:\n${r.stdout}`);
+        if (r.stderr) parts.push(`stderr:\n${r.stderr}`);
+        return { output: parts.join("\n"), exit_code: r.exit_code };
+      }
+      if (call.name === "edit" && this.edit) {
+        const { path, old_str, new_str } = args;
+        if (
+          typeof path !== "string" || typeof old_str !== "string" || typeof new_str !== "string"
+        ) {
+          throw new ToolInputError("path, old_str and new_str must be strings");
+        }
+        let next = new_str;
+        if (old_str !== "") {
+          // Read as the agent user so the agent cannot edit files it could not read.
+          const r = await ctx.runtime.run(["cat", path], { user: ctx.user, cwd });
+          if (r.exit_code !== 0) {
+            throw new ToolInputError(`cannot read "${path}": ${r.stderr.trim()}`);
+          }
+          const count = r.stdout.split(old_str).length - 1;
+          if (count !== 1) {
+            throw new ToolInputError(`old_str occurs ${count} times in "${path}", expected once`);
+          }
+          next = r.stdout.replace(old_str, new_str);
+        }
+        const w = await ctx.runtime.run([
+          "sh",
+          "-c",
+          'mkdir -p "$(dirname "$1")" && cat > "$1"',
+          "sh",
+          path,
+        ], {
+          user: ctx.user,
+          cwd,
+          stdin: next,
+        });
+        if (w.exit_code !== 0) {
+          throw new ToolInputError(`cannot write "${path}": ${w.stderr.trim()}`);
+        }
+        return { output: `edited ${path}` };
+      }
+      throw new ToolInputError(
+        `unknown tool "${call.name}"; available: ${tools.map((t) => t.name).join(", ")}`,
+      );
+    });
+  }
+}
+
+/** The null harness: one chat call, no tools. */
+export class NullHarness implements Harness {
+  readonly id = "null";
+  readonly executesCode = false;
+
+  async run(ctx: HarnessContext): Promise<void> {
+    ctx.recorder.messages.push(...initialMessages(ctx.data));
+    const response = await callModel(ctx, 0, []);
+    ctx.recorder.messages.push(assistantMessage(response));
+    ctx.recorder.stop_condition = "no_tools_called";
+  }
+}
+
+/** Built-in harnesses by id. */
+export const HARNESSES: Record<string, (config: Record<string, unknown>) => Harness> = {
+  bash: (config) => new BashHarness({ edit: config.edit as boolean | undefined }),
+  null: () => new NullHarness(),
+};
+
+/** A harness by id; unknown ids list the known ones. */
+export function getHarness(id: string, config: Record<string, unknown> = {}): Harness {
+  const make = HARNESSES[id];
+  if (!make) {
+    throw new ConfigError(
+      `Unknown harness "${id}"; known: ${Object.keys(HARNESSES).map((h) => `"${h}"`).join(", ")}`,
+    );
+  }
+  return make(config);
+}

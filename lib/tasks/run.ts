@@ -1,0 +1,420 @@
+/**
+ * Running a taskset: select tasks, run rollouts concurrently, append one trace per rollout
+ * to `traces.jsonl`, aggregate, resume; and `validateTaskset` for `vf validate`.
+ * @module
+ */
+import { appendFile, mkdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { createRuntime } from "../../runtimes/create.ts";
+import type { ChatClient } from "../model/client.ts";
+import { isFatalError } from "../envs/environment.ts";
+import { ConfigError, serializeError } from "../errors.ts";
+import { JudgeRubric } from "../scoring/judge_rubric.ts";
+import { seededShuffle } from "../random.ts";
+import { passAtK, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
+import type { Task, TaskHookContext, Taskset, TraceView } from "./task.ts";
+import { type AgentPolicy, resolveRuntimeSpec, runTaskRollout, type TaskTrace } from "./rollout.ts";
+import type { SamplingArgs } from "../types.ts";
+import { VERSION } from "../version.ts";
+
+/** A judge plugin configured in TOML (`[[env.taskset.task.judges]]`). */
+export interface JudgeConfig {
+  /** `reference`: compare the final answer with `data.answer`; `rubric`: grade against `rubric` text. */
+  id: "reference" | "rubric";
+  name?: string;
+  weight?: number;
+  model?: string;
+  rubric?: string;
+}
+
+/** Options of {@link runTaskset}. */
+export interface RunTasksetOptions {
+  taskset: Taskset;
+  policy: AgentPolicy;
+  client: ChatClient;
+  model: string;
+  samplingArgs?: SamplingArgs;
+  /** Tasks to run (after shuffling); ≤ 0 means all. */
+  numTasks?: number;
+  /** Rollouts per task. Default 1. */
+  rolloutsPerTask?: number;
+  /** Rollouts in flight. Default 4. */
+  maxConcurrent?: number;
+  /** Shuffle tasks with this seed before selecting. */
+  shuffleSeed?: number | null;
+  /** Only these task keys. */
+  ids?: string[];
+  /** Run directory for traces.jsonl / metadata.json; nothing saved when absent. */
+  runDir?: string | null;
+  runId: string;
+  resume?: boolean;
+  /** Environment flavour: "single-agent" (default) or "best-of-n" (adds best / pass_at_n metrics). */
+  envId?: string;
+  bestOfNThreshold?: number;
+  judges?: JudgeConfig[];
+  onTrace?: (trace: TaskTrace, done: number, total: number) => void;
+  signal?: AbortSignal;
+}
+
+/** Aggregates of a task run. */
+export interface TaskRunSummary {
+  format_version: number;
+  run_id: string;
+  taskset: string;
+  model: string;
+  env_id: string;
+  num_tasks: number;
+  rollouts_per_task: number;
+  num_rollouts: number;
+  num_errors: number;
+  /** Rollouts lost to infrastructure (sandbox, engine) after retries; not in `avg_reward`. */
+  num_infra_errors: number;
+  avg_reward: number;
+  avg_rewards: Record<string, number>;
+  avg_metrics: Record<string, number>;
+  pass_at_k: Record<string, number>;
+  usage: { input_tokens: number; output_tokens: number };
+  vf_version: string;
+  date: string;
+}
+
+/** Select tasks: ids filter, seeded shuffle, then the first n. */
+export async function selectTasks(
+  taskset: Taskset,
+  options: { numTasks?: number; shuffleSeed?: number | null; ids?: string[] },
+): Promise<Task[]> {
+  const needAll = options.shuffleSeed !== undefined && options.shuffleSeed !== null ||
+    options.ids?.length;
+  let tasks = await taskset.tasks(
+    needAll ? -1 : options.numTasks && options.numTasks > 0 ? options.numTasks : -1,
+  );
+  if (options.ids?.length) {
+    const want = new Set(options.ids);
+    const missing = options.ids.filter((id) => !tasks.some((t) => t.key === id));
+    if (missing.length) {
+      throw new ConfigError(
+        `Unknown task id${missing.length > 1 ? "s" : ""}: ${missing.join(", ")}`,
+      );
+    }
+    tasks = tasks.filter((t) => want.has(t.key));
+  }
+  if (options.shuffleSeed !== undefined && options.shuffleSeed !== null) {
+    tasks = seededShuffle(tasks, options.shuffleSeed);
+  }
+  if (options.numTasks && options.numTasks > 0) tasks = tasks.slice(0, options.numTasks);
+  return tasks;
+}
+
+/** Read traces.jsonl (torn last line ignored), keeping the latest trace per (task, rollout). */
+export async function loadTraces(runDir: string): Promise<TaskTrace[]> {
+  let text: string;
+  try {
+    text = await readFile(join(runDir, "traces.jsonl"), "utf8");
+  } catch {
+    return [];
+  }
+  const latest = new Map<string, TaskTrace>();
+  const lines = text.split("\n").filter((l) => l.trim());
+  lines.forEach((line, i) => {
+    try {
+      const t = JSON.parse(line) as TaskTrace;
+      latest.set(`${t.task.key}#${t.rollout_index}`, t);
+    } catch (error) {
+      if (i !== lines.length - 1) {
+        throw new ConfigError(
+          `${join(runDir, "traces.jsonl")}:${i + 1}: malformed JSON: ${(error as Error).message}`,
+        );
+      }
+    }
+  });
+  return [...latest.values()];
+}
+
+/** Summarise traces. */
+export function summarizeTraces(
+  traces: TaskTrace[],
+  base: Pick<
+    TaskRunSummary,
+    "run_id" | "taskset" | "model" | "env_id" | "num_tasks" | "rollouts_per_task"
+  >,
+): TaskRunSummary {
+  const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
+  const keyed = (pick: (t: TaskTrace) => Record<string, number>) => {
+    const acc = new Map<string, number[]>();
+    for (const t of traces) {
+      for (const [k, v] of Object.entries(pick(t))) acc.set(k, [...(acc.get(k) ?? []), v]);
+    }
+    return Object.fromEntries([...acc].map(([k, xs]) => [k, mean(xs)]));
+  };
+  const r = base.rollouts_per_task;
+  const passAt: Record<string, number> = {};
+  if (r > 1) {
+    const byTask = new Map<string, TaskTrace[]>();
+    for (const t of traces) byTask.set(t.task.key, [...(byTask.get(t.task.key) ?? []), t]);
+    const complete = [...byTask.values()].filter((g) => g.length === r);
+    for (let k = 1; k <= r && complete.length; k *= 2) {
+      passAt[String(k)] = mean(
+        complete.map((g) => passAtK(r, g.filter((t) => (t.reward ?? 0) >= 0.5).length, k).pass),
+      );
+    }
+  }
+  return {
+    format_version: 1,
+    ...base,
+    num_rollouts: traces.length,
+    num_errors: traces.filter((t) => t.error).length,
+    num_infra_errors: traces.filter((t) => t.error?.infra).length,
+    // Infrastructure failures are not the model's: left out of the average, never scored 0.
+    avg_reward: mean(traces.filter((t) => !t.error?.infra).map((t) => t.reward ?? 0)),
+    avg_rewards: keyed((t) => t.rewards),
+    avg_metrics: keyed((t) => t.metrics),
+    pass_at_k: passAt,
+    usage: {
+      input_tokens: traces.reduce((a, t) => a + t.usage.input_tokens, 0),
+      output_tokens: traces.reduce((a, t) => a + t.usage.output_tokens, 0),
+    },
+    vf_version: VERSION,
+    date: new Date().toISOString(),
+  };
+}
+
+async function applyJudges(
+  trace: TaskTrace,
+  task: Task,
+  judges: JudgeConfig[],
+  client: ChatClient,
+  model: string,
+  signal?: AbortSignal,
+): Promise<void> {
+  const final = [...trace.messages].reverse().find((m) => m.role === "assistant");
+  const response = typeof final?.content === "string" ? final.content : "";
+  for (const j of judges) {
+    const name = j.name ?? `judge_${j.id}`;
+    const prompt = j.id === "reference"
+      ? undefined
+      : `You are grading an agent's work.\n\nTask:\n{question}\n\nRubric:\n${
+        j.rubric ?? "The task is fully solved."
+      }\n\nAgent's final message:\n{response}\n\nDoes the work satisfy the rubric? Reply with exactly "yes" or "no".`;
+    const rubric = new JudgeRubric({
+      judgeClient: client,
+      judgeModel: j.model ?? model,
+      judgePrompt: prompt,
+    });
+    const verdict = await rubric.judge({
+      prompt: task.promptText,
+      completion: response,
+      answer: String(task.data.answer ?? ""),
+      signal,
+    });
+    const score = /^\s*yes\b/i.test(verdict) ? 1 : 0;
+    trace.rewards[name] = score;
+    trace.reward = (trace.reward ?? 0) + score * (j.weight ?? 1);
+    trace.info[`${name}_verdict`] = verdict.slice(0, 500);
+  }
+}
+
+/** Run rollouts for a taskset. Traces are appended as rollouts finish. */
+export async function runTaskset(
+  options: RunTasksetOptions,
+): Promise<{ traces: TaskTrace[]; summary: TaskRunSummary }> {
+  const tasks = await selectTasks(options.taskset, options);
+  const r = Math.max(1, options.rolloutsPerTask ?? 1);
+  const tracesPath = options.runDir ? join(options.runDir, "traces.jsonl") : null;
+  const done = new Map<string, TaskTrace>();
+  if (options.resume && options.runDir) {
+    await repairTrailingLine(tracesPath!);
+    for (const t of await loadTraces(options.runDir)) {
+      if (!t.error) done.set(`${t.task.key}#${t.rollout_index}`, t);
+    }
+  }
+  const jobs: Array<{ task: Task; index: number }> = [];
+  for (const task of tasks) {
+    for (let i = 0; i < r; i++) if (!done.has(`${task.key}#${i}`)) jobs.push({ task, index: i });
+  }
+  const base = {
+    run_id: options.runId,
+    taskset: options.taskset.id,
+    model: options.model,
+    env_id: options.envId ?? "single-agent",
+    num_tasks: tasks.length,
+    rollouts_per_task: r,
+  };
+  if (options.runDir) await mkdir(options.runDir, { recursive: true });
+  const results: TaskTrace[] = [...done.values()];
+  const total = tasks.length * r;
+  let writeQueue = Promise.resolve();
+  const persist = (traces: TaskTrace[]) => {
+    if (!tracesPath) return Promise.resolve();
+    writeQueue = writeQueue.then(() =>
+      appendFile(tracesPath, traces.map((t) => JSON.stringify(t) + "\n").join(""))
+    );
+    return writeQueue;
+  };
+  const byTask = new Map<string, TaskTrace[]>();
+  const remaining = new Map<string, number>();
+  for (const job of jobs) remaining.set(job.task.key, (remaining.get(job.task.key) ?? 0) + 1);
+  const controller = new AbortController();
+  const outer = options.signal;
+  outer?.addEventListener("abort", () => controller.abort(outer.reason), { once: true });
+  let fatal: unknown = null;
+  let next = 0;
+  const worker = async () => {
+    while (next < jobs.length && !controller.signal.aborted) {
+      const job = jobs[next++];
+      let trace: TaskTrace;
+      try {
+        trace = await runTaskRollout({
+          task: job.task,
+          tasksetId: options.taskset.id,
+          policy: options.policy,
+          client: options.client,
+          model: options.model,
+          samplingArgs: options.samplingArgs,
+          runId: options.runId,
+          rolloutIndex: job.index,
+          signal: controller.signal,
+        });
+        if (trace.ok && options.judges?.length) {
+          await applyJudges(
+            trace,
+            job.task,
+            options.judges,
+            options.client,
+            options.model,
+            controller.signal,
+          )
+            .catch((error) => {
+              trace.ok = false;
+              trace.reward = null;
+              trace.error = { ...serializeError(error), phase: "judge" };
+            });
+        }
+      } catch (error) {
+        if (!controller.signal.aborted) {
+          fatal = error;
+          controller.abort(error);
+        }
+        return;
+      }
+      const modelError = trace.error && trace.error.error &&
+        ["AuthenticationError", "EndpointUnreachableError"].includes(trace.error.error);
+      if (modelError) {
+        fatal = new ConfigError(trace.error!.message);
+      }
+      results.push(trace);
+      const group = [...(byTask.get(job.task.key) ?? []), trace];
+      byTask.set(job.task.key, group);
+      const left = (remaining.get(job.task.key) ?? 1) - 1;
+      remaining.set(job.task.key, left);
+      if (options.envId === "best-of-n") {
+        if (left === 0) {
+          const all = results.filter((t) => t.task.key === job.task.key);
+          const best = Math.max(...all.map((t) => t.reward ?? -Infinity));
+          const pass = all.some((t) => (t.reward ?? 0) >= (options.bestOfNThreshold ?? 1)) ? 1 : 0;
+          for (const t of group) {
+            t.metrics.best = t.reward === best ? 1 : 0;
+            t.metrics.pass_at_n = pass;
+          }
+          await persist(group);
+        }
+      } else {
+        await persist([trace]);
+      }
+      options.onTrace?.(trace, results.length, total);
+      if (modelError) {
+        controller.abort(fatal);
+        return;
+      }
+    }
+  };
+  const n = Math.max(1, Math.min(options.maxConcurrent ?? 4, jobs.length || 1));
+  await Promise.all(Array.from({ length: n }, worker));
+  await writeQueue;
+  const summary = summarizeTraces(results, base);
+  if (options.runDir) await writeJsonAtomic(join(options.runDir, "metadata.json"), summary);
+  if (fatal) throw fatal;
+  if (outer?.aborted) throw outer.reason;
+  results.sort((a, b) => a.example_id - b.example_id || a.rollout_index - b.rollout_index);
+  return { traces: results, summary };
+}
+
+/** One task's validation result. */
+export interface ValidationResult {
+  task: string;
+  idx: number;
+  gold_reward: number | null;
+  empty_reward: number | null;
+  ok: boolean;
+  error: string | null;
+}
+
+/** Per task: the gold answer (via `validate`) must score 1.0 and an untouched workspace 0.0. */
+export async function validateTaskset(
+  taskset: Taskset,
+  options: {
+    numTasks?: number;
+    runtime: AgentPolicy["runtime"];
+    runId: string;
+    maxConcurrent?: number;
+    signal?: AbortSignal;
+  },
+): Promise<ValidationResult[]> {
+  const tasks = await taskset.tasks(
+    options.numTasks && options.numTasks > 0 ? options.numTasks : -1,
+  );
+  const check = async (task: Task, gold: boolean): Promise<number> => {
+    const spec = resolveRuntimeSpec(options.runtime, task, "agent");
+    await using runtime = createRuntime(spec, { runId: options.runId, task: task.key });
+    const view: TraceView = { info: {}, messages: [], artifacts: new Map() };
+    const ctx: TaskHookContext = {
+      runtime,
+      task,
+      data: task.data,
+      trace: view,
+      signal: options.signal,
+    };
+    await runtime.start({ signal: options.signal });
+    await task.setup(ctx);
+    if (gold) {
+      const v = await task.validate(ctx);
+      if (v === false) throw new Error("validate() returned false");
+      await task.stageVerifier(ctx);
+    } else {
+      await task.stageVerifier(ctx);
+    }
+    return (await task.score(ctx)).reward;
+  };
+  const out: ValidationResult[] = new Array(tasks.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < tasks.length) {
+      const i = next++;
+      const task = tasks[i];
+      const result: ValidationResult = {
+        task: task.key,
+        idx: task.data.idx ?? i,
+        gold_reward: null,
+        empty_reward: null,
+        ok: false,
+        error: null,
+      };
+      try {
+        const [g, e] = await Promise.all([check(task, true), check(task, false)]);
+        result.gold_reward = g;
+        result.empty_reward = e;
+        result.ok = Math.abs(g - 1) < 1e-9 && Math.abs(e) < 1e-9;
+        if (!result.ok) {
+          result.error = `gold scored ${g} (expected 1.0), untouched scored ${e} (expected 0.0)`;
+        }
+      } catch (error) {
+        if (isFatalError(error)) throw error;
+        result.error = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+      }
+      out[i] = result;
+    }
+  };
+  await Promise.all(
+    Array.from({ length: Math.max(1, Math.min(options.maxConcurrent ?? 4, tasks.length)) }, worker),
+  );
+  return out;
+}

@@ -1,0 +1,336 @@
+/**
+ * Tasks whose agents work inside sandboxes: the data a task carries, its lifecycle hooks
+ * (setup, finalize, rewards, metrics, validate, stageVerifier) and Tasksets that load them.
+ *
+ * ```ts
+ * class FileSumTask extends Task {
+ *   static override NEEDS_CONTAINER = true;
+ *   override async setup({ runtime }: TaskHookContext) {
+ *     await runtime.write("/app/input.txt", "1\n2\n3\n");
+ *     await runtime.write("/app/output/answer.txt", "");
+ *   }
+ *   correct = reward(async ({ runtime }) =>
+ *     new TextDecoder().decode(await runtime.read("/app/output/answer.txt")).trim() === "6" ? 1 : 0
+ *   );
+ * }
+ * ```
+ * @module
+ */
+import { createHash } from "node:crypto";
+import type { Runtime } from "../../runtimes/runtime.ts";
+import type { Messages } from "../types.ts";
+
+/** A path copied out of the agent sandbox (and restored into the grading sandbox). */
+export interface Artifact {
+  /** Absolute path, or relative to the workdir (then both sandboxes need the same workdir). */
+  source: string;
+  /** A missing required artifact fails the rollout. Default true. */
+  required?: boolean;
+  /** Glob patterns (relative to `source`) left out of a directory artifact. */
+  exclude?: string[];
+}
+
+/** A runtime as configured in TOML (`[env.agent.runtime]`, `[env.agent.scoring.runtime]`). */
+export interface RuntimeConfig {
+  type?: "docker" | "subprocess" | "ssh" | "prime";
+  /** ssh: host, port, login and credentials; `dedicated` marks a host used only by this run. */
+  host?: string;
+  port?: number;
+  user?: string;
+  private_key_path?: string;
+  known_hosts_path?: string;
+  /** OpenSSH client config read for `host`; default `~/.ssh/config`, `""` reads none. */
+  ssh_config_path?: string;
+  trust_on_first_use?: boolean;
+  dedicated?: boolean;
+  /** prime: accelerator, disk GB, provider-side time-to-live, API base and key variable. */
+  gpu?: string;
+  disk?: number;
+  ttl_minutes?: number;
+  api_base?: string;
+  api_key_var?: string;
+  image?: string;
+  /** CPU cores. */
+  cpu?: number;
+  /** Memory in GB (number) or a docker-style string ("512m", "2g"). */
+  memory?: number | string;
+  workdir?: string;
+  network?: boolean;
+  env?: Record<string, string>;
+}
+
+/** Where grading happens. */
+export interface ScoringConfig {
+  /** `shared`: score in the agent's sandbox; `isolated`: a fresh grading sandbox. */
+  mode?: "shared" | "isolated";
+  /** Retries of grading infrastructure failures in a fresh sandbox; default 2. */
+  retries?: number;
+  /** Scoring-only environment variables; `${VAR}` / `${VAR:-default}` resolved at scoring time. */
+  env?: Record<string, string>;
+  /** The grading sandbox's own runtime; default the agent's policy. */
+  runtime?: RuntimeConfig;
+}
+
+/** Per-phase time limits in seconds. */
+export interface TaskTimeouts {
+  setup?: number;
+  agent?: number;
+  finalize?: number;
+  scoring?: number;
+}
+
+/** Immutable per-example fields. Extra fields stay on the evaluator, never in the prompt. */
+export interface TaskData {
+  /** The first user message. */
+  prompt: string | Messages;
+  /** A stable upstream identifier; default derived from the content hash. */
+  id?: string;
+  /** Position in the taskset's load order (assigned when loaded). */
+  idx?: number;
+  system_prompt?: string;
+  /** Container image; forces a container runtime. */
+  image?: string;
+  workdir?: string;
+  scoring?: ScoringConfig;
+  artifacts?: Artifact[];
+  /** Byte bound of all collected artifacts; default 32 MiB. */
+  artifact_max_bytes?: number;
+  /** The user the harness runs as; setup runs as the runtime's default user. */
+  agent_user?: string;
+  /** Environment variables of the agent sandbox (never traced). */
+  env?: Record<string, string>;
+  timeout?: TaskTimeouts;
+  resources?: { cpu?: number; memory?: number | string };
+  /** Network access for the agent sandbox; default false. */
+  network?: boolean;
+  [extra: string]: unknown;
+}
+
+/** Run-time knobs passed to every task (`[env.taskset.task]`). */
+export interface TaskConfig {
+  [key: string]: unknown;
+}
+
+/** Dataset-level options (`[env.taskset]`). */
+export interface TasksetConfig {
+  id?: string;
+  task?: TaskConfig;
+  [key: string]: unknown;
+}
+
+/** The default artifact bound: 32 MiB. */
+export const DEFAULT_ARTIFACT_MAX_BYTES = 32 * 1024 * 1024;
+
+/** A rollout's record, handed to hooks; `info` is persisted with the trace. */
+export interface TraceView {
+  /** JSON-serialisable notes persisted on the trace. */
+  info: Record<string, unknown>;
+  /** The conversation so far. */
+  messages: Messages;
+  /** Collected artifact archives by source (evaluator memory only). */
+  artifacts: Map<string, Uint8Array | null>;
+}
+
+/** What every task hook receives. */
+export interface TaskHookContext {
+  runtime: Runtime;
+  task: Task;
+  data: TaskData;
+  trace: TraceView;
+  signal?: AbortSignal;
+}
+
+/** A reward or metric function of a task. */
+export type TaskScoreFunc = (
+  ctx: TaskHookContext,
+) => number | boolean | Record<string, number> | Promise<number | boolean | Record<string, number>>;
+
+const SCORE = Symbol.for("vf.task_score");
+
+interface ScoreMark {
+  kind: "reward" | "metric";
+  weight: number;
+  priority: number;
+}
+
+/** A marked scoring function, callable like the original. */
+export type MarkedScoreFunc = TaskScoreFunc & { [SCORE]: ScoreMark };
+
+/** Mark a task field as a reward (weight default 1.0); its field name is the reward name. */
+export function reward(
+  fn: TaskScoreFunc,
+  options: { weight?: number; priority?: number } = {},
+): MarkedScoreFunc {
+  return Object.assign(fn, {
+    [SCORE]: {
+      kind: "reward",
+      weight: options.weight ?? 1,
+      priority: options.priority ?? 0,
+    } as ScoreMark,
+  });
+}
+
+/** Mark a task field as a metric (recorded, never summed into the reward). */
+export function metric(fn: TaskScoreFunc, options: { priority?: number } = {}): MarkedScoreFunc {
+  return Object.assign(fn, {
+    [SCORE]: { kind: "metric", weight: 0, priority: options.priority ?? 0 } as ScoreMark,
+  });
+}
+
+/** One discovered scoring hook. */
+export interface ScoreHook {
+  name: string;
+  kind: "reward" | "metric";
+  weight: number;
+  priority: number;
+  fn: TaskScoreFunc;
+}
+
+/** Results of scoring one rollout. */
+export interface TaskScores {
+  reward: number;
+  rewards: Record<string, number>;
+  metrics: Record<string, number>;
+}
+
+function sortedKeysJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(sortedKeysJson).join(",")}]`;
+  if (value && typeof value === "object") {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined && v !== null)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${sortedKeysJson(v)}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/** A task: data plus hooks. Subclass it and override the hooks you need. */
+export class Task<D extends TaskData = TaskData> {
+  /** When true, the subprocess runtime is refused before any work starts. */
+  static NEEDS_CONTAINER = false;
+  readonly data: D;
+  readonly config: TaskConfig;
+
+  constructor(data: D, config: TaskConfig = {}) {
+    this.data = data;
+    this.config = config;
+  }
+
+  /** sha256 of the data's canonical JSON (the resume key when no id is set). */
+  get hash(): string {
+    const { idx: _idx, ...rest } = this.data;
+    return createHash("sha256").update(sortedKeysJson(rest)).digest("hex");
+  }
+
+  /** Stable identity: `data.id`, else the hash. */
+  get key(): string {
+    return this.data.id ?? this.hash;
+  }
+
+  /** Whether this task's class needs a container runtime. */
+  get needsContainer(): boolean {
+    return (this.constructor as typeof Task).NEEDS_CONTAINER || Boolean(this.data.image);
+  }
+
+  /** The prompt as text (messages' text joined by blank lines). */
+  get promptText(): string {
+    const p = this.data.prompt;
+    if (typeof p === "string") return p;
+    return p.map((m) => (typeof m.content === "string" ? m.content : "")).join("\n\n");
+  }
+
+  /** Prepare the sandbox (runs in the agent sandbox and again in a grading sandbox). */
+  setup(_ctx: TaskHookContext): Promise<void> | void {}
+
+  /** After the agent, before scoring, with the agent sandbox alive. */
+  finalize(_ctx: TaskHookContext): Promise<void> | void {}
+
+  /** Grading sandbox only, after artifacts are restored: stage private tests here. */
+  stageVerifier(_ctx: TaskHookContext): Promise<void> | void {}
+
+  /** A model-free gold check: make the workspace solved; `vf validate` expects reward 1.0 after it. */
+  validate(_ctx: TaskHookContext): Promise<boolean | void> | boolean | void {
+    return true;
+  }
+
+  /** Environment variables for the sandbox and every process in it (never traced). */
+  runtimeEnv(): Record<string, string> {
+    return { ...(this.data.env ?? {}) };
+  }
+
+  /** Reward and metric fields of this task, by descending priority then name. */
+  scoreHooks(): ScoreHook[] {
+    const hooks: ScoreHook[] = [];
+    for (const [name, value] of Object.entries(this)) {
+      if (typeof value !== "function") continue;
+      const mark = (value as Partial<MarkedScoreFunc>)[SCORE];
+      if (mark) hooks.push({ name, fn: value as TaskScoreFunc, ...mark });
+    }
+    return hooks.sort((a, b) => b.priority - a.priority || (a.name < b.name ? -1 : 1));
+  }
+
+  /** Run rewards and metrics; a throwing hook propagates (the caller decides retry vs error). */
+  async score(ctx: TaskHookContext): Promise<TaskScores> {
+    const rewards: Record<string, number> = {};
+    const metrics: Record<string, number> = {};
+    let total = 0;
+    for (const hook of this.scoreHooks()) {
+      const value = await hook.fn(ctx);
+      const entries: Array<[string, number]> = typeof value === "object"
+        ? Object.entries(value).map(([k, v]) => [k, Number(v)])
+        : [[hook.name, typeof value === "boolean" ? (value ? 1 : 0) : Number(value)]];
+      for (const [name, v] of entries) {
+        if (!Number.isFinite(v)) throw new TypeError(`${hook.kind} "${name}" returned ${v}`);
+        if (hook.kind === "reward") {
+          rewards[name] = v;
+          total += v * hook.weight;
+        } else metrics[name] = v;
+      }
+    }
+    return { reward: total, rewards, metrics };
+  }
+}
+
+/** Loads tasks. Subclass and implement `load()`; selection (-n, shuffle) is the run's job. */
+export abstract class Taskset<T extends Task = Task> {
+  readonly config: TasksetConfig;
+
+  constructor(config: TasksetConfig = {}) {
+    this.config = config;
+  }
+
+  /** The taskset's id (used for output paths). */
+  abstract get id(): string;
+
+  /** The tasks, in a stable order. May be a (lazy) iterable. */
+  abstract load(): Iterable<T> | AsyncIterable<T> | Promise<Iterable<T>>;
+
+  /** Load up to `limit` tasks, assigning `idx` from load order. */
+  async tasks(limit = -1): Promise<T[]> {
+    const out: T[] = [];
+    const source = await this.load();
+    for await (const task of source as AsyncIterable<T>) {
+      if (limit >= 0 && out.length >= limit) break;
+      (task.data as TaskData).idx ??= out.length;
+      out.push(task);
+    }
+    const keys = new Set<string>();
+    for (const t of out) {
+      if (keys.has(t.key)) {
+        throw new RangeError(`Taskset "${this.id}" has two tasks with key "${t.key}"`);
+      }
+      keys.add(t.key);
+    }
+    return out;
+  }
+}
+
+/** What a taskset package exports. */
+export interface TasksetModule {
+  loadTaskset: (config: TasksetConfig) => Taskset | Promise<Taskset>;
+}
+
+/** Text of a UTF-8 file read from a runtime. */
+export async function readText(runtime: Runtime, path: string, maxBytes?: number): Promise<string> {
+  return new TextDecoder().decode(await runtime.read(path, { maxBytes }));
+}

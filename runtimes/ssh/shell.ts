@@ -1,0 +1,70 @@
+/**
+ * The POSIX shell snippets the SSH runtime runs on a host: quoting, the command wrapper
+ * (working directory, environment, process group), process-tree kills and workdir setup.
+ * @module
+ */
+
+// ---- remote shell snippets -------------------------------------------------------------
+
+/** Quotes a word for a POSIX shell. */
+export function shellQuote(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+}
+
+/** A command line that runs `script` under /bin/sh whatever the login shell is. */
+export function shCommand(script: string, args: string[]): string {
+  return `exec /bin/sh -c ${shellQuote(script)} vf ${args.map(shellQuote).join(" ")}`;
+}
+
+/** Control lines the wrappers print first on stderr, then strip. */
+export const CONTROL = 0x1f;
+
+/**
+ * Runs "$@" in directory $1. sshd starts every exec in a new session (setsid), so the
+ * command's pid, reported on stderr's first line, is also its process group.
+ */
+export const RUN_WRAPPER = `cd "$1" 2>/dev/null || { printf '\\037vf:nocwd\\n' >&2; exit 1; }
+shift
+printf '\\037vf:%s\\n' "$$" >&2
+exec "$@"`;
+
+/**
+ * Kills the process trees of the pids given: freezes each group, walks /proc for
+ * descendants that left it (by PPid), then SIGKILLs them all. Without /proc it kills the
+ * groups only.
+ */
+export const KILL_TREES = `all=" "
+for p in "$@"; do all="$all$p "; kill -STOP -- "-$p" 2>/dev/null || kill -STOP "$p" 2>/dev/null; done
+if [ -d /proc/self ]; then
+  changed=1
+  while [ "$changed" = 1 ]; do
+    changed=0
+    for d in /proc/[0-9]*; do
+      n=\${d#/proc/}
+      case "$all" in *" $n "*) continue ;; esac
+      pp=
+      while read -r k v rest; do
+        if [ "$k" = "PPid:" ]; then pp=$v; break; fi
+      done 2>/dev/null <"$d/status"
+      case "$all" in *" $pp "*) all="$all$n "; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac
+    done
+  done
+fi
+for p in "$@"; do kill -KILL -- "-$p" 2>/dev/null; done
+for n in $all; do kill -KILL "$n" 2>/dev/null; done
+exit 0`;
+
+/**
+ * Prepares the workspace and reports what the host offers: "<uid> <switch>", where switch
+ * is how commands change user (runuser for root, sudo -n, or none). $1 is the workdir and
+ * $2 "new" (create it, failing when it exists) or "ensure" (mkdir -p).
+ */
+export const PREPARE =
+  `if [ "$2" = new ]; then mkdir -m 755 -- "$1" || exit 3; else mkdir -p -- "$1" || exit 3; fi
+uid=$(id -u)
+if [ "$uid" = 0 ] && command -v runuser >/dev/null 2>&1; then sw=runuser
+elif command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then sw=sudo
+else sw=none; fi
+echo "$uid $sw"`;
+
+export const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;

@@ -1,0 +1,197 @@
+/**
+ * The shape of the tree (DESIGN.md, "House"): no import circles among the project's own
+ * non-test modules, and a public API (`mod.ts`'s exported names and their kinds) that only
+ * changes on purpose, together with `tests/public_api.txt`.
+ *
+ * Both read what Deno itself resolves: `deno info --json` for the module graph (static,
+ * dynamic and type-only imports), `deno doc --json` for the exports. Nothing is listed by
+ * hand but the public API.
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, relative } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const CONFIG = join(ROOT, "deno.json");
+const API_LIST = join(ROOT, "tests", "public_api.txt");
+
+/** The project's non-test modules: what a circle among them would tie together. */
+async function projectModules(): Promise<string[]> {
+  const out = [join(ROOT, "mod.ts"), join(ROOT, "cli.ts")];
+  async function walk(dir: string): Promise<void> {
+    for (const entry of await readdir(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) {
+        if (entry.name !== "node_modules" && !entry.name.startsWith(".")) await walk(path);
+      } else if (entry.name.endsWith(".ts") && !entry.name.endsWith("_test.ts")) {
+        out.push(path);
+      }
+    }
+  }
+  for (const dir of ["lib", "runtimes", "environments", "scripts", "bench"]) {
+    await walk(join(ROOT, dir));
+  }
+  return out;
+}
+
+async function deno(args: string[]): Promise<string> {
+  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+    args,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(stdout);
+  if (code !== 0) {
+    throw new Error(`deno ${args.join(" ")} failed: ${new TextDecoder().decode(stderr)}`);
+  }
+  return text;
+}
+
+interface InfoModule {
+  specifier: string;
+  dependencies?: Array<{ code?: { specifier?: string }; type?: { specifier?: string } }>;
+}
+
+/**
+ * The import graph of `files` (file URL → the file URLs it imports, statically, dynamically
+ * or for types only), restricted to files under `within` that `keep` accepts.
+ */
+async function importGraph(
+  files: string[],
+  within: string,
+  keep: (path: string) => boolean,
+  config?: string,
+): Promise<Map<string, Set<string>>> {
+  const dir = await mkdtemp(join(tmpdir(), "vf-house-"));
+  try {
+    const root = join(dir, "root.ts");
+    await writeFile(root, files.map((f) => `import "${pathToFileURL(f).href}";\n`).join(""));
+    const info = JSON.parse(
+      await deno(["info", "--json", ...(config ? ["--config", config] : []), root]),
+    ) as { modules: InfoModule[] };
+    const base = pathToFileURL(within).href;
+    const ours = (s: string | undefined): s is string =>
+      s !== undefined && s.startsWith(base) && keep(fileURLToPath(s));
+    const graph = new Map<string, Set<string>>();
+    for (const m of info.modules) {
+      if (!ours(m.specifier)) continue;
+      const targets = new Set<string>();
+      for (const d of m.dependencies ?? []) {
+        for (const s of [d.code?.specifier, d.type?.specifier]) if (ours(s)) targets.add(s);
+      }
+      graph.set(m.specifier, targets);
+    }
+    return graph;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** The strongly connected components with more than one module, or a module importing itself. */
+function circles(graph: Map<string, Set<string>>): string[][] {
+  let next = 0;
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const found: string[][] = [];
+  function visit(v: string): void {
+    index.set(v, next);
+    low.set(v, next++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) {
+        low.set(v, Math.min(low.get(v)!, index.get(w)!));
+      }
+    }
+    if (low.get(v) === index.get(v)) {
+      const component: string[] = [];
+      let w: string;
+      do {
+        w = stack.pop()!;
+        onStack.delete(w);
+        component.push(w);
+      } while (w !== v);
+      if (component.length > 1 || graph.get(v)?.has(v)) found.push(component.sort());
+    }
+  }
+  for (const v of graph.keys()) if (!index.has(v)) visit(v);
+  return found;
+}
+
+function describe(found: string[][], root: string): string {
+  return found.map((c, i) =>
+    `circle ${i + 1}: ${c.map((s) => relative(root, fileURLToPath(s))).join(" -> ")}`
+  ).join("\n");
+}
+
+Deno.test("the circle check finds a circle of imports, dynamic and type-only ones included", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "vf-circle-"));
+  try {
+    await writeFile(join(dir, "a.ts"), `import { b } from "./b.ts";\nexport const a = () => b;\n`);
+    await writeFile(
+      join(dir, "b.ts"),
+      `import type { C } from "./c.ts";\nexport const b: C = 1;\n`,
+    );
+    await writeFile(
+      join(dir, "c.ts"),
+      `export type C = number;\nexport const load = () => import("./a.ts");\n`,
+    );
+    await writeFile(join(dir, "d.ts"), `import "./b.ts";\n`);
+    const files = ["a.ts", "b.ts", "c.ts", "d.ts"].map((f) => join(dir, f));
+    const found = circles(await importGraph(files, dir, () => true));
+    assert.equal(found.length, 1, describe(found, dir));
+    assert.deepEqual(
+      found[0].map((s) => relative(dir, fileURLToPath(s))),
+      ["a.ts", "b.ts", "c.ts"],
+    );
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+Deno.test("no import circles among vf's non-test modules", async () => {
+  const files = await projectModules();
+  const isProjectCode = (path: string) =>
+    !path.endsWith("_test.ts") && !relative(ROOT, path).startsWith("tests/") &&
+    !path.includes("/node_modules/");
+  const graph = await importGraph(files, ROOT, isProjectCode, CONFIG);
+  // The graph must really hold the tree: every listed module, and the arrows between them.
+  for (const f of files) assert.ok(graph.has(pathToFileURL(f).href), `${f} is not in the graph`);
+  const arrows = [...graph.values()].reduce((n, s) => n + s.size, 0);
+  assert.ok(arrows > files.length, `only ${arrows} imports among ${files.length} modules`);
+  const found = circles(graph);
+  assert.equal(found.length, 0, `import circles:\n${describe(found, ROOT)}`);
+});
+
+/** `mod.ts`'s exports as "name kind" lines, sorted. */
+async function publicApi(): Promise<string[]> {
+  const doc = JSON.parse(await deno(["doc", "--json", "--config", CONFIG, join(ROOT, "mod.ts")]));
+  const module = doc.nodes[pathToFileURL(join(ROOT, "mod.ts")).href] as {
+    symbols: Array<{ name: string; declarations: Array<{ kind: string }> }>;
+  };
+  return module.symbols.map((s) => `${s.name} ${s.declarations[0]?.kind ?? "unknown"}`).sort();
+}
+
+Deno.test("mod.ts exports exactly the names and kinds listed in tests/public_api.txt", async () => {
+  const have = await publicApi();
+  const want = (await readFile(API_LIST, "utf8")).split("\n").map((l) => l.trim())
+    .filter((l) => l && !l.startsWith("#"));
+  const missing = want.filter((l) => !have.includes(l));
+  const added = have.filter((l) => !want.includes(l));
+  assert.ok(
+    missing.length === 0 && added.length === 0,
+    `the public API changed (an intended change updates tests/public_api.txt in the same commit)\n` +
+      `  no longer exported: ${missing.join(", ") || "-"}\n  newly exported: ${
+        added.join(", ") || "-"
+      }`,
+  );
+});
