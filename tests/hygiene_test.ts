@@ -318,6 +318,30 @@ Deno.test("vf cleanup --run removes what an evaluator killed with SIGKILL mid-ru
   await Deno.remove(dir, { recursive: true });
 });
 
+Deno.test("vf cleanup --run takes run ids shaped like numbers (590143e8, 00123456) as the ids they are", async () => {
+  const dir = await tempDir("vf_numeric_run_");
+  const env = { VF_LEDGER: join(dir, "ledger.jsonl") };
+  const digits = () => String(Math.floor(Math.random() * 900_000) + 100_000);
+  // Random per test run, so no other test can hold containers with these ids.
+  const ids = [`${digits()}e${Math.floor(Math.random() * 10)}`, `00${digits()}`];
+  const runtimes = ids.map((runId) =>
+    new DockerRuntime({ type: "docker", image: IMAGE }, { runId })
+  );
+  try {
+    await Promise.all(runtimes.map((rt) => rt.start()));
+    for (const runId of ids) {
+      assert.equal((await runContainers(runId)).length, 1, runId);
+      const res = await cli(["cleanup", "--run", runId], dir, env);
+      assert.equal(res.code, 0, transcript(res));
+      assert.match(res.stdout, /removed 1 container\n/, transcript(res));
+      assert.deepEqual(await runContainers(runId), [], `run ${runId} still has containers`);
+    }
+  } finally {
+    await Promise.all(runtimes.map((rt) => rt.stop()));
+  }
+  await Deno.remove(dir, { recursive: true });
+});
+
 Deno.test("SIGINT mid-run tears down every live container, pooled ones included, and the ledger shows none live", async () => {
   const dir = await tempDir("vf_sigint_");
   const ledgerPath = join(dir, "ledger.jsonl");

@@ -5,7 +5,7 @@
  */
 
 import yargsParser from "npm:yargs-parser@^22.0.0";
-import { setDotted } from "../config.ts";
+import { EvalConfig, RuntimeTable, setDotted, TaskEnvSection } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 
 const ALIASES: Record<string, string> = {
@@ -87,19 +87,79 @@ export function flagsToConfig(flags: Record<string, unknown>): Record<string, un
       );
       continue;
     }
-    if (key.includes(".")) setDotted(out, key, coerce(value));
-    else out[key] = value;
+    if (key.includes(".")) setDotted(out, key, coerceFlag(key.split("."), value));
+    else out[key] = coerceFlag([key], value);
   }
   if (Object.keys(headers).length) out.headers = headers;
   return out;
 }
 
-function coerce(value: unknown): unknown {
+/** What the CLI looks up a flag's type in: the eval config, with the task `[env]` and `runtime` tables. */
+const CLI_SCHEMA = EvalConfig.extend({ env: TaskEnvSection, runtime: RuntimeTable });
+
+// deno-lint-ignore no-explicit-any
+type Schema = any;
+
+/** The zod schema at `path` of `schema`, or undefined where the config declares nothing. */
+function schemaAt(schema: Schema, path: string[]): Schema | undefined {
+  let node: Schema = schema;
+  for (const key of path) {
+    node = unwrap(node);
+    const def = node?._zod?.def;
+    if (def?.type === "object") node = def.shape[key];
+    else if (def?.type === "record") node = def.valueType;
+    else return undefined;
+    if (node === undefined) return undefined;
+  }
+  return node;
+}
+
+function unwrap(schema: Schema): Schema {
+  let node = schema;
+  for (;;) {
+    const def = node?._zod?.def;
+    if (!def) return node;
+    if (
+      ["optional", "nullable", "default", "prefault", "readonly", "nonoptional"].includes(def.type)
+    ) {
+      node = def.innerType;
+    } else if (def.type === "lazy") node = def.getter();
+    else if (def.type === "pipe") node = def.in;
+    else return node;
+  }
+}
+
+/** The leaf types a schema accepts ("number", "boolean", "string", "object", ...). */
+function leafTypes(schema: Schema): Set<string> {
+  const node = unwrap(schema);
+  const def = node?._zod?.def;
+  if (!def) return new Set(["unknown"]);
+  if (def.type === "union") {
+    return new Set(def.options.flatMap((o: Schema) => [...leafTypes(o)]));
+  }
+  return new Set([def.type]);
+}
+
+const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
+
+/**
+ * A command-line value as the config declares it: a number only where the config has a
+ * number (so ids such as "590143e8" or "00123456" stay strings everywhere else), a boolean
+ * for "true"/"false" where a boolean or anything goes, JSON for a "[" or "{" value where a
+ * list, a table or anything goes. Free-form tables (taskset knobs) get strings.
+ */
+export function coerceFlag(path: string[], value: unknown): unknown {
   if (typeof value !== "string") return value;
-  if (value === "true") return true;
-  if (value === "false") return false;
-  if (/^-?\d+(\.\d+)?$/.test(value)) return Number(value);
-  if (/^[[{]/.test(value)) {
+  const schema = schemaAt(CLI_SCHEMA, path);
+  const types = schema === undefined ? new Set(["unknown"]) : leafTypes(schema);
+  const any = types.has("unknown") || types.has("any");
+  if ((types.has("boolean") || any) && (value === "true" || value === "false")) {
+    return value === "true";
+  }
+  if (types.has("number") && NUMBER.test(value.trim())) return Number(value);
+  if (
+    (any || types.has("object") || types.has("record") || types.has("array")) && /^[[{]/.test(value)
+  ) {
     try {
       return JSON.parse(value);
     } catch { /* keep the string */ }
@@ -113,6 +173,9 @@ export function parseArgs(argv: string[]) {
       "camel-case-expansion": false,
       "dot-notation": false,
       "boolean-negation": true,
+      // Values are strings unless a flag below is declared a number, or the config declares
+      // the key a number (coerceFlag): "--run 590143e8" must not become 5.90143e13.
+      "parse-numbers": false,
       "parse-positional-numbers": false,
     },
     boolean: [

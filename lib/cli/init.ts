@@ -421,7 +421,11 @@ single-turn environment (try: vf eval ./<name>). Refuses a folder that is not em
 `;
 
 export async function cmdInit(argv: string[]): Promise<number> {
-  const flags = yargsParser(argv, { string: ["kind", "vf"], boolean: ["help", "h"] });
+  const flags = yargsParser(argv, {
+    configuration: { "parse-numbers": false, "parse-positional-numbers": false },
+    string: ["kind", "vf"],
+    boolean: ["help", "h"],
+  });
   if (flags.help || flags.h) {
     process.stdout.write(INIT_HELP);
     return 0;

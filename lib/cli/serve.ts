@@ -33,7 +33,11 @@ token (vf eval --server sends $VF_SERVER_TOKEN). Runs until SIGINT or SIGTERM.
 
 export async function cmdServe(argv: string[]): Promise<number> {
   const flags = yargsParser(argv, {
-    configuration: { "camel-case-expansion": false, "parse-positional-numbers": false },
+    configuration: {
+      "camel-case-expansion": false,
+      "parse-numbers": false,
+      "parse-positional-numbers": false,
+    },
     boolean: ["help", "h"],
     string: ["host", "env-args", "x", "extra-env-kwargs", "allow-key-var"],
     number: ["port", "c", "max-concurrent", "timeout"],
