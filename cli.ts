@@ -25,7 +25,7 @@ Usage:
   vf eval @ <config.toml> [opts] evaluate from a TOML config (flags override it)
   vf run <taskset> [options]     run an agent on sandboxed tasks (see vf run --help)
   vf validate <taskset> [-n N]   check gold answers score 1.0 and untouched workspaces 0.0
-  vf cleanup [--run ID] [--older-than 1h]  remove leftover sandboxes
+  vf cleanup [--run ID] [--older-than 1h] [--force]  remove sandboxes of ended runs
   vf init <name> [--kind taskset|environment]  scaffold an environment package
   vf demo [env]                  evaluate a built-in environment against vf's scripted
                                  local demo model (no API key, no network)

@@ -22,6 +22,7 @@ import { homedir } from "node:os";
 import { dirname, join } from "node:path";
 import process from "node:process";
 import { SandboxError } from "../lib/errors.ts";
+import { currentOwner, keepReason, type OwnerPolicy, type SandboxOwner } from "./owner.ts";
 
 /** Version of ledger lines. */
 export const LEDGER_FORMAT_VERSION = 1;
@@ -50,10 +51,14 @@ export interface LedgerEntry {
   at: string;
   /** Process that wrote the line. */
   pid: number;
+  /** The writing process as an owner another process can check (host, pid, start, boot). */
+  owner?: SandboxOwner;
 }
 
 /** What callers pass to {@linkcode Ledger.record}; the rest is filled in. */
-export type LedgerRecord = Omit<LedgerEntry, "format_version" | "at" | "pid"> & { at?: string };
+export type LedgerRecord = Omit<LedgerEntry, "format_version" | "at" | "pid" | "owner"> & {
+  at?: string;
+};
 
 /** A sandbox the ledger believes live: its events merged, oldest time first. */
 export interface LiveSandbox {
@@ -67,6 +72,8 @@ export interface LiveSandbox {
   requested_at: string;
   /** True when the provider never confirmed it (`requested` without `created`). */
   unconfirmed: boolean;
+  /** The process that requested it. */
+  owner?: SandboxOwner;
 }
 
 /** Which live sandboxes to select. */
@@ -77,6 +84,11 @@ export interface LedgerFilter {
   olderThanMs?: number;
   /** Only this runtime type. */
   type?: string;
+  /**
+   * Check owners (`vf cleanup`): sandboxes of a run that is still going, and those whose owner
+   * cannot be checked (unless `olderThanMs` is given), are kept. Default: no check.
+   */
+  owners?: OwnerPolicy;
 }
 
 /** The ledger path from the environment; `null` when `VF_LEDGER=off`. */
@@ -110,6 +122,7 @@ export class Ledger {
       ...record,
       at: record.at ?? new Date().toISOString(),
       pid: process.pid,
+      owner: currentOwner(),
     };
     try {
       this.#dirReady ??= mkdir(dirname(this.path), { recursive: true });
@@ -199,6 +212,7 @@ export function replay(entries: LedgerEntry[]): LiveSandbox[] {
       requested_at: e.at,
       unconfirmed: true,
     };
+    merged.owner ??= e.owner;
     merged.id = e.id ?? merged.id;
     merged.run_id = e.run_id ?? merged.run_id;
     merged.labels = e.labels ?? merged.labels;
@@ -290,6 +304,8 @@ export interface LedgerCleanupReport {
   gone: string[];
   /** Sandboxes still live after cleanup, with the reason. */
   failed: Array<{ type: string; key: string; error: string }>;
+  /** Sandboxes the owner check kept (their run is still going, or their owner is unknown). */
+  kept: Array<{ type: string; key: string; reason: string }>;
 }
 
 /**
@@ -304,9 +320,14 @@ export async function cleanupLedger(
   options: { ledger?: Ledger | null } = {},
 ): Promise<LedgerCleanupReport> {
   const ledger = options.ledger === undefined ? defaultLedger() : options.ledger;
-  const report: LedgerCleanupReport = { removed: [], gone: [], failed: [] };
+  const report: LedgerCleanupReport = { removed: [], gone: [], failed: [], kept: [] };
   if (!ledger) return report;
-  const live = await ledger.live(filter);
+  const live = (await ledger.live(filter)).filter((s) => {
+    if (!filter.owners) return true;
+    const reason = keepReason(s.owner, Date.parse(s.requested_at), filter.owners);
+    if (reason !== undefined) report.kept.push({ type: s.type, key: s.key, reason });
+    return reason === undefined;
+  });
   const byType = new Map<string, LiveSandbox[]>();
   for (const s of live) byType.set(s.type, [...(byType.get(s.type) ?? []), s]);
   await Promise.all([...byType].map(async ([type, sandboxes]) => {

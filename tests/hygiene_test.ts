@@ -98,6 +98,13 @@ class BackgroundCli {
     return runId;
   }
 
+  /** The exit status of a run left to finish, once stderr is read to its end. */
+  async done(): Promise<Deno.CommandStatus> {
+    const status = await this.#child.status;
+    await this.#reading;
+    return status;
+  }
+
   /** Sends `signal`; the exit status, once stderr is read to its end. */
   async kill(signal: Deno.Signal): Promise<Deno.CommandStatus> {
     this.#child.kill(signal);
@@ -318,6 +325,37 @@ Deno.test("vf cleanup --run removes what an evaluator killed with SIGKILL mid-ru
   await Deno.remove(dir, { recursive: true });
 });
 
+Deno.test("vf cleanup from another process leaves a live run's sandboxes alone, and the run scores every task", async () => {
+  const dir = await tempDir("vf_live_cleanup_");
+  const env = { VF_LEDGER: join(dir, "ledger.jsonl") };
+  await withModelServer(bashModel("sleep 3", SOLVE), async (server) => {
+    const run = new BackgroundCli(fileSumRun(server, "-n", "2", "-c", "2"), dir, env);
+    const runId = await run.waitFor(async (id) =>
+      server.requests.length >= 2 && (await runContainers(id)).length >= 2
+    );
+    assert.ok(runId, `the run never announced its directory:\n${run.stderr}`);
+    const before = (await runContainers(runId!)).map((c: Json) => c.Id as string);
+    // --run keeps this test clear of other tests' leftovers; without --force the owner check
+    // applies exactly as for a plain `vf cleanup`.
+    const res = await cli(["cleanup", "--run", runId!], dir, env);
+    assert.equal(res.code, 0, transcript(res));
+    assert.match(res.stdout, /removed 0 containers/, transcript(res));
+    assert.match(res.stdout, /its run is still going \(pid \d+/, transcript(res));
+    const after = (await runContainers(runId!)).map((c: Json) => c.Id as string);
+    for (const id of before) assert.ok(after.includes(id), `container ${id} was removed`);
+
+    const status = await run.done();
+    assert.equal(status.code, 0, run.stderr);
+    const traces = await readTraces(runDirOf(run.stderr)!);
+    assert.equal(traces.length, 2);
+    for (const t of traces) {
+      assert.equal(t.error, null, JSON.stringify(t.error));
+      assert.equal(t.reward, 1);
+    }
+  });
+  await Deno.remove(dir, { recursive: true });
+});
+
 Deno.test("vf cleanup --run takes run ids shaped like numbers (590143e8, 00123456) as the ids they are", async () => {
   const dir = await tempDir("vf_numeric_run_");
   const env = { VF_LEDGER: join(dir, "ledger.jsonl") };
@@ -331,7 +369,13 @@ Deno.test("vf cleanup --run takes run ids shaped like numbers (590143e8, 0012345
     await Promise.all(runtimes.map((rt) => rt.start()));
     for (const runId of ids) {
       assert.equal((await runContainers(runId)).length, 1, runId);
-      const res = await cli(["cleanup", "--run", runId], dir, env);
+      // This test process made them and still runs: kept without --force.
+      const kept = await cli(["cleanup", "--run", runId], dir, env);
+      assert.equal(kept.code, 0, transcript(kept));
+      assert.match(kept.stdout, /removed 0 containers/, transcript(kept));
+      assert.match(kept.stdout, /kept 1 sandbox:\n.*its run is still going/, transcript(kept));
+      assert.equal((await runContainers(runId)).length, 1, runId);
+      const res = await cli(["cleanup", "--run", runId, "--force"], dir, env);
       assert.equal(res.code, 0, transcript(res));
       assert.match(res.stdout, /removed 1 container\n/, transcript(res));
       assert.deepEqual(await runContainers(runId), [], `run ${runId} still has containers`);

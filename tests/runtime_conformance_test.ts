@@ -28,6 +28,7 @@ import {
 } from "../runtimes/mod.ts";
 import { ConfigError } from "../lib/errors.ts";
 import { readTar } from "../runtimes/_tar.ts";
+import { ownerLabels } from "../runtimes/owner.ts";
 import { startSshdHost } from "./_sshd_hosts.ts";
 
 // The ssh target's host: a real sshd in a network namespace, removed by the last test.
@@ -346,6 +347,8 @@ Deno.test(
       "vf.run_id": RUN_ID,
       "vf.task": "task-7",
       team: "vf",
+      // The creating process, so vf cleanup elsewhere can tell whether its run still goes.
+      ...ownerLabels(),
     });
     assert.deepEqual([host.NanoCpus, host.Memory, host.NetworkMode, host.Init], [
       500_000_000,

@@ -194,8 +194,11 @@ export function parseArgs(argv: string[]) {
       "h",
       "version",
       "save",
+      "force",
     ],
     string: [
+      "run",
+      "older-than",
       "allow-net",
       "allow-read",
       "allow-env",

@@ -10,30 +10,82 @@ import { SandboxUnavailableError } from "../../runtimes/errors.ts";
 import { describeError } from "../errors.ts";
 import { parseArgs, parseDuration } from "./args.ts";
 
+const CLEANUP_HELP = `vf cleanup [--run ID] [--older-than 30m] [--force]
+
+Remove sandboxes vf left behind: Docker containers labelled vf.managed=1 on DOCKER_HOST,
+and every sandbox the local ledger (VF_LEDGER, default ~/.cache/vf/ledger.jsonl) still lists
+as live, on every runtime type and host it was created on.
+
+Only sandboxes whose run has ended are removed: each records the process that made it
+(host, pid, start time), and a run that is still going keeps its sandboxes. Sandboxes whose
+owner cannot be checked (another host, or made by an older vf) are removed only with
+--older-than.
+  --run ID          only this run's sandboxes
+  --older-than D    only sandboxes at least this old (30s, 10m, 2h, 1d); also removes those
+                    whose owner cannot be checked
+  --force           remove the selected sandboxes whatever their owner, live runs included
+                    (asks first on a terminal)
+`;
+
+/** Asks on the terminal; true when the answer starts with y. */
+async function confirm(question: string): Promise<boolean> {
+  process.stderr.write(question);
+  const buf = new Uint8Array(64);
+  const n = await new Promise<number>((resolve) => {
+    process.stdin.once("data", (chunk: Uint8Array) => {
+      buf.set(chunk.subarray(0, 64));
+      resolve(chunk.length);
+    });
+    process.stdin.once("end", () => resolve(0));
+  });
+  process.stdin.pause();
+  return /^\s*y/i.test(new TextDecoder().decode(buf.subarray(0, n)));
+}
+
 export async function cmdCleanup(argv: string[]): Promise<number> {
   const flags = parseArgs(argv);
   if (flags.help || flags.h) {
-    process.stdout.write(
-      "vf cleanup [--run ID] [--older-than 30m]\n\nRemove sandboxes vf left behind: Docker containers labelled vf.managed=1 on\n" +
-        "DOCKER_HOST, and every sandbox the local ledger (VF_LEDGER, default ~/.cache/vf/ledger.jsonl)\n" +
-        "still lists as live, on every runtime type and host it was created on.\n",
-    );
+    process.stdout.write(CLEANUP_HELP);
     return 0;
   }
   const runId = flags.run === undefined ? undefined : String(flags.run);
   const older = flags["older-than"] === undefined
     ? undefined
     : parseDuration(String(flags["older-than"]));
+  const force = flags.force === true;
+  if (force && process.stdin.isTTY) {
+    const what = runId ? `run ${runId}'s sandboxes` : "every vf sandbox";
+    const ok = await confirm(
+      `Remove ${what}${
+        older ? ` older than ${flags["older-than"]}` : ""
+      }, including those of runs still going? [y/N] `,
+    );
+    if (!ok) {
+      process.stderr.write("Nothing removed\n");
+      return 1;
+    }
+  }
+  const owners = { force, olderThanMs: older };
+  const kept: string[] = [];
   let removed: string[] = [];
   let dockerError: unknown;
   try {
-    removed = await cleanupContainers({ runId, olderThanMs: older });
+    removed = await cleanupContainers({
+      runId,
+      olderThanMs: older,
+      owners,
+      onKept: (id, reason) => kept.push(`container ${id.slice(0, 12)}: ${reason}`),
+    });
   } catch (error) {
     // No engine on DOCKER_HOST: the ledger may still reach sandboxes on other hosts and runtimes.
     if (!(error instanceof SandboxUnavailableError)) throw error;
     dockerError = error;
   }
-  const ledger = await cleanupLedger({ runId, olderThanMs: older });
+  const ledger = await cleanupLedger({ runId, olderThanMs: older, owners });
+  // Docker sandboxes kept by the owner check were reported from their labels already.
+  for (const k of ledger.kept) {
+    if (k.type !== "docker" || dockerError) kept.push(`${k.type} sandbox ${k.key}: ${k.reason}`);
+  }
   process.stdout.write(`removed ${removed.length} container${removed.length === 1 ? "" : "s"}\n`);
   for (const id of removed) process.stdout.write(`  ${id.slice(0, 12)}\n`);
   if (ledger.removed.length) {
@@ -43,6 +95,10 @@ export async function cmdCleanup(argv: string[]): Promise<number> {
       } listed in the ledger\n`,
     );
     for (const key of ledger.removed) process.stdout.write(`  ${key}\n`);
+  }
+  if (kept.length) {
+    process.stdout.write(`kept ${kept.length} sandbox${kept.length === 1 ? "" : "es"}:\n`);
+    for (const line of kept) process.stdout.write(`  ${line}\n`);
   }
   await defaultLedger()?.compact().catch(() => {});
   if (dockerError) process.stderr.write(`warning: docker: ${describeError(dockerError)}\n`);

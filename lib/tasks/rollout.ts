@@ -329,6 +329,9 @@ export async function collectArtifacts(
     } catch (error) {
       if (error instanceof SandboxFileNotFoundError) {
         if (artifact.required ?? true) {
+          // Blame the task only once the sandbox proves it is still there: a sandbox that
+          // vanished (removed by another process, its engine restarted) is infrastructure.
+          await runtime.run(["true"], { timeoutMs: 30_000 });
           throw new TaskError(
             `Required artifact "${artifact.source}" is missing in the agent sandbox`,
           );

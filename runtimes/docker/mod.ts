@@ -33,6 +33,7 @@ import {
   SandboxUnavailableError,
 } from "../errors.ts";
 import { defaultLedger, type Ledger, registerCleaner } from "../ledger.ts";
+import { keepReason, ownerFromLabels, ownerLabels, type OwnerPolicy } from "../owner.ts";
 import { untrackRuntime } from "../registry.ts";
 import type {
   DockerRuntimeSpec,
@@ -175,7 +176,11 @@ export class DockerRuntime implements Runtime {
     this.#checkNotStopped();
     signal?.throwIfAborted();
 
-    const labels: Record<string, string> = { ...spec.labels, [MANAGED_LABEL]: "1" };
+    const labels: Record<string, string> = {
+      ...spec.labels,
+      [MANAGED_LABEL]: "1",
+      ...ownerLabels(),
+    };
     if (this.#options.runId) labels["vf.run_id"] = this.#options.runId;
     if (this.#options.task) labels["vf.task"] = this.#options.task;
     const hostConfig: Record<string, unknown> = {
@@ -567,6 +572,13 @@ export interface CleanupFilter {
   runId?: string;
   /** Only containers created at least this long ago. */
   olderThanMs?: number;
+  /**
+   * Check owners (`vf cleanup`): containers of a run that is still going, and those whose
+   * owner cannot be checked (unless `olderThanMs` is given), are kept. Default: no check.
+   */
+  owners?: OwnerPolicy;
+  /** Told of each container kept by the owner check, with why. */
+  onKept?: (id: string, reason: string) => void;
 }
 
 /**
@@ -584,7 +596,15 @@ export async function cleanupContainers(
   if (filter.runId) labels.push(`vf.run_id=${filter.runId}`);
   const containers = await engine.listContainers({ all: true, labels });
   const cutoff = filter.olderThanMs === undefined ? Infinity : Date.now() - filter.olderThanMs;
-  const doomed = containers.filter((c) => Number(c.Created) * 1000 <= cutoff);
+  const doomed = containers.filter((c) => {
+    const created = Number(c.Created) * 1000;
+    if (created > cutoff) return false;
+    if (!filter.owners) return true;
+    const labels = (c.Labels ?? {}) as Record<string, string>;
+    const reason = keepReason(ownerFromLabels(labels), created, filter.owners);
+    if (reason !== undefined) filter.onKept?.(String(c.Id), reason);
+    return reason === undefined;
+  });
   const removed: string[] = [];
   await Promise.all(doomed.map(async (c) => {
     const id = String(c.Id);
