@@ -1,13 +1,7 @@
 import assert from "node:assert/strict";
 import { hostname } from "node:os";
 import process from "node:process";
-import {
-  currentOwner,
-  keepReason,
-  ownerFromLabels,
-  ownerLabels,
-  ownerState,
-} from "./owner.ts";
+import { currentOwner, keepReason, ownerFromLabels, ownerLabels, ownerState } from "./owner.ts";
 
 Deno.test("ownerState(): this process is alive; an exited child and a reused pid are gone; another host is unknown", async () => {
   const me = currentOwner();
