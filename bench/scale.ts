@@ -128,7 +128,7 @@ async function scaleRun(label: string, pool: number): Promise<Result> {
     peakLive,
     sandboxMedianMs: median(traces.map((t) => t.timing.sandbox_ms).filter((x) => x >= 0)),
     errors: summary.num_errors,
-    reward: summary.avg_reward,
+    reward: summary.avg_reward ?? NaN,
   };
 }
 

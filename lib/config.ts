@@ -44,6 +44,8 @@ export const EvalConfig = z.strictObject({
   resume: z.union([z.boolean(), z.string()]).optional(),
   independent_scoring: z.boolean().optional(),
   max_retries: z.number().int().min(0).optional(),
+  /** Exit 1 when more than this fraction of rollouts errored (default: only when all did). */
+  max_error_rate: z.number().min(0).max(1).optional(),
   state_columns: z.array(z.string()).optional(),
   extra_env_kwargs: jsonObject.optional(),
   timeout: z.number().positive().optional(),

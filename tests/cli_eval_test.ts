@@ -390,7 +390,7 @@ Deno.test("vf eval retries 429s (retry-after 0) and 500s and then succeeds", asy
   assert.match(res.stdout, /errors: 0 of 2/);
 });
 
-Deno.test("vf eval records endpoint failures on the rollouts and exits 0: 500s, timeouts, malformed JSON", async () => {
+Deno.test("vf eval records endpoint failures on the rollouts, and a run where every rollout errored exits 1: 500s, timeouts, malformed JSON", async () => {
   await using tmp = await tempDir("vf_cli_eval_");
   await using failing = await startModelServer({ responder: () => ({ status: 500 }) });
   await using slow = await startModelServer({
@@ -411,7 +411,9 @@ Deno.test("vf eval records endpoint failures on the rollouts and exits 0: 500s, 
   ]);
   const out = join(tmp.path, "outputs");
 
-  assert.equal(failingRes.code, 0, transcript(failingRes));
+  // Every rollout errored: the results are kept, and the run says so with exit 1.
+  assert.equal(failingRes.code, 1, transcript(failingRes));
+  assert.match(failingRes.stderr, /error: every rollout errored \(2 of 2\)/);
   const failingRun = await readRun(await findRunDir(out, "reverse-text", "failing"));
   assert.equal(failingRun.rows.length, 2);
   for (const row of failingRun.rows) {
@@ -425,7 +427,9 @@ Deno.test("vf eval records endpoint failures on the rollouts and exits 0: 500s, 
   assert.match(failingRes.stdout, /errors: 2 of 2 \(100\.0%\)/);
   assert.match(failingRes.stdout, /2 × ModelError: .*HTTP 500/);
 
-  assert.equal(slowRes.code, 0, transcript(slowRes));
+  // Every rollout errored: the results are kept, and the run says so with exit 1.
+  assert.equal(slowRes.code, 1, transcript(slowRes));
+  assert.match(slowRes.stderr, /error: every rollout errored \(2 of 2\)/);
   const slowRun = await readRun(await findRunDir(out, "reverse-text", "slow"));
   assert.equal(slowRun.rows.length, 2);
   for (const row of slowRun.rows) {
@@ -434,7 +438,9 @@ Deno.test("vf eval records endpoint failures on the rollouts and exits 0: 500s, 
   }
   assert.match(slowRes.stdout, /errors: 2 of 2/);
 
-  assert.equal(malformedRes.code, 0, transcript(malformedRes));
+  // Every rollout errored: the results are kept, and the run says so with exit 1.
+  assert.equal(malformedRes.code, 1, transcript(malformedRes));
+  assert.match(malformedRes.stderr, /error: every rollout errored \(2 of 2\)/);
   const malformedRun = await readRun(await findRunDir(out, "reverse-text", "malformed"));
   assert.equal(malformedRun.rows.length, 2);
   for (const row of malformedRun.rows) {
@@ -442,6 +448,41 @@ Deno.test("vf eval records endpoint failures on the rollouts and exits 0: 500s, 
     assert.match(row.error.message, /malformed JSON/);
   }
   assert.match(malformedRes.stdout, /2 × InvalidModelResponseError/);
+});
+
+Deno.test("vf eval exits 0 when some rollouts errored, and 1 when more than --max-error-rate did", async () => {
+  await using tmp = await tempDir("vf_cli_eval_");
+  let calls = 0;
+  // The first request fails with a 400 (not retried), every other one answers.
+  await using server = await startModelServer({
+    responder: () =>
+      calls++ === 0 ? { status: 400 } : textReply("<reversed_text>\nx\n</reversed_text>"),
+  });
+  const args = [
+    "eval",
+    "reverse-text",
+    "-n",
+    "2",
+    "-r",
+    "1",
+    "-c",
+    "1",
+    "-m",
+    "m",
+    "-b",
+    server.url,
+  ];
+  const lenient = await runCli(args, { cwd: tmp.path });
+  assert.equal(lenient.code, 0, transcript(lenient));
+  assert.match(lenient.stdout, /errors: 1 of 2/);
+  calls = 0;
+  const strict = await runCli([...args, "--max-error-rate", "0.25"], { cwd: tmp.path });
+  assert.equal(strict.code, 1, transcript(strict));
+  assert.match(strict.stdout, /errors: 1 of 2/);
+  assert.match(
+    strict.stderr,
+    /error: 1 of 2 rollouts errored \(50\.0%\), more than max_error_rate 0\.25/,
+  );
 });
 
 // ---------------------------------------------------------------------------------------
@@ -616,6 +657,14 @@ Deno.test("vf eval rejects bad input with one clear error line naming the file o
     }
     if (!c.afterStart) {
       assert.ok(!res.stderr.includes("Saving results to"), `fails before the run starts\n${where}`);
+    }
+    const runDir = /^Saving results to (.+)$/m.exec(res.stderr)?.[1];
+    if (runDir) {
+      // A run that stopped before any rollout finished has no average, not an average of 0.
+      const metadata = JSON.parse(await Deno.readTextFile(join(runDir, "metadata.json")));
+      assert.equal(metadata.num_rollouts, 0, where);
+      assert.equal(metadata.avg_reward, null, where);
+      assert.equal(metadata.avg_reward_reason, "no rollout has finished", where);
     }
   }
   assert.equal(keyed.requests.length, 0, "a rejected key never reaches the responder");

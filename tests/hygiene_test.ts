@@ -651,7 +651,10 @@ Deno.test("an unreachable engine is retried in fresh sandboxes and recorded as a
         VF_LEDGER: join(dir, "ledger.jsonl"),
       },
     ));
-  assert.equal(res.code, 0, transcript(res));
+  // Nothing was scored: exit 1, and no average that reads as a score of 0.
+  assert.equal(res.code, 1, transcript(res));
+  assert.match(res.stderr, /error: every rollout errored \(1 of 1\)/);
+  assert.match(res.stdout, /reward n\/a \(every rollout \(1\) failed on infrastructure\)/);
   const runDir = runDirOf(res.stderr)!;
   const [trace] = await readTraces(runDir);
   assert.equal(trace.reward, null);
@@ -663,6 +666,9 @@ Deno.test("an unreachable engine is retried in fresh sandboxes and recorded as a
   const metadata = JSON.parse(await Deno.readTextFile(join(runDir, "metadata.json")));
   assert.equal(metadata.num_errors, 1);
   assert.equal(metadata.num_infra_errors, 1);
+  assert.equal(metadata.avg_reward, null);
+  assert.equal(metadata.no_score_reason, "every rollout (1) failed on infrastructure");
+  assert.equal(metadata.pass_at_k_excluded, 1);
   await Deno.remove(dir, { recursive: true });
 });
 

@@ -239,6 +239,7 @@ export function parseArgs(argv: string[]) {
       "T",
       "temperature",
       "max-retries",
+      "max-error-rate",
       "timeout",
       "seed",
     ],

@@ -20,6 +20,7 @@ import { loadMetadata, loadOutputs, writeJsonAtomic } from "../eval/results.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
 import { env, lockFileFor, resolveClient, sandboxPermissions, wantsSandbox } from "./resolve.ts";
 import { onInterrupt } from "./interrupt.ts";
+import { runOutcome } from "./outcome.ts";
 import { runTasks } from "./run.ts";
 
 export const EVAL_HELP = `vf eval <env | @ config.toml> [options]
@@ -275,7 +276,10 @@ export async function cmdEval(argv: string[]): Promise<number> {
     display?.finish();
     process.stdout.write(renderSummary(result.metadata, result.outputs) + "\n");
     if (runDir) process.stdout.write(`results: ${join(runDir, "results.jsonl")}\n`);
-    return 0;
+    const errors = result.outputs.filter((o) => o.error).length;
+    const outcome = runOutcome(errors, result.outputs.length, config.max_error_rate);
+    if (outcome.message) process.stderr.write(`error: ${outcome.message}\n`);
+    return outcome.code;
   } catch (error) {
     display?.finish();
     if (interrupt.interrupted) {

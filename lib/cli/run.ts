@@ -19,6 +19,7 @@ import { writeJsonAtomic } from "../eval/results.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
 import { loadTasksetFor, resolveClient } from "./resolve.ts";
 import { onInterrupt } from "./interrupt.ts";
+import { runOutcome } from "./outcome.ts";
 
 const RUN_HELP = `vf run <taskset> [options]     (same as: vf eval @ cfg.toml with [env.taskset] id)
 
@@ -153,8 +154,14 @@ export async function runTasks(
     const lines = [
       `taskset ${summary.taskset}  model ${summary.model}  tasks ${summary.num_tasks}  rollouts/task ${summary.rollouts_per_task}  rollouts ${summary.num_rollouts}`,
       `reward ${
-        summary.avg_reward.toFixed(4)
-      }  errors ${summary.num_errors} of ${summary.num_rollouts}`,
+        summary.avg_reward === null
+          ? `n/a (${summary.no_score_reason})`
+          : summary.avg_reward.toFixed(4)
+      }  errors ${summary.num_errors} of ${summary.num_rollouts}${
+        summary.num_infra_errors
+          ? ` (${summary.num_infra_errors} infrastructure, left out of reward and pass@k)`
+          : ""
+      }`,
       ...Object.entries(summary.avg_rewards).map(([k, v]) => `  reward ${k}: ${v.toFixed(4)}`),
       ...Object.entries(summary.avg_metrics).map(([k, v]) => `  metric ${k}: ${v.toFixed(4)}`),
       ...Object.entries(summary.pass_at_k).map(([k, v]) => `  pass@${k}: ${v.toFixed(3)}`),
@@ -162,7 +169,9 @@ export async function runTasks(
     ];
     process.stdout.write(lines.join("\n") + "\n");
     if (runDir) process.stdout.write(`traces: ${join(runDir, "traces.jsonl")}\n`);
-    return 0;
+    const outcome = runOutcome(summary.num_errors, summary.num_rollouts, config.max_error_rate);
+    if (outcome.message) process.stderr.write(`error: ${outcome.message}\n`);
+    return outcome.code;
   } catch (error) {
     if (interrupt.interrupted) {
       process.stderr.write(

@@ -91,7 +91,11 @@ export function renderSummary(metadata: RunMetadata, outputs: RolloutOutput[]): 
   );
   const rewards = outputs.map((o) => o.reward);
   const rows: string[][] = [["", "mean", "std"]];
-  rows.push(["reward", metadata.avg_reward.toFixed(4), std(rewards).toFixed(4)]);
+  rows.push([
+    "reward",
+    metadata.avg_reward === null ? "n/a" : metadata.avg_reward.toFixed(4),
+    rewards.length ? std(rewards).toFixed(4) : "n/a",
+  ]);
   for (const [name, avg] of Object.entries(metadata.avg_metrics)) {
     const xs = outputs.map((o) => o.metrics?.[name]).filter((v): v is number =>
       typeof v === "number"

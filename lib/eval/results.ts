@@ -45,7 +45,10 @@ export interface RunMetadata extends MetadataBase {
   date: string;
   time_ms: number;
   num_rollouts: number;
-  avg_reward: number;
+  /** Mean reward; null until a rollout has finished (`avg_reward_reason` says so). */
+  avg_reward: number | null;
+  /** Why `avg_reward` is null. */
+  avg_reward_reason?: string;
   avg_metrics: Record<string, number>;
   avg_error: number;
   pass_at_k: Record<string, number>;
@@ -152,7 +155,8 @@ export class MetadataBuilder {
       date: new Date().toISOString(),
       time_ms: Date.now() - this.#started,
       num_rollouts: this.#n,
-      avg_reward: this.meanReward,
+      avg_reward: this.#n ? this.meanReward : null,
+      ...(this.#n ? {} : { avg_reward_reason: "no rollout has finished" }),
       avg_metrics: avgMetrics,
       avg_error: this.#n ? this.#errors / this.#n : 0,
       pass_at_k: passAt,

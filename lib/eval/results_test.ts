@@ -135,7 +135,7 @@ Deno.test("MetadataBuilder keeps the base fields and averages reward", () => {
   assert.equal(m.env_id, "x");
   assert.equal(m.num_rollouts, 3);
   assert.equal(b.count, 3);
-  close(m.avg_reward, 0.5);
+  close(m.avg_reward!, 0.5);
   assert.equal(typeof m.date, "string");
   assert.ok(m.time_ms >= 0);
 });

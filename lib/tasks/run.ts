@@ -69,10 +69,16 @@ export interface TaskRunSummary {
   num_errors: number;
   /** Rollouts lost to infrastructure (sandbox, engine) after retries; not in `avg_reward`. */
   num_infra_errors: number;
-  avg_reward: number;
+  /** Mean reward of the scored rollouts; null when none was scored (see `no_score_reason`). */
+  avg_reward: number | null;
+  /** Why `avg_reward` is null. */
+  no_score_reason?: string;
   avg_rewards: Record<string, number>;
   avg_metrics: Record<string, number>;
+  /** pass@k over each task's scored rollouts; infrastructure errors are left out, as from `avg_reward`. */
   pass_at_k: Record<string, number>;
+  /** Rollouts left out of `pass_at_k` and `avg_reward` (infrastructure errors). */
+  pass_at_k_excluded: number;
   usage: { input_tokens: number; output_tokens: number };
   vf_version: string;
   date: string;
@@ -147,28 +153,40 @@ export function summarizeTraces(
     return Object.fromEntries([...acc].map(([k, xs]) => [k, mean(xs)]));
   };
   const r = base.rollouts_per_task;
+  // Infrastructure failures are not the model's: left out of the average and of pass@k alike,
+  // never scored 0. pass@k of a task uses the rollouts it has left (n >= k).
+  const counted = traces.filter((t) => !t.error?.infra);
   const passAt: Record<string, number> = {};
   if (r > 1) {
     const byTask = new Map<string, TaskTrace[]>();
-    for (const t of traces) byTask.set(t.task.key, [...(byTask.get(t.task.key) ?? []), t]);
-    const complete = [...byTask.values()].filter((g) => g.length === r);
-    for (let k = 1; k <= r && complete.length; k *= 2) {
+    for (const t of counted) byTask.set(t.task.key, [...(byTask.get(t.task.key) ?? []), t]);
+    for (let k = 1; k <= r; k *= 2) {
+      const groups = [...byTask.values()].filter((g) => g.length >= k);
+      if (!groups.length) continue;
       passAt[String(k)] = mean(
-        complete.map((g) => passAtK(r, g.filter((t) => (t.reward ?? 0) >= 0.5).length, k).pass),
+        groups.map((g) =>
+          passAtK(g.length, g.filter((t) => !t.error && (t.reward ?? 0) >= 0.5).length, k).pass
+        ),
       );
     }
   }
+  const infra = traces.length - counted.length;
   return {
     format_version: 1,
     ...base,
     num_rollouts: traces.length,
     num_errors: traces.filter((t) => t.error).length,
-    num_infra_errors: traces.filter((t) => t.error?.infra).length,
-    // Infrastructure failures are not the model's: left out of the average, never scored 0.
-    avg_reward: mean(traces.filter((t) => !t.error?.infra).map((t) => t.reward ?? 0)),
+    num_infra_errors: infra,
+    avg_reward: counted.length ? mean(counted.map((t) => t.reward ?? 0)) : null,
+    ...(counted.length ? {} : {
+      no_score_reason: traces.length
+        ? `every rollout (${traces.length}) failed on infrastructure`
+        : "no rollout ran",
+    }),
     avg_rewards: keyed((t) => t.rewards),
     avg_metrics: keyed((t) => t.metrics),
     pass_at_k: passAt,
+    pass_at_k_excluded: infra,
     usage: {
       input_tokens: traces.reduce((a, t) => a + t.usage.input_tokens, 0),
       output_tokens: traces.reduce((a, t) => a + t.usage.output_tokens, 0),

@@ -1,0 +1,70 @@
+import assert from "node:assert/strict";
+import { summarizeTraces } from "./run.ts";
+import type { TaskTrace } from "./rollout.ts";
+
+function trace(task: string, reward: number | null, infra = false): TaskTrace {
+  return {
+    task: { key: task },
+    reward,
+    rewards: reward === null ? {} : { correct: reward },
+    metrics: {},
+    error: infra
+      ? { phase: "setup", error: "SandboxUnavailableError", message: "engine down", infra: true }
+      : null,
+    usage: { input_tokens: 0, output_tokens: 0 },
+  } as unknown as TaskTrace;
+}
+
+const base = {
+  run_id: "r",
+  taskset: "t",
+  model: "m",
+  env_id: "single-agent",
+  num_tasks: 2,
+  rollouts_per_task: 4,
+};
+
+Deno.test("summarizeTraces(): pass@k leaves infrastructure errors out exactly as avg_reward does, and says how many", () => {
+  // Task a: two solved, two lost to the engine. Task b: one solved, three lost.
+  const traces = [
+    trace("a", 1),
+    trace("a", 1),
+    trace("a", null, true),
+    trace("a", null, true),
+    trace("b", 1),
+    trace("b", null, true),
+    trace("b", null, true),
+    trace("b", null, true),
+  ];
+  const s = summarizeTraces(traces, base);
+  assert.equal(s.avg_reward, 1, "every scored rollout solved its task");
+  assert.equal(s.num_infra_errors, 5);
+  assert.equal(s.pass_at_k_excluded, 5);
+  // Every scored rollout passed, so pass@k is 1 wherever a task has k scored rollouts.
+  assert.deepEqual(s.pass_at_k, { "1": 1, "2": 1 });
+});
+
+Deno.test("summarizeTraces(): a run with nothing scored has no average, and says why", () => {
+  const s = summarizeTraces([trace("a", null, true), trace("a", null, true)], {
+    ...base,
+    rollouts_per_task: 2,
+  });
+  assert.equal(s.avg_reward, null);
+  assert.equal(s.no_score_reason, "every rollout (2) failed on infrastructure");
+  assert.deepEqual(s.pass_at_k, {});
+  const empty = summarizeTraces([], base);
+  assert.equal(empty.avg_reward, null);
+  assert.equal(empty.no_score_reason, "no rollout ran");
+});
+
+Deno.test("summarizeTraces(): a task's own failures still count as failures in pass@k", () => {
+  const failed = { ...trace("a", 0), error: { phase: "agent", error: "TaskError", message: "x" } };
+  const s = summarizeTraces([trace("a", 1), failed as unknown as TaskTrace], {
+    ...base,
+    rollouts_per_task: 2,
+  });
+  assert.equal(s.avg_reward, 0.5);
+  assert.equal(s.pass_at_k["1"], 0.5);
+  assert.equal(s.pass_at_k["2"], 1);
+  assert.equal(s.pass_at_k_excluded, 0);
+});
