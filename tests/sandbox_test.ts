@@ -186,12 +186,26 @@ async function workdir(): Promise<Workdir> {
 }
 
 /** The rows of the results.jsonl a successful `vf eval` announced. */
+/**
+ * The rows a `vf eval` wrote. It exits 0, or 1 exactly when every rollout errored (checked
+ * against the rows and the message).
+ */
 async function evalRows(res: CliResult): Promise<Json[]> {
-  assert.equal(res.code, 0, transcript(res));
   const path = /^results: (.+)$/m.exec(res.stdout)?.[1];
   assert.ok(path, `no "results:" line\n${transcript(res)}`);
   const text = await Deno.readTextFile(path);
-  return text.split("\n").filter(Boolean).map((l) => JSON.parse(l));
+  const rows = text.split("\n").filter(Boolean).map((l) => JSON.parse(l));
+  const failed = rows.filter((r) => r.error).length;
+  if (rows.length > 0 && failed === rows.length) {
+    assert.equal(res.code, 1, transcript(res));
+    assert.match(
+      res.stderr,
+      new RegExp(`error: every rollout errored \\(${failed} of ${failed}\\)`),
+    );
+  } else {
+    assert.equal(res.code, 0, transcript(res));
+  }
+  return rows;
 }
 
 /** The traces of a successful `vf run`. */

@@ -144,11 +144,25 @@ async function readTaskRun(dir: string): Promise<TaskRun> {
 }
 
 /** The run a successful CLI invocation wrote. */
+/**
+ * The run a `vf run` wrote. It exits 0, or 1 exactly when every rollout errored (checked
+ * against the traces and the message).
+ */
 async function runOf(res: CliResult): Promise<TaskRun> {
-  assert.equal(res.code, 0, transcript(res));
   const dir = announcedRunDir(res.stderr);
   assert.ok(dir, `no "Saving traces to" line:\n${transcript(res)}`);
-  return await readTaskRun(dir);
+  const run = await readTaskRun(dir);
+  const failed = run.traces.filter((t) => t.error).length;
+  if (run.traces.length > 0 && failed === run.traces.length) {
+    assert.equal(res.code, 1, transcript(res));
+    assert.match(
+      res.stderr,
+      new RegExp(`error: every rollout errored \\(${failed} of ${failed}\\)`),
+    );
+  } else {
+    assert.equal(res.code, 0, transcript(res));
+  }
+  return run;
 }
 
 function byKey(traces: Json[]): Json[] {
@@ -235,6 +249,30 @@ class BadGoldTaskset extends Taskset {
 
 export function loadTaskset(config: Record<string, unknown>) {
   return new BadGoldTaskset(config);
+}
+`;
+
+/** A reward written as a plain method: nothing would ever score these tasks above 0. */
+const METHOD_REWARD_TASKSET = `
+import { Task, type TaskHookContext, Taskset } from "${MOD_URL}";
+
+class MethodRewardTask extends Task {
+  async correct(_ctx: TaskHookContext) {
+    return 1;
+  }
+}
+
+class MethodRewardTaskset extends Taskset {
+  get id() {
+    return "method-reward";
+  }
+  load() {
+    return [new MethodRewardTask({ id: "m-0", prompt: "Say hi" })];
+  }
+}
+
+export function loadTaskset(config: Record<string, unknown>) {
+  return new MethodRewardTaskset(config);
 }
 `;
 
@@ -951,6 +989,25 @@ Deno.test("--resume <run dir> without -n/-r keeps the run's original size from i
   assert.equal(second.metadata.num_tasks, 1, "not the whole taskset");
   assert.equal(second.metadata.num_rollouts, 1);
   assert.equal(model.requests.length, before, "nothing left to run");
+});
+
+Deno.test("a reward written as a plain method fails vf validate and vf run at load, naming the class and method", async () => {
+  await using s = await scenario();
+  const module = await s.file("method_reward.ts", METHOD_REWARD_TASKSET);
+  await using server = await modelServer(bashModel("true"));
+  const [validate, run] = await Promise.all([
+    s.cli(["validate", module, "--runtime.type", "subprocess"]),
+    s.cli(vfRun(module, server, "--env.agent.runtime.type", "subprocess")),
+  ]);
+  for (const res of [validate, run]) {
+    assert.equal(res.code, 1, transcript(res));
+    assert.match(
+      res.stderr,
+      /error: Task class "MethodRewardTask" has no rewards, so every rollout would score 0; its method correct\(\) is not a reward/,
+      transcript(res),
+    );
+  }
+  assert.equal(server.requests.length, 0, "refused before any rollout");
 });
 
 Deno.test("subprocess runtime: isolated scoring is refused with a clear error, shared scoring works for a task that needs no container", async () => {

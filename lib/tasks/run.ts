@@ -12,7 +12,13 @@ import { ConfigError, serializeError } from "../errors.ts";
 import { JudgeRubric } from "../scoring/judge_rubric.ts";
 import { seededShuffle } from "../random.ts";
 import { passAtK, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
-import type { Task, TaskHookContext, Taskset, TraceView } from "./task.ts";
+import {
+  requireRewards,
+  type Task,
+  type TaskHookContext,
+  type Taskset,
+  type TraceView,
+} from "./task.ts";
 import { type AgentPolicy, resolveRuntimeSpec, runTaskRollout, type TaskTrace } from "./rollout.ts";
 import type { SamplingArgs } from "../types.ts";
 import { VERSION } from "../version.ts";
@@ -236,6 +242,7 @@ export async function runTaskset(
   options: RunTasksetOptions,
 ): Promise<{ traces: TaskTrace[]; summary: TaskRunSummary }> {
   const tasks = await selectTasks(options.taskset, options);
+  for (const task of tasks) requireRewards(task, { judges: options.judges?.length ?? 0 });
   const r = Math.max(1, options.rolloutsPerTask ?? 1);
   const tracesPath = options.runDir ? join(options.runDir, "traces.jsonl") : null;
   const done = new Map<string, TaskTrace>();
@@ -380,6 +387,7 @@ export async function validateTaskset(
   const tasks = await taskset.tasks(
     options.numTasks && options.numTasks > 0 ? options.numTasks : -1,
   );
+  for (const task of tasks) requireRewards(task);
   const check = async (task: Task, gold: boolean): Promise<number> => {
     const spec = resolveRuntimeSpec(options.runtime, task, "agent");
     await using runtime = createRuntime(spec, { runId: options.runId, task: task.key });

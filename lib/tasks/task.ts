@@ -17,6 +17,7 @@
  * @module
  */
 import { createHash } from "node:crypto";
+import { ConfigError } from "../errors.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
 import type { Messages } from "../types.ts";
 
@@ -156,24 +157,53 @@ interface ScoreMark {
 /** A marked scoring function, callable like the original. */
 export type MarkedScoreFunc = TaskScoreFunc & { [SCORE]: ScoreMark };
 
-/** Mark a task field as a reward (weight default 1.0); its field name is the reward name. */
+/** What a method decorator receives as its second argument (TC39 decorators). */
+interface MethodDecoratorContext {
+  kind: "method";
+  name: string | symbol;
+}
+
+function isDecoratorContext(value: unknown): value is MethodDecoratorContext {
+  return typeof value === "object" && value !== null &&
+    (value as { kind?: unknown }).kind === "method";
+}
+
+/**
+ * Mark a task field as a reward (weight default 1.0); its field name is the reward name.
+ * Also a method decorator: `@reward async correct(ctx) { ... }`.
+ */
+export function reward<F extends TaskScoreFunc>(fn: F, context: MethodDecoratorContext): F;
 export function reward(
   fn: TaskScoreFunc,
-  options: { weight?: number; priority?: number } = {},
+  options?: { weight?: number; priority?: number },
+): MarkedScoreFunc;
+export function reward(
+  fn: TaskScoreFunc,
+  options: { weight?: number; priority?: number } | MethodDecoratorContext = {},
 ): MarkedScoreFunc {
+  const o = isDecoratorContext(options) ? {} : options;
   return Object.assign(fn, {
     [SCORE]: {
       kind: "reward",
-      weight: options.weight ?? 1,
-      priority: options.priority ?? 0,
+      weight: o.weight ?? 1,
+      priority: o.priority ?? 0,
     } as ScoreMark,
   });
 }
 
-/** Mark a task field as a metric (recorded, never summed into the reward). */
-export function metric(fn: TaskScoreFunc, options: { priority?: number } = {}): MarkedScoreFunc {
+/**
+ * Mark a task field as a metric (recorded, never summed into the reward). Also a method
+ * decorator: `@metric async turns(ctx) { ... }`.
+ */
+export function metric<F extends TaskScoreFunc>(fn: F, context: MethodDecoratorContext): F;
+export function metric(fn: TaskScoreFunc, options?: { priority?: number }): MarkedScoreFunc;
+export function metric(
+  fn: TaskScoreFunc,
+  options: { priority?: number } | MethodDecoratorContext = {},
+): MarkedScoreFunc {
+  const o = isDecoratorContext(options) ? {} : options;
   return Object.assign(fn, {
-    [SCORE]: { kind: "metric", weight: 0, priority: options.priority ?? 0 } as ScoreMark,
+    [SCORE]: { kind: "metric", weight: 0, priority: o.priority ?? 0 } as ScoreMark,
   });
 }
 
@@ -258,13 +288,24 @@ export class Task<D extends TaskData = TaskData> {
     return { ...(this.data.env ?? {}) };
   }
 
-  /** Reward and metric fields of this task, by descending priority then name. */
+  /**
+   * Reward and metric fields of this task (and methods marked `@reward` / `@metric`), by
+   * descending priority then name.
+   */
   scoreHooks(): ScoreHook[] {
     const hooks: ScoreHook[] = [];
-    for (const [name, value] of Object.entries(this)) {
-      if (typeof value !== "function") continue;
+    const seen = new Set<string>();
+    const add = (name: string, value: unknown, bind: boolean) => {
+      if (seen.has(name) || typeof value !== "function") return;
       const mark = (value as Partial<MarkedScoreFunc>)[SCORE];
-      if (mark) hooks.push({ name, fn: value as TaskScoreFunc, ...mark });
+      if (!mark) return;
+      seen.add(name);
+      const fn = bind ? (value as TaskScoreFunc).bind(this) : value as TaskScoreFunc;
+      hooks.push({ name, fn, ...mark });
+    };
+    for (const [name, value] of Object.entries(this)) add(name, value, false);
+    for (const name of ownMethodNames(this)) {
+      add(name, (this as unknown as Record<string, unknown>)[name], true);
     }
     return hooks.sort((a, b) => b.priority - a.priority || (a.name < b.name ? -1 : 1));
   }
@@ -333,4 +374,47 @@ export interface TasksetModule {
 /** Text of a UTF-8 file read from a runtime. */
 export async function readText(runtime: Runtime, path: string, maxBytes?: number): Promise<string> {
   return new TextDecoder().decode(await runtime.read(path, { maxBytes }));
+}
+
+/** Methods a Task subclass defines beyond Task's own (getters excluded). */
+function ownMethodNames(task: Task): string[] {
+  // Task's own hooks and members are never mistaken for a reward written as a method.
+  const taskMembers = new Set(Object.getOwnPropertyNames(Task.prototype));
+  const names: string[] = [];
+  for (
+    let proto = Object.getPrototypeOf(task);
+    proto && proto !== Task.prototype && proto !== Object.prototype;
+    proto = Object.getPrototypeOf(proto)
+  ) {
+    for (const name of Object.getOwnPropertyNames(proto)) {
+      const desc = Object.getOwnPropertyDescriptor(proto, name);
+      if (taskMembers.has(name) || !desc || typeof desc.value !== "function") continue;
+      if (!names.includes(name)) names.push(name);
+    }
+  }
+  return names;
+}
+
+/**
+ * A task that could never earn a reward: it overrides no `score()`, declares no reward, and
+ * no judge adds one. Every rollout would score 0, so the load fails instead, naming the class
+ * and the methods that look like rewards written as plain methods.
+ * @throws {ConfigError}
+ */
+export function requireRewards(task: Task, options: { judges?: number } = {}): void {
+  if (task.score !== Task.prototype.score || (options.judges ?? 0) > 0) return;
+  if (task.scoreHooks().some((h) => h.kind === "reward")) return;
+  const cls = task.constructor.name || "Task";
+  const methods = ownMethodNames(task).filter((m) =>
+    !(task as unknown as Record<string, { [SCORE]?: unknown }>)[m]?.[SCORE]
+  );
+  const hint = methods.length
+    ? `its method${methods.length > 1 ? "s" : ""} ${methods.map((m) => `${m}()`).join(", ")} ${
+      methods.length > 1 ? "are" : "is"
+    } not a reward: declare a field ` +
+      `(${methods[0]} = reward(async (ctx) => ...)) or mark the method @reward`
+    : `declare one as a field: correct = reward(async (ctx) => ...)`;
+  throw new ConfigError(
+    `Task class "${cls}" has no rewards, so every rollout would score 0; ${hint}`,
+  );
 }
