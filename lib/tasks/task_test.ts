@@ -6,15 +6,15 @@ const ctx = {} as TaskHookContext;
 
 class MethodRewardTask extends Task {
   // A reward written as a plain method: not a reward, and nothing else scores the task.
-  async correct(_ctx: TaskHookContext) {
-    return 1;
+  correct(_ctx: TaskHookContext) {
+    return Promise.resolve(1);
   }
 }
 
 class DecoratedTask extends Task {
   @reward
-  async correct(_ctx: TaskHookContext) {
-    return this.data.answer === "4" ? 1 : 0;
+  correct(_ctx: TaskHookContext) {
+    return Promise.resolve(this.data.answer === "4" ? 1 : 0);
   }
   @metric
   turns(_ctx: TaskHookContext) {
