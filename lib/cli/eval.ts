@@ -162,7 +162,14 @@ async function resolveEval(config: EvalConfig, source: string) {
   };
 }
 
-async function findResumable(base: string, envId: string, model: string, r: number, n: number) {
+async function findResumable(
+  base: string,
+  envId: string,
+  model: string,
+  r: number,
+  n: number,
+  seed: number | null,
+) {
   let entries: string[];
   try {
     entries = await readdir(base);
@@ -174,10 +181,11 @@ async function findResumable(base: string, envId: string, model: string, r: numb
     const dir = join(base, name);
     try {
       const meta = await loadMetadata(dir);
-      const rows = (await loadOutputs(dir)).length;
       if (meta.env_id !== envId || meta.model !== model || meta.rollouts_per_example !== r) {
         continue;
       }
+      if ((meta.shuffle_seed ?? null) !== seed) continue; // selects other rows
+      const rows = (await loadOutputs(dir, { onCorrupt: () => {} })).length;
       if (meta.num_examples > n || rows >= n * r) continue;
       candidates.push({ dir, mtime: (await stat(join(dir, "metadata.json"))).mtimeMs });
     } catch { /* not a run directory */ }
@@ -226,7 +234,14 @@ export async function cmdEval(argv: string[]): Promise<number> {
       runDir = resolve(config.resume);
       await loadMetadata(runDir); // validates that it is a run directory
     } else {
-      runDir = await findResumable(base, run.envId, run.model, run.rollouts, run.numExamples);
+      runDir = await findResumable(
+        base,
+        run.envId,
+        run.model,
+        run.rollouts,
+        run.numExamples,
+        config.shuffle_seed ?? null,
+      );
       if (!runDir) process.stderr.write("No unfinished matching run found; starting a new one\n");
     }
   }

@@ -130,16 +130,51 @@ export async function generate(
       if (meta.rollouts_per_example !== r) {
         problems.push(`rollouts_per_example ${meta.rollouts_per_example} != ${r}`);
       }
+      // A larger n extends the run (the saved examples stay a prefix of the selection); a
+      // smaller one would drop saved examples, which the check below names.
       if (meta.num_examples > numExamples) {
         problems.push(`num_examples ${meta.num_examples} > ${numExamples}`);
+      }
+      // Which rows run depends on the shuffle seed too (runs saved before it was recorded
+      // count as unshuffled).
+      const savedSeed = meta.shuffle_seed ?? null;
+      const seed = builder.base.shuffle_seed ?? null;
+      if ("shuffle_seed" in builder.base && savedSeed !== seed) {
+        problems.push(`shuffle_seed ${savedSeed} != ${seed}`);
+      }
+      const ids = new Set(groups.map((g) => Number(g[0].example_id)));
+      const strangers = [...new Set(saved.map((o) => o.example_id))].filter((id) => !ids.has(id));
+      if (strangers.length) {
+        problems.push(
+          `saved rollouts of example_id ${strangers.slice(0, 5).join(", ")} are not among this ` +
+            `run's examples`,
+        );
       }
       if (problems.length) {
         throw new ConfigError(`Cannot resume "${writer.dir}": ${problems.join("; ")}`);
       }
+      // At most r saved rollouts count per example; extras (a crash between two writes of
+      // one group, say) stay in the file but out of the results and the aggregates.
       const done = new Map<number, number>();
-      for (const o of saved) done.set(o.example_id, (done.get(o.example_id) ?? 0) + 1);
-      builder.add(saved);
-      if (keep) all.push(...saved);
+      const kept: RolloutOutput[] = [];
+      let extra = 0;
+      for (const o of saved) {
+        const n = done.get(o.example_id) ?? 0;
+        if (n >= r) {
+          extra++;
+          continue;
+        }
+        done.set(o.example_id, n + 1);
+        kept.push(o);
+      }
+      if (extra) {
+        console.warn(
+          `${writer.resultsPath}: ${extra} saved rollout${extra > 1 ? "s" : ""} beyond ` +
+            `rollouts_per_example ${r} left out`,
+        );
+      }
+      builder.add(kept);
+      if (keep) all.push(...kept);
       pending = groups
         .map((g) => g.slice(Math.min(g.length, done.get(Number(g[0].example_id)) ?? 0)))
         .filter((g) => g.length > 0);
@@ -257,5 +292,9 @@ export async function evaluate(
     throw new RangeError(`rolloutsPerExample must be ≥ 1, got ${r}`);
   }
   const inputs = r > 1 ? ds.repeat(r) : ds;
-  return generate(env, inputs, client, model, options);
+  return generate(env, inputs, client, model, {
+    ...options,
+    // Recorded so a resumed run can check it selects the same rows.
+    metadataExtra: { shuffle_seed: options.shuffleSeed ?? null, ...options.metadataExtra },
+  });
 }

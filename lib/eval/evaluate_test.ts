@@ -11,6 +11,7 @@ import {
 } from "../../tests/model_server.ts";
 import { loadMetadata, loadOutputs } from "./results.ts";
 import { echoEnv } from "../../tests/_echo_env.ts";
+import { captureWarnings } from "../../tests/_warnings.ts";
 import { groupReward, Rubric } from "../scoring/rubric.ts";
 
 /** Answers `qN` with `aN`: always right. */
@@ -335,4 +336,65 @@ Deno.test("generate() ends the run when the endpoint is unreachable", async () =
   await closed.close();
   const error = await evaluate(echoEnv(3), clientFor(closed), "m").catch((e) => e);
   assert.ok(error instanceof EndpointUnreachableError);
+});
+
+Deno.test("resume rejects another shuffle seed, or saved examples this run would not select, naming them", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_eval_test_" });
+  try {
+    await using server = await startModelServer({ responder: rightAnswer });
+    const client = clientFor(server);
+    await evaluate(echoEnv(6), client, "m", { numExamples: 3, shuffleSeed: 7, resultsDir: dir });
+    assert.equal((await loadMetadata(dir)).shuffle_seed, 7);
+    const seeded = await evaluate(echoEnv(6), client, "m", {
+      numExamples: 3,
+      shuffleSeed: 8,
+      resultsDir: dir,
+      resume: true,
+    }).catch((e) => e);
+    assert.ok(seeded instanceof ConfigError, String(seeded));
+    assert.match(seeded.message, /shuffle_seed 7 != 8/);
+    // Without a seed the first three examples run: the saved ones are not all among them.
+    const unseeded = await evaluate(echoEnv(6), client, "m", {
+      numExamples: 3,
+      resultsDir: dir,
+      resume: true,
+    }).catch((e) => e);
+    assert.ok(unseeded instanceof ConfigError, String(unseeded));
+    assert.match(unseeded.message, /shuffle_seed 7 != null/);
+    assert.match(
+      unseeded.message,
+      /saved rollouts of example_id [\d, ]+ are not among this run's examples/,
+    );
+    assert.equal(server.requests.length, 3, "nothing ran after the refusals");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("resume counts at most rollouts_per_example saved rollouts per example", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_eval_test_" });
+  try {
+    await using server = await startModelServer({ responder: rightAnswer });
+    const client = clientFor(server);
+    await evaluate(echoEnv(2), client, "m", { rolloutsPerExample: 2, resultsDir: dir });
+    // A third copy of example 0's rollouts, as a crash between two writes could leave.
+    const resultsPath = join(dir, "results.jsonl");
+    const lines = Deno.readTextFileSync(resultsPath).trimEnd().split("\n");
+    const zero = lines.filter((l) => JSON.parse(l).example_id === 0);
+    Deno.writeTextFileSync(resultsPath, [...lines, ...zero].join("\n") + "\n");
+    let result: Awaited<ReturnType<typeof evaluate>> | undefined;
+    const warnings = await captureWarnings(async () => {
+      result = await evaluate(echoEnv(2), client, "m", {
+        rolloutsPerExample: 2,
+        resultsDir: dir,
+        resume: true,
+      });
+    });
+    assert.deepEqual(result!.outputs.map((o) => o.example_id).sort(), [0, 0, 1, 1]);
+    assert.equal(result!.metadata.num_rollouts, 4);
+    assert.equal(server.requests.length, 4, "nothing was missing");
+    assert.match(warnings.join("\n"), /2 saved rollouts beyond rollouts_per_example 2 left out/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

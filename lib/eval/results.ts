@@ -368,47 +368,84 @@ export async function repairTrailingLine(path: string): Promise<void> {
     return;
   }
   if (size === 0) return;
-  const text = await readFile(path, "utf8");
-  const body = text.trimEnd();
-  const cut = body.lastIndexOf("\n");
+  // Bytes, not text: a torn multi-byte character must not shift where the cut falls, and
+  // nothing before the last line is ever rewritten.
+  const bytes = await readFile(path);
+  let end = bytes.length;
+  while (end > 0 && [0x0a, 0x0d, 0x20, 0x09].includes(bytes[end - 1])) end--;
+  if (end === 0) return;
+  const start = bytes.lastIndexOf(0x0a, end - 1) + 1; // the last non-blank line
   try {
-    JSON.parse(body.slice(cut + 1));
-    // A complete record whose newline was lost: end the line instead of dropping the record.
-    if (!text.slice(body.length).includes("\n")) await appendFile(path, "\n");
-    return;
-  } catch { /* fall through: drop the malformed last line */ }
-  const keep = cut < 0 ? "" : body.slice(0, cut + 1);
+    const value = JSON.parse(
+      new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(start, end)),
+    );
+    if (value !== null && typeof value === "object" && !Array.isArray(value)) {
+      // A complete record whose newline was lost: end the line instead of dropping it.
+      if (!bytes.subarray(end).includes(0x0a)) await appendFile(path, "\n");
+      return;
+    }
+  } catch { /* fall through: drop the torn last line */ }
   const fh = await open(path, "r+");
   try {
-    await fh.truncate(new TextEncoder().encode(keep).length);
+    await fh.truncate(start);
   } finally {
     await fh.close();
   }
 }
 
-/** Read `results.jsonl`: blank lines skipped, a malformed last line ignored, others fatal. */
-export async function loadOutputs(dir: string): Promise<RolloutOutput[]> {
-  const path = join(dir, "results.jsonl");
+/** A line of a JSONL file that could not be read as a record. */
+export interface CorruptLine {
+  path: string;
+  /** 1-based line number. */
+  line: number;
+  reason: string;
+}
+
+/**
+ * The records of a JSONL file: blank lines skipped, and a corrupt line anywhere (a torn
+ * write, a disk error, an edit) skipped and reported to `onCorrupt` (default: a warning on
+ * stderr naming file and line), so one bad line never hides the rest.
+ */
+export async function readJsonLines<T>(
+  path: string,
+  onCorrupt: (corrupt: CorruptLine) => void = warnCorrupt,
+): Promise<T[]> {
   let text: string;
   try {
     text = await readFile(path, "utf8");
   } catch {
     return [];
   }
-  const lines = text.split("\n").map((l, i) => [l, i + 1] as const).filter(([l]) => l.trim());
-  const out: RolloutOutput[] = [];
-  for (const [idx, [line, lineNo]] of lines.entries()) {
+  const out: T[] = [];
+  const lines = text.split("\n");
+  for (const [i, line] of lines.entries()) {
+    if (!line.trim()) continue;
+    let value: unknown;
     try {
-      out.push(JSON.parse(line));
+      value = JSON.parse(line);
     } catch (error) {
-      if (idx === lines.length - 1) {
-        console.warn(`${path}:${lineNo}: ignoring a malformed last line`);
-        continue;
-      }
-      throw new ConfigError(`${path}:${lineNo}: malformed JSON: ${(error as Error).message}`);
+      onCorrupt({ path, line: i + 1, reason: `malformed JSON: ${(error as Error).message}` });
+      continue;
     }
+    if (value === null || typeof value !== "object" || Array.isArray(value)) {
+      onCorrupt({ path, line: i + 1, reason: "not a JSON object" });
+      continue;
+    }
+    out.push(value as T);
   }
   return out;
+}
+
+function warnCorrupt(c: CorruptLine): void {
+  console.warn(`${c.path}:${c.line}: skipping a corrupt line (${c.reason})`);
+}
+
+/** Read `results.jsonl`; corrupt lines are skipped and reported (see {@linkcode readJsonLines}). */
+export async function loadOutputs(
+  dir: string,
+  options: { onCorrupt?: (corrupt: CorruptLine) => void } = {},
+): Promise<RolloutOutput[]> {
+  return await readJsonLines<RolloutOutput>(join(dir, "results.jsonl"), options.onCorrupt);
 }
 
 /** Read a run's `metadata.json`. */

@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
-import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { appendFile, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ConfigError, ModelError } from "../errors.ts";
 import {
+  type CorruptLine,
   loadMetadata,
   loadOutputs,
   type MetadataBase,
@@ -582,24 +583,49 @@ Deno.test("loadOutputs() skips blank lines", async () => {
   });
 });
 
-Deno.test("loadOutputs() ignores a malformed last line with a warning", async () => {
+Deno.test("loadOutputs() skips a malformed last line with a warning naming file and line", async () => {
   await withTempDir(async (dir) => {
     await writeFile(join(dir, "results.jsonl"), '{"example_id":0}\n{"example_id":1}\n{"exa\n\n');
     let outputs: RolloutOutput[] = [];
     const warnings = await captureWarnings(async () => (outputs = await loadOutputs(dir)));
     assert.deepEqual(outputs.map((o) => o.example_id), [0, 1]);
     assert.equal(warnings.length, 1);
-    assert.match(warnings[0], /results\.jsonl:3: ignoring a malformed last line/);
+    assert.match(warnings[0], /results\.jsonl:3: skipping a corrupt line \(malformed JSON/);
   });
 });
 
-Deno.test("loadOutputs() throws a ConfigError naming file and line for a malformed middle line", async () => {
+Deno.test("loadOutputs() skips and reports corrupt lines anywhere, and reads every good line", async () => {
   await withTempDir(async (dir) => {
     const path = join(dir, "results.jsonl");
-    await writeFile(path, '{"example_id":0}\n\n{oops}\n{"example_id":2}\n');
-    await assert.rejects(
-      () => loadOutputs(dir),
-      (e: unknown) => e instanceof ConfigError && e.message.startsWith(`${path}:3: malformed JSON`),
+    await writeFile(path, '{"example_id":0}\n\n{oops}\n[1,2]\n{"example_id":2}\n');
+    const corrupt: CorruptLine[] = [];
+    const outputs = await loadOutputs(dir, { onCorrupt: (c) => corrupt.push(c) });
+    assert.deepEqual(outputs.map((o) => o.example_id), [0, 2]);
+    assert.deepEqual(corrupt.map((c) => [c.path, c.line]), [[path, 3], [path, 4]]);
+    assert.match(corrupt[0].reason, /^malformed JSON/);
+    assert.equal(corrupt[1].reason, "not a JSON object");
+  });
+});
+
+Deno.test("repairTrailingLine() cuts a torn last line at its byte offset and leaves every earlier byte alone", async () => {
+  await withTempDir(async (dir) => {
+    const path = join(dir, "results.jsonl");
+    // A corrupt middle line holding a byte that is not UTF-8, and multi-byte text before the
+    // torn line: neither may shift the cut.
+    const enc = (t: string) => [...new TextEncoder().encode(t)];
+    const good = new Uint8Array([
+      ...enc('{"q":"naïve — ✓"}\n{oops'),
+      0xff,
+      ...enc('}\n{"q":"日本"}\n'),
+    ]);
+    const torn = [...enc('{"q":"日'), 0xe6, 0x9c];
+    await writeFile(path, new Uint8Array([...good, ...torn]));
+    await repairTrailingLine(path);
+    assert.deepEqual(new Uint8Array(await readFile(path)), good);
+    await appendFile(path, '{"q":"next"}\n');
+    assert.deepEqual(
+      new Uint8Array(await readFile(path)),
+      new Uint8Array([...good, ...enc('{"q":"next"}\n')]),
     );
   });
 });

@@ -3,7 +3,7 @@
  * to `traces.jsonl`, aggregate, resume; and `validateTaskset` for `vf validate`.
  * @module
  */
-import { appendFile, mkdir, readFile } from "node:fs/promises";
+import { appendFile, mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { createRuntime } from "../../runtimes/create.ts";
 import type { ChatClient } from "../model/client.ts";
@@ -11,7 +11,7 @@ import { isFatalError } from "../envs/environment.ts";
 import { ConfigError, serializeError } from "../errors.ts";
 import { JudgeRubric } from "../scoring/judge_rubric.ts";
 import { seededShuffle } from "../random.ts";
-import { passAtK, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
+import { passAtK, readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
 import {
   requireRewards,
   type Task,
@@ -117,28 +117,16 @@ export async function selectTasks(
   return tasks;
 }
 
-/** Read traces.jsonl (torn last line ignored), keeping the latest trace per (task, rollout). */
+/**
+ * Read traces.jsonl, keeping the latest trace per (task, rollout); corrupt lines anywhere are
+ * skipped and reported (a warning naming file and line).
+ */
 export async function loadTraces(runDir: string): Promise<TaskTrace[]> {
-  let text: string;
-  try {
-    text = await readFile(join(runDir, "traces.jsonl"), "utf8");
-  } catch {
-    return [];
-  }
   const latest = new Map<string, TaskTrace>();
-  const lines = text.split("\n").filter((l) => l.trim());
-  lines.forEach((line, i) => {
-    try {
-      const t = JSON.parse(line) as TaskTrace;
-      latest.set(`${t.task.key}#${t.rollout_index}`, t);
-    } catch (error) {
-      if (i !== lines.length - 1) {
-        throw new ConfigError(
-          `${join(runDir, "traces.jsonl")}:${i + 1}: malformed JSON: ${(error as Error).message}`,
-        );
-      }
-    }
-  });
+  for (const t of await readJsonLines<TaskTrace>(join(runDir, "traces.jsonl"))) {
+    if (typeof t.task?.key !== "string") continue;
+    latest.set(`${t.task.key}#${t.rollout_index}`, t);
+  }
   return [...latest.values()];
 }
 
