@@ -991,6 +991,34 @@ Deno.test("--resume <run dir> without -n/-r keeps the run's original size from i
   assert.equal(model.requests.length, before, "nothing left to run");
 });
 
+Deno.test("vf run refuses rollouts at once on a dedicated ssh host before anything starts", async () => {
+  await using s = await scenario();
+  await using server = await modelServer(fileSumModel());
+  const ssh = ["--env.agent.runtime.type", "ssh", "--env.agent.runtime.host", "10.213.255.1"];
+  const [concurrent, pooled] = await Promise.all([
+    s.cli(vfRun("file-sum", server, "-c", "4", ...ssh, "--env.agent.runtime.dedicated", "true")),
+    s.cli(vfRun(
+      "file-sum",
+      server,
+      "-c",
+      "1",
+      ...ssh,
+      "--env.agent.runtime.dedicated",
+      "true",
+      "--env.agent.runtime.warm_pool",
+      "2",
+    )),
+  ]);
+  assert.equal(concurrent.code, 1, transcript(concurrent));
+  assert.match(
+    concurrent.stderr,
+    /error: env\.agent\.runtime: ssh host "10\.213\.255\.1" is dedicated, so it holds one sandbox at a time .*run with -c 1 \(max_concurrent = 1\), got 4/,
+  );
+  assert.equal(pooled.code, 1, transcript(pooled));
+  assert.match(pooled.stderr, /cannot keep warm sandboxes beside the one in use; remove warm_pool/);
+  assert.equal(server.requests.length, 0, "refused before any rollout");
+});
+
 Deno.test("a reward written as a plain method fails vf validate and vf run at load, naming the class and method", async () => {
   await using s = await scenario();
   const module = await s.file("method_reward.ts", METHOD_REWARD_TASKSET);

@@ -231,6 +231,7 @@ export async function runTaskset(
 ): Promise<{ traces: TaskTrace[]; summary: TaskRunSummary }> {
   const tasks = await selectTasks(options.taskset, options);
   for (const task of tasks) requireRewards(task, { judges: options.judges?.length ?? 0 });
+  requireIsolatableConcurrency(options.policy.runtime, options.maxConcurrent ?? 4);
   const r = Math.max(1, options.rolloutsPerTask ?? 1);
   const tracesPath = options.runDir ? join(options.runDir, "traces.jsonl") : null;
   const done = new Map<string, TaskTrace>();
@@ -431,4 +432,31 @@ export async function validateTaskset(
     Array.from({ length: Math.max(1, Math.min(options.maxConcurrent ?? 4, tasks.length)) }, worker),
   );
   return out;
+}
+
+/**
+ * A dedicated ssh host is one sandbox: rollouts on it at once would share its files (and
+ * overwrite each other's answers). Refuse such a run before it starts instead of letting
+ * the rollouts corrupt each other.
+ * @throws {ConfigError}
+ */
+export function requireIsolatableConcurrency(
+  runtime: AgentPolicy["runtime"],
+  maxConcurrent: number,
+): void {
+  const r = runtime as { type?: string; dedicated?: boolean; host?: string; warm_pool?: number };
+  if (r.type !== "ssh" || r.dedicated !== true) return;
+  if (maxConcurrent > 1) {
+    throw new ConfigError(
+      `env.agent.runtime: ssh host "${r.host}" is dedicated, so it holds one sandbox at a time ` +
+        `and rollouts on it at once would share its files; run with -c 1 (max_concurrent = 1), ` +
+        `got ${maxConcurrent}`,
+    );
+  }
+  if ((r.warm_pool ?? 0) > 0) {
+    throw new ConfigError(
+      `env.agent.runtime: ssh host "${r.host}" is dedicated, so it cannot keep warm sandboxes ` +
+        `beside the one in use; remove warm_pool`,
+    );
+  }
 }

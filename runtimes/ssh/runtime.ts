@@ -72,6 +72,9 @@ import {
   shellQuote,
 } from "./shell.ts";
 
+/** The runtime holding each dedicated host (`user@host:port`) of this process. */
+const dedicatedHolders = new Map<string, SshRuntime>();
+
 /** Options of {@linkcode SshRuntime}'s constructor besides the spec. */
 export interface SshRuntimeOptions {
   /** Run id (informational; SSH hosts carry no labels). */
@@ -195,6 +198,7 @@ export class SshRuntime implements Runtime {
       );
     }
     this.#id = `vf-${randomHex(6)}`;
+    if (this.spec.dedicated) this.#claimHost();
     if (this.#ownsWorkdir) this.#workdir = `/tmp/${this.#id}`;
     if (this.#ledgered()) await recordSandbox({ event: "requested", ...this.#ledgerRecord() });
     this.#connection = acquire(this.#target);
@@ -217,6 +221,23 @@ export class SshRuntime implements Runtime {
     this.#switch = sw === "runuser" || sw === "sudo" ? sw : "none";
     this.capabilities.users = this.#switch !== "none";
     this.#checkNotStopped();
+  }
+
+  /**
+   * A dedicated host is one sandbox: a second runtime of this process on it at once would
+   * share its files, so it is refused.
+   */
+  #claimHost(): void {
+    const key = this.address; // user@host:port (Prime's sandboxes share a gateway, not a user)
+    const holder = dedicatedHolders.get(key);
+    if (holder && holder !== this) {
+      throw new ConfigError(
+        `${this.#label()} is dedicated and already holds sandbox "${holder.id}" of this ` +
+          `process; a dedicated host holds one sandbox at a time: run one rollout at a time on ` +
+          `it (-c 1), or give each rollout a host of its own`,
+      );
+    }
+    dedicatedHolders.set(key, this);
   }
 
   #checkNotStopped(): void {
@@ -564,7 +585,10 @@ export class SshRuntime implements Runtime {
         this.#connection = undefined;
         release(connection);
       }
-    })().finally(() => untrackRuntime(this));
+    })().finally(() => {
+      if (dedicatedHolders.get(this.address) === this) dedicatedHolders.delete(this.address);
+      untrackRuntime(this);
+    });
     return this.#stopping;
   }
 

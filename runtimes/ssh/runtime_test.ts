@@ -21,6 +21,7 @@ import {
   type SshRuntimeSpec,
 } from "../mod.ts";
 import { loadSsh2 } from "./connection.ts";
+import { ConfigError } from "../../lib/errors.ts";
 import { startSshdHosts } from "../../tests/_sshd_hosts.ts";
 
 const [host, doomed] = await startSshdHosts(2);
@@ -246,6 +247,34 @@ Deno.test(
       }
     }
     assert.deepEqual(survivors, [], "no sleep survived on the host");
+  }),
+);
+
+Deno.test(
+  "ssh: a dedicated host holds one sandbox at a time; a second one is refused until the first stops",
+  settled(async () => {
+    const first = new SshRuntime(specFor(host, { dedicated: true }));
+    const second = new SshRuntime(specFor(host, { dedicated: true }));
+    try {
+      await first.start();
+      const error = await second.start().then(() => undefined, (e) => e);
+      assert.ok(error instanceof ConfigError, `got ${error}`);
+      assert.match(
+        error.message,
+        new RegExp(`is dedicated and already holds sandbox "${first.id}" of this process`),
+      );
+      assert.match(error.message, /run one rollout at a time on it \(-c 1\)/);
+      // A shared (not dedicated) runtime on the same host is not affected.
+      await using shared = new SshRuntime(specFor(host));
+      await shared.start();
+      await first.stop();
+      await using third = new SshRuntime(specFor(host, { dedicated: true }));
+      await third.start();
+      assert.equal((await third.run(["true"])).exit_code, 0);
+    } finally {
+      await first.stop();
+      await second.stop();
+    }
   }),
 );
 
