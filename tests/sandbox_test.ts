@@ -519,6 +519,52 @@ allow_net = ["${hostPort}"]
   assert.ok(`${files.origin}/envs/hostile/mod.ts` in lock.remote, JSON.stringify(lock.remote));
 });
 
+Deno.test("a vf.json added after the first run cannot grant a URL environment network: refused until --reload re-pins it", async () => {
+  await using w = await workdir();
+  const packages = join(w.path, "packages");
+  await using files = await serveFiles(packages);
+  await using target = await serveTarget();
+  await using model = await modelServer(halfRightModel);
+  const source = hostileEnv(`${files.origin}/mod.ts`, {
+    sshKeyPath: w.sshKeyPath,
+    targetUrl: `${target.origin}/`,
+  });
+  const hostPort = `127.0.0.1:${target.port}`;
+  await writePackage(packages, "grower", { "mod.ts": source });
+  const envUrl = `${files.origin}/envs/grower/mod.ts`;
+  const args = evalArgs(envUrl, model, "-n", "1", "-r", "1", "--env-args", '{"attempts":["net"]}');
+
+  // First run: no vf.json, so the request to the target is denied (and recorded as such).
+  const [denied] = await evalRows(await w.cli(args));
+  assert.match(JSON.stringify(denied.error), /net access to \\"?127\.0\.0\.1/);
+  assert.equal(target.requested.length, 0);
+  const lock = JSON.parse(await Deno.readTextFile(w.lockFile()));
+  assert.equal(lock.remote[`${files.origin}/envs/grower/vf.json`], "absent");
+
+  // The environment's server now declares the target in a vf.json beside mod.ts.
+  await Deno.writeTextFile(
+    join(packages, "grower", "vf.json"),
+    JSON.stringify({ permissions: { net: [hostPort] } }),
+  );
+  const refused = await w.cli(args);
+  assert.equal(refused.code, 1, transcript(refused));
+  for (
+    const part of [
+      `error: The permissions of environment "${envUrl}" changed since they were pinned in "`,
+      `"${files.origin}/envs/grower/vf.json" was added (it now declares net: [${hostPort}], ` +
+      `import: []); re-run with --reload to accept them`,
+    ]
+  ) {
+    assert.ok(refused.stderr.includes(part), `${part}\n${transcript(refused)}`);
+  }
+  assert.equal(target.requested.length, 0, "the refused run reached the target");
+
+  const reloaded = await evalRows(await w.cli([...args, "--reload"]));
+  assert.equal(reloaded[0].error ?? null, null, JSON.stringify(reloaded[0]));
+  assert.equal(reloaded[0].info.leaked, TARGET_TEXT);
+  assert.equal(target.requested.length, 1);
+});
+
 Deno.test("the lock file pins a URL environment: a changed module fails until --reload re-pins it, and a pinned environment runs offline from the cache", async () => {
   await using w = await workdir();
   const packages = join(w.path, "packages");

@@ -7,7 +7,7 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, statSync } from "node:fs";
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { delimiter, dirname, join, resolve } from "node:path";
 import process from "node:process";
@@ -85,28 +85,86 @@ function isUrl(spec: string): boolean {
   return /^https?:\/\//.test(spec);
 }
 
-async function declaredPermissions(spec: string): Promise<SandboxPermissions> {
-  // An environment may declare what it needs in vf.json beside its mod.ts.
-  try {
-    let text: string;
-    if (isUrl(spec)) {
-      const res = await fetch(new URL("vf.json", spec), { signal: AbortSignal.timeout(10_000) });
-      if (!res.ok) return {};
-      text = await res.text();
-    } else {
-      const path = spec.startsWith("file:") ? fileURLToPath(spec) : spec;
-      const file = join(
-        path.endsWith(".ts") || path.endsWith(".js") ? dirname(path) : path,
-        "vf.json",
-      );
-      if (!existsSync(file)) return {};
-      text = await readFile(file, "utf8");
+/** The text of the vf.json beside a module (null when there is none), and whether it came from the cache. */
+async function readDeclaration(
+  spec: string,
+  cacheFile: string,
+): Promise<{ text: string | null; offline: boolean }> {
+  if (isUrl(spec)) {
+    let res: Response;
+    try {
+      res = await fetch(new URL("vf.json", spec), { signal: AbortSignal.timeout(10_000) });
+    } catch {
+      // Offline: the copy saved when it was pinned (checked against the pin like a fetch).
+      return {
+        text: existsSync(cacheFile) ? await readFile(cacheFile, "utf8") : null,
+        offline: true,
+      };
     }
+    const text = res.ok ? await res.text() : (await res.body?.cancel(), null);
+    if (text === null) await rm(cacheFile, { force: true });
+    else await writeFile(cacheFile, text);
+    return { text, offline: false };
+  }
+  const path = spec.startsWith("file:") ? fileURLToPath(spec) : spec;
+  const file = join(path.endsWith(".ts") || path.endsWith(".js") ? dirname(path) : path, "vf.json");
+  return { text: existsSync(file) ? await readFile(file, "utf8") : null, offline: false };
+}
+
+/** What a vf.json declares. */
+function declaredPermissions(text: string | null): SandboxPermissions {
+  if (text === null) return {};
+  try {
     const p = JSON.parse(text)?.permissions ?? {};
     return { allowNet: p.net ?? [], allowImport: p.import ?? [], allowEnv: [], allowRead: [] };
   } catch {
     return {};
   }
+}
+
+/**
+ * Pins a URL environment's vf.json (what it may reach) in the lock file beside its modules,
+ * as a `remote` entry Deno keeps: the sha256 of its text, or "absent". A declaration that
+ * differs from the pin is refused unless `--reload`; the first run pins it before the host
+ * starts (so the host's own lock writes keep the entry).
+ */
+async function pinDeclaration(
+  lockFile: string,
+  moduleUrl: string,
+  declaration: { text: string | null; offline: boolean },
+  spec: string,
+): Promise<void> {
+  const { text } = declaration;
+  const key = new URL("vf.json", moduleUrl).href;
+  const digest = text === null ? "absent" : createHash("sha256").update(text).digest("hex");
+  const lock = existsSync(lockFile)
+    ? JSON.parse(await readFile(lockFile, "utf8"))
+    : { version: "5", remote: {} };
+  lock.remote ??= {};
+  const pinned = lock.remote[key];
+  if (pinned === digest) return;
+  if (declaration.offline && pinned !== undefined) {
+    throw new ConfigError(
+      `Cannot fetch "${key}" (offline) and no copy of the pinned version is cached; run once ` +
+        `online to check it against "${lockFile}"`,
+    );
+  }
+  if (pinned !== undefined) {
+    const d = declaredPermissions(text);
+    const now = text === null
+      ? "it was removed"
+      : `it now declares net: [${(d.allowNet ?? []).join(", ")}], import: [${
+        (d.allowImport ?? []).join(", ")
+      }]`;
+    const what = pinned === "absent" ? "was added" : text === null ? "was removed" : "changed";
+    throw new ConfigError(
+      `The permissions of environment "${spec}" changed since they were pinned in ` +
+        `"${lockFile}": "${key}" ${what} (${now}); re-run with --reload to accept them`,
+    );
+  }
+  lock.remote[key] = digest;
+  await mkdir(dirname(lockFile), { recursive: true });
+  await writeFile(lockFile, JSON.stringify(lock, null, 2) + "\n");
 }
 
 /** The module URL of a spec: URLs as given; a local file or folder (folder → its mod.ts). */
@@ -271,7 +329,17 @@ export async function startSandboxHost(
 ): Promise<{ host: SandboxHost; info: Record<string, unknown> }> {
   const deno = options.denoPath ?? findDeno();
   const url = localModuleUrl(options.spec);
-  const declared = await declaredPermissions(url);
+  const cacheRoot = options.cacheRoot ?? join(homedir(), ".cache", "vf", "sandbox");
+  const cacheDir = join(cacheRoot, createHash("sha256").update(url).digest("hex").slice(0, 16));
+  await mkdir(cacheDir, { recursive: true });
+  const lockFile = options.lockFile ?? join(process.cwd(), "vf.lock");
+  const origin = isUrl(url) ? new URL(url).origin : null;
+  if (options.reload && origin) await unpin(lockFile, origin);
+  const declaration = await readDeclaration(url, join(cacheDir, "vf.json"));
+  // What a URL environment may reach is pinned with its modules: a vf.json added or changed
+  // after the first run cannot widen it without --reload.
+  if (origin) await pinDeclaration(lockFile, url, declaration, options.spec);
+  const declared = declaredPermissions(declaration.text);
   for (const host of [...(declared.allowNet ?? []), ...(declared.allowImport ?? [])]) {
     // A declaration is the environment's own claim: only plain hosts, never ranges or wildcards.
     if (!/^[A-Za-z0-9.-]+(:\d+)?$/.test(host) || /^0\.0\.0\.0(:|$)/.test(host)) {
@@ -294,10 +362,6 @@ export async function startSandboxHost(
     allowEnv: [...(options.permissions?.allowEnv ?? [])],
     allowImport: [...(declared.allowImport ?? []), ...(options.permissions?.allowImport ?? [])],
   };
-  const cacheRoot = options.cacheRoot ?? join(homedir(), ".cache", "vf", "sandbox");
-  const cacheDir = join(cacheRoot, createHash("sha256").update(url).digest("hex").slice(0, 16));
-  await mkdir(cacheDir, { recursive: true });
-  const lockFile = options.lockFile ?? join(process.cwd(), "vf.lock");
   const reads = [cacheDir, ...perms.allowRead];
   if (!isUrl(url)) {
     // A local module under --sandbox: it may read its own folder to load its files.
@@ -307,7 +371,6 @@ export async function startSandboxHost(
     const vfRoot = fileURLToPath(new URL("../../", import.meta.url));
     reads.push(join(vfRoot, "mod.ts"), join(vfRoot, "lib"), join(vfRoot, "runtimes"));
   }
-  const origin = isUrl(url) ? new URL(url).origin : null;
   const importHosts = [...(origin ? [hostPort(url)] : []), ...perms.allowImport];
   const hostPath = await hostEntry(cacheRoot);
 
@@ -362,7 +425,6 @@ export async function startSandboxHost(
     }
   };
 
-  if (options.reload && origin) await unpin(lockFile, origin);
   try {
     // Re-fetch the environment's own modules so a changed module is caught against the lock.
     return await launch(true);
