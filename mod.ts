@@ -154,6 +154,7 @@ export type {
 } from "./runtimes/mod.ts";
 export { limitModelConnections, Semaphore } from "./lib/model/limits.ts";
 export type {
+  ArchiveOutOptions,
   RunOptions,
   RunResult,
   Runtime,

@@ -196,3 +196,150 @@ export function* readTar(buf: Uint8Array): Generator<TarRecord> {
     longLink = undefined;
   }
 }
+
+/**
+ * A matcher for exclude globs, as tar applies them: a pattern matches at any depth (after
+ * any `/`) and excludes everything below what it matches. `*` and `?` stay within one path
+ * component, `**` crosses them.
+ */
+export function excludeMatcher(patterns: string[]): (relativePath: string) => boolean {
+  const res = patterns.map((glob) => {
+    let re = "";
+    for (let i = 0; i < glob.length; i++) {
+      const c = glob[i];
+      if (c === "*") {
+        if (glob[i + 1] === "*") {
+          re += ".*";
+          i++;
+          if (glob[i + 1] === "/") i++;
+        } else re += "[^/]*";
+      } else if (c === "?") re += "[^/]";
+      else re += c.replace(/[.+^${}()|[\]\\]/g, "\\$&");
+    }
+    const anchored = glob.startsWith("/");
+    return new RegExp(`${anchored ? "^" : "(^|/)"}${anchored ? re.slice(1) : re}(/.*)?$`);
+  });
+  return (path) => res.some((re) => re.test(path));
+}
+
+/** Options of {@linkcode TarCollector}. */
+export interface TarCollectOptions {
+  /** Drop members whose path below the archive's root entry this returns true for. */
+  exclude?: (relativePath: string) => boolean;
+  /** Throw `tooLarge(bytes)` as soon as the kept bytes pass this. */
+  maxBytes?: number;
+  /** The error to throw when `maxBytes` is passed. */
+  tooLarge?: (bytes: number) => Error;
+}
+
+/**
+ * Collects a tar arriving in chunks, keeping only the members `exclude` spares, with the
+ * byte limit enforced while it arrives: an excluded member's data is never held, and an
+ * archive over `maxBytes` stops at the first chunk that passes it. Kept members keep their
+ * original bytes (headers, links, modes).
+ */
+export class TarCollector {
+  readonly #options: TarCollectOptions;
+  #pending = new Uint8Array(0);
+  #out: Uint8Array[] = [];
+  #kept = 0;
+  /** Extension headers (pax, GNU long names) waiting for the member they describe. */
+  #meta: Uint8Array[] = [];
+  #pax: Record<string, string> = {};
+  #longName: string | undefined;
+  /** Data bytes (with padding) of the current member still to come, and whether it is kept. */
+  #remaining = 0;
+  #keep = true;
+  #ended = false;
+
+  constructor(options: TarCollectOptions = {}) {
+    this.#options = options;
+  }
+
+  /** Bytes kept so far. */
+  get kept(): number {
+    return this.#kept;
+  }
+
+  #emit(bytes: Uint8Array): void {
+    if (bytes.length === 0) return;
+    this.#kept += bytes.length;
+    const max = this.#options.maxBytes;
+    if (max !== undefined && this.#kept > max) {
+      throw this.#options.tooLarge?.(this.#kept) ??
+        new RangeError(`The archive is over ${max} bytes`);
+    }
+    this.#out.push(bytes.slice());
+  }
+
+  /** Feeds the next chunk; throws `tooLarge` once the kept bytes pass `maxBytes`. */
+  push(chunk: Uint8Array): void {
+    let data = this.#pending.length ? concat(this.#pending, chunk) : chunk;
+    this.#pending = new Uint8Array(0);
+    while (data.length > 0 && !this.#ended) {
+      if (this.#remaining > 0) {
+        const n = Math.min(this.#remaining, data.length);
+        if (this.#keep) this.#emit(data.subarray(0, n));
+        this.#remaining -= n;
+        data = data.subarray(n);
+        continue;
+      }
+      if (data.length < BLOCK) break;
+      const h = data.subarray(0, BLOCK);
+      if (h.every((b) => b === 0)) {
+        this.#ended = true;
+        break;
+      }
+      const typeflag = String.fromCharCode(h[156] || 0x30);
+      let size = readOctal(h, 124, 12);
+      if (typeflag === "x" || typeflag === "g" || typeflag === "L" || typeflag === "K") {
+        // An extension header: small, held whole with its data until its member comes.
+        const total = BLOCK + size + padding(size);
+        if (data.length < total) break;
+        const body = data.subarray(BLOCK, BLOCK + size);
+        if (typeflag === "x") this.#pax = { ...this.#pax, ...parsePax(body) };
+        if (typeflag === "L") this.#longName = readString(body, 0, body.length);
+        this.#meta.push(data.slice(0, total));
+        data = data.subarray(total);
+        continue;
+      }
+      if (this.#pax.size !== undefined) size = Number(this.#pax.size);
+      const prefix = readString(h, 345, 155);
+      const base = readString(h, 0, 100);
+      const name = this.#pax.path ?? this.#longName ?? (prefix ? `${prefix}/${base}` : base);
+      const rel = name.replace(/^\.?\/*[^/]+\/?/, "");
+      this.#keep = !(rel && this.#options.exclude?.(rel.replace(/\/$/, "")));
+      if (this.#keep) {
+        for (const m of this.#meta) this.#emit(m);
+        this.#emit(h);
+      }
+      this.#meta = [];
+      this.#pax = {};
+      this.#longName = undefined;
+      this.#remaining = size + padding(size);
+      data = data.subarray(BLOCK);
+    }
+    if (data.length && !this.#ended) this.#pending = data.slice();
+  }
+
+  /** The kept archive, with its end-of-archive blocks. */
+  finish(): Uint8Array {
+    const parts = [...this.#out, new Uint8Array(BLOCK * 2)];
+    let total = 0;
+    for (const p of parts) total += p.length;
+    const out = new Uint8Array(total);
+    let offset = 0;
+    for (const p of parts) {
+      out.set(p, offset);
+      offset += p.length;
+    }
+    return out;
+  }
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}

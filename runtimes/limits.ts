@@ -8,7 +8,13 @@
  * @module
  */
 
-import type { RunOptions, RunResult, Runtime, RuntimeCapabilities } from "./runtime.ts";
+import type {
+  ArchiveOutOptions,
+  RunOptions,
+  RunResult,
+  Runtime,
+  RuntimeCapabilities,
+} from "./runtime.ts";
 
 /** The limits of one runtime type; unset means unlimited. */
 export interface SandboxLimit {
@@ -291,8 +297,8 @@ export class LimitedRuntime implements Runtime {
   write(path: string, data: string | Uint8Array, options?: { mode?: number }): Promise<void> {
     return this.inner.write(path, data, options);
   }
-  archiveOut(path: string): Promise<Uint8Array> {
-    return this.inner.archiveOut(path);
+  archiveOut(path: string, options?: ArchiveOutOptions): Promise<Uint8Array> {
+    return this.inner.archiveOut(path, options);
   }
   archiveIn(dir: string, tar: Uint8Array): Promise<void> {
     return this.inner.archiveIn(dir, tar);

@@ -16,6 +16,7 @@
  */
 
 export type {
+  ArchiveOutOptions,
   DockerRuntimeSpec,
   PrimeRuntimeSpec,
   RunOptions,

@@ -23,6 +23,17 @@ export interface RunOptions {
   signal?: AbortSignal;
 }
 
+/** Options of {@linkcode Runtime.archiveOut}. */
+export interface ArchiveOutOptions {
+  /** Refuse an archive whose kept entries pass this many bytes. */
+  maxBytes?: number;
+  /**
+   * Globs of entries to leave out, relative to the archived path, matched at any depth as tar
+   * does (`node_modules`, `*.log`, `cache/**`); their bytes are never held.
+   */
+  exclude?: string[];
+}
+
 /** What a command did. A non-zero `exit_code` is a result, not an error. */
 export interface RunResult {
   exit_code: number;
@@ -60,8 +71,13 @@ export interface Runtime extends AsyncDisposable {
   read(path: string, options?: { maxBytes?: number }): Promise<Uint8Array>;
   /** Writes a file, creating its parent directories; `mode` default 0o644. */
   write(path: string, data: string | Uint8Array, options?: { mode?: number }): Promise<void>;
-  /** A tar of `path` (file or directory); entries are named from its basename. */
-  archiveOut(path: string): Promise<Uint8Array>;
+  /**
+   * A tar of `path` (file or directory); entries are named from its basename.
+   * @throws {SandboxFileNotFoundError} when it does not exist
+   * @throws {SandboxFileTooLargeError} when the kept entries pass `maxBytes`: checked while the
+   *   archive arrives, so no more than about `maxBytes` is ever held
+   */
+  archiveOut(path: string, options?: ArchiveOutOptions): Promise<Uint8Array>;
   /** Extracts a tar into `dir`, creating `dir` first. `archiveIn(dirname(p), archiveOut(p))` restores `p`. */
   archiveIn(dir: string, tar: Uint8Array): Promise<void>;
   /** Removes the sandbox. Idempotent. */

@@ -15,6 +15,7 @@
  * @module
  */
 
+import { excludeMatcher, TarCollector } from "./_tar.ts";
 import { type ChildProcess, spawn } from "node:child_process";
 import { chmod, mkdir, readFile, realpath, rm, stat, writeFile } from "node:fs/promises";
 import { rmSync } from "node:fs";
@@ -41,6 +42,7 @@ import {
 } from "./errors.ts";
 import { trackRuntime, untrackRuntime } from "./registry.ts";
 import type {
+  ArchiveOutOptions,
   RunOptions,
   RunResult,
   Runtime,
@@ -289,7 +291,7 @@ export class SubprocessRuntime implements Runtime {
   }
 
   /** A tar of `path` (host `tar`), entries named from its basename. */
-  async archiveOut(path: string): Promise<Uint8Array> {
+  async archiveOut(path: string, options: ArchiveOutOptions = {}): Promise<Uint8Array> {
     const real = this.hostPath(path);
     await stat(real).catch((error) => {
       throw new SandboxFileNotFoundError(
@@ -300,7 +302,19 @@ export class SubprocessRuntime implements Runtime {
     });
     const parent = dirname(real);
     const name = real === this.#root ? "." : basename(real);
-    return await hostTar(["-C", parent, "-cf", "-", name], undefined);
+    const tar = new TarCollector({
+      exclude: options.exclude?.length ? excludeMatcher(options.exclude) : undefined,
+      maxBytes: options.maxBytes,
+      tooLarge: (bytes) =>
+        new SandboxFileTooLargeError(
+          path,
+          bytes,
+          options.maxBytes!,
+          `subprocess runtime "${this.#root}"`,
+        ),
+    });
+    tar.push(await hostTar(["-C", parent, "-cf", "-", name], undefined));
+    return tar.finish();
   }
 
   /** Extracts `tar` into `dir` (host `tar`), creating it first. */

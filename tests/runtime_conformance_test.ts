@@ -280,6 +280,35 @@ for (const target of TARGETS) {
         assert.equal(text(await second.read("single/a.txt")), "A\n");
       });
 
+      await t.step(
+        "archiveOut() leaves excluded entries out at any depth and refuses an archive past maxBytes",
+        async () => {
+          await rt.write("art/keep.txt", "keep\n");
+          await rt.write("art/node_modules/x.js", "x".repeat(4000));
+          await rt.write("art/sub/node_modules/y.js", "y".repeat(4000));
+          await rt.write("art/sub/debug.log", "log\n");
+          await rt.write("art/sub/kept.txt", "kept\n");
+          const tar = await rt.archiveOut("art", { exclude: ["node_modules", "*.log"] });
+          const names = [...readTar(tar)].map((e) =>
+            e.name.replace(/^\.\//, "").replace(/\/$/, "")
+          );
+          assert.ok(
+            names.includes("art/keep.txt") && names.includes("art/sub/kept.txt"),
+            `${names}`,
+          );
+          assert.deepEqual(names.filter((n) => /node_modules|\.log$/.test(n)), [], `${names}`);
+          const error = await rt.archiveOut("art", { maxBytes: 4096 }).then(
+            () => undefined,
+            (e) => e,
+          );
+          assert.ok(error instanceof SandboxFileTooLargeError, `got ${error}`);
+          assert.equal(error.maxBytes, 4096);
+          // The same tree fits once the big entries are excluded.
+          const small = await rt.archiveOut("art", { maxBytes: 8192, exclude: ["node_modules"] });
+          assert.ok(small.length <= 8192 + 1024, `${small.length} bytes`);
+        },
+      );
+
       await t.step("the network is off by default when the runtime controls it", async () => {
         if (!rt.capabilities.network_control) return;
         const { stdout } = await rt.run(["cat", "/proc/net/dev"]);

@@ -744,6 +744,42 @@ Deno.test("artifacts: a missing required artifact fails the rollout, a missing o
   );
 });
 
+Deno.test("collectArtifacts() of a 100 MB artifact with a 1 MB limit fails without holding it (peak RSS measured)", async () => {
+  const runId = `tasks-test-${crypto.randomUUID().slice(0, 8)}`;
+  const spec = { type: "docker" as const, image: "busybox:latest", workdir: "/app" };
+  const task = new Task({
+    id: "big-artifact",
+    prompt: "-",
+    workdir: "/app",
+    artifacts: [{ source: "out" }],
+    artifact_max_bytes: 1 << 20,
+  });
+  try {
+    await using agent = createRuntime(spec, { runId, task: "agent" });
+    await agent.start();
+    const made = await agent.run([
+      "sh",
+      "-c",
+      "mkdir -p out && dd if=/dev/urandom of=out/big bs=1M count=100 2>&1",
+    ]);
+    assert.equal(made.exit_code, 0, made.stdout);
+    // Sampled every 5 ms while the archive streams: the peak, not what GC leaves afterwards.
+    const before = Deno.memoryUsage().rss;
+    let peak = before;
+    const sampler = setInterval(() => peak = Math.max(peak, Deno.memoryUsage().rss), 5);
+    const error = await collectArtifacts(agent, task).then(() => undefined, (e) => e);
+    clearInterval(sampler);
+    peak = Math.max(peak, Deno.memoryUsage().rss);
+    assert.ok(error instanceof Error, `expected a failure, got ${error}`);
+    assert.match(error.message, /Artifacts exceed artifact_max_bytes \(1048576 bytes\) at "out"/);
+    const grewMiB = (peak - before) / 2 ** 20;
+    console.log(`peak RSS growth while refusing a 100 MB artifact: ${grewMiB.toFixed(1)} MiB`);
+    assert.ok(grewMiB < 40, `the evaluator's RSS grew ${grewMiB.toFixed(1)} MiB`);
+  } finally {
+    await cleanupContainers({ runId });
+  }
+});
+
 Deno.test("collectArtifacts() leaves excluded files out and restoreArtifacts() replaces the grader's copy", async () => {
   const runId = `tasks-test-${crypto.randomUUID().slice(0, 8)}`;
   const spec = { type: "docker" as const, image: "busybox:latest", workdir: "/app" };

@@ -114,8 +114,18 @@ class ProxyRuntime implements Runtime {
       mode: options.mode,
     });
   }
-  async archiveOut(path: string): Promise<Uint8Array> {
-    return fromBase64(await peer.call<string>("runtime.archive_out", { rid: this.rid, path }));
+  async archiveOut(
+    path: string,
+    options: { maxBytes?: number; exclude?: string[] } = {},
+  ): Promise<Uint8Array> {
+    return fromBase64(
+      await peer.call<string>("runtime.archive_out", {
+        rid: this.rid,
+        path,
+        max_bytes: options.maxBytes,
+        exclude: options.exclude,
+      }),
+    );
   }
   async archiveIn(dir: string, tar: Uint8Array): Promise<void> {
     await peer.call("runtime.archive_in", { rid: this.rid, dir, tar: toBase64(tar) });

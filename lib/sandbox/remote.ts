@@ -306,7 +306,12 @@ export class SandboxHost {
         });
         return null;
       case "runtime.archive_out":
-        return toBase64(await runtime.archiveOut(String(p.path)));
+        return toBase64(
+          await runtime.archiveOut(String(p.path), {
+            maxBytes: p.max_bytes as number | undefined,
+            exclude: Array.isArray(p.exclude) ? p.exclude.map(String) : undefined,
+          }),
+        );
       case "runtime.archive_in":
         await runtime.archiveIn(String(p.dir), fromBase64(String(p.tar)));
         return null;

@@ -16,7 +16,7 @@ import {
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import { createRuntime } from "../../runtimes/create.ts";
 import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
-import { packTar, readTar, type TarEntry } from "../../runtimes/_tar.ts";
+import { excludeMatcher, packTar, readTar, type TarEntry } from "../../runtimes/_tar.ts";
 import type { ChatClient } from "../model/client.ts";
 import { resolveTemplate } from "../config.ts";
 import {
@@ -214,30 +214,14 @@ export function resolveRuntimeSpec(
   };
 }
 
-function globToRegExp(glob: string): RegExp {
-  let re = "";
-  for (let i = 0; i < glob.length; i++) {
-    const c = glob[i];
-    if (c === "*") {
-      if (glob[i + 1] === "*") {
-        re += ".*";
-        i++;
-        if (glob[i + 1] === "/") i++;
-      } else re += "[^/]*";
-    } else if (c === "?") re += "[^/]";
-    else re += c.replace(/[.+^${}()|[\]\\]/g, "\\$&");
-  }
-  return new RegExp(`^${re}(/.*)?$`);
-}
-
-/** Drop tar entries matching `exclude` globs (relative to the artifact's root). */
+/** Drop tar entries matching `exclude` globs (at any depth below the artifact's root, as tar). */
 export function filterTar(tar: Uint8Array, exclude: string[]): Uint8Array {
   if (exclude.length === 0) return tar;
-  const patterns = exclude.map(globToRegExp);
+  const excluded = excludeMatcher(exclude);
   const entries: TarEntry[] = [];
   for (const rec of readTar(tar)) {
     const rel = rec.name.replace(/^[^/]+\/?/, "");
-    if (rel && patterns.some((p) => p.test(rel))) continue;
+    if (rel && excluded(rel.replace(/\/$/, ""))) continue;
     if (rec.typeflag === "5") entries.push({ name: rec.name, type: "directory", mode: rec.mode });
     else if (rec.typeflag === "0" || rec.typeflag === "" || rec.typeflag === "\0") {
       entries.push({ name: rec.name, type: "file", data: rec.data, mode: rec.mode });
@@ -325,8 +309,18 @@ export async function collectArtifacts(
     if (out.has(path)) continue;
     let tar: Uint8Array;
     try {
-      tar = await runtime.archiveOut(path);
+      // Excluded entries and anything past the remaining budget are never held.
+      tar = await runtime.archiveOut(path, {
+        maxBytes: limit - total,
+        exclude: artifact.exclude ?? [],
+      });
     } catch (error) {
+      if (error instanceof SandboxFileTooLargeError) {
+        throw new TaskError(
+          `Artifacts exceed artifact_max_bytes (${limit} bytes) at "${artifact.source}"; ` +
+            `exclude files or raise TaskData.artifact_max_bytes`,
+        );
+      }
       if (error instanceof SandboxFileNotFoundError) {
         if (artifact.required ?? true) {
           // Blame the task only once the sandbox proves it is still there: a sandbox that
@@ -341,7 +335,6 @@ export async function collectArtifacts(
       }
       throw error;
     }
-    tar = filterTar(tar, artifact.exclude ?? []);
     total += tar.length;
     if (total > limit) {
       throw new TaskError(

@@ -10,7 +10,7 @@
 
 import { posix } from "node:path";
 import { CommandTimeoutError } from "../../lib/errors.ts";
-import { packTar, readTar, type TarEntry } from "../_tar.ts";
+import { excludeMatcher, packTar, readTar, TarCollector, type TarEntry } from "../_tar.ts";
 import {
   concatBytes,
   decodeChunks,
@@ -36,6 +36,7 @@ import { defaultLedger, type Ledger, registerCleaner } from "../ledger.ts";
 import { keepReason, ownerFromLabels, ownerLabels, type OwnerPolicy } from "../owner.ts";
 import { untrackRuntime } from "../registry.ts";
 import type {
+  ArchiveOutOptions,
   DockerRuntimeSpec,
   RunOptions,
   RunResult,
@@ -484,12 +485,22 @@ export class DockerRuntime implements Runtime {
   }
 
   /** A tar of `path`, entries named from its basename (as the Engine API returns it). */
-  async archiveOut(path: string): Promise<Uint8Array> {
+  async archiveOut(path: string, options: ArchiveOutOptions = {}): Promise<Uint8Array> {
     const id = this.#requireRunning();
     const download = await this.#download(id, this.#resolve(path), path);
-    const chunks: Uint8Array[] = [];
-    for await (const chunk of download.body) chunks.push(chunk);
-    return concatBytes(chunks);
+    const tar = new TarCollector({
+      exclude: options.exclude?.length ? excludeMatcher(options.exclude) : undefined,
+      maxBytes: options.maxBytes,
+      tooLarge: (bytes) =>
+        new SandboxFileTooLargeError(path, bytes, options.maxBytes!, `container ${this.#short()}`),
+    });
+    try {
+      for await (const chunk of download.body) tar.push(chunk);
+    } catch (error) {
+      download.cancel();
+      throw error;
+    }
+    return tar.finish();
   }
 
   /** Extracts `tar` into `dir`, creating it first. */

@@ -33,6 +33,7 @@ import { SandboxError, SandboxStateError, SandboxUnavailableError } from "../err
 import { untrackRuntime } from "../registry.ts";
 import { type LiveSandbox, recordSandbox, registerCleaner } from "../ledger.ts";
 import type {
+  ArchiveOutOptions,
   PrimeRuntimeSpec,
   RunOptions,
   RunResult,
@@ -329,8 +330,8 @@ export class PrimeRuntime implements Runtime {
   }
 
   /** A tar of `path`. */
-  async archiveOut(path: string): Promise<Uint8Array> {
-    return await this.#requireRunning().archiveOut(path);
+  async archiveOut(path: string, options?: ArchiveOutOptions): Promise<Uint8Array> {
+    return await this.#requireRunning().archiveOut(path, options);
   }
 
   /** Extracts a tar into `dir`. */

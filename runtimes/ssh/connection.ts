@@ -408,33 +408,18 @@ export class SshConnection {
     let done!: Promise<Exit>;
     try {
       const client = await this.client();
-      stream = await new Promise<Ssh2Stream>((resolve, reject) => {
-        client.exec(command, (error, s) => {
-          if (error) return reject(error);
-          // Listen before anything else runs: a quick command's exit status can arrive in
-          // the same read as the exec's confirmation, and ssh2 emits it at once.
-          done = new Promise<Exit>((resolveDone, rejectDone) => {
-            let exit: Exit | undefined;
-            s.on("data", io.onStdout);
-            s.stderr.on("data", io.onStderr);
-            s.on("exit", (code, signal) => (exit = { code, signal }));
-            s.on("error", () => {}); // reported through close without an exit status
-            s.on("close", (code?: number | null, signal?: string) => {
-              clearTimeout(giveUp);
-              release();
-              // ssh2 repeats the exit status on close.
-              if (!exit && (typeof code === "number" || signal)) {
-                exit = { code: code ?? null, signal };
-              }
-              if (exit) resolveDone(exit);
-              else {rejectDone(
-                  this.#unavailable("the connection closed before the command finished"),
-                );}
-            });
-          });
-          resolve(s);
-        });
-      });
+      // sshd frees a session a moment after the client sees its channel close, so a channel
+      // opened right after another closed can be refused ("open failed") though our count
+      // says it is free: such refusals are retried briefly before giving up.
+      for (let attempt = 0;; attempt++) {
+        try {
+          stream = await this.#open(client, command, io, release, () => giveUp, (d) => done = d);
+          break;
+        } catch (error) {
+          if (attempt >= 7 || !/Channel open failure/i.test((error as Error).message)) throw error;
+          await new Promise((r) => setTimeout(r, 25 * 2 ** attempt));
+        }
+      }
     } catch (error) {
       release();
       if (error instanceof SandboxError) throw error;
@@ -456,6 +441,46 @@ export class SshConnection {
         giveUp ??= setTimeout(release, 10_000);
       },
     };
+  }
+
+  /** Opens one exec channel and wires its output and exit status. */
+  #open(
+    client: Ssh2Client,
+    command: string,
+    io: { onStdout(chunk: Uint8Array): void; onStderr(chunk: Uint8Array): void },
+    release: () => void,
+    giveUp: () => ReturnType<typeof setTimeout> | undefined,
+    setDone: (done: Promise<{ code: number | null; signal?: string }>) => void,
+  ): Promise<Ssh2Stream> {
+    type Exit = { code: number | null; signal?: string };
+    return new Promise<Ssh2Stream>((resolve, reject) => {
+      client.exec(command, (error, s) => {
+        if (error) return reject(error);
+        // Listen before anything else runs: a quick command's exit status can arrive in
+        // the same read as the exec's confirmation, and ssh2 emits it at once.
+        const done = new Promise<Exit>((resolveDone, rejectDone) => {
+          let exit: Exit | undefined;
+          s.on("data", io.onStdout);
+          s.stderr.on("data", io.onStderr);
+          s.on("exit", (code, signal) => (exit = { code, signal }));
+          s.on("error", () => {}); // reported through close without an exit status
+          s.on("close", (code?: number | null, signal?: string) => {
+            clearTimeout(giveUp());
+            release();
+            // ssh2 repeats the exit status on close.
+            if (!exit && (typeof code === "number" || signal)) {
+              exit = { code: code ?? null, signal };
+            }
+            if (exit) resolveDone(exit);
+            else {rejectDone(
+                this.#unavailable("the connection closed before the command finished"),
+              );}
+          });
+        });
+        setDone(done);
+        resolve(s);
+      });
+    });
   }
 
   /** Closes the connection for good; resolves once the socket is closed (at most 5 s). */

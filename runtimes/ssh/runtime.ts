@@ -47,6 +47,7 @@ import {
 import { untrackRuntime } from "../registry.ts";
 import { type LiveSandbox, recordSandbox, registerCleaner } from "../ledger.ts";
 import type {
+  ArchiveOutOptions,
   RunOptions,
   RunResult,
   Runtime,
@@ -62,6 +63,7 @@ import {
   type SshConnection,
   type SshTarget,
 } from "./connection.ts";
+import { excludeMatcher, TarCollector } from "../_tar.ts";
 import {
   CONTROL,
   ENV_NAME,
@@ -532,7 +534,7 @@ export class SshRuntime implements Runtime {
   }
 
   /** A tar of `path` made by the host's `tar`, entries named from its basename. */
-  async archiveOut(path: string): Promise<Uint8Array> {
+  async archiveOut(path: string, options: ArchiveOutOptions = {}): Promise<Uint8Array> {
     const sftp = await this.#sftp();
     const target = this.#resolve(path);
     const stats = await this.#stat(sftp, target).catch((e) => {
@@ -543,15 +545,51 @@ export class SshRuntime implements Runtime {
     }
     const parent = target === "/" ? "/" : posix.dirname(target);
     const name = target === "/" ? "." : posix.basename(target);
-    const { code, stdout, stderr } = await this.#capture(
+    // The archive streams through the collector: excluded entries and anything past
+    // maxBytes are never held; passing the limit closes the channel, which ends tar.
+    const tar = new TarCollector({
+      exclude: options.exclude?.length ? excludeMatcher(options.exclude) : undefined,
+      maxBytes: options.maxBytes,
+      tooLarge: (bytes) =>
+        new SandboxFileTooLargeError(path, bytes, options.maxBytes!, this.#label()),
+    });
+    let failure: unknown;
+    let closeChannel = false;
+    const err: Uint8Array[] = [];
+    const handle = await this.#requireRunning().exec(
       shCommand('exec tar -C "$1" -cf - "$2"', [parent, name]),
+      {
+        onStdout: (chunk) => {
+          if (failure !== undefined) return;
+          try {
+            tar.push(chunk);
+          } catch (error) {
+            failure = error;
+            closeChannel = true;
+            queueMicrotask(() => {
+              try {
+                handle.close();
+              } catch { /* not open yet: closed below once exec() returns */ }
+            });
+          }
+        },
+        onStderr: (chunk) => err.push(chunk),
+      },
     );
-    if (code !== 0) {
+    if (closeChannel) handle.close();
+    const exit = await handle.done.catch((error) => {
+      if (failure === undefined) throw error;
+      return { code: null };
+    });
+    if (failure !== undefined) throw failure;
+    if (exit.code !== 0) {
       throw new SandboxError(
-        `tar of "${path}" failed on ${this.#label()}: ${new TextDecoder().decode(stderr).trim()}`,
+        `tar of "${path}" failed on ${this.#label()}: ${
+          new TextDecoder().decode(concatBytes(err)).trim()
+        }`,
       );
     }
-    return stdout;
+    return tar.finish();
   }
 
   /** Extracts `tar` into `dir` with the host's `tar`, creating `dir` first. */
