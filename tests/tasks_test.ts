@@ -252,6 +252,44 @@ export function loadTaskset(config: Record<string, unknown>) {
 }
 `;
 
+/** A grader that trusts an exit code: a script that exits 0 passes whatever it does. */
+const GAMEABLE_TASKSET = `
+import { readText, reward, Task, type TaskHookContext, Taskset } from "${MOD_URL}";
+
+class ExitCodeTask extends Task {
+  static override NEEDS_CONTAINER = true;
+  override async setup({ runtime }: TaskHookContext) {
+    await runtime.write("/app/solve.sh", "exit 1\\n", { mode: 0o755 });
+  }
+  correct = reward(async ({ runtime }) =>
+    (await runtime.run(["sh", "/app/solve.sh"])).exit_code === 0 ? 1 : 0
+  );
+  override async validate({ runtime }: TaskHookContext) {
+    await runtime.write("/app/solve.sh", "echo 42 > /app/answer.txt\\n", { mode: 0o755 });
+  }
+}
+
+class GameableTaskset extends Taskset {
+  get id() {
+    return "gameable";
+  }
+  load() {
+    return [new ExitCodeTask({
+      id: "exit-code-0",
+      prompt: "Write /app/solve.sh so that it writes 42 to /app/answer.txt",
+      image: "busybox:latest",
+      workdir: "/app",
+      scoring: { mode: "isolated" },
+      artifacts: [{ source: "/app/solve.sh" }],
+    })];
+  }
+}
+
+export function loadTaskset(config: Record<string, unknown>) {
+  return new GameableTaskset(config);
+}
+`;
+
 /** A reward written as a plain method: nothing would ever score these tasks above 0. */
 const METHOD_REWARD_TASKSET = `
 import { Task, type TaskHookContext, Taskset } from "${MOD_URL}";
@@ -1025,6 +1063,32 @@ Deno.test("--resume <run dir> without -n/-r keeps the run's original size from i
   assert.equal(second.metadata.num_tasks, 1, "not the whole taskset");
   assert.equal(second.metadata.num_rollouts, 1);
   assert.equal(model.requests.length, before, "nothing left to run");
+});
+
+Deno.test("vf validate --probe flags a grader an exit-0 script games, and py-grader passes its own probes", async () => {
+  await using s = await scenario();
+  const module = await s.file("gameable.ts", GAMEABLE_TASKSET);
+  const [gamed, pyGrader] = await Promise.all([
+    s.cli(["validate", module, "--probe"]),
+    s.cli(["validate", "py-grader", "-n", "1", "--probe"]),
+  ]);
+  assert.equal(gamed.code, 1, transcript(gamed));
+  assert.match(gamed.stdout, /exit-code-0 +1\.00 +0\.00 +FAIL gameable: exit-0-os-exit scored 1/);
+  const summary = JSON.parse(gamed.stdout.trim().split("\n").at(-1)!);
+  const probes = Object.fromEntries(
+    summary.results[0].probes.map((p: Json) => [p.probe, p.flagged]),
+  );
+  assert.equal(probes["exit-0-os-exit"], true);
+  assert.equal(probes["prewritten-verdict"], false);
+
+  assert.equal(pyGrader.code, 0, transcript(pyGrader));
+  const py = JSON.parse(pyGrader.stdout.trim().split("\n").at(-1)!);
+  assert.equal(py.results[0].ok, true);
+  for (const p of py.results[0].probes) {
+    assert.equal(p.flagged, false, JSON.stringify(p));
+    assert.ok(p.reward === 0 || p.reward === null, JSON.stringify(p));
+  }
+  assert.equal(py.results[0].probes.length, 6);
 });
 
 Deno.test("vf run refuses rollouts at once on a dedicated ssh host before anything starts", async () => {

@@ -1,10 +1,12 @@
 /**
- * py-grader: write a Python function in /app/solution.py. A private test script is staged
- * only into the grading sandbox (isolated scoring), so the agent cannot read the tests.
+ * py-grader: write a Python function in /app/solution.py. A private test runner is staged
+ * only into the grading sandbox (isolated scoring), so the agent cannot read the tests, and
+ * the expected answers stay in the evaluator, so a solution cannot fake a pass by exiting 0
+ * (`vf validate py-grader --probe` checks it).
  * @module
  */
 import { reward, Task, type TaskHookContext, Taskset, type TasksetConfig } from "../../mod.ts";
-import { PRIVATE_TESTS } from "./private_tests.ts";
+import { gradeOutput, PRIVATE_TESTS } from "./private_tests.ts";
 
 const PROBLEMS: Array<{ name: string; signature: string; spec: string; gold: string }> = [
   {
@@ -51,12 +53,13 @@ export class PyGraderTask extends Task {
     await runtime.write("/tests/check.py", PRIVATE_TESTS);
   }
 
+  // The sandbox only reports what the function returns; the comparison happens here, with
+  // answers that never enter a sandbox (see private_tests.ts), so exiting 0 early earns 0.
   tests_pass = reward(async ({ runtime, trace }) => {
-    const r = await runtime.run(["python3", "/tests/check.py", String(this.data.function)], {
-      timeoutMs: 30_000,
-    });
+    const name = String(this.data.function);
+    const r = await runtime.run(["python3", "/tests/check.py", name], { timeoutMs: 30_000 });
     trace.info.grader_output = (r.stdout + r.stderr).slice(-500);
-    return r.exit_code === 0 ? 1 : 0;
+    return gradeOutput(name, r.stdout);
   });
 
   override async validate({ runtime }: TaskHookContext): Promise<boolean> {

@@ -195,6 +195,7 @@ export function parseArgs(argv: string[]) {
       "version",
       "save",
       "force",
+      "probe",
     ],
     string: [
       "run",

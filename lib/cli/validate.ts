@@ -4,16 +4,20 @@
  */
 
 import process from "node:process";
+import { PROBES } from "../tasks/probe.ts";
 import { validateTaskset } from "../tasks/run.ts";
 import { RuntimeTable, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
 import { loadTasksetFor } from "./resolve.ts";
 
-const VALIDATE_HELP = `vf validate <taskset> [-n N] [--runtime.type docker|subprocess]
+const VALIDATE_HELP = `vf validate <taskset> [-n N] [--runtime.type docker|subprocess] [--probe]
 
 Per task, in fresh sandboxes: the gold answer (Task.validate) must score 1.0 and an
 untouched workspace 0.0. Prints a table and a JSON summary; exits 1 when any task fails.
+  --probe   also try known exploits against each task's grader, scored as in a run
+            (isolated grading included): ${PROBES.map((p) => p.name).join(", ")}.
+            A task that scores above 0 under any of them fails, naming the probe.
 `;
 
 function validateRuntimeTable(raw: Record<string, unknown>) {
@@ -53,6 +57,7 @@ export async function cmdValidate(argv: string[]): Promise<number> {
     runtime,
     runId,
     maxConcurrent: typeof raw.max_concurrent === "number" ? raw.max_concurrent : 4,
+    probe: raw.probe === true,
   });
   const rows = [
     ["task", "gold", "untouched", "result"],
@@ -63,10 +68,22 @@ export async function cmdValidate(argv: string[]): Promise<number> {
       r.ok ? "ok" : `FAIL ${r.error ?? ""}`,
     ]),
   ];
-  const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
-  process.stdout.write(
-    rows.map((r) => r.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd()).join("\n") + "\n",
-  );
+  printTable(rows);
+  if (raw.probe === true) {
+    process.stdout.write("\nintegrity probes (reward earned without doing the task; must be 0):\n");
+    printTable([
+      ["task", ...PROBES.map((p) => p.name)],
+      ...results.map((r) => [
+        r.task,
+        ...PROBES.map((p) => {
+          const got = r.probes?.find((x) => x.probe === p.name);
+          if (!got) return "-";
+          if (got.reward === null) return "error";
+          return got.flagged ? `GAMED ${got.reward.toFixed(2)}` : got.reward.toFixed(2);
+        }),
+      ]),
+    ]);
+  }
   const failed = results.filter((r) => !r.ok).length;
   process.stdout.write(
     JSON.stringify({
@@ -79,4 +96,11 @@ export async function cmdValidate(argv: string[]): Promise<number> {
     }) + "\n",
   );
   return failed ? 1 : 0;
+}
+
+function printTable(rows: string[][]): void {
+  const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
+  process.stdout.write(
+    rows.map((r) => r.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd()).join("\n") + "\n",
+  );
 }

@@ -11,6 +11,7 @@ import { isFatalError } from "../envs/environment.ts";
 import { ConfigError, serializeError } from "../errors.ts";
 import { JudgeRubric } from "../scoring/judge_rubric.ts";
 import { seededShuffle } from "../random.ts";
+import { type ProbeResult, PROBES, runProbe } from "./probe.ts";
 import { passAtK, readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
 import {
   requireRewards,
@@ -360,6 +361,8 @@ export interface ValidationResult {
   empty_reward: number | null;
   ok: boolean;
   error: string | null;
+  /** With `probe`: what each integrity probe earned (any reward above 0 fails the task). */
+  probes?: ProbeResult[];
 }
 
 /** Per task: the gold answer (via `validate`) must score 1.0 and an untouched workspace 0.0. */
@@ -371,6 +374,8 @@ export async function validateTaskset(
     runId: string;
     maxConcurrent?: number;
     signal?: AbortSignal;
+    /** Also run the integrity probes (PROBES) against each task's grader. */
+    probe?: boolean;
   },
 ): Promise<ValidationResult[]> {
   const tasks = await taskset.tasks(
@@ -420,6 +425,19 @@ export async function validateTaskset(
         result.ok = Math.abs(g - 1) < 1e-9 && Math.abs(e) < 1e-9;
         if (!result.ok) {
           result.error = `gold scored ${g} (expected 1.0), untouched scored ${e} (expected 0.0)`;
+        }
+        if (options.probe) {
+          result.probes = await Promise.all(
+            PROBES.map((p) => runProbe(task, p, { ...options, runtime: options.runtime })),
+          );
+          const flagged = result.probes.filter((p) => p.flagged);
+          if (flagged.length) {
+            result.ok = false;
+            result.error = [
+              result.error,
+              `gameable: ${flagged.map((p) => `${p.probe} scored ${p.reward}`).join(", ")}`,
+            ].filter(Boolean).join("; ");
+          }
         }
       } catch (error) {
         if (isFatalError(error)) throw error;
