@@ -58,8 +58,9 @@ export class PyGraderTask extends Task {
   tests_pass = reward(async ({ runtime, trace }) => {
     const name = String(this.data.function);
     const r = await runtime.run(["python3", "/tests/check.py", name], { timeoutMs: 30_000 });
-    trace.info.grader_output = (r.stdout + r.stderr).slice(-500);
-    return gradeOutput(name, r.stdout);
+    const { reward, summary } = gradeOutput(name, r.stdout);
+    trace.info.grader_output = `${summary}\n${r.stderr}`.slice(-500);
+    return reward;
   });
 
   override async validate({ runtime }: TaskHookContext): Promise<boolean> {

@@ -61,20 +61,50 @@ for args in INPUTS[name]:
 report(outputs)
 `;
 
+/** A value as Python's repr() shows it (for the messages). */
+function pyRepr(value: unknown): string {
+  if (typeof value === "string") {
+    return `'${value.replaceAll("\\", "\\\\").replaceAll("'", "\\'")}'`;
+  }
+  if (typeof value === "boolean") return value ? "True" : "False";
+  if (value === null) return "None";
+  if (typeof value === "object" && value && "raised" in value) {
+    return `raised ${(value as { raised: unknown }).raised}`;
+  }
+  return String(value);
+}
+
 /**
- * The reward: 1 when the runner's last `VF_RESULTS` line reports exactly the expected
- * outputs for `name`, else 0. The exit code is not trusted.
+ * Grades the runner's last `VF_RESULTS` line against the expected outputs for `name`: reward 1
+ * when every call returned what it should, else 0, with a summary for the trace (`3/3 passed`,
+ * or one line per wrong call). The exit code is not trusted.
  */
-export function gradeOutput(name: string, stdout: string): number {
+export function gradeOutput(name: string, stdout: string): { reward: number; summary: string } {
   const line = stdout.split("\n").reverse().find((l) => l.startsWith("VF_RESULTS "));
-  if (!line) return 0;
+  if (!line) return { reward: 0, summary: "no results were reported" };
   let report: { function?: string; outputs?: unknown[]; error?: unknown };
   try {
     report = JSON.parse(line.slice("VF_RESULTS ".length));
   } catch {
-    return 0;
+    return { reward: 0, summary: "the results line is not JSON" };
   }
   const want = EXPECTED[name];
-  if (report.function !== name || report.error || !Array.isArray(report.outputs)) return 0;
-  return want !== undefined && JSON.stringify(report.outputs) === JSON.stringify(want) ? 1 : 0;
+  const inputs = INPUTS[name];
+  if (!want || !inputs) return { reward: 0, summary: `unknown function ${name}` };
+  if (report.function !== name) return { reward: 0, summary: "results for another function" };
+  if (report.error) return { reward: 0, summary: String(report.error) };
+  const outputs = Array.isArray(report.outputs) ? report.outputs : [];
+  const wrong: string[] = [];
+  want.forEach((expected, i) => {
+    const got = outputs[i];
+    if (JSON.stringify(got) !== JSON.stringify(expected)) {
+      const args = inputs[i].map(pyRepr).join(", ") + (inputs[i].length === 1 ? "," : "");
+      wrong.push(`${name}(${args}): got ${pyRepr(got)}, want ${pyRepr(expected)}`);
+    }
+  });
+  const passed = want.length - wrong.length;
+  return {
+    reward: wrong.length === 0 && outputs.length === want.length ? 1 : 0,
+    summary: [...wrong, `${passed}/${want.length} passed`].join("\n"),
+  };
 }
