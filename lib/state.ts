@@ -124,6 +124,8 @@ export interface RolloutOutput {
     final_output_tokens: number;
   };
   trajectory_id: string;
+  /** Model requests of this rollout that were retried before they succeeded or gave up. */
+  model_retries?: number;
   [extra: string]: unknown;
 }
 
@@ -158,6 +160,9 @@ export function stateToOutput(state: State, stateColumns: string[] = []): Rollou
     tool_defs: state.tool_defs.length > 0 ? state.tool_defs : null,
     error: state.error ? serializeError(state.error) : null,
     trajectory_id: state.trajectory_id,
+    // Model requests retried (429, 5xx, timeouts), those that failed at last included.
+    model_retries: state.trajectory.reduce((n, s) => n + (s.response.retries ?? 0), 0) +
+      (((state.error as { retries?: number } | null | undefined)?.retries) ?? 0),
   };
   if (out.error) {
     out.error_chain = out.error.error_chain_repr;

@@ -101,6 +101,8 @@ export interface Response {
   model: string;
   usage: Usage | null;
   message: ResponseMessage;
+  /** Attempts of this request that failed (429, 5xx, timeout) and were retried; absent for none. */
+  retries?: number;
 }
 
 /** One model turn of a rollout. */

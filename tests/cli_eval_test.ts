@@ -385,9 +385,13 @@ Deno.test("vf eval retries 429s (retry-after 0) and 500s and then succeeds", asy
   for (const row of run.rows) {
     assert.equal(row.error, null);
     assert.equal(row.reward, 1);
+    assert.equal(row.model_retries, 2, "the 429 and the 500 were retried");
   }
   assert.equal(server.requests.length, 6, "a 429, a 500 and a success per rollout");
   assert.match(res.stdout, /errors: 0 of 2/);
+  // Retries are visible per rollout, per run and in the summary.
+  assert.equal(run.metadata.num_model_retries, 4);
+  assert.match(res.stdout, /model retries: 4 \(in 2 of 2 rollouts\)/);
 });
 
 Deno.test("vf eval records endpoint failures on the rollouts, and a run where every rollout errored exits 1: 500s, timeouts, malformed JSON", async () => {
@@ -423,6 +427,10 @@ Deno.test("vf eval records endpoint failures on the rollouts, and a run where ev
     assert.deepEqual(row.completion, []);
   }
   assert.equal(failingRun.metadata.avg_error, 1);
+  for (const row of failingRun.rows) {
+    assert.equal(row.model_retries, 1, "retried once, then failed");
+  }
+  assert.equal(failingRun.metadata.num_model_retries, 2);
   assert.equal(failing.requests.length, 4, "one try and one retry per rollout");
   assert.match(failingRes.stdout, /errors: 2 of 2 \(100\.0%\)/);
   assert.match(failingRes.stdout, /2 × ModelError: .*HTTP 500/);

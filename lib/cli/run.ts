@@ -166,6 +166,7 @@ export async function runTasks(
       ...Object.entries(summary.avg_metrics).map(([k, v]) => `  metric ${k}: ${v.toFixed(4)}`),
       ...Object.entries(summary.pass_at_k).map(([k, v]) => `  pass@${k}: ${v.toFixed(3)}`),
       `tokens: input ${summary.usage.input_tokens}, output ${summary.usage.output_tokens}`,
+      ...(summary.num_model_retries ? [`model retries: ${summary.num_model_retries}`] : []),
     ];
     process.stdout.write(lines.join("\n") + "\n");
     if (runDir) process.stdout.write(`traces: ${join(runDir, "traces.jsonl")}\n`);

@@ -137,5 +137,11 @@ export function renderSummary(metadata: RunMetadata, outputs: RolloutOutput[]): 
     kinds.set(key, (kinds.get(key) ?? 0) + 1);
   }
   for (const [k, v] of [...kinds].slice(0, 5)) lines.push(`  ${v} × ${k}`);
+  const retried = outputs.filter((o) => Number(o.model_retries ?? 0) > 0).length;
+  if (metadata.num_model_retries > 0) {
+    lines.push(
+      `model retries: ${metadata.num_model_retries} (in ${retried} of ${outputs.length} rollouts)`,
+    );
+  }
   return lines.join("\n");
 }

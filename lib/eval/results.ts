@@ -51,6 +51,8 @@ export interface RunMetadata extends MetadataBase {
   avg_reward_reason?: string;
   avg_metrics: Record<string, number>;
   avg_error: number;
+  /** Model-request retries summed over the rollouts (`model_retries` of each). */
+  num_model_retries: number;
   pass_at_k: Record<string, number>;
   pass_all_k: Record<string, number>;
   usage: {
@@ -69,6 +71,7 @@ export class MetadataBuilder {
   #n = 0;
   #rewardSum = 0;
   #errors = 0;
+  #retries = 0;
   #metricSums = new Map<string, { sum: number; n: number }>();
   #usage = { n: 0, input: 0, output: 0 };
   #byExample = new Map<number, { n: number; correct: number }>();
@@ -100,6 +103,7 @@ export class MetadataBuilder {
       this.#n++;
       this.#rewardSum += Number(o.reward ?? 0);
       if (o.error) this.#errors++;
+      this.#retries += Number(o.model_retries ?? 0);
       for (const [k, v] of Object.entries(o.metrics ?? {})) {
         if (typeof v !== "number") continue;
         const m = this.#metricSums.get(k) ?? { sum: 0, n: 0 };
@@ -159,6 +163,7 @@ export class MetadataBuilder {
       ...(this.#n ? {} : { avg_reward_reason: "no rollout has finished" }),
       avg_metrics: avgMetrics,
       avg_error: this.#n ? this.#errors / this.#n : 0,
+      num_model_retries: this.#retries,
       pass_at_k: passAt,
       pass_all_k: passAll,
       usage: this.#usage.n

@@ -342,7 +342,7 @@ export class OpenAIChatClient implements ChatClient {
           await sleep(backoffMs(attempt, null), options.signal);
           continue;
         }
-        throw lastError;
+        throw withRetries(lastError, attempt);
       }
       const { status, text } = reply;
       if (status >= 200 && status < 300) {
@@ -357,7 +357,9 @@ export class OpenAIChatClient implements ChatClient {
             { cause: error },
           );
         }
-        return parseChatCompletion(json);
+        const response = parseChatCompletion(json);
+        if (attempt > 0) response.retries = attempt;
+        return response;
       }
       const lower = text.toLowerCase();
       if (status === 401 || status === 403) {
@@ -379,7 +381,7 @@ export class OpenAIChatClient implements ChatClient {
         await sleep(backoffMs(attempt, reply.retryAfter), options.signal);
         continue;
       }
-      throw lastError;
+      throw withRetries(lastError, attempt);
     }
     throw lastError;
   }
@@ -486,6 +488,12 @@ function lowerCaseKeys(headers: Record<string, string> | undefined): Record<stri
   const out: Record<string, string> = {};
   for (const name in headers) out[name.toLowerCase()] = headers[name];
   return out;
+}
+
+/** Marks an error thrown after retried attempts with how many there were. */
+function withRetries(error: unknown, attempt: number): unknown {
+  if (attempt > 0 && error instanceof Error) Object.assign(error, { retries: attempt });
+  return error;
 }
 
 /** What one attempt got back. */

@@ -18,6 +18,8 @@ export interface ModelCallRecord {
   request_messages: number;
   response: Response | null;
   error?: string;
+  /** Attempts that failed and were retried before a request that failed at last. */
+  retries?: number;
 }
 
 /** One recorded tool call. */
@@ -146,6 +148,8 @@ async function callModel(
     return response;
   } catch (error) {
     record.error = String(error);
+    const retries = (error as { retries?: number }).retries;
+    if (retries) record.retries = retries;
     throw error;
   } finally {
     record.duration_ms = Date.now() - started;

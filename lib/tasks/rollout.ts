@@ -83,6 +83,8 @@ export interface TaskTrace {
   scoring: { mode: "shared" | "isolated"; attempts: number };
   messages: Messages;
   model_calls: ModelCallRecord[];
+  /** Model requests of this rollout that were retried (set when the trace is written). */
+  model_retries?: number;
   tool_calls: ToolCallRecord[];
   stop_condition: string | null;
   reward: number | null;

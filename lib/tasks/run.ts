@@ -86,6 +86,8 @@ export interface TaskRunSummary {
   pass_at_k: Record<string, number>;
   /** Rollouts left out of `pass_at_k` and `avg_reward` (infrastructure errors). */
   pass_at_k_excluded: number;
+  /** Model requests retried (429, 5xx, timeouts) over the run, summed from the traces. */
+  num_model_retries: number;
   usage: { input_tokens: number; output_tokens: number };
   vf_version: string;
   date: string;
@@ -129,6 +131,14 @@ export async function loadTraces(runDir: string): Promise<TaskTrace[]> {
     latest.set(`${t.task.key}#${t.rollout_index}`, t);
   }
   return [...latest.values()];
+}
+
+/** Model requests of a trace that were retried (on calls that succeeded and that failed). */
+export function modelRetries(trace: TaskTrace): number {
+  return (trace.model_calls ?? []).reduce(
+    (n, c) => n + ((c.response as { retries?: number } | null)?.retries ?? c.retries ?? 0),
+    0,
+  );
 }
 
 /** Summarise traces. */
@@ -182,6 +192,7 @@ export function summarizeTraces(
     avg_metrics: keyed((t) => t.metrics),
     pass_at_k: passAt,
     pass_at_k_excluded: infra,
+    num_model_retries: traces.reduce((n, t) => n + modelRetries(t), 0),
     usage: {
       input_tokens: traces.reduce((a, t) => a + t.usage.input_tokens, 0),
       output_tokens: traces.reduce((a, t) => a + t.usage.output_tokens, 0),
@@ -259,6 +270,7 @@ export async function runTaskset(
   const total = tasks.length * r;
   let writeQueue = Promise.resolve();
   const persist = (traces: TaskTrace[]) => {
+    for (const t of traces) t.model_retries = modelRetries(t);
     if (!tracesPath) return Promise.resolve();
     writeQueue = writeQueue.then(() =>
       appendFile(tracesPath, traces.map((t) => JSON.stringify(t) + "\n").join(""))

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { summarizeTraces } from "./run.ts";
+import { modelRetries, summarizeTraces } from "./run.ts";
 import type { TaskTrace } from "./rollout.ts";
 
 function trace(task: string, reward: number | null, infra = false): TaskTrace {
@@ -67,4 +67,17 @@ Deno.test("summarizeTraces(): a task's own failures still count as failures in p
   assert.equal(s.pass_at_k["1"], 0.5);
   assert.equal(s.pass_at_k["2"], 1);
   assert.equal(s.pass_at_k_excluded, 0);
+});
+
+Deno.test("summarizeTraces() and modelRetries() count retried model requests, failed ones included", () => {
+  const a = trace("a", 1);
+  a.model_calls = [
+    { turn: 0, response: { retries: 2 } },
+    { turn: 1, response: {} },
+  ] as unknown as TaskTrace["model_calls"];
+  const b = trace("b", null, true);
+  b.model_calls = [{ turn: 0, response: null, retries: 3 }] as unknown as TaskTrace["model_calls"];
+  assert.equal(modelRetries(a), 2);
+  assert.equal(modelRetries(b), 3);
+  assert.equal(summarizeTraces([a, b], base).num_model_retries, 5);
 });
