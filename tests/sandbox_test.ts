@@ -452,11 +452,24 @@ Deno.test("a hostile URL environment is denied the SSH key, API key, Docker sock
     ),
   };
   assert.deepEqual(rows.map((r) => r.info.attempt).sort(), Object.keys(expected).sort());
+  // Each denial is typed on its rollout: the permission, the target and the flag granting it.
+  const denial: Record<string, [string, RegExp, string | null]> = {
+    ssh: ["read", /id_ed25519|ssh/, `--allow-read=${w.sshKeyPath}`],
+    api_key: ["env", /^OPENAI_API_KEY$/, "--allow-env=OPENAI_API_KEY"],
+    docker: ["read", /^\/var\/run\/docker\.sock$/, null],
+    spawn: ["run", /^sh$/, null],
+    net: ["net", new RegExp(`^${hostPort}$`), `--allow-net=${hostPort}`],
+  };
   for (const row of rows) {
     const message: string = row.error?.message ?? "";
     assert.ok(message.startsWith("Permission denied"), JSON.stringify(row));
     assert.match(message, expected[row.info.attempt], JSON.stringify(row));
     assert.equal(row.info.leaked, undefined, JSON.stringify(row));
+    const [permission, target, flag] = denial[row.info.attempt];
+    const typed = row.error.permission_denied;
+    assert.equal(typed?.permission, permission, JSON.stringify(row.error));
+    assert.match(typed.target, target, JSON.stringify(row.error));
+    assert.equal(typed.flag, flag, JSON.stringify(row.error));
   }
 
   assert.deepEqual(target.requested, [], "the undeclared host was reached");

@@ -48,6 +48,20 @@ export function explainPermission(message: string): string {
   return `Permission denied: the sandboxed environment tried to use ${kind} access to "${target}"; ${hint}`;
 }
 
+/**
+ * A permission denial as data for the rollout's error: which permission, on what target, and
+ * the flag that grants it (null where vf never grants it).
+ */
+export function permissionOf(
+  message: string,
+): { permission: string; target: string; flag: string | null } | null {
+  const m = PERMISSION_RE.exec(message);
+  if (!m) return null;
+  const [, kind, target, flag] = m;
+  const grantable = ["net", "read", "env"].includes(flag) && !/docker\.sock/.test(target);
+  return { permission: kind, target, flag: grantable ? `--allow-${flag}=${target}` : null };
+}
+
 let env: Any = null;
 let taskset: Any = null;
 const tasks = new Map<string, Any>();
@@ -195,7 +209,11 @@ async function handle(method: string, p: Any, signal: AbortSignal): Promise<unkn
         stateColumns: p.state_columns,
       });
       for (const o of result.outputs) {
-        if (o.error?.message) o.error.message = explainPermission(o.error.message);
+        if (!o.error?.message) continue;
+        // A denial is recorded as such: typed on the rollout, not only in the message.
+        const denied = permissionOf(o.error.message);
+        o.error.message = explainPermission(o.error.message);
+        if (denied) o.error.permission_denied = denied;
       }
       return plainData(result);
     }
