@@ -307,7 +307,7 @@ export class TarCollector {
       const prefix = readString(h, 345, 155);
       const base = readString(h, 0, 100);
       const name = this.#pax.path ?? this.#longName ?? (prefix ? `${prefix}/${base}` : base);
-      const rel = name.replace(/^\.?\/*[^/]+\/?/, "");
+      const rel = name.replace(/^[^/]+\/?/, ""); // below the archived entry
       this.#keep = !(rel && this.#options.exclude?.(rel.replace(/\/$/, "")));
       if (this.#keep) {
         for (const m of this.#meta) this.#emit(m);

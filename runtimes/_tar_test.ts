@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { packTar, readTar } from "./_tar.ts";
+import { excludeMatcher, packTar, readTar, TarCollector } from "./_tar.ts";
 
 const longName = `${"a".repeat(90)}/${"b".repeat(90)}/ünïcode-✓.txt`;
 
@@ -45,4 +45,23 @@ Deno.test("readTar() reads what GNU tar writes", () => {
   } finally {
     Deno.removeSync(dir, { recursive: true });
   }
+});
+
+Deno.test("TarCollector keeps the spared members byte for byte across any chunking, long names included", () => {
+  const long = `out/${"d".repeat(80)}/${"f".repeat(60)}.txt`; // over 100 bytes: a pax header
+  const tar = packTar([
+    { name: "out/", type: "directory" },
+    { name: "out/keep.txt", type: "file", data: new TextEncoder().encode("keep\n") },
+    { name: long, type: "file", data: new TextEncoder().encode("long\n") },
+    { name: "out/a/node_modules/x.js", type: "file", data: new Uint8Array(3000) },
+    { name: "out/debug.log", type: "file", data: new TextEncoder().encode("log\n") },
+  ]);
+  for (const size of [1, 7, 512, 100_000]) {
+    const c = new TarCollector({ exclude: excludeMatcher(["node_modules", "*.log"]) });
+    for (let i = 0; i < tar.length; i += size) c.push(tar.subarray(i, i + size));
+    const names = [...readTar(c.finish())].map((r) => r.name);
+    assert.deepEqual(names, ["out/", "out/keep.txt", long], `chunks of ${size}`);
+  }
+  const limited = new TarCollector({ maxBytes: 2048, tooLarge: (n) => new RangeError(`${n}`) });
+  assert.throws(() => limited.push(tar), RangeError);
 });
