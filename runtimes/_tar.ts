@@ -5,6 +5,8 @@
  * @module
  */
 
+import { concatBytes } from "./_util.ts";
+
 const BLOCK = 512;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -112,15 +114,7 @@ export function packTar(entries: TarEntry[]): Uint8Array {
     if (data.length > 0) parts.push(data, new Uint8Array(padding(data.length)));
   }
   parts.push(new Uint8Array(BLOCK * 2));
-  let total = 0;
-  for (const p of parts) total += p.length;
-  const out = new Uint8Array(total);
-  let offset = 0;
-  for (const p of parts) {
-    out.set(p, offset);
-    offset += p.length;
-  }
-  return out;
+  return concatBytes(parts);
 }
 
 function readString(buf: Uint8Array, offset: number, length: number): string {
@@ -274,7 +268,7 @@ export class TarCollector {
 
   /** Feeds the next chunk; throws `tooLarge` once the kept bytes pass `maxBytes`. */
   push(chunk: Uint8Array): void {
-    let data = this.#pending.length ? concat(this.#pending, chunk) : chunk;
+    let data = this.#pending.length ? concatBytes([this.#pending, chunk]) : chunk;
     this.#pending = new Uint8Array(0);
     while (data.length > 0 && !this.#ended) {
       if (this.#remaining > 0) {
@@ -324,22 +318,6 @@ export class TarCollector {
 
   /** The kept archive, with its end-of-archive blocks. */
   finish(): Uint8Array {
-    const parts = [...this.#out, new Uint8Array(BLOCK * 2)];
-    let total = 0;
-    for (const p of parts) total += p.length;
-    const out = new Uint8Array(total);
-    let offset = 0;
-    for (const p of parts) {
-      out.set(p, offset);
-      offset += p.length;
-    }
-    return out;
+    return concatBytes([...this.#out, new Uint8Array(BLOCK * 2)]);
   }
-}
-
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a);
-  out.set(b, a.length);
-  return out;
 }

@@ -101,7 +101,8 @@ async function readDeclaration(
         offline: true,
       };
     }
-    const text = res.ok ? await res.text() : (await res.body?.cancel(), null);
+    if (!res.ok) await res.body?.cancel();
+    const text = res.ok ? await res.text() : null;
     if (text === null) await rm(cacheFile, { force: true });
     else await writeFile(cacheFile, text);
     return { text, offline: false };

@@ -140,7 +140,7 @@ class Slots {
 }
 
 /** A running command: its output arrives through the callbacks given to `exec`. */
-interface ExecHandle {
+export interface ExecHandle {
   /** Settles when the channel closes: the exit code, or the signal that ended it. */
   done: Promise<{ code: number | null; signal?: string }>;
   /** Closes the channel without waiting (the remote process is not killed by this). */

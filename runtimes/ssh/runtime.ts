@@ -56,6 +56,7 @@ import type {
 } from "../runtime.ts";
 import {
   acquire,
+  type ExecHandle,
   hostPort,
   release,
   type Ssh2Sftp,
@@ -554,9 +555,11 @@ export class SshRuntime implements Runtime {
         new SandboxFileTooLargeError(path, bytes, options.maxBytes!, this.#label()),
     });
     let failure: unknown;
-    let closeChannel = false;
+    // Assigned once exec() returns; the output callback may run before that (no const: TDZ).
+    // deno-lint-ignore prefer-const
+    let handle: ExecHandle | undefined;
     const err: Uint8Array[] = [];
-    const handle = await this.#requireRunning().exec(
+    handle = await this.#requireRunning().exec(
       shCommand('exec tar -C "$1" -cf - "$2"', [parent, name]),
       {
         onStdout: (chunk) => {
@@ -565,18 +568,13 @@ export class SshRuntime implements Runtime {
             tar.push(chunk);
           } catch (error) {
             failure = error;
-            closeChannel = true;
-            queueMicrotask(() => {
-              try {
-                handle.close();
-              } catch { /* not open yet: closed below once exec() returns */ }
-            });
+            handle?.close(); // else closed below, once exec() has returned
           }
         },
         onStderr: (chunk) => err.push(chunk),
       },
     );
-    if (closeChannel) handle.close();
+    if (failure !== undefined) handle.close();
     const exit = await handle.done.catch((error) => {
       if (failure === undefined) throw error;
       return { code: null };
