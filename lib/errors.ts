@@ -38,6 +38,11 @@ export class CommandTimeoutError extends VfError {}
 export class ConfigError extends VfError {}
 /** A task hook or harness failed. */
 export class TaskError extends VfError {}
+/**
+ * A rubric function threw or returned something that is not a number. The rollout was not
+ * really scored: it is recorded as an error and left out of averages and pass@k.
+ */
+export class RewardError extends VfError {}
 
 /** Errors along the `cause` chain, outermost first. */
 export function errorChain(error: unknown): unknown[] {

@@ -89,7 +89,8 @@ export function renderSummary(metadata: RunMetadata, outputs: RolloutOutput[]): 
       `rollouts/example ${metadata.rollouts_per_example}  rollouts ${metadata.num_rollouts}  ` +
       `time ${fmtDuration(metadata.time_ms)}`,
   );
-  const rewards = outputs.map((o) => o.reward);
+  const scored = outputs.filter((o) => !o.error);
+  const rewards = scored.map((o) => o.reward);
   const rows: string[][] = [["", "mean", "std"]];
   rows.push([
     "reward",
@@ -97,7 +98,7 @@ export function renderSummary(metadata: RunMetadata, outputs: RolloutOutput[]): 
     rewards.length ? std(rewards).toFixed(4) : "n/a",
   ]);
   for (const [name, avg] of Object.entries(metadata.avg_metrics)) {
-    const xs = outputs.map((o) => o.metrics?.[name]).filter((v): v is number =>
+    const xs = scored.map((o) => o.metrics?.[name]).filter((v): v is number =>
       typeof v === "number"
     );
     rows.push([name, avg.toFixed(4), std(xs).toFixed(4)]);
@@ -129,7 +130,8 @@ export function renderSummary(metadata: RunMetadata, outputs: RolloutOutput[]): 
   }
   const errors = outputs.filter((o) => o.error);
   lines.push(
-    `errors: ${errors.length} of ${outputs.length} (${(metadata.avg_error * 100).toFixed(1)}%)`,
+    `errors: ${errors.length} of ${outputs.length} (${(metadata.avg_error * 100).toFixed(1)}%)` +
+      (errors.length ? ", left out of the reward and pass@k" : ""),
   );
   const kinds = new Map<string, number>();
   for (const o of errors) {

@@ -45,16 +45,27 @@ export interface RunMetadata extends MetadataBase {
   date: string;
   time_ms: number;
   num_rollouts: number;
-  /** Mean reward; null until a rollout has finished (`avg_reward_reason` says so). */
+  /**
+   * Mean reward of the rollouts that were scored: errored rollouts (model, sandbox, a reward
+   * function that failed) are left out, never counted as 0. null when none was scored
+   * (`avg_reward_reason` says why).
+   */
   avg_reward: number | null;
   /** Why `avg_reward` is null. */
   avg_reward_reason?: string;
+  /** Means over the scored rollouts, like `avg_reward`. */
   avg_metrics: Record<string, number>;
+  /** Fraction of rollouts that errored. */
   avg_error: number;
+  /** Rollouts that errored: left out of `avg_reward`, `avg_metrics` and `pass_at_k`. */
+  num_errors: number;
   /** Model-request retries summed over the rollouts (`model_retries` of each). */
   num_model_retries: number;
+  /** pass@k over each example's scored rollouts (examples with fewer than k left out of k). */
   pass_at_k: Record<string, number>;
   pass_all_k: Record<string, number>;
+  /** Errored rollouts of finished examples, left out of `pass_at_k` and `pass_all_k`. */
+  pass_at_k_excluded: number;
   usage: {
     input_tokens: number;
     output_tokens: number;
@@ -69,12 +80,13 @@ export class MetadataBuilder {
   #base: MetadataBase;
   #started = Date.now();
   #n = 0;
+  #scored = 0;
   #rewardSum = 0;
   #errors = 0;
   #retries = 0;
   #metricSums = new Map<string, { sum: number; n: number }>();
   #usage = { n: 0, input: 0, output: 0 };
-  #byExample = new Map<number, { n: number; correct: number }>();
+  #byExample = new Map<number, { n: number; scored: number; correct: number }>();
   #toolKey: string | null | undefined = undefined;
   #tools: Tool[] | null = null;
 
@@ -92,18 +104,33 @@ export class MetadataBuilder {
     return this.#n;
   }
 
-  /** Mean reward so far (0 before any output). */
+  /** Mean reward of the scored outputs so far (0 before any; errored ones left out). */
   get meanReward(): number {
-    return this.#n ? this.#rewardSum / this.#n : 0;
+    return this.#scored ? this.#rewardSum / this.#scored : 0;
   }
 
   /** Fold outputs in. */
   add(outputs: RolloutOutput[]): void {
     for (const o of outputs) {
       this.#n++;
-      this.#rewardSum += Number(o.reward ?? 0);
-      if (o.error) this.#errors++;
       this.#retries += Number(o.model_retries ?? 0);
+      const ex = this.#byExample.get(o.example_id) ?? { n: 0, scored: 0, correct: 0 };
+      ex.n++;
+      this.#byExample.set(o.example_id, ex);
+      this.#addTools(o);
+      if (o.token_usage) {
+        this.#usage.n++;
+        this.#usage.input += o.token_usage.input_tokens;
+        this.#usage.output += o.token_usage.output_tokens;
+      }
+      if (o.error) {
+        this.#errors++;
+        continue;
+      }
+      this.#scored++;
+      ex.scored++;
+      if (Number(o.reward ?? 0) >= this.#base.pass_threshold) ex.correct++;
+      this.#rewardSum += Number(o.reward ?? 0);
       for (const [k, v] of Object.entries(o.metrics ?? {})) {
         if (typeof v !== "number") continue;
         const m = this.#metricSums.get(k) ?? { sum: 0, n: 0 };
@@ -111,23 +138,18 @@ export class MetadataBuilder {
         m.n++;
         this.#metricSums.set(k, m);
       }
-      if (o.token_usage) {
-        this.#usage.n++;
-        this.#usage.input += o.token_usage.input_tokens;
-        this.#usage.output += o.token_usage.output_tokens;
-      }
-      const ex = this.#byExample.get(o.example_id) ?? { n: 0, correct: 0 };
-      ex.n++;
-      if (Number(o.reward ?? 0) >= this.#base.pass_threshold && !o.error) ex.correct++;
-      this.#byExample.set(o.example_id, ex);
-      const key = (o.tool_defs ?? []).map((t) => t.name).sort().join(",");
-      if (this.#toolKey === undefined) {
-        this.#toolKey = key;
-        this.#tools = o.tool_defs && o.tool_defs.length ? o.tool_defs : null;
-      } else if (this.#toolKey !== key) {
-        this.#toolKey = null;
-        this.#tools = null;
-      }
+    }
+  }
+
+  /** The tool list, kept while every output had the same one. */
+  #addTools(o: RolloutOutput): void {
+    const key = (o.tool_defs ?? []).map((t) => t.name).sort().join(",");
+    if (this.#toolKey === undefined) {
+      this.#toolKey = key;
+      this.#tools = o.tool_defs && o.tool_defs.length ? o.tool_defs : null;
+    } else if (this.#toolKey !== key) {
+      this.#toolKey = null;
+      this.#tools = null;
     }
   }
 
@@ -136,20 +158,22 @@ export class MetadataBuilder {
     const r = this.#base.rollouts_per_example;
     const passAt: Record<string, number> = {};
     const passAll: Record<string, number> = {};
+    let excluded = 0;
     if (r > 1) {
       const complete = [...this.#byExample.values()].filter((e) => e.n === r);
-      if (complete.length > 0) {
-        for (let k = 1; k <= r; k *= 2) {
-          let p = 0;
-          let pa = 0;
-          for (const e of complete) {
-            const v = passAtK(r, e.correct, k);
-            p += v.pass;
-            pa += v.passAll;
-          }
-          passAt[String(k)] = p / complete.length;
-          passAll[String(k)] = pa / complete.length;
+      for (const e of complete) excluded += e.n - e.scored;
+      for (let k = 1; k <= r; k *= 2) {
+        const counted = complete.filter((e) => e.scored >= k);
+        if (counted.length === 0) continue;
+        let p = 0;
+        let pa = 0;
+        for (const e of counted) {
+          const v = passAtK(e.scored, e.correct, k);
+          p += v.pass;
+          pa += v.passAll;
         }
+        passAt[String(k)] = p / counted.length;
+        passAll[String(k)] = pa / counted.length;
       }
     }
     const avgMetrics: Record<string, number> = {};
@@ -159,13 +183,19 @@ export class MetadataBuilder {
       date: new Date().toISOString(),
       time_ms: Date.now() - this.#started,
       num_rollouts: this.#n,
-      avg_reward: this.#n ? this.meanReward : null,
-      ...(this.#n ? {} : { avg_reward_reason: "no rollout has finished" }),
+      avg_reward: this.#scored ? this.meanReward : null,
+      ...(this.#scored ? {} : {
+        avg_reward_reason: this.#n
+          ? `every rollout (${this.#n}) errored`
+          : "no rollout has finished",
+      }),
       avg_metrics: avgMetrics,
       avg_error: this.#n ? this.#errors / this.#n : 0,
+      num_errors: this.#errors,
       num_model_retries: this.#retries,
       pass_at_k: passAt,
       pass_all_k: passAll,
+      pass_at_k_excluded: excluded,
       usage: this.#usage.n
         ? {
           input_tokens: this.#usage.input / this.#usage.n,

@@ -182,6 +182,38 @@ Deno.test("MetadataBuilder gives empty pass@k when no example is complete yet", 
   assert.deepEqual(b.build().pass_at_k, { "1": 1, "2": 1 });
 });
 
+Deno.test("MetadataBuilder leaves errored rollouts out of the reward, metrics and pass@k", () => {
+  const err = { error: "ModelError", message: "connection refused" } as RolloutOutput["error"];
+  const b = new MetadataBuilder(base({ rollouts_per_example: 2 }));
+  // example 0: one correct, one errored; example 1: both correct; example 2: both errored.
+  b.add([
+    out(0, 1, { metrics: { m: 1 } }),
+    out(0, 0, { error: err, metrics: { m: 0 } }),
+    out(1, 1, { metrics: { m: 1 } }),
+    out(1, 1, { metrics: { m: 1 } }),
+    out(2, 0, { error: err }),
+    out(2, 0, { error: err }),
+  ]);
+  const m = b.build();
+  assert.equal(m.avg_reward, 1, "the errored zeros are not in the mean");
+  assert.equal(b.meanReward, 1);
+  assert.deepEqual(m.avg_metrics, { m: 1 });
+  assert.equal(m.num_errors, 3);
+  close(m.avg_error, 0.5);
+  assert.equal(m.pass_at_k_excluded, 3);
+  // pass@1 over examples 0 (1 of 1) and 1 (2 of 2); pass@2 only over example 1.
+  assert.deepEqual(m.pass_at_k, { "1": 1, "2": 1 });
+});
+
+Deno.test("MetadataBuilder writes a null average with a reason when every rollout errored", () => {
+  const err = { error: "SandboxError", message: "gone" } as RolloutOutput["error"];
+  const b = new MetadataBuilder(base());
+  b.add([out(0, 0, { error: err }), out(1, 0, { error: err })]);
+  const m = b.build();
+  assert.equal(m.avg_reward, null);
+  assert.equal(m.avg_reward_reason, "every rollout (2) errored");
+});
+
 Deno.test("MetadataBuilder counts a reward equal to pass_threshold as correct", () => {
   const at = new MetadataBuilder(base({ rollouts_per_example: 2, pass_threshold: 0.5 }));
   at.add([out(0, 0.5), out(0, 0.5)]);

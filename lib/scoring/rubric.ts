@@ -9,6 +9,7 @@
 import { Parser } from "./parser.ts";
 import type { State } from "../state.ts";
 import type { Messages } from "../types.ts";
+import { RewardError } from "../errors.ts";
 
 /** What an individual reward function receives. */
 export interface RewardContext {
@@ -164,21 +165,24 @@ export class Rubric {
     };
   }
 
-  /** A score, or a promise of one when the function is async (sync ones skip the microtasks). */
-  #callOne(entry: RubricEntry, state: State): number | Promise<number> {
+  /**
+   * A score, or a promise of one when the function is async (sync ones skip the microtasks).
+   * null when the function failed; the failure is then recorded on the state.
+   */
+  #callOne(entry: RubricEntry, state: State): number | null | Promise<number | null> {
     let value: unknown;
     try {
       value = (entry.fn as RewardFunc)(this.#context(state));
     } catch (error) {
-      return rewardFailed(entry, error);
+      return rewardFailed(entry, error, state);
     }
     if (isThenable(value)) {
       return Promise.resolve(value).then(
-        (v) => toScore(entry, v),
-        (error) => rewardFailed(entry, error),
+        (v) => toScore(entry, v, state),
+        (error) => rewardFailed(entry, error, state),
       );
     }
-    return toScore(entry, value);
+    return toScore(entry, value, state);
   }
 
   /** Score one rollout with individual functions only, sequentially. */
@@ -192,7 +196,8 @@ export class Rubric {
     const metrics: Record<string, number> = {};
     for (const entry of this.entries) {
       const called = this.#callOne(entry, state);
-      const score = typeof called === "number" ? called : await called;
+      const score = called instanceof Promise ? await called : called;
+      if (score === null) continue;
       reward += score * entry.weight;
       metrics[entry.name] = score;
     }
@@ -206,7 +211,7 @@ export class Rubric {
     const totals = states.map(() => 0);
     const metrics: Record<string, number>[] = states.map(() => ({}));
     for (const entry of this.entries) {
-      let scores: number[];
+      let scores: (number | null)[];
       if (entry.group) {
         try {
           const ctx: GroupRewardContext = {
@@ -220,18 +225,24 @@ export class Rubric {
             parser: this.parser,
           };
           const out = await (entry.fn as unknown as GroupRewardFunc)(ctx);
-          scores = states.map((_, i) => Number(out?.[i] ?? 0) || 0);
+          if (!Array.isArray(out) || out.length !== states.length) {
+            throw new TypeError(
+              `returned ${Array.isArray(out) ? `${out.length} scores` : typeof out} ` +
+                `for a group of ${states.length}`,
+            );
+          }
+          scores = states.map((s, i) => toScore(entry, out[i], s));
         } catch (error) {
-          console.warn(`Group reward function "${entry.name}" failed and scores 0: ${error}`);
-          scores = states.map(() => 0);
+          scores = states.map((s) => rewardFailed(entry, error, s));
         }
       } else {
         const called = states.map((s) => this.#callOne(entry, s));
-        scores = called.every((c) => typeof c === "number")
-          ? called as number[]
-          : await Promise.all(called);
+        scores = called.some((c) => c instanceof Promise)
+          ? await Promise.all(called)
+          : called as (number | null)[];
       }
       scores.forEach((score, i) => {
+        if (score === null) return;
         totals[i] += score * entry.weight;
         metrics[i][entry.name] = score;
       });
@@ -255,7 +266,7 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
 }
 
 /** Like Python's float(): null, "", [] and objects are not numbers (Number() says 0). */
-function toScore(entry: RubricEntry, value: unknown): number {
+function toScore(entry: RubricEntry, value: unknown, state: State): number | null {
   const n = typeof value === "boolean"
     ? (value ? 1 : 0)
     : typeof value === "number" || (typeof value === "string" && value.trim() !== "")
@@ -264,16 +275,23 @@ function toScore(entry: RubricEntry, value: unknown): number {
   if (Number.isFinite(n)) return n;
   let shown: string;
   try {
-    shown = `returned ${JSON.stringify(value)}`;
-  } catch (error) {
-    return rewardFailed(entry, error); // e.g. a bigint, as before
+    shown = `returned ${JSON.stringify(value) ?? String(value)}, not a number`;
+  } catch {
+    shown = `returned a ${typeof value}, not a number`; // e.g. a bigint
   }
-  return rewardFailed(entry, new TypeError(shown));
+  return rewardFailed(entry, new TypeError(shown), state);
 }
 
-function rewardFailed(entry: RubricEntry, error: unknown): number {
-  console.warn(`Reward function "${entry.name}" failed and scores 0: ${String(error)}`);
-  return 0;
+/**
+ * A rubric function that failed did not score the rollout: the failure becomes the rollout's
+ * error (unless it already has one), which leaves it out of averages and pass@k. Never a 0.
+ */
+function rewardFailed(entry: RubricEntry, error: unknown, state: State): null {
+  const detail = error instanceof Error ? error.message : String(error);
+  state.error ??= new RewardError(`Reward function "${entry.name}" failed: ${detail}`, {
+    cause: error,
+  });
+  return null;
 }
 
 /** Set reward, metrics and advantage (reward minus the group mean) on each state. */

@@ -11,7 +11,7 @@ import {
 import type { State } from "../state.ts";
 import type { Messages } from "../types.ts";
 import { testState, testStep } from "../../tests/_state.ts";
-import { captureWarnings } from "../../tests/_warnings.ts";
+import { RewardError } from "../errors.ts";
 
 function answerState(completionText: string, answer = "4", extra: Partial<State> = {}): State {
   return testState({
@@ -142,37 +142,47 @@ Deno.test("scoreRollout() coerces boolean results to 1 and 0", async () => {
   assert.equal(state.reward, 1);
 });
 
-Deno.test("scoreRollout() scores a throwing reward function 0 with a warning and goes on", async () => {
+Deno.test("scoreRollout() records a throwing reward function as the rollout's error, never a 0", async () => {
   function broken(): number {
     throw new Error("boom");
   }
   const rubric = new Rubric({ funcs: [broken, exact] });
   const state = answerState("4");
-  const warnings = await captureWarnings(() => rubric.scoreRollout(state));
-  assert.deepEqual(state.metrics, { broken: 0, exact: 1 });
-  assert.equal(state.reward, 1);
-  assert.equal(warnings.length, 1);
-  assert.match(warnings[0], /"broken".*scores 0.*boom/);
+  await rubric.scoreRollout(state);
+  assert.deepEqual(state.metrics, { exact: 1 }, "no broken: 0 in the metrics");
+  assert.ok(state.error instanceof RewardError);
+  assert.match((state.error as Error).message, /Reward function "broken" failed: boom/);
+  assert.equal(((state.error as Error).cause as Error).message, "boom");
 });
 
-Deno.test("scoreRollout() scores a rejected async reward function 0 with a warning", async () => {
+Deno.test("scoreRollout() records a rejected async reward function as the error", async () => {
   const rejects = () => Promise.reject(new Error("late boom"));
   const rubric = new Rubric({ funcs: [rejects] });
   const state = testState();
-  const warnings = await captureWarnings(() => rubric.scoreRollout(state));
-  assert.equal(state.reward, 0);
-  assert.match(warnings[0], /late boom/);
+  await rubric.scoreRollout(state);
+  assert.deepEqual(state.metrics, {});
+  assert.match(String(state.error), /RewardError: Reward function "rejects" failed: late boom/);
 });
 
-Deno.test("scoreRollout() scores non-numeric results 0 with a warning", async () => {
-  const values: unknown[] = ["abc", undefined, null, {}, [], "", NaN, Infinity];
+Deno.test("scoreRollout() records non-numeric results as errors naming the value", async () => {
+  const values: unknown[] = ["abc", undefined, null, {}, [], "", NaN, Infinity, 1n];
   for (const value of values) {
     const rubric = new Rubric({ funcs: [() => value as number] });
     const state = testState();
-    const warnings = await captureWarnings(() => rubric.scoreRollout(state));
-    assert.equal(state.reward, 0, `reward for ${String(value)}`);
-    assert.equal(warnings.length, 1, `warning for ${JSON.stringify(value)}`);
+    await rubric.scoreRollout(state);
+    assert.deepEqual(state.metrics, {}, `metrics for ${String(value)}`);
+    assert.ok(state.error instanceof RewardError, `error for ${String(value)}`);
+    assert.match((state.error as Error).message, /not a number/);
   }
+});
+
+Deno.test("scoreRollout() keeps an earlier error (the model's) over a reward failure", async () => {
+  const rubric = new Rubric({ funcs: [() => NaN] });
+  const state = testState();
+  const first = new Error("model went away");
+  state.error = first;
+  await rubric.scoreRollout(state);
+  assert.equal(state.error, first);
 });
 
 Deno.test("scoreRollout() accepts a numeric string, as float() does", async () => {
@@ -305,7 +315,7 @@ Deno.test("scoreGroup() mixes group and individual functions with weights", asyn
   ]);
 });
 
-Deno.test("scoreGroup() scores every state 0 when a group function throws", async () => {
+Deno.test("scoreGroup() records a throwing group function on every state, never a 0", async () => {
   const rubric = new Rubric({
     funcs: [
       exact,
@@ -315,19 +325,21 @@ Deno.test("scoreGroup() scores every state 0 when a group function throws", asyn
     ],
   });
   const states = [answerState("4"), answerState("4")];
-  const warnings = await captureWarnings(() => rubric.scoreGroup(states));
-  assert.deepEqual(states.map((s) => s.metrics), [
-    { exact: 1, bad_group: 0 },
-    { exact: 1, bad_group: 0 },
-  ]);
-  assert.match(warnings[0], /"bad_group".*group boom/);
+  await rubric.scoreGroup(states);
+  assert.deepEqual(states.map((s) => s.metrics), [{ exact: 1 }, { exact: 1 }]);
+  for (const s of states) {
+    assert.match(String(s.error), /RewardError: Reward function "bad_group" failed: group boom/);
+  }
 });
 
-Deno.test("scoreGroup() scores 0 for states a group function returned no value for", async () => {
+Deno.test("scoreGroup() records an error when a group function returns the wrong number of scores", async () => {
   const rubric = new Rubric({ funcs: [groupReward(() => [1], "short")] });
   const states = [testState(), testState()];
   await rubric.scoreGroup(states);
-  assert.deepEqual(states.map((s) => s.reward), [1, 0]);
+  for (const s of states) {
+    assert.match(String(s.error), /"short" failed: returned 1 scores for a group of 2/);
+    assert.deepEqual(s.metrics, {});
+  }
 });
 
 Deno.test("scoreGroup() sets advantage to reward minus the group mean", async () => {
