@@ -64,6 +64,10 @@ export interface SshdHost {
   sessionPids(): Promise<number[]>;
   /** Kills sshd and every session: the host "goes away" (connections are reset). */
   killSshd(): Promise<void>;
+  /** SIGKILLs sshd and every session but keeps the host (files, processes outside sshd). */
+  stopSshd(): Promise<void>;
+  /** Starts sshd again after {@linkcode stopSshd}, with the same keys and address. */
+  startSshd(): Promise<void>;
   /** Kills everything in the namespace and removes it, the veth pair and the state. */
   close(): Promise<void>;
   /** {@linkcode close} for `unload` handlers. */
@@ -243,6 +247,9 @@ sed -i 's/^root:!/root:*/' "$R/etc/shadow" 2>/dev/null || true
 for f in .bashrc .profile; do
   if [ -f "$R/etc/skel/$f" ]; then cp "$R/etc/skel/$f" "$R/root/$f"; else : >"$R/root/$f"; fi
 done
+# A keeper holds the host's namespaces and filesystem while sshd is down (stopSshd).
+unshare --root="$R" sleep infinity </dev/null >/dev/null 2>&1 &
+echo $! >"$B/state/keeper.pid"
 exec unshare --root="$R" ${SSHD} -f ${INNER_STATE}/sshd_config -E ${INNER_STATE}/sshd.log`;
 
 function sshdConfig(address: string): string {
@@ -349,7 +356,9 @@ export async function startSshdHost(): Promise<SshdHost> {
       );
     }
     await waitForPort(inner, 22, `${state}/sshd.log`);
-    const pid = Number(await waitForFile(`${state}/sshd.pid`));
+    await waitForFile(`${state}/sshd.pid`);
+    const pid = Number(await waitForFile(`${state}/keeper.pid`));
+    const listenerPid = () => Number(readFileSync(`${state}/sshd.pid`, "utf8").trim());
 
     const exec = (argv: string[], options: { stdin?: string } = {}) =>
       sh(["nsenter", "-t", String(pid), "-m", "-n", "-r", "-w", ...argv], options);
@@ -408,7 +417,7 @@ export async function startSshdHost(): Promise<SshdHost> {
         await Deno.writeTextFile(`${state}/authorized_keys/${user}`, publicKey.trim() + "\n");
       },
       async sessionPids() {
-        const listener = pid;
+        const listener = listenerPid();
         const pids = (await sh(["ip", "netns", "pids", name])).stdout.split(/\s+/).filter(Boolean)
           .map(Number);
         const out: number[] = [];
@@ -431,6 +440,34 @@ export async function startSshdHost(): Promise<SshdHost> {
         for (let i = 0; i < 100 && pids.some((p) => existsSync(`/proc/${p}`)); i++) {
           await new Promise((r) => setTimeout(r, 20));
         }
+      },
+      async stopSshd() {
+        const pids = (await sh(["ip", "netns", "pids", name])).stdout.split(/\s+/).filter((p) =>
+          p && Number(p) !== pid
+        );
+        for (const p of pids) await sh(["kill", "-9", p]);
+        for (let i = 0; i < 100 && pids.some((p) => existsSync(`/proc/${p}`)); i++) {
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        await Deno.remove(`${state}/sshd.pid`).catch(() => {});
+      },
+      async startSshd() {
+        await must([
+          "nsenter",
+          "-t",
+          String(pid),
+          "-m",
+          "-n",
+          "-r",
+          "-w",
+          SSHD,
+          "-f",
+          `${INNER_STATE}/sshd_config`,
+          "-E",
+          `${INNER_STATE}/sshd.log`,
+        ]);
+        await waitForPort(inner, 22, `${state}/sshd.log`);
+        await waitForFile(`${state}/sshd.pid`);
       },
       async close() {
         await host.killSshd();

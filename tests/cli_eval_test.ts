@@ -751,7 +751,7 @@ Deno.test("vf eval @ config.toml applies flag and dotted overrides, records them
 // ---------------------------------------------------------------------------------------
 // Interrupt and resume
 
-Deno.test("vf eval saves finished rollouts on SIGINT (exit 130) and --resume runs only the missing ones", async () => {
+Deno.test("vf eval saves finished rollouts on SIGINT (exit 130) and --resume (sizes from the run) runs only the missing ones", async () => {
   await using tmp = await tempDir("vf_cli_eval_");
   await using slow = await startModelServer({
     responder: (request) => ({
@@ -806,7 +806,11 @@ Deno.test("vf eval saves finished rollouts on SIGINT (exit 130) and --resume run
   const savedQuestions = new Set(interrupted.rows.map((r) => r.prompt.at(-1).content as string));
 
   const before = slow.requests.length;
-  const second = await runCli([...args, "--resume", runDir], { cwd: tmp.path });
+  // Without -n/-r: the run's own sizes (6 × 1), not the environment's defaults.
+  const second = await runCli(
+    ["eval", "reverse-text", "-m", "slow", "-b", slow.url, "-c", "1", "--resume", runDir],
+    { cwd: tmp.path },
+  );
   assert.equal(second.code, 0, transcript(second));
   const done = await readRun(runDir);
   assert.equal(done.rows.length, 6);

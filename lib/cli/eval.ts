@@ -218,6 +218,12 @@ export async function cmdEval(argv: string[]): Promise<number> {
   const merged = deepMerge(fileConfig, cliConfig);
   const config = validateEvalConfig(merged, source);
   if (config.env && "taskset" in config.env) return await runTasks(config, merged, source);
+  if (typeof config.resume === "string") {
+    // Resuming a named run: sizes not given again are the run's own, not the env's defaults.
+    const saved = await loadMetadata(resolve(config.resume));
+    config.num_examples ??= saved.num_examples;
+    config.rollouts_per_example ??= saved.rollouts_per_example;
+  }
   const run = await resolveEval(config, source);
 
   const save = config.save !== false;

@@ -634,7 +634,13 @@ export class SshRuntime implements Runtime {
     if (groups.length) await this.#killGroups(groups).catch(() => {});
     if (this.#options.disposable) return;
     if (this.#created && this.#ownsWorkdir && this.#workdir.startsWith("/tmp/vf-")) {
-      await this.#capture(shCommand('rm -rf -- "$1"', [this.#workdir])).catch(() => {});
+      const removed = await this.#capture(shCommand('rm -rf -- "$1"', [this.#workdir])).then(
+        (r) => r.code === 0,
+        () => false,
+      );
+      // The host went away (sshd killed, network down): the workdir stays live in the ledger,
+      // so `vf cleanup` removes it once this run has ended, instead of it leaking unrecorded.
+      if (!removed) return;
     }
     if (this.#ledgered()) {
       await recordSandbox({ event: "stopped", ...this.#ledgerRecord() }).catch(() => {});
