@@ -44,6 +44,25 @@ export class TaskError extends VfError {}
  */
 export class RewardError extends VfError {}
 
+/** Which permission a sandboxed environment was denied, and the flag that grants it. */
+export interface PermissionDenial {
+  /** Deno's name for it: `net`, `read`, `write`, `env`, `run`, ... */
+  permission: string;
+  /** The host, path or variable asked for. */
+  target: string;
+  /** The vf flag that grants it, or null where vf never grants it (the Docker socket, run). */
+  flag: string | null;
+}
+
+/** Sandboxed environment code was denied a permission; recorded as `error.permission_denied`. */
+export class PermissionDeniedError extends VfError {
+  readonly permission_denied: PermissionDenial;
+  constructor(message: string, denial: PermissionDenial, options?: { cause?: unknown }) {
+    super(message, options);
+    this.permission_denied = denial;
+  }
+}
+
 /** Errors along the `cause` chain, outermost first. */
 export function errorChain(error: unknown): unknown[] {
   const chain: unknown[] = [];
@@ -73,15 +92,21 @@ export interface SerializedError {
   message: string;
   error_chain_repr: string;
   error_chain_str: string;
+  /** Set when a permission denial anywhere along the cause chain was the failure. */
+  permission_denied?: PermissionDenial;
 }
 
 /** Serialise an error for results.jsonl / traces.jsonl. */
 export function serializeError(error: unknown): SerializedError {
+  const denied = errorChain(error).find((e) => e instanceof PermissionDeniedError) as
+    | PermissionDeniedError
+    | undefined;
   return {
     error: error instanceof Error ? error.name : "Error",
     message: error instanceof Error ? error.message : String(error),
     error_chain_repr: errorChainRepr(error),
     error_chain_str: errorChainStr(error),
+    ...(denied ? { permission_denied: denied.permission_denied } : {}),
   };
 }
 

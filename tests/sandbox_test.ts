@@ -622,7 +622,7 @@ Deno.test("the lock file pins a URL environment: a changed module fails until --
   }
 });
 
-Deno.test("a URL taskset runs sandboxed on the evaluator's Docker runtime: vf validate, vf run with the bash tool, and a setup denied the Docker socket", async () => {
+Deno.test("a URL taskset runs sandboxed on the evaluator's Docker runtime: vf validate, vf run with the bash tool, and a setup denied the Docker socket (typed on the trace)", async () => {
   await using w = await workdir();
   const packages = join(w.path, "packages");
   await using files = await serveFiles(packages);
@@ -670,6 +670,13 @@ Deno.test("a URL taskset runs sandboxed on the evaluator's Docker runtime: vf va
       denied.message,
       /^Permission denied: .*read access to "\/var\/run\/docker\.sock"; vf never grants access to the Docker socket/,
     );
+    // Typed on the trace, not only in the message; and a setup that never ran is not a 0.
+    assert.deepEqual(denied.permission_denied, {
+      permission: "read",
+      target: "/var/run/docker.sock",
+      flag: null,
+    });
+    assert.equal(byKey.denied.reward, null);
     assert.equal(byKey.write.error, null, JSON.stringify(byKey.write));
     assert.equal(byKey.write.reward, 1, JSON.stringify(byKey.write));
   } finally {

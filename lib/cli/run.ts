@@ -158,8 +158,10 @@ export async function runTasks(
           ? `n/a (${summary.no_score_reason})`
           : summary.avg_reward.toFixed(4)
       }  errors ${summary.num_errors} of ${summary.num_rollouts}${
-        summary.num_infra_errors
-          ? ` (${summary.num_infra_errors} infrastructure, left out of reward and pass@k)`
+        summary.num_unscored
+          ? ` (${summary.num_unscored} never scored${
+            summary.num_infra_errors ? `, ${summary.num_infra_errors} on infrastructure` : ""
+          }: left out of reward and pass@k)`
           : ""
       }`,
       ...Object.entries(summary.avg_rewards).map(([k, v]) => `  reward ${k}: ${v.toFixed(4)}`),

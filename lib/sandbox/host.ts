@@ -262,8 +262,11 @@ const peer = new RpcPeer(writeLine, async (method, params, signal) => {
     return await handle(method, params, signal);
   } catch (error) {
     const e = error instanceof Error ? error : new Error(String(error));
-    const wrapped = new Error(explainPermission(e.message));
+    const wrapped: Error & { data?: unknown } = new Error(explainPermission(e.message));
     wrapped.name = e.name;
+    // A denial travels as data too, so the evaluator records it typed on the trace.
+    const denied = permissionOf(e.message);
+    if (denied) wrapped.data = { permission_denied: denied };
     throw wrapped;
   }
 });

@@ -18,7 +18,7 @@ export interface RpcRequest {
 export interface RpcResponse {
   id: number;
   result?: unknown;
-  error?: { name: string; message: string };
+  error?: { name: string; message: string; data?: Record<string, unknown> };
 }
 
 /** A handler for incoming requests; `signal` aborts when the caller cancels the request. */
@@ -27,12 +27,20 @@ export type RpcHandler = (method: string, params: unknown, signal: AbortSignal) 
 /** The method that cancels a request: `params.id` is the request's id. Never answered. */
 const CANCEL = "$cancel";
 
-/** An error the other side reported, with its original class name. */
+/** An error the other side reported, with its original class name and any data it attached. */
 export class RemoteError extends Error {
-  constructor(name: string, message: string) {
+  readonly data: Record<string, unknown> | undefined;
+  constructor(name: string, message: string, data?: Record<string, unknown>) {
     super(message);
     this.name = name;
+    this.data = data;
   }
+}
+
+/** Structured data an error carries across the channel (`error.data`), when it is an object. */
+function errorData(error: unknown): Record<string, unknown> | undefined {
+  const data = (error as { data?: unknown } | null)?.data;
+  return data && typeof data === "object" ? data as Record<string, unknown> : undefined;
 }
 
 /** One end of the channel. */
@@ -114,6 +122,7 @@ export class RpcPeer {
             error: {
               name: error instanceof Error ? error.name : "Error",
               message: error instanceof Error ? error.message : String(error),
+              ...(errorData(error) ? { data: errorData(error) } : {}),
             },
           }),
       ).finally(() => this.#incoming.delete(msg.id));
@@ -122,8 +131,11 @@ export class RpcPeer {
     const pending = this.#pending.get(msg.id);
     if (!pending) return;
     this.#pending.delete(msg.id);
-    if (msg.error) pending.reject(new RemoteError(msg.error.name, msg.error.message));
-    else pending.resolve(msg.result);
+    if (msg.error) {
+      pending.reject(new RemoteError(msg.error.name, msg.error.message, msg.error.data));
+    } else {
+      pending.resolve(msg.result);
+    }
   }
 
   /** Fail every pending call and cancel every request being handled (the other side went away). */

@@ -16,7 +16,7 @@ import type { Runtime } from "../../runtimes/runtime.ts";
 import type { ChatClient } from "../model/client.ts";
 import { Dataset } from "../data/dataset.ts";
 import type { RolloutOptions } from "../envs/environment.ts";
-import { ConfigError } from "../errors.ts";
+import { ConfigError, type PermissionDenial, PermissionDeniedError } from "../errors.ts";
 import type { RolloutOutput } from "../state.ts";
 import {
   Task,
@@ -563,8 +563,23 @@ export class RemoteTask extends Task {
     return { ...this.#info.runtime_env };
   }
 
+  /** A call into the sandbox; a permission denial there becomes a typed error here. */
+  async #call<T>(method: string, params: Record<string, unknown>): Promise<T> {
+    try {
+      return await this.#host.peer.call<T>(method, params);
+    } catch (error) {
+      const denied = error instanceof RemoteError
+        ? error.data?.permission_denied as PermissionDenial | undefined
+        : undefined;
+      if (denied) {
+        throw new PermissionDeniedError((error as Error).message, denied, { cause: error });
+      }
+      throw error;
+    }
+  }
+
   async #hook(hook: string, ctx: TaskHookContext): Promise<unknown> {
-    const r = await this.#host.peer.call<{ result: unknown; info: Record<string, unknown> }>(
+    const r = await this.#call<{ result: unknown; info: Record<string, unknown> }>(
       "task.hook",
       {
         key: this.key,
@@ -595,7 +610,7 @@ export class RemoteTask extends Task {
   }
 
   override async score(ctx: TaskHookContext): Promise<TaskScores> {
-    const r = await this.#host.peer.call<{ scores: TaskScores; info: Record<string, unknown> }>(
+    const r = await this.#call<{ scores: TaskScores; info: Record<string, unknown> }>(
       "task.score",
       {
         key: this.key,

@@ -22,6 +22,7 @@ import { resolveTemplate } from "../config.ts";
 import {
   ConfigError,
   InfraError,
+  ModelError,
   SandboxError,
   type SerializedError,
   serializeError,
@@ -585,7 +586,8 @@ export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskT
     const error = raw instanceof PhaseError ? raw.error : raw;
     if (signal?.aborted) throw signal.reason; // interrupted: not a result, nothing to record
     trace.error = { ...serializeError(error), phase: phaseName };
-    if (error instanceof InfraError) trace.error.infra = true;
+    // The model endpoint failing after its retries is infrastructure too (a bad key ends the run).
+    if (error instanceof InfraError || error instanceof ModelError) trace.error.infra = true;
     trace.stop_condition ??= recorder.stop_condition ?? "has_error";
   } finally {
     if (agent) await agent.stop().catch(() => {});

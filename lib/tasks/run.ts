@@ -74,17 +74,26 @@ export interface TaskRunSummary {
   rollouts_per_task: number;
   num_rollouts: number;
   num_errors: number;
-  /** Rollouts lost to infrastructure (sandbox, engine) after retries; not in `avg_reward`. */
+  /**
+   * Rollouts lost to infrastructure (sandbox, engine, model endpoint) after retries; not in
+   * `avg_reward`.
+   */
   num_infra_errors: number;
+  /**
+   * Errored rollouts that were never scored and so are left out of `avg_reward` and pass@k:
+   * the infrastructure errors plus failures of the task's own hooks or rewards (phases
+   * `config`, `setup`, `finalize`, `scoring`). An agent-phase failure is the agent's: it counts.
+   */
+  num_unscored: number;
   /** Mean reward of the scored rollouts; null when none was scored (see `no_score_reason`). */
   avg_reward: number | null;
   /** Why `avg_reward` is null. */
   no_score_reason?: string;
   avg_rewards: Record<string, number>;
   avg_metrics: Record<string, number>;
-  /** pass@k over each task's scored rollouts; infrastructure errors are left out, as from `avg_reward`. */
+  /** pass@k over each task's scored rollouts; unscored ones are left out, as from `avg_reward`. */
   pass_at_k: Record<string, number>;
-  /** Rollouts left out of `pass_at_k` and `avg_reward` (infrastructure errors). */
+  /** Rollouts left out of `pass_at_k` and `avg_reward` (`num_unscored`). */
   pass_at_k_excluded: number;
   /** Model requests retried (429, 5xx, timeouts) over the run, summed from the traces. */
   num_model_retries: number;
@@ -141,6 +150,14 @@ export function modelRetries(trace: TaskTrace): number {
   );
 }
 
+/** Phases whose failure is the task's or vf's, never the agent's. */
+const UNSCORED_PHASES = new Set(["config", "setup", "finalize", "scoring"]);
+
+/** An errored trace that was never scored: infrastructure, or the task's own hooks or rewards. */
+export function isUnscored(trace: TaskTrace): boolean {
+  return Boolean(trace.error && (trace.error.infra || UNSCORED_PHASES.has(trace.error.phase)));
+}
+
 /** Summarise traces. */
 export function summarizeTraces(
   traces: TaskTrace[],
@@ -158,9 +175,10 @@ export function summarizeTraces(
     return Object.fromEntries([...acc].map(([k, xs]) => [k, mean(xs)]));
   };
   const r = base.rollouts_per_task;
-  // Infrastructure failures are not the model's: left out of the average and of pass@k alike,
-  // never scored 0. pass@k of a task uses the rollouts it has left (n >= k).
-  const counted = traces.filter((t) => !t.error?.infra);
+  // Rollouts that were never scored (infrastructure, the task's own hooks or rewards) are not
+  // the model's failures: left out of the average and of pass@k alike, never scored 0. pass@k
+  // of a task uses the rollouts it has left (n >= k).
+  const counted = traces.filter((t) => !isUnscored(t));
   const passAt: Record<string, number> = {};
   if (r > 1) {
     const byTask = new Map<string, TaskTrace[]>();
@@ -175,23 +193,28 @@ export function summarizeTraces(
       );
     }
   }
-  const infra = traces.length - counted.length;
+  const infra = traces.filter((t) => t.error?.infra).length;
+  const unscored = traces.length - counted.length;
   return {
     format_version: 1,
     ...base,
     num_rollouts: traces.length,
     num_errors: traces.filter((t) => t.error).length,
     num_infra_errors: infra,
+    num_unscored: unscored,
     avg_reward: counted.length ? mean(counted.map((t) => t.reward ?? 0)) : null,
     ...(counted.length ? {} : {
-      no_score_reason: traces.length
+      no_score_reason: !traces.length
+        ? "no rollout ran"
+        : infra === traces.length
         ? `every rollout (${traces.length}) failed on infrastructure`
-        : "no rollout ran",
+        : `no rollout (of ${traces.length}) was scored: ${infra} failed on infrastructure, ` +
+          `${unscored - infra} in the task's own hooks or rewards`,
     }),
     avg_rewards: keyed((t) => t.rewards),
     avg_metrics: keyed((t) => t.metrics),
     pass_at_k: passAt,
-    pass_at_k_excluded: infra,
+    pass_at_k_excluded: unscored,
     num_model_retries: traces.reduce((n, t) => n + modelRetries(t), 0),
     usage: {
       input_tokens: traces.reduce((a, t) => a + t.usage.input_tokens, 0),

@@ -69,6 +69,29 @@ Deno.test("summarizeTraces(): a task's own failures still count as failures in p
   assert.equal(s.pass_at_k_excluded, 0);
 });
 
+Deno.test("summarizeTraces(): a reward or task hook that failed leaves the rollout unscored, never a 0", () => {
+  const failedIn = (phase: string) =>
+    ({
+      ...trace("a", null),
+      error: { phase, error: "TaskError", message: `${phase} broke` },
+    }) as unknown as TaskTrace;
+  const s = summarizeTraces(
+    [trace("a", 1), failedIn("scoring"), failedIn("setup"), failedIn("finalize")],
+    { ...base, rollouts_per_task: 4 },
+  );
+  assert.equal(s.avg_reward, 1, "only the scored rollout is averaged");
+  assert.equal(s.num_unscored, 3);
+  assert.equal(s.num_infra_errors, 0);
+  assert.equal(s.pass_at_k_excluded, 3);
+  assert.deepEqual(s.pass_at_k, { "1": 1 });
+  const none = summarizeTraces([failedIn("scoring")], { ...base, rollouts_per_task: 1 });
+  assert.equal(none.avg_reward, null);
+  assert.equal(
+    none.no_score_reason,
+    "no rollout (of 1) was scored: 0 failed on infrastructure, 1 in the task's own hooks or rewards",
+  );
+});
+
 Deno.test("summarizeTraces() and modelRetries() count retried model requests, failed ones included", () => {
   const a = trace("a", 1);
   a.model_calls = [

@@ -546,8 +546,11 @@ export class SshRuntime implements Runtime {
     }
     const parent = target === "/" ? "/" : posix.dirname(target);
     const name = target === "/" ? "." : posix.basename(target);
-    // The archive streams through the collector: excluded entries and anything past
-    // maxBytes are never held; passing the limit closes the channel, which ends tar.
+    // Exclusions go to the host's tar where its matching is the same as vf's, so excluded
+    // files are never read or sent; the collector applies every pattern again on arrival.
+    // It also drops anything past maxBytes without holding it; passing the limit closes the
+    // channel, which ends tar.
+    const pushed = tarSideExcludes(options.exclude ?? [], name);
     const tar = new TarCollector({
       exclude: options.exclude?.length ? excludeMatcher(options.exclude) : undefined,
       maxBytes: options.maxBytes,
@@ -560,7 +563,11 @@ export class SshRuntime implements Runtime {
     let handle: ExecHandle | undefined;
     const err: Uint8Array[] = [];
     handle = await this.#requireRunning().exec(
-      shCommand('exec tar -C "$1" -cf - "$2"', [parent, name]),
+      shCommand('d="$1" n="$2"; shift 2; exec tar -C "$d" -cf - "$@" "$n"', [
+        parent,
+        name,
+        ...pushed.map((p) => `--exclude=${p}`),
+      ]),
       {
         onStdout: (chunk) => {
           if (failure !== undefined) return;
@@ -673,6 +680,16 @@ export class SshRuntime implements Runtime {
   [Symbol.asyncDispose](): Promise<void> {
     return this.stop();
   }
+}
+
+/**
+ * The exclude patterns the host's tar matches exactly as {@linkcode excludeMatcher} does: a
+ * name, or `*` followed by a name (`node_modules`, `*.pyc`), with no `/`, `?` or brackets
+ * (tar's `*` and `?` also match `/`). Patterns that would match the archived entry itself
+ * stay on this side (tar would drop the whole archive; vf matches below the entry).
+ */
+export function tarSideExcludes(patterns: string[], entry: string): string[] {
+  return patterns.filter((p) => /^\*?[^*?[\]/\\]+$/.test(p) && !excludeMatcher([p])(entry));
 }
 
 function sshConfigPathOf(spec: SshRuntimeSpec): string | null {

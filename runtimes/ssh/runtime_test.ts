@@ -21,6 +21,8 @@ import {
   type SshRuntimeSpec,
 } from "../mod.ts";
 import { loadSsh2 } from "./connection.ts";
+import { tarSideExcludes } from "./runtime.ts";
+import { readTar } from "../_tar.ts";
 import { ConfigError } from "../../lib/errors.ts";
 import { startSshdHosts } from "../../tests/_sshd_hosts.ts";
 
@@ -321,6 +323,40 @@ Deno.test(
     await assert.rejects(rt.run(["id"], { user: "root" }), SandboxUnsupportedError);
   }),
 );
+
+Deno.test(
+  "ssh: archiveOut hands simple exclusions to the host's tar, which never opens the excluded files",
+  settled(async () => {
+    const key = await newKeyFile("exclude_user_key");
+    await host.addUser("vfexcl", key.publicKey);
+    await using rt = new SshRuntime(specFor(host, { user: "vfexcl", privateKeyPath: key.path }));
+    await rt.start();
+    await rt.write("out/keep.txt", "kept\n");
+    await rt.write("out/debug.log", "noise\n");
+    // A file the login user cannot read, inside an excluded directory: tar fails on it
+    // unless it is excluded on the host, before anything is read.
+    const made = await host.exec([
+      "sh",
+      "-c",
+      'mkdir -p "$1/out/deep/node_modules" && echo secret >"$1/out/deep/node_modules/x" && ' +
+      'chmod 600 "$1/out/deep/node_modules/x"',
+      "sh",
+      rt.workdir,
+    ]);
+    assert.equal(made.code, 0, made.stderr);
+    await assert.rejects(rt.archiveOut("out"), /Permission denied/);
+    const tar = await rt.archiveOut("out", { exclude: ["node_modules", "*.log"] });
+    const names = [...readTar(tar)].map((e) => e.name).filter((n) => !n.endsWith("/")).sort();
+    assert.deepEqual(names, ["out/keep.txt"]);
+  }),
+);
+
+Deno.test("tarSideExcludes() passes on only the patterns tar matches as vf does", () => {
+  assert.deepEqual(
+    tarSideExcludes(["node_modules", "*.pyc", "a/b", "**/x", "f?o", "[ab]", "out", "*t"], "out"),
+    ["node_modules", "*.pyc"],
+  );
+});
 
 Deno.test(
   "ssh: a dropped connection is made again on the next operation",
