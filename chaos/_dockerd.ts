@@ -89,7 +89,8 @@ export class PrivateDockerd {
       if (this.#child && !alive(this.#child.pid)) break;
       await new Promise((r) => setTimeout(r, 200));
     }
-    throw new Error(`private dockerd did not answer; see ${this.dir}/dockerd.log`);
+    const log = await Deno.readTextFile(`${this.dir}/dockerd.log`).catch(() => "");
+    throw new Error(`private dockerd did not answer:\n${log.split("\n").slice(-15).join("\n")}`);
   }
 
   #fileSink(): WritableStream<Uint8Array> {
@@ -170,9 +171,27 @@ export class PrivateDockerd {
     await child.status;
   }
 
-  /** Starts dockerd again on the same state; it reconnects to containerd. */
+  /**
+   * Starts dockerd again on the same state, as a service manager would after a crash: the
+   * orphaned containerd it managed is stopped and stale pid files dropped first (a new dockerd
+   * otherwise waits on the old containerd's socket). Containers left running are found by the
+   * new engine and stopped, as dockerd does without live-restore.
+   */
   async restart(): Promise<void> {
     await this.kill();
+    const containerd = await sh(["pgrep", "-f", `${this.dir}/exec/containerd/containerd.toml`]);
+    for (const pid of containerd.out.split(/\s+/).filter(Boolean)) await sh(["kill", "-9", pid]);
+    for (
+      let i = 0;
+      i < 100 &&
+      (await sh(["pgrep", "-f", `${this.dir}/exec/containerd/containerd.toml`])).code === 0;
+      i++
+    ) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    for (const stale of ["docker.pid", "exec/containerd/containerd.pid"]) {
+      await Deno.remove(`${this.dir}/${stale}`).catch(() => {});
+    }
     await this.#launch();
   }
 
