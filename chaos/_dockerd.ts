@@ -1,7 +1,8 @@
 /**
  * A private Docker engine for chaos runs: its own dockerd (and the containerd it manages),
- * socket, data root and exec root, with no bridge network and no iptables rules, so it can be
- * killed and restarted without touching the machine's engine or the tests using it. Images
+ * socket, data root, exec root and network namespace, with no bridge network and no iptables
+ * rules, so it can be killed and restarted without touching the machine's engine or the tests
+ * using it. Images
  * are copied in from the machine's engine through the Engine API (no registry here).
  * Needs root and `dockerd` on PATH.
  * @module
@@ -61,8 +62,13 @@ export class PrivateDockerd {
   }
 
   async #launch(): Promise<void> {
-    this.#child = new Deno.Command("dockerd", {
+    // Its own network namespace: a dockerd without a bridge deletes the host's docker0 at
+    // start, which would cut the machine's engine off from its bridge network.
+    this.#child = new Deno.Command("unshare", {
       args: [
+        "--net",
+        "--",
+        "dockerd",
         "--host",
         this.dockerHost,
         "--data-root",

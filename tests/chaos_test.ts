@@ -12,6 +12,14 @@ import assert from "node:assert/strict";
 import { ChaosLab, SCENARIOS, type Tally } from "../chaos/scenarios.ts";
 
 const root = await Deno.makeTempDir({ prefix: "vf_chaos_test_" });
+
+/** Whether the machine's engine has its bridge interface (the chaos engine must not touch it). */
+async function hasDocker0(): Promise<boolean> {
+  const out = await new Deno.Command("ip", { args: ["link", "show", "docker0"], stderr: "null" })
+    .output();
+  return out.code === 0;
+}
+const docker0Before = await hasDocker0();
 const lab = new ChaosLab(root);
 
 function check(tally: Tally): void {
@@ -39,7 +47,8 @@ for (const [name, scenario] of Object.entries(SCENARIOS)) {
   });
 }
 
-Deno.test("chaos: the private engine and the test host are removed", async () => {
+Deno.test("chaos: the private engine and the test host are removed, and the machine's engine keeps its bridge", async () => {
   await lab.close();
   await Deno.remove(root, { recursive: true });
+  assert.equal(await hasDocker0(), docker0Before, "docker0 of the machine's engine");
 });
