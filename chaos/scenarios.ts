@@ -83,6 +83,19 @@ function between(rng: Rng, lo: number, hi: number): number {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** `promise`'s value, or undefined once `ms` have passed (the timer is cleared either way). */
+async function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), ms))),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** A `vf` child whose stderr is read as it comes. */
 class Vf {
   stderr = "";
@@ -411,7 +424,7 @@ export async function killBackend(
       await host.startSshd();
     }
     tally.notes.push(`${kind} killed at ${at.toFixed(1)} s, back after ${down.toFixed(1)} s`);
-    const ended = await Promise.race([vf.done(), sleep(300_000).then(() => undefined)]);
+    const ended = await within(vf.done(), 300_000);
     if (!ended) {
       await vf.kill();
       tally.problems.push(`the run did not end within 5 minutes of the ${kind} restart`);
@@ -454,7 +467,7 @@ function isFakeZeroOutput(o: Json): boolean {
 export async function flakyModel(
   lab: ChaosLab,
   seed: number,
-  size = { n: 8, r: 2 },
+  size = { n: 6, r: 2 },
 ): Promise<Tally> {
   const rng = mulberry32(seed);
   const tally: Tally = {
@@ -502,8 +515,9 @@ export async function flakyModel(
       tally.problems.push(`the run never started: ${vf.stderr.slice(-2000)}`);
       return tally;
     }
-    const after = between(rng, 1, 12);
-    const ended = await Promise.race([vf.done(), sleep(after * 1000).then(() => undefined)]);
+    // Half the runs are killed part-way; the rest end by themselves, errors recorded.
+    const after = rng() < 0.5 ? between(rng, 1, 8) : 120;
+    const ended = await within(vf.done(), after * 1000);
     const status = ended ?? await vf.kill();
     tally.notes.push(
       ended
