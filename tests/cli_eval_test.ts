@@ -461,10 +461,12 @@ Deno.test("vf eval records endpoint failures on the rollouts, and a run where ev
 Deno.test("vf eval exits 0 when some rollouts errored, and 1 when more than --max-error-rate did", async () => {
   await using tmp = await tempDir("vf_cli_eval_");
   let calls = 0;
-  // The first request fails with a 400 (not retried), every other one answers.
+  // The first request fails with a 400 (not retried), every other one answers correctly.
   await using server = await startModelServer({
-    responder: () =>
-      calls++ === 0 ? { status: 400 } : textReply("<reversed_text>\nx\n</reversed_text>"),
+    responder: (request) =>
+      calls++ === 0 ? { status: 400 } : textReply(
+        `<reversed_text>\n${[...lastUserText(request)].reverse().join("")}\n</reversed_text>`,
+      ),
   });
   const args = [
     "eval",
@@ -482,7 +484,16 @@ Deno.test("vf eval exits 0 when some rollouts errored, and 1 when more than --ma
   ];
   const lenient = await runCli(args, { cwd: tmp.path });
   assert.equal(lenient.code, 0, transcript(lenient));
-  assert.match(lenient.stdout, /errors: 1 of 2/);
+  assert.match(lenient.stdout, /errors: 1 of 2 \(50\.0%\), 1 never scored and left out/);
+  // The failed request is not a 0 in the average: the other rollout's reward stands alone.
+  const runDir = /^results: (.+)\/results\.jsonl$/m.exec(lenient.stdout)![1];
+  const meta = JSON.parse(await Deno.readTextFile(join(runDir, "metadata.json")));
+  const rows = (await Deno.readTextFile(join(runDir, "results.jsonl"))).trim().split("\n")
+    .map((l) => JSON.parse(l));
+  const scored = rows.find((r) => r.error === null);
+  assert.ok(scored.reward > 0, `the scored rollout earned ${scored.reward}`);
+  assert.equal(meta.num_unscored, 1);
+  assert.equal(meta.avg_reward, scored.reward);
   calls = 0;
   const strict = await runCli([...args, "--max-error-rate", "0.25"], { cwd: tmp.path });
   assert.equal(strict.code, 1, transcript(strict));

@@ -4,7 +4,7 @@
  * @module
  */
 import type { Progress } from "./evaluate.ts";
-import type { RunMetadata } from "./results.ts";
+import { isUnscoredOutput, type RunMetadata } from "./results.ts";
 import type { RolloutOutput } from "../state.ts";
 
 /** Where progress and summaries are written. */
@@ -89,7 +89,7 @@ export function renderSummary(metadata: RunMetadata, outputs: RolloutOutput[]): 
       `rollouts/example ${metadata.rollouts_per_example}  rollouts ${metadata.num_rollouts}  ` +
       `time ${fmtDuration(metadata.time_ms)}`,
   );
-  const scored = outputs.filter((o) => !o.error);
+  const scored = outputs.filter((o) => !isUnscoredOutput(o));
   const rewards = scored.map((o) => o.reward);
   const rows: string[][] = [["", "mean", "std"]];
   rows.push([
@@ -131,7 +131,9 @@ export function renderSummary(metadata: RunMetadata, outputs: RolloutOutput[]): 
   const errors = outputs.filter((o) => o.error);
   lines.push(
     `errors: ${errors.length} of ${outputs.length} (${(metadata.avg_error * 100).toFixed(1)}%)` +
-      (errors.length ? ", left out of the reward and pass@k" : ""),
+      (metadata.num_unscored
+        ? `, ${metadata.num_unscored} never scored and left out of the reward and pass@k`
+        : ""),
   );
   const kinds = new Map<string, number>();
   for (const o of errors) {

@@ -25,6 +25,17 @@ export function passAtK(n: number, c: number, k: number): { pass: number; passAl
   };
 }
 
+/**
+ * Errors the model itself caused (malformed or failing tool calls an environment chose to stop
+ * on): such a rollout was scored, and its reward counts like any other.
+ */
+const MODEL_CAUSED = new Set(["ToolError", "ToolParseError", "ToolCallError"]);
+
+/** An output that errored without being scored: it stays out of averages and pass@k. */
+export function isUnscoredOutput(o: RolloutOutput): boolean {
+  return o.error !== null && o.error !== undefined && !MODEL_CAUSED.has(o.error.error);
+}
+
 /** The fixed part of the metadata, known before any rollout finishes. */
 export interface MetadataBase {
   format_version: number;
@@ -57,14 +68,20 @@ export interface RunMetadata extends MetadataBase {
   avg_metrics: Record<string, number>;
   /** Fraction of rollouts that errored. */
   avg_error: number;
-  /** Rollouts that errored: left out of `avg_reward`, `avg_metrics` and `pass_at_k`. */
+  /** Rollouts that errored. */
   num_errors: number;
+  /**
+   * Errored rollouts that were never scored (model endpoint, sandbox, a reward that failed,
+   * a denied permission): left out of `avg_reward`, `avg_metrics` and `pass_at_k`. Errors the
+   * model caused itself (its tool calls, for an env that stops on them) count as scored.
+   */
+  num_unscored: number;
   /** Model-request retries summed over the rollouts (`model_retries` of each). */
   num_model_retries: number;
   /** pass@k over each example's scored rollouts (examples with fewer than k left out of k). */
   pass_at_k: Record<string, number>;
   pass_all_k: Record<string, number>;
-  /** Errored rollouts of finished examples, left out of `pass_at_k` and `pass_all_k`. */
+  /** Unscored rollouts of finished examples, left out of `pass_at_k` and `pass_all_k`. */
   pass_at_k_excluded: number;
   usage: {
     input_tokens: number;
@@ -83,6 +100,7 @@ export class MetadataBuilder {
   #scored = 0;
   #rewardSum = 0;
   #errors = 0;
+  #unscored = 0;
   #retries = 0;
   #metricSums = new Map<string, { sum: number; n: number }>();
   #usage = { n: 0, input: 0, output: 0 };
@@ -123,8 +141,9 @@ export class MetadataBuilder {
         this.#usage.input += o.token_usage.input_tokens;
         this.#usage.output += o.token_usage.output_tokens;
       }
-      if (o.error) {
-        this.#errors++;
+      if (o.error) this.#errors++;
+      if (isUnscoredOutput(o)) {
+        this.#unscored++;
         continue;
       }
       this.#scored++;
@@ -186,12 +205,13 @@ export class MetadataBuilder {
       avg_reward: this.#scored ? this.meanReward : null,
       ...(this.#scored ? {} : {
         avg_reward_reason: this.#n
-          ? `every rollout (${this.#n}) errored`
+          ? `no rollout (of ${this.#n}) was scored: every one errored`
           : "no rollout has finished",
       }),
       avg_metrics: avgMetrics,
       avg_error: this.#n ? this.#errors / this.#n : 0,
       num_errors: this.#errors,
+      num_unscored: this.#unscored,
       num_model_retries: this.#retries,
       pass_at_k: passAt,
       pass_all_k: passAll,

@@ -199,10 +199,21 @@ Deno.test("MetadataBuilder leaves errored rollouts out of the reward, metrics an
   assert.equal(b.meanReward, 1);
   assert.deepEqual(m.avg_metrics, { m: 1 });
   assert.equal(m.num_errors, 3);
+  assert.equal(m.num_unscored, 3);
   close(m.avg_error, 0.5);
   assert.equal(m.pass_at_k_excluded, 3);
   // pass@1 over examples 0 (1 of 1) and 1 (2 of 2); pass@2 only over example 1.
   assert.deepEqual(m.pass_at_k, { "1": 1, "2": 1 });
+});
+
+Deno.test("MetadataBuilder counts a rollout the model broke itself (a stopped tool call) as scored", () => {
+  const toolErr = { error: "ToolParseError", message: "bad JSON" } as RolloutOutput["error"];
+  const b = new MetadataBuilder(base());
+  b.add([out(0, 1), out(1, 0, { error: toolErr })]);
+  const m = b.build();
+  assert.equal(m.avg_reward, 0.5, "the model's own failure is its 0");
+  assert.equal(m.num_errors, 1);
+  assert.equal(m.num_unscored, 0);
 });
 
 Deno.test("MetadataBuilder writes a null average with a reason when every rollout errored", () => {
@@ -211,7 +222,7 @@ Deno.test("MetadataBuilder writes a null average with a reason when every rollou
   b.add([out(0, 0, { error: err }), out(1, 0, { error: err })]);
   const m = b.build();
   assert.equal(m.avg_reward, null);
-  assert.equal(m.avg_reward_reason, "every rollout (2) errored");
+  assert.equal(m.avg_reward_reason, "no rollout (of 2) was scored: every one errored");
 });
 
 Deno.test("MetadataBuilder counts a reward equal to pass_threshold as correct", () => {

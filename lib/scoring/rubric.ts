@@ -9,7 +9,7 @@
 import { Parser } from "./parser.ts";
 import type { State } from "../state.ts";
 import type { Messages } from "../types.ts";
-import { RewardError } from "../errors.ts";
+import { RewardError, ToolError } from "../errors.ts";
 
 /** What an individual reward function receives. */
 export interface RewardContext {
@@ -288,9 +288,13 @@ function toScore(entry: RubricEntry, value: unknown, state: State): number | nul
  */
 function rewardFailed(entry: RubricEntry, error: unknown, state: State): null {
   const detail = error instanceof Error ? error.message : String(error);
-  state.error ??= new RewardError(`Reward function "${entry.name}" failed: ${detail}`, {
-    cause: error,
-  });
+  // An earlier error wins, except one the model caused (a tool call): that rollout would count
+  // as scored, and it was not.
+  if (!state.error || state.error instanceof ToolError) {
+    state.error = new RewardError(`Reward function "${entry.name}" failed: ${detail}`, {
+      cause: error,
+    });
+  }
   return null;
 }
 

@@ -11,7 +11,7 @@ import {
 import type { State } from "../state.ts";
 import type { Messages } from "../types.ts";
 import { testState, testStep } from "../../tests/_state.ts";
-import { RewardError } from "../errors.ts";
+import { RewardError, ToolParseError } from "../errors.ts";
 
 function answerState(completionText: string, answer = "4", extra: Partial<State> = {}): State {
   return testState({
@@ -174,6 +174,14 @@ Deno.test("scoreRollout() records non-numeric results as errors naming the value
     assert.ok(state.error instanceof RewardError, `error for ${String(value)}`);
     assert.match((state.error as Error).message, /not a number/);
   }
+});
+
+Deno.test("scoreRollout() replaces a tool-call error with the reward failure (the rollout was not scored)", async () => {
+  const rubric = new Rubric({ funcs: [() => NaN] });
+  const state = testState();
+  state.error = new ToolParseError("bad arguments");
+  await rubric.scoreRollout(state);
+  assert.ok(state.error instanceof RewardError);
 });
 
 Deno.test("scoreRollout() keeps an earlier error (the model's) over a reward failure", async () => {
