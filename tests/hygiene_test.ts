@@ -328,21 +328,36 @@ Deno.test("vf cleanup --run removes what an evaluator killed with SIGKILL mid-ru
 Deno.test("vf cleanup from another process leaves a live run's sandboxes alone, and the run scores every task", async () => {
   const dir = await tempDir("vf_live_cleanup_");
   const env = { VF_LEDGER: join(dir, "ledger.jsonl") };
-  await withModelServer(bashModel("sleep 3", SOLVE), async (server) => {
+  // The agents' second model call waits until the test has checked the containers: until
+  // then the run cannot finish a rollout and remove a container itself (under load, a fixed
+  // `sleep` in the agent was not always long enough, and the run's own teardown looked like
+  // cleanup's doing).
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const solver = bashModel(SOLVE);
+  const held: Responder = async (request, ctx) => {
+    if (request.body.messages.some((m) => m.role === "assistant")) await gate;
+    return solver(request, ctx);
+  };
+  await withModelServer(held, async (server) => {
     const run = new BackgroundCli(fileSumRun(server, "-n", "2", "-c", "2"), dir, env);
-    const runId = await run.waitFor(async (id) =>
-      server.requests.length >= 2 && (await runContainers(id)).length >= 2
-    );
-    assert.ok(runId, `the run never announced its directory:\n${run.stderr}`);
-    const before = (await runContainers(runId!)).map((c: Json) => c.Id as string);
-    // --run keeps this test clear of other tests' leftovers; without --force the owner check
-    // applies exactly as for a plain `vf cleanup`.
-    const res = await cli(["cleanup", "--run", runId!], dir, env);
-    assert.equal(res.code, 0, transcript(res));
-    assert.match(res.stdout, /removed 0 containers/, transcript(res));
-    assert.match(res.stdout, /its run is still going \(pid \d+/, transcript(res));
-    const after = (await runContainers(runId!)).map((c: Json) => c.Id as string);
-    for (const id of before) assert.ok(after.includes(id), `container ${id} was removed`);
+    try {
+      const runId = await run.waitFor(async (id) =>
+        server.requests.length >= 4 && (await runContainers(id)).length >= 2
+      );
+      assert.ok(runId, `the run never announced its directory:\n${run.stderr}`);
+      const before = (await runContainers(runId!)).map((c: Json) => c.Id as string);
+      // --run keeps this test clear of other tests' leftovers; without --force the owner check
+      // applies exactly as for a plain `vf cleanup`.
+      const res = await cli(["cleanup", "--run", runId!], dir, env);
+      assert.equal(res.code, 0, transcript(res));
+      assert.match(res.stdout, /removed 0 containers/, transcript(res));
+      assert.match(res.stdout, /its run is still going \(pid \d+/, transcript(res));
+      const after = (await runContainers(runId!)).map((c: Json) => c.Id as string);
+      for (const id of before) assert.ok(after.includes(id), `container ${id} was removed`);
+    } finally {
+      release();
+    }
 
     const status = await run.done();
     assert.equal(status.code, 0, run.stderr);
