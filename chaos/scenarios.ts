@@ -301,16 +301,22 @@ async function finishTaskScenario(
   tally.leaked += Math.max(afterCleanup, await target.remaining(runId));
 }
 
-/** SIGKILL `vf run` at a random point; then cleanup, resume, check. */
-export async function sigkillRun(
+/**
+ * A task scenario: `vf run` on `on` (docker: the private engine; ssh: the test host) with
+ * the scripted agent; once its rollouts are under way, `breakRun` does the damage; then the
+ * shared checks (cleanup, leaks, resume, final traces).
+ */
+async function taskScenario(
   lab: ChaosLab,
-  kind: "docker" | "ssh",
+  scenario: string,
+  on: "docker" | "ssh",
   seed: number,
-  size = { n: 4, r: 2 },
+  size: { n: number; r: number },
+  breakRun: (vf: Vf, rng: Rng, tally: Tally) => Promise<void>,
 ): Promise<Tally> {
   const rng = mulberry32(seed);
   const tally: Tally = {
-    scenario: `sigkill-${kind}`,
+    scenario,
     seed,
     rollouts: size.n * size.r,
     leaked: 0,
@@ -318,42 +324,20 @@ export async function sigkillRun(
     problems: [],
     notes: [],
   };
-  const cwd = await Deno.makeTempDir({ dir: lab.root, prefix: `sigkill-${kind}-` });
+  const cwd = await Deno.makeTempDir({ dir: lab.root, prefix: `${scenario}-` });
   const ledger = join(cwd, "ledger.jsonl");
-  const target = kind === "docker" ? await dockerTarget(lab, ledger) : await sshTarget(lab, ledger);
+  const target = on === "docker" ? await dockerTarget(lab, ledger) : await sshTarget(lab, ledger);
   const server = await startModelServer({ responder: agentModel(rng, target.solve, 3) });
   try {
     const model = ["-m", "chaos-agent", "-b", server.url];
-    const vf = new Vf(
-      [
-        "run",
-        ...target.args,
-        ...model,
-        "-o",
-        "out",
-        "-n",
-        String(size.n),
-        "-r",
-        String(size.r),
-        "-c",
-        "2",
-      ],
-      cwd,
-      target.env,
-    );
+    const sizes = ["-n", String(size.n), "-r", String(size.r), "-c", "2"];
+    const vf = new Vf(["run", ...target.args, ...model, "-o", "out", ...sizes], cwd, target.env);
     if (!(await vf.announced()) || !(await underWay(server, vf))) {
       await vf.kill();
       tally.problems.push(`the run never started: ${vf.stderr.slice(-2000)}`);
       return tally;
     }
-    const after = between(rng, 0, 8);
-    await sleep(after * 1000);
-    const status = await vf.kill();
-    tally.notes.push(
-      status.signal === "SIGKILL"
-        ? `SIGKILL ${after.toFixed(1)} s into the rollouts`
-        : `ended before the kill (exit ${status.code})`,
-    );
+    await breakRun(vf, rng, tally);
     const runDir = announcedDir(vf.stderr, cwd)!;
     await finishTaskScenario(tally, target, cwd, runDir, model, size.n, size.r);
   } finally {
@@ -362,53 +346,34 @@ export async function sigkillRun(
   return tally;
 }
 
+/** SIGKILL `vf run` at a random point; then cleanup, resume, check. */
+export function sigkillRun(
+  lab: ChaosLab,
+  kind: "docker" | "ssh",
+  seed: number,
+  size = { n: 4, r: 2 },
+): Promise<Tally> {
+  return taskScenario(lab, `sigkill-${kind}`, kind, seed, size, async (vf, rng, tally) => {
+    const after = between(rng, 0, 8);
+    await sleep(after * 1000);
+    const status = await vf.kill();
+    tally.notes.push(
+      status.signal === "SIGKILL"
+        ? `SIGKILL ${after.toFixed(1)} s into the rollouts`
+        : `ended before the kill (exit ${status.code})`,
+    );
+  });
+}
+
 /** Kill the engine (dockerd) or the host's sshd mid-run and bring it back; then check. */
-export async function killBackend(
+export function killBackend(
   lab: ChaosLab,
   kind: "dockerd" | "sshd",
   seed: number,
   size = { n: 4, r: 2 },
 ): Promise<Tally> {
-  const rng = mulberry32(seed);
-  const tally: Tally = {
-    scenario: `kill-${kind}`,
-    seed,
-    rollouts: size.n * size.r,
-    leaked: 0,
-    fakeZeros: 0,
-    problems: [],
-    notes: [],
-  };
-  const cwd = await Deno.makeTempDir({ dir: lab.root, prefix: `kill-${kind}-` });
-  const ledger = join(cwd, "ledger.jsonl");
-  const target = kind === "dockerd"
-    ? await dockerTarget(lab, ledger)
-    : await sshTarget(lab, ledger);
-  const server = await startModelServer({ responder: agentModel(rng, target.solve, 3) });
-  try {
-    const model = ["-m", "chaos-agent", "-b", server.url];
-    const vf = new Vf(
-      [
-        "run",
-        ...target.args,
-        ...model,
-        "-o",
-        "out",
-        "-n",
-        String(size.n),
-        "-r",
-        String(size.r),
-        "-c",
-        "2",
-      ],
-      cwd,
-      target.env,
-    );
-    if (!(await vf.announced()) || !(await underWay(server, vf))) {
-      await vf.kill();
-      tally.problems.push(`the run never started: ${vf.stderr.slice(-2000)}`);
-      return tally;
-    }
+  const on = kind === "dockerd" ? "docker" : "ssh";
+  return taskScenario(lab, `kill-${kind}`, on, seed, size, async (vf, rng, tally) => {
     const at = between(rng, 0, 6);
     const down = between(rng, 0.2, 5);
     await sleep(at * 1000);
@@ -431,19 +396,7 @@ export async function killBackend(
     } else {
       tally.notes.push(`run exited ${ended.code}`);
     }
-    await finishTaskScenario(
-      tally,
-      target,
-      cwd,
-      announcedDir(vf.stderr, cwd)!,
-      model,
-      size.n,
-      size.r,
-    );
-  } finally {
-    await server.close();
-  }
-  return tally;
+  });
 }
 
 /** gsm8k's sample answers, so the scripted model answers every question right. */
