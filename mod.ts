@@ -122,18 +122,41 @@ export type {
   TasksetConfig,
   TasksetModule,
   TraceView,
+  UserTurnContext,
 } from "./lib/tasks/task.ts";
 export { BashHarness, getHarness, HARNESSES, NullHarness } from "./lib/tasks/harness.ts";
 export type { Harness, HarnessContext, HarnessRecorder } from "./lib/tasks/harness.ts";
-export { collectArtifacts, restoreArtifacts, runTaskRollout } from "./lib/tasks/rollout.ts";
-export type { AgentPolicy, TaskRolloutOptions, TaskTrace } from "./lib/tasks/rollout.ts";
-export { loadTraces, runTaskset, selectTasks, validateTaskset } from "./lib/tasks/run.ts";
+export {
+  collectArtifacts,
+  restoreArtifacts,
+  runTaskRollout,
+  TaskRollout,
+} from "./lib/tasks/rollout.ts";
 export type {
-  JudgeConfig,
-  RunTasksetOptions,
-  TaskRunSummary,
-  ValidationResult,
-} from "./lib/tasks/run.ts";
+  AgentPolicy,
+  Box,
+  Segment,
+  TaskRolloutOptions,
+  TaskTrace,
+} from "./lib/tasks/rollout.ts";
+export { selectTasks, validateTaskset } from "./lib/tasks/run.ts";
+export type { JudgeConfig, TaskRunSummary, ValidationResult } from "./lib/tasks/run.ts";
+export { Env, runEpisode } from "./lib/agents/env.ts";
+export type { Agents, EnvInit, Episode, EpisodeError } from "./lib/agents/env.ts";
+export { EpisodeAgent, Interaction } from "./lib/agents/agent.ts";
+export type { AgentRole, AgentRun, AgentRunOptions } from "./lib/agents/agent.ts";
+export { buildEnv, ENVS, resolveEnvClass } from "./lib/agents/load.ts";
+export type { BuildEnvOptions, EnvClass } from "./lib/agents/load.ts";
+export { loadEpisodes, loadTraces, runTaskset } from "./lib/agents/run.ts";
+export type { RunTasksetOptions } from "./lib/agents/run.ts";
+export { SingleAgentEnv } from "./lib/agents/envs/single_agent.ts";
+export { BestOfNEnv } from "./lib/agents/envs/best_of_n.ts";
+export { AgenticJudgeEnv, SharedAgenticJudgeEnv } from "./lib/agents/envs/agentic_judge.ts";
+export { BestOfNJudgeEnv } from "./lib/agents/envs/best_of_n_judge.ts";
+export { UserSimEnv } from "./lib/agents/envs/user_sim.ts";
+export type { UserScript, UserScriptContext } from "./lib/agents/envs/user_sim.ts";
+export { JudgeTask, loadCriteria } from "./lib/agents/envs/judge_task.ts";
+export type { Criterion } from "./lib/agents/envs/judge_task.ts";
 export {
   cleanupContainers,
   cleanupLedger,

@@ -330,6 +330,7 @@ async function grading(task: Task) {
     task,
     data: task.data,
     trace: view,
+    state: {},
   });
   const sum = String((task.data.numbers as number[]).reduce((a, b) => a + b, 0));
   const shared: number[] = [];

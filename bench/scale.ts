@@ -17,7 +17,7 @@ import { loadTaskset } from "../environments/file_sum/mod.ts";
 import { OpenAIChatClient } from "../lib/model/client.ts";
 import { getHarness } from "../lib/tasks/harness.ts";
 import { startModelServer, textReply, toolCallReply } from "../tests/model_server.ts";
-import { runTaskset } from "../lib/tasks/run.ts";
+import { runTaskset } from "../lib/agents/run.ts";
 import { DockerEngine } from "../runtimes/docker/mod.ts";
 import { Ledger, setDefaultLedger } from "../runtimes/ledger.ts";
 import { SandboxLimits } from "../runtimes/limits.ts";

@@ -201,31 +201,64 @@ export const LimitsSection = SandboxLimitTable.extend({
   runtime: z.record(z.string(), SandboxLimitTable).optional(),
 });
 
-/** The `[env]` table of a taskset run (the seed's TOML shape). */
-export const TaskEnvSection = z.strictObject({
-  id: z.enum(["single-agent", "best-of-n"]).optional(),
-  n: z.number().int().min(1).optional(),
-  threshold: z.number().optional(),
+const positive = z.number().positive().optional();
+
+/**
+ * One role's agent (`[env.agent]`, `[env.solver]`, `[env.judge]`, `[env.user]`, ...): what a
+ * user writes is deep-merged over the Env's defaults for that role.
+ */
+export const AgentTable = z.strictObject({
+  /** Default: the run's model. */
+  model: z.string().optional(),
+  /** The role's own endpoint; default the run's. A role with its own endpoint names its model. */
+  client: z.strictObject({
+    base_url: z.string().optional(),
+    api_key_var: z.string().optional(),
+    timeout: positive,
+    max_retries: z.number().int().min(0).optional(),
+    headers: z.record(z.string(), z.string()).optional(),
+  }).optional(),
+  /** Sampling arguments merged over the run's. */
+  sampling: jsonObject.optional(),
+  harness: z.strictObject({
+    /** Default: the task's choice (`Task.HARNESS`), else `bash`. */
+    id: z.string().optional(),
+    edit: z.boolean().optional(),
+    max_turns: z.number().int().min(1).optional(),
+    tool_timeout: positive,
+  }).optional(),
+  runtime: RuntimeTable.optional(),
+  scoring: z.strictObject({
+    mode: z.enum(["shared", "isolated"]).optional(),
+    retries: z.number().int().min(0).optional(),
+    env: z.record(z.string(), z.string()).optional(),
+    runtime: RuntimeTable.optional(),
+  }).optional(),
+  max_turns: z.number().int().min(1).optional(),
+  /** Per-phase limits in seconds that beat the task's own. */
+  timeout: z.strictObject({
+    setup: positive,
+    agent: positive,
+    finalize: positive,
+    scoring: positive,
+  }).optional(),
+});
+
+/** A validated role table. */
+export type AgentTable = z.infer<typeof AgentTable>;
+
+/** The `[env]` fields every Env has (its roles and own options come on top). */
+export const EnvBase = z.strictObject({
+  /** A built-in Env id, or a path or URL to a module exporting an Env. */
+  id: z.string().min(1).optional(),
   taskset: z.looseObject({
     id: z.string().min(1),
     task: z.record(z.string(), z.unknown()).optional(),
   }),
-  agent: z.strictObject({
-    harness: z.strictObject({
-      id: z.string().default("bash"),
-      edit: z.boolean().optional(),
-      max_turns: z.number().int().min(1).optional(),
-      tool_timeout: z.number().positive().optional(),
-    }).optional(),
-    runtime: RuntimeTable.optional(),
-    scoring: z.strictObject({
-      mode: z.enum(["shared", "isolated"]).optional(),
-      retries: z.number().int().min(0).optional(),
-      env: z.record(z.string(), z.string()).optional(),
-      runtime: RuntimeTable.optional(),
-    }).optional(),
-    max_turns: z.number().int().min(1).optional(),
-  }).optional(),
+  /** Wall-clock limits in seconds on the Env's own run (setup + run) and finalize. */
+  timeout: z.strictObject({ episode: positive, finalize: positive }).optional(),
+  /** Agent runs of one episode active at once; default 1. */
+  max_concurrent_agents: z.number().int().min(1).optional(),
   judges: z.array(z.strictObject({
     id: z.enum(["reference", "rubric"]),
     name: z.string().optional(),
@@ -234,6 +267,9 @@ export const TaskEnvSection = z.strictObject({
     rubric: z.string().optional(),
   })).optional(),
 });
+
+/** The `[env]` table of a single-agent taskset run (the seed's TOML shape). */
+export const TaskEnvSection = EnvBase.extend({ agent: AgentTable.optional() });
 
 /** A validated `[env]` table. */
 export type TaskEnvSection = z.infer<typeof TaskEnvSection>;

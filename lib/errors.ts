@@ -39,6 +39,12 @@ export class ConfigError extends VfError {}
 /** A task hook or harness failed. */
 export class TaskError extends VfError {}
 /**
+ * An Env's own control flow failed (its `setup`, `run` or `finalize` threw, a timeout of the
+ * episode, a judge's verdict that breaks its contract): the episode is recorded as failed,
+ * its traces are kept, and nothing in it is scored 0.
+ */
+export class EnvError extends VfError {}
+/**
  * A rubric function threw or returned something that is not a number. The rollout was not
  * really scored: it is recorded as an error and left out of averages and pass@k.
  */

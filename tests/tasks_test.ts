@@ -130,7 +130,9 @@ async function scenario(): Promise<Scenario> {
 async function readTaskRun(dir: string): Promise<TaskRun> {
   const text = await Deno.readTextFile(join(dir, "traces.jsonl"));
   assert.ok(text.endsWith("\n"), `traces.jsonl ends mid-line:\n${text.slice(-200)}`);
-  const traces = text.split("\n").filter((l) => l !== "").map((line) => JSON.parse(line));
+  const lines = text.split("\n").filter((l) => l !== "").map((line) => JSON.parse(line));
+  // A single-agent run writes one trace per line; other Envs write episodes holding traces.
+  const traces = lines.flatMap((l) => (l.kind === "episode" ? l.traces : [l]));
   const configText = await Deno.readTextFile(join(dir, "config.json"));
   return {
     dir,
@@ -1191,11 +1193,14 @@ Deno.test("best-of-n: --env.id best-of-n --env.n 3 runs three rollouts per task 
     vfRun("file-sum", server, "-n", "1", "--env.id", "best-of-n", "--env.n", "3"),
   );
   const run = await runOf(res);
-  const traces = byKey(run.traces);
-  assert.deepEqual(traces.map((t) => [t.task.key, t.rollout_index]), [["file-sum-0", 0], [
-    "file-sum-0",
-    1,
-  ], ["file-sum-0", 2]]);
+  // One episode holding the three attempts.
+  assert.equal(run.text.trim().split("\n").length, 1);
+  const traces = [...run.traces].sort((a, b) => a.attempt - b.attempt);
+  assert.deepEqual(traces.map((t) => [t.task.key, t.role, t.attempt]), [
+    ["file-sum-0", "agent", 0],
+    ["file-sum-0", "agent", 1],
+    ["file-sum-0", "agent", 2],
+  ]);
   assert.deepEqual(traces.map((t) => t.reward).sort(), [0, 1, 1]);
   for (const t of traces) {
     assert.equal(t.ok, true, describeTrace(t));

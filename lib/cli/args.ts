@@ -5,7 +5,8 @@
  */
 
 import yargsParser from "npm:yargs-parser@^22.0.0";
-import { EvalConfig, RuntimeTable, setDotted, TaskEnvSection } from "../config.ts";
+import { EvalConfig, RuntimeTable, setDotted } from "../config.ts";
+import { cliEnvSchema } from "../agents/load.ts";
 import { ConfigError } from "../errors.ts";
 
 const ALIASES: Record<string, string> = {
@@ -94,8 +95,11 @@ export function flagsToConfig(flags: Record<string, unknown>): Record<string, un
   return out;
 }
 
-/** What the CLI looks up a flag's type in: the eval config, with the task `[env]` and `runtime` tables. */
-const CLI_SCHEMA = EvalConfig.extend({ env: TaskEnvSection, runtime: RuntimeTable });
+/**
+ * What the CLI looks up a flag's type in: the eval config, with the `[env]` table of every
+ * built-in Env (roles and options) and the `runtime` table.
+ */
+const CLI_SCHEMA = EvalConfig.extend({ env: cliEnvSchema(), runtime: RuntimeTable });
 
 // deno-lint-ignore no-explicit-any
 type Schema = any;

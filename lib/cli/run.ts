@@ -5,19 +5,23 @@
 
 import process from "node:process";
 import { readFile } from "node:fs/promises";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { TASKSETS } from "../../environments/mod.ts";
 import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
 import { WarmPool } from "../../runtimes/pool.ts";
 import { limitModelConnections } from "../model/limits.ts";
-import { getHarness } from "../tasks/harness.ts";
-import type { AgentPolicy } from "../tasks/rollout.ts";
-import { runTaskset } from "../tasks/run.ts";
-import { deepMerge, type EvalConfig, validateEvalConfig, validateTaskEnv } from "../config.ts";
+import { buildEnv, type EnvClass, envClassOf } from "../agents/load.ts";
+import type { Env, Episode } from "../agents/env.ts";
+import { runTaskset, scoredTraces } from "../agents/run.ts";
+import type { JudgeConfig } from "../tasks/run.ts";
+import type { Taskset } from "../tasks/task.ts";
+import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
+import { resolveEnvironmentModule } from "../envs/load.ts";
+import { deepMerge, type EvalConfig, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
-import { loadTasksetFor, resolveClient } from "./resolve.ts";
+import { loadTasksetFor, resolveClient, wantsSandbox } from "./resolve.ts";
 import { onInterrupt } from "./interrupt.ts";
 import { runOutcome } from "./outcome.ts";
 
@@ -37,34 +41,116 @@ Writes outputs/evals/<taskset>--<model>/<run_id>/{traces.jsonl,metadata.json,con
 Tasksets: ${Object.keys(TASKSETS).join(", ")}, or a path to a module exporting loadTaskset().
 `;
 
+/** The Env a taskset's own module exports, if the taskset is a local or built-in module. */
+async function tasksetEnvOf(spec: string, config: EvalConfig): Promise<EnvClass | null> {
+  if (wantsSandbox(spec, config)) return null; // it runs in a host process: its Env cannot
+  try {
+    const { module, source } = await resolveEnvironmentModule(
+      spec,
+      TASKSETS as unknown as Parameters<typeof resolveEnvironmentModule>[1],
+      "loadTaskset",
+    );
+    return envClassOf(module as unknown as Record<string, unknown>, source);
+  } catch {
+    return null; // loading the taskset reports what is wrong with it
+  }
+}
+
 /** Run a taskset (the `[env.taskset]` form of `vf eval`, and `vf run`). */
 export async function runTasks(
   config: EvalConfig,
   merged: Record<string, unknown>,
   source: string,
 ): Promise<number> {
-  const envSection = validateTaskEnv(config.env, source);
+  const rawEnv = (config.env ?? {}) as Record<string, unknown>;
+  const rawTaskset = rawEnv.taskset as Record<string, unknown> | undefined;
+  if (typeof rawTaskset?.id !== "string" || !rawTaskset.id) {
+    throw new ConfigError(`${source}: env.taskset.id: the taskset to run is required`);
+  }
   const { client, model, baseUrl, keyVar } = await resolveClient(config);
-  const { id: tasksetId, task: taskConfig, ...tasksetKnobs } = envSection.taskset;
-  const taskset = await loadTasksetFor(
-    tasksetId,
-    { ...tasksetKnobs, id: tasksetId, task: taskConfig ?? {} },
-    config,
-    source,
-  );
-  const agent = envSection.agent ?? {};
-  const harnessConfig = agent.harness ?? { id: "bash" };
-  const policy: AgentPolicy = {
-    runtime: agent.runtime ?? {},
-    harness: getHarness(harnessConfig.id ?? "bash", harnessConfig),
-    scoring: agent.scoring,
-    maxTurns: harnessConfig.max_turns ?? agent.max_turns,
-    toolTimeoutSeconds: harnessConfig.tool_timeout,
-  };
-  const bestOfN = envSection.id === "best-of-n";
+  // Sandboxes come through the limits and the warm pool; model calls through their own limit.
+  const sandboxLimits = sandboxLimitsFromConfig(config.limits);
+  const warmPool = (rawEnv.agent as { runtime?: { warm_pool?: number } } | undefined)?.runtime
+    ?.warm_pool ?? 0;
+  const runId = crypto.randomUUID().slice(0, 8);
+  const resumeDir = typeof config.resume === "string" ? resolve(config.resume) : null;
+  const sandboxes = sandboxLimits || warmPool > 0
+    ? new WarmPool({
+      size: warmPool,
+      runId: resumeDir ? resumeDir.split("/").pop()! : runId,
+      limits: sandboxLimits,
+    })
+    : undefined;
+  const maxModel = config.limits?.max_model_connections;
+  const limited = (c: ChatClient) => (maxModel ? limitModelConnections(c, maxModel) : c);
+  const modelClient = limited(client);
+  try {
+    const env = await buildEnv({
+      raw: rawEnv,
+      source,
+      client: modelClient,
+      model,
+      samplingArgs: config.sampling_args,
+      makeClient: (c) =>
+        limited(
+          new OpenAIChatClient({
+            base_url: c.base_url!,
+            api_key_var: c.api_key_var ?? "OPENAI_API_KEY",
+            timeout: c.timeout,
+            max_retries: c.max_retries,
+            extra_headers: c.headers,
+          }),
+        ),
+      sandboxes,
+      trust: config.trust === true,
+      tasksetEnv: rawEnv.id ? null : await tasksetEnvOf(rawTaskset.id, config),
+      baseDir: source.endsWith(".toml") ? dirname(resolve(source)) : undefined,
+    });
+    const { id: tasksetId, task: taskConfig, ...tasksetKnobs } = rawTaskset as {
+      id: string;
+      task?: Record<string, unknown>;
+    };
+    const taskset = await loadTasksetFor(
+      tasksetId,
+      { ...tasksetKnobs, id: tasksetId, task: taskConfig ?? {} },
+      config,
+      source,
+    );
+    return await runEnv(env, taskset, {
+      config,
+      merged,
+      rawEnv,
+      modelClient,
+      model,
+      baseUrl,
+      keyVar,
+      runId,
+      resumeDir,
+    });
+  } finally {
+    await sandboxes?.close();
+  }
+}
+
+async function runEnv(
+  env: Env,
+  taskset: Taskset,
+  o: {
+    config: EvalConfig;
+    merged: Record<string, unknown>;
+    rawEnv: Record<string, unknown>;
+    modelClient: ChatClient;
+    model: string;
+    baseUrl: string;
+    keyVar: string;
+    runId: string;
+    resumeDir: string | null;
+  },
+): Promise<number> {
+  const { config, model } = o;
   // Resuming: sizes not given again default to those the run was started with.
-  const saved = typeof config.resume === "string"
-    ? await readFile(join(resolve(config.resume), "config.json"), "utf8")
+  const saved = o.resumeDir
+    ? await readFile(join(o.resumeDir, "config.json"), "utf8")
       .then((t) => JSON.parse(t) as Record<string, unknown>)
       .catch(() => ({} as Record<string, unknown>))
     : {};
@@ -72,21 +158,18 @@ export async function runTasks(
   const savedRollouts = typeof saved.rollouts_per_example === "number"
     ? saved.rollouts_per_example
     : undefined;
-  const rollouts = bestOfN
-    ? envSection.n ?? config.rollouts_per_example ?? savedRollouts ?? 4
-    : config.rollouts_per_example ?? savedRollouts ?? 1;
+  const rollouts = config.rollouts_per_example ?? savedRollouts ?? 1;
   const numTasks = config.num_examples ?? savedNum ?? -1;
-  const runId = crypto.randomUUID().slice(0, 8);
   const save = config.save !== false;
   const base = resolve(
     config.output_dir ?? "outputs",
     "evals",
     `${taskset.id}--${model.replaceAll("/", "--")}`,
   );
-  let runDir: string | null = save ? join(base, runId) : null;
+  let runDir: string | null = save ? join(base, o.runId) : null;
   let resume = false;
-  if (typeof config.resume === "string") {
-    runDir = resolve(config.resume);
+  if (o.resumeDir) {
+    runDir = o.resumeDir;
     resume = true;
   } else if (config.resume === true) {
     throw new ConfigError("Resuming a taskset run needs the run directory: --resume <dir>");
@@ -94,39 +177,25 @@ export async function runTasks(
   if (runDir) {
     const resolved = {
       format_version: 1,
-      ...merged,
+      ...o.merged,
       model,
-      client: { ...(config.client ?? {}), base_url: baseUrl, api_key_var: keyVar },
+      client: { ...(config.client ?? {}), base_url: o.baseUrl, api_key_var: o.keyVar },
       num_examples: numTasks,
       rollouts_per_example: rollouts,
-      env: envSection, // scoring.env templates are kept as written, never resolved here
+      env: o.rawEnv, // scoring.env templates are kept as written, never resolved here
     };
     delete (resolved as Record<string, unknown>).base_url;
     delete (resolved as Record<string, unknown>).api_key_var;
     await writeJsonAtomic(join(runDir, "config.json"), resolved);
     process.stderr.write(`Saving traces to ${runDir}\n`);
   }
-  // Sandboxes come through the limits and the warm pool; model calls through their own limit.
-  const sandboxLimits = sandboxLimitsFromConfig(config.limits);
-  const warmPool = agent.runtime?.warm_pool ?? 0;
-  const sandboxes = sandboxLimits || warmPool > 0
-    ? new WarmPool({
-      size: warmPool,
-      runId: runDir ? runDir.split("/").pop()! : runId,
-      limits: sandboxLimits,
-    })
-    : undefined;
-  policy.sandboxes = sandboxes;
-  const maxModel = config.limits?.max_model_connections;
-  const modelClient = maxModel ? limitModelConnections(client, maxModel) : client;
   const quiet = config.quiet ?? false;
   const started = Date.now();
   using interrupt = onInterrupt();
   try {
     const { summary } = await runTaskset({
       taskset,
-      policy,
-      client: modelClient,
+      env,
       model,
       samplingArgs: config.sampling_args,
       numTasks,
@@ -134,20 +203,15 @@ export async function runTasks(
       maxConcurrent: config.max_concurrent ?? 4,
       shuffleSeed: config.shuffle_seed ?? null,
       runDir,
-      runId: runDir ? runDir.split("/").pop()! : runId,
+      runId: runDir ? runDir.split("/").pop()! : o.runId,
       resume,
-      envId: envSection.id,
-      bestOfNThreshold: envSection.threshold,
-      judges: envSection.judges,
+      judges: o.rawEnv.judges as JudgeConfig[] | undefined,
+      judgeClient: o.modelClient,
       signal: interrupt.signal,
-      onTrace: quiet ? undefined : (t, done, total) => {
+      onEpisode: quiet ? undefined : (e, done, total) => {
         const rate = done / Math.max(0.001, (Date.now() - started) / 1000);
         process.stderr.write(
-          `${taskset.id} ${done}/${total} ${rate.toFixed(2)}/s task ${t.task.key} reward ${
-            t.reward === null ? "error" : t.reward.toFixed(3)
-          }${
-            t.error ? ` (${t.error.phase}: ${t.error.error}: ${t.error.message.slice(0, 120)})` : ""
-          }\n`,
+          `${taskset.id} ${done}/${total} ${rate.toFixed(2)}/s ${describeEpisode(e)}\n`,
         );
       },
     });
@@ -167,7 +231,13 @@ export async function runTasks(
       ...Object.entries(summary.avg_rewards).map(([k, v]) => `  reward ${k}: ${v.toFixed(4)}`),
       ...Object.entries(summary.avg_metrics).map(([k, v]) => `  metric ${k}: ${v.toFixed(4)}`),
       ...Object.entries(summary.pass_at_k).map(([k, v]) => `  pass@${k}: ${v.toFixed(3)}`),
+      ...(summary.num_failed_episodes
+        ? [`episodes failed: ${summary.num_failed_episodes} of ${summary.num_episodes}`]
+        : []),
       `tokens: input ${summary.usage.input_tokens}, output ${summary.usage.output_tokens}`,
+      ...Object.entries(summary.usage_by_role ?? {}).map(([role, u]) =>
+        `  tokens ${role}: input ${u.input_tokens}, output ${u.output_tokens}`
+      ),
       ...(summary.num_model_retries ? [`model retries: ${summary.num_model_retries}`] : []),
     ];
     process.stdout.write(lines.join("\n") + "\n");
@@ -185,9 +255,17 @@ export async function runTasks(
       return 130;
     }
     throw error;
-  } finally {
-    await sandboxes?.close();
   }
+}
+
+/** One progress line's worth of an episode: task, reward(s), the first error. */
+function describeEpisode(e: Episode): string {
+  const scored = scoredTraces([e]);
+  const rewards = scored.map((t) => (t.reward === null ? "error" : t.reward.toFixed(3)));
+  const error = e.errors[0] ?? e.traces.find((t) => t.error)?.error;
+  return `task ${e.task.key} reward ${rewards.join(" ") || "error"}${
+    error ? ` (${error.phase}: ${error.error}: ${error.message.slice(0, 120)})` : ""
+  }`;
 }
 
 export async function cmdRun(argv: string[]): Promise<number> {

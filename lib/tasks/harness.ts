@@ -40,6 +40,8 @@ export interface HarnessRecorder {
   tool_calls: ToolCallRecord[];
   stop_condition: string | null;
   usage: { input_tokens: number; output_tokens: number };
+  /** Metrics the harness records as it runs; merged into the trace's metrics. */
+  metrics: Record<string, number>;
 }
 
 /** Everything a harness gets. */
@@ -57,15 +59,30 @@ export interface HarnessContext {
   toolTimeoutMs: number;
   /** The user commands run as (`agent_user`), if any. */
   user?: string;
+  /** The rollout's own state, shared with the task's hooks and rewards. */
+  state: Record<string, unknown>;
   signal?: AbortSignal;
 }
 
-/** A harness: runs the agent loop to completion for one rollout. */
+/**
+ * A harness: runs the agent loop for one rollout. `maxTurns` counts model calls over the
+ * whole rollout, across every segment of an interaction.
+ */
 export interface Harness {
   readonly id: string;
   /** Whether the agent executes code in the sandbox (bash does, null does not). */
   readonly executesCode: boolean;
+  /** Whether {@link Harness.resume} continues a finished segment (needed by interactions). */
+  readonly supportsResume?: boolean;
+  /** The first segment: start from the task's prompt and run until the agent answers. */
   run(ctx: HarnessContext): Promise<void>;
+  /** A later segment: `messages` (the user's turn) were appended; run until the agent answers. */
+  resume?(ctx: HarnessContext, messages: Messages): Promise<void>;
+  /**
+   * The harness's own metrics, recorded after the task's finalize while the agent's sandbox
+   * is still up.
+   */
+  metrics?(ctx: HarnessContext): Promise<Record<string, number>> | Record<string, number>;
 }
 
 const MAX_TOOL_OUTPUT = 16_000;
@@ -116,7 +133,7 @@ export function initialMessages(data: TaskData, preamble?: string): Messages {
   const system = [preamble, data.system_prompt].filter(Boolean).join("\n\n");
   if (system) out.push({ role: "system", content: system });
   if (typeof data.prompt === "string") out.push({ role: "user", content: data.prompt });
-  else out.push(...structuredClone(data.prompt));
+  else if (data.prompt) out.push(...structuredClone(data.prompt));
   return out;
 }
 
@@ -171,7 +188,7 @@ async function toolLoop(
     args: Record<string, unknown>,
   ) => Promise<{ output: string; exit_code?: number }>,
 ): Promise<void> {
-  for (let turn = 0; turn < ctx.maxTurns; turn++) {
+  for (let turn = ctx.recorder.model_calls.length; turn < ctx.maxTurns; turn++) {
     ctx.signal?.throwIfAborted();
     const response = await callModel(ctx, turn, tools);
     ctx.recorder.messages.push(assistantMessage(response));
@@ -233,6 +250,7 @@ class ToolInputError extends Error {}
 export class BashHarness implements Harness {
   readonly id = "bash";
   readonly executesCode = true;
+  readonly supportsResume = true;
   readonly edit: boolean;
 
   constructor(options: { edit?: boolean } = {}) {
@@ -241,6 +259,15 @@ export class BashHarness implements Harness {
 
   async run(ctx: HarnessContext): Promise<void> {
     ctx.recorder.messages.push(...initialMessages(ctx.data, BASH_PREAMBLE));
+    await this.#loop(ctx);
+  }
+
+  async resume(ctx: HarnessContext, messages: Messages): Promise<void> {
+    ctx.recorder.messages.push(...structuredClone(messages));
+    await this.#loop(ctx);
+  }
+
+  async #loop(ctx: HarnessContext): Promise<void> {
     const tools = this.edit ? [BASH_TOOL, EDIT_TOOL] : [BASH_TOOL];
     const cwd = ctx.data.workdir;
     await toolLoop(ctx, tools, async (call, args) => {
@@ -306,10 +333,25 @@ export class BashHarness implements Harness {
 export class NullHarness implements Harness {
   readonly id = "null";
   readonly executesCode = false;
+  readonly supportsResume = true;
 
   async run(ctx: HarnessContext): Promise<void> {
     ctx.recorder.messages.push(...initialMessages(ctx.data));
-    const response = await callModel(ctx, 0, []);
+    await this.#answer(ctx);
+  }
+
+  async resume(ctx: HarnessContext, messages: Messages): Promise<void> {
+    ctx.recorder.messages.push(...structuredClone(messages));
+    await this.#answer(ctx);
+  }
+
+  async #answer(ctx: HarnessContext): Promise<void> {
+    const turn = ctx.recorder.model_calls.length;
+    if (turn >= ctx.maxTurns) {
+      ctx.recorder.stop_condition = "max_turns_reached";
+      return;
+    }
+    const response = await callModel(ctx, turn, []);
     ctx.recorder.messages.push(assistantMessage(response));
     ctx.recorder.stop_condition = "no_tools_called";
   }

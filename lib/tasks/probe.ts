@@ -149,11 +149,13 @@ export async function runProbe(
 ): Promise<ProbeResult> {
   const mode = task.data.scoring?.mode ?? "shared";
   const view: TraceView = { info: {}, messages: [], artifacts: new Map() };
+  const state = task.initialState();
   const ctxOf = (runtime: Runtime): TaskHookContext => ({
     runtime,
     task,
     data: task.data,
     trace: view,
+    state,
     signal: options.signal,
   });
   try {

@@ -28,7 +28,13 @@ import {
   serializeError,
   TaskError,
 } from "../errors.ts";
-import type { Harness, HarnessRecorder, ModelCallRecord, ToolCallRecord } from "./harness.ts";
+import type {
+  Harness,
+  HarnessContext,
+  HarnessRecorder,
+  ModelCallRecord,
+  ToolCallRecord,
+} from "./harness.ts";
 import {
   type Artifact,
   DEFAULT_ARTIFACT_MAX_BYTES,
@@ -37,6 +43,7 @@ import {
   type Task,
   type TaskHookContext,
   type TaskScores,
+  type TaskTimeouts,
   type TraceView,
 } from "./task.ts";
 import type { Messages, SamplingArgs } from "../types.ts";
@@ -52,6 +59,8 @@ export interface AgentPolicy {
   scoring?: ScoringConfig;
   maxTurns?: number;
   toolTimeoutSeconds?: number;
+  /** Per-phase limits in seconds that beat the task's own `timeout`. */
+  timeouts?: TaskTimeouts;
   /**
    * Where sandboxes come from (sandbox limits, a warm pool for agent sandboxes); default:
    * created and started here. Grading sandboxes are requested with `role: "grader"` and are
@@ -76,6 +85,14 @@ export interface TaskTrace {
   rollout_index: number;
   model: string;
   harness: string;
+  /** The role this agent played in its episode (`agent` in a single-agent run). */
+  role: string;
+  /** Whether this trace is training data (false for judges and simulated users). */
+  trainable: boolean;
+  /** This role's run number within its episode (0 for the first; best-of-n counts up). */
+  attempt: number;
+  /** The episode this trace belongs to. */
+  episode_id?: string;
   /**
    * `attempts`: agent sandboxes tried when more than one was needed (infrastructure failures
    * retry in a fresh sandbox); absent means the first one worked.
@@ -99,6 +116,12 @@ export interface TaskTrace {
   info: Record<string, unknown>;
 }
 
+/** A started sandbox that rollouts borrow (see {@link TaskRolloutOptions.box}). */
+export interface Box {
+  runtime: Runtime;
+  spec: RuntimeSpec;
+}
+
 /** Options of {@link runTaskRollout}. */
 export interface TaskRolloutOptions {
   task: Task;
@@ -112,6 +135,21 @@ export interface TaskRolloutOptions {
   signal?: AbortSignal;
   /** Reads `${VAR}` for scoring env templates; default the process environment. */
   env?: (name: string) => string | undefined;
+  /** The role this agent plays in its episode; default `agent`. */
+  role?: string;
+  /** Whether the trace is training data; default true (judges and simulated users are not). */
+  trainable?: boolean;
+  /**
+   * A started sandbox lent by the caller: the rollout works in it but never starts, retries
+   * or stops it.
+   */
+  box?: Box;
+  /** Keep the declared artifacts on {@link TaskRollout.view} in shared scoring mode too. */
+  keepArtifacts?: boolean;
+  /** The task's prompt is not sent: the first step brings the user's message. */
+  promptless?: boolean;
+  /** The rollout's state; default `task.initialState()`. */
+  state?: Record<string, unknown>;
 }
 
 function memoryString(m: number | string | undefined): string | undefined {
@@ -365,235 +403,449 @@ export async function restoreArtifacts(
   }
 }
 
-/** Run one task rollout and return its trace (errors are recorded on it, never thrown). */
-export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskTrace> {
-  const { task, policy, signal } = options;
-  const data = task.data;
-  const envLookup = options.env ?? ((n: string) => process.env[n]);
-  const scoring: ScoringConfig = { ...(data.scoring ?? {}), ...(policy.scoring ?? {}) };
-  if (data.scoring?.env || policy.scoring?.env) {
-    scoring.env = { ...(data.scoring?.env ?? {}), ...(policy.scoring?.env ?? {}) };
+/** One segment of a rollout: what the agent did after the user's turn, and whether it can go on. */
+export interface Segment {
+  /** Messages the segment added after the user's turn: assistant replies and tool results. */
+  messages: Messages;
+  /** True when the run ended instead of answering: a limit, an error, or no reply. */
+  terminated: boolean;
+  /** The text of the rollout's last assistant message so far. */
+  lastReply: string;
+}
+
+function messageText(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) {
+    return content.map((p) => (typeof p?.text === "string" ? p.text : "")).join("");
   }
-  const mode = scoring.mode ?? "shared";
-  if (mode === "shared" && scoring.env && Object.keys(scoring.env).length > 0) {
-    warnOnce(
-      "scoring.env applies to the isolated grading sandbox only; it is ignored in shared scoring mode",
-    );
+  return "";
+}
+
+/** The text of the last assistant message in `messages`, or "". */
+export function lastReplyOf(messages: Messages): string {
+  const last = [...messages].reverse().find((m) => m.role === "assistant");
+  return last ? messageText(last.content) : "";
+}
+
+/**
+ * One task rollout in steps: {@link TaskRollout.open} (sandbox and setup), one or more
+ * {@link TaskRollout.step}s (harness segments; later ones resume the conversation with the
+ * user's turn), then {@link TaskRollout.close} (finalize, harness metrics, artifacts, scoring,
+ * teardown). Failures are recorded on the trace, never thrown; an interrupt (the signal) is
+ * thrown, and {@link TaskRollout.dispose} then stops what is still running.
+ */
+export class TaskRollout {
+  readonly trace: TaskTrace;
+  readonly view: TraceView;
+  /** This rollout's own state, shared by the task's hooks, its rewards and the harness. */
+  readonly state: Record<string, unknown>;
+  readonly #options: TaskRolloutOptions;
+  readonly #recorder: HarnessRecorder;
+  readonly #scoring: ScoringConfig;
+  readonly #mode: "shared" | "isolated";
+  readonly #t0 = performance.now();
+  #agentSpec: RuntimeSpec | null = null;
+  #agent: Runtime | null = null;
+  #opened = false;
+  #failed = false;
+  #closed = false;
+  #segments = 0;
+  #agentMs = 0;
+
+  constructor(options: TaskRolloutOptions) {
+    this.#options = options;
+    const { task, policy } = options;
+    const data = task.data;
+    const scoring: ScoringConfig = { ...(data.scoring ?? {}), ...(policy.scoring ?? {}) };
+    if (data.scoring?.env || policy.scoring?.env) {
+      scoring.env = { ...(data.scoring?.env ?? {}), ...(policy.scoring?.env ?? {}) };
+    }
+    this.#scoring = scoring;
+    this.#mode = scoring.mode ?? "shared";
+    if (this.#mode === "shared" && scoring.env && Object.keys(scoring.env).length > 0) {
+      warnOnce(
+        "scoring.env applies to the isolated grading sandbox only; it is ignored in shared scoring mode",
+      );
+    }
+    this.#recorder = {
+      messages: [],
+      model_calls: [],
+      tool_calls: [],
+      stop_condition: null,
+      usage: { input_tokens: 0, output_tokens: 0 },
+      metrics: {},
+    };
+    this.state = options.state ?? task.initialState();
+    this.view = { info: {}, messages: this.#recorder.messages, artifacts: new Map() };
+    const runtimeType = options.box ? options.box.spec.type : policy.runtime.type ?? "docker";
+    this.trace = {
+      format_version: TRACE_FORMAT_VERSION,
+      trace_id: crypto.randomUUID(),
+      run_id: options.runId,
+      taskset: options.tasksetId,
+      task: { key: task.key, idx: data.idx ?? 0, hash: task.hash },
+      example_id: data.idx ?? 0,
+      rollout_index: options.rolloutIndex ?? 0,
+      model: options.model,
+      harness: policy.harness.id,
+      role: options.role ?? "agent",
+      trainable: options.trainable ?? true,
+      attempt: 0,
+      runtime: { type: runtimeType, image: policy.runtime.image ?? data.image },
+      scoring: { mode: this.#mode, attempts: 0 },
+      messages: this.#recorder.messages,
+      model_calls: this.#recorder.model_calls,
+      tool_calls: this.#recorder.tool_calls,
+      stop_condition: null,
+      reward: null,
+      rewards: {},
+      metrics: {},
+      ok: false,
+      error: null,
+      usage: this.#recorder.usage,
+      timing: { started_at: Date.now() / 1000 },
+      info: this.view.info,
+    };
   }
-  const recorder: HarnessRecorder = {
-    messages: [],
-    model_calls: [],
-    tool_calls: [],
-    stop_condition: null,
-    usage: { input_tokens: 0, output_tokens: 0 },
-  };
-  const view: TraceView = { info: {}, messages: recorder.messages, artifacts: new Map() };
-  const timing: Record<string, number> = { started_at: Date.now() / 1000 };
-  const trace: TaskTrace = {
-    format_version: TRACE_FORMAT_VERSION,
-    trace_id: crypto.randomUUID(),
-    run_id: options.runId,
-    taskset: options.tasksetId,
-    task: { key: task.key, idx: data.idx ?? 0, hash: task.hash },
-    example_id: data.idx ?? 0,
-    rollout_index: options.rolloutIndex ?? 0,
-    model: options.model,
-    harness: policy.harness.id,
-    runtime: { type: policy.runtime.type ?? "docker", image: policy.runtime.image ?? data.image },
-    scoring: { mode, attempts: 0 },
-    messages: recorder.messages,
-    model_calls: recorder.model_calls,
-    tool_calls: recorder.tool_calls,
-    stop_condition: null,
-    reward: null,
-    rewards: {},
-    metrics: {},
-    ok: false,
-    error: null,
-    usage: recorder.usage,
-    timing,
-    info: view.info,
-  };
-  const timed = async <T>(key: string, fn: () => Promise<T>): Promise<T> => {
+
+  /** The agent's sandbox while the rollout holds it (null before open and after close). */
+  get runtime(): Runtime | null {
+    return this.#agent;
+  }
+
+  /** Whether the rollout has failed (the error is on the trace). */
+  get failed(): boolean {
+    return this.#failed;
+  }
+
+  /** The rollout's state as a task hook sees it. */
+  #ctx(runtime: Runtime, signal?: AbortSignal): TaskHookContext {
+    const { task } = this.#options;
+    return { runtime, task, data: task.data, trace: this.view, state: this.state, signal };
+  }
+
+  #timeout(stage: keyof TaskTimeouts): number | undefined {
+    return this.#options.policy.timeouts?.[stage] ?? this.#options.task.data.timeout?.[stage];
+  }
+
+  async #timed<T>(key: string, fn: () => Promise<T>): Promise<T> {
     const t0 = performance.now();
     try {
       return await fn();
     } finally {
-      timing[`${key}_ms`] = Math.round(performance.now() - t0);
+      this.trace.timing[`${key}_ms`] = Math.round(performance.now() - t0);
     }
-  };
-  const t0 = performance.now();
-  let agent = null as Runtime | null;
-  try {
-    // deno-lint-ignore require-await
-    const agentSpec = await inPhase("config", async () => {
-      const spec = resolveRuntimeSpec(policy.runtime, task, "agent");
-      if (mode === "isolated" && spec.type === "subprocess") {
-        throw new ConfigError(
-          `Isolated scoring needs a container runtime; the subprocess runtime cannot collect artifacts ` +
-            `or start a grading sandbox (task "${task.key}"); use docker or --env.agent.scoring.mode shared`,
-        );
-      }
-      if (policy.harness.executesCode && spec.type === "subprocess") {
-        console.warn(
-          `Harness "${policy.harness.id}" runs agent commands on the host (subprocess runtime)`,
-        );
-      }
-      return spec;
-    });
-    const ctx = (runtime: Runtime, s?: AbortSignal): TaskHookContext => ({
-      runtime,
-      task,
-      data,
-      trace: view,
-      signal: s,
-    });
-    const retries = policy.infraRetries ?? 2;
-    await inPhase("setup", () =>
-      timed("setup", async () => {
-        for (let attempt = 0;; attempt++) {
-          if (attempt > 0) trace.runtime.attempts = attempt + 1;
-          let ready = false;
-          try {
-            await phase("setup", data.timeout?.setup, signal, async (s) => {
-              const t1 = performance.now();
-              await startSandbox(policy, agentSpec, "agent", options, s, (rt) => (agent = rt));
-              ready = true;
-              timing.sandbox_ms = Math.round(performance.now() - t1);
-              await task.setup(ctx(agent!, s));
-              if (data.agent_user) await grantAgentUser(agent!, task, data.agent_user);
-            });
-            return;
-          } catch (raw) {
-            let error = raw;
-            if (!ready && raw instanceof TaskError && /timed out/.test(raw.message)) {
-              error = new SandboxUnavailableError(
-                `The agent sandbox did not become ready within the setup timeout ` +
-                  `(${data.timeout?.setup}s)`,
-                { cause: raw },
-              );
-            }
-            const stale = agent;
-            agent = null;
-            await stale?.stop().catch(() => {});
-            if (signal?.aborted || attempt >= retries || !isSandboxInfra(error)) throw error;
-            // Back off before asking the backend again: 0.25 s, 0.5 s, 1 s, ... (max 5 s).
-            await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * 2 ** attempt)));
-          }
-        }
-      }));
-    await inPhase(
-      "agent",
-      () =>
-        timed("agent", () =>
-          phase("agent", data.timeout?.agent, signal, (s) =>
-            policy.harness.run({
-              task,
-              data,
-              runtime: agent!,
-              client: options.client,
-              model: options.model,
-              samplingArgs: options.samplingArgs ?? {},
-              recorder,
-              maxTurns: policy.maxTurns ?? 30,
-              toolTimeoutMs: (policy.toolTimeoutSeconds ?? 600) * 1000,
-              user: data.agent_user,
-              signal: s,
-            }))),
-    );
-    trace.stop_condition = recorder.stop_condition;
-    await inPhase(
-      "finalize",
-      () =>
-        timed(
-          "finalize",
-          () =>
-            phase("finalize", data.timeout?.finalize, signal, async (s) =>
-              await task.finalize(ctx(agent!, s))),
-        ),
-    );
+  }
 
-    let scores: TaskScores;
-    if (mode === "shared") {
-      trace.scoring.attempts = 1;
-      scores = await inPhase(
-        "scoring",
-        () =>
-          timed("scoring", () =>
-            phase("scoring", data.timeout?.scoring, signal, async (s) => {
-              // The agent is done: private tests may be staged in its sandbox now.
-              await task.stageVerifier(ctx(agent!, s));
-              return await task.score(ctx(agent!, s));
-            })),
-      );
-    } else {
-      const artifacts = await inPhase(
-        "artifacts",
-        () => timed("artifacts", () => collectArtifacts(agent!, task)),
-      );
-      view.artifacts = artifacts;
-      await agent!.stop();
-      agent = null;
-      const graderConfig: RuntimeConfig = { ...policy.runtime, ...(scoring.runtime ?? {}) };
-      const scoringEnv: Record<string, string> = {};
-      for (const [k, v] of Object.entries(scoring.env ?? {})) {
-        scoringEnv[k] = resolveTemplate(v, envLookup);
-      }
+  /** Record a failure on the trace; an interrupt is thrown instead. */
+  #fail(raw: unknown): void {
+    const phaseName = raw instanceof PhaseError ? raw.phase : "rollout";
+    const error = raw instanceof PhaseError ? raw.error : raw;
+    const signal = this.#options.signal;
+    if (signal?.aborted) throw signal.reason; // interrupted: not a result, nothing to record
+    this.#failed = true;
+    this.trace.ok = false;
+    this.trace.error = { ...serializeError(error), phase: phaseName };
+    // The model endpoint failing after its retries is infrastructure too (a bad key ends the run).
+    if (error instanceof InfraError || error instanceof ModelError) this.trace.error.infra = true;
+    this.trace.stop_condition ??= this.#recorder.stop_condition ?? "has_error";
+  }
+
+  /** Start (or borrow) the agent's sandbox and run the task's setup; false when it failed. */
+  async open(): Promise<boolean> {
+    if (this.#opened || this.#failed) return !this.#failed;
+    const { task, policy, signal } = this.#options;
+    const data = task.data;
+    const timing = this.trace.timing;
+    const box = this.#options.box;
+    try {
       // deno-lint-ignore require-await
-      const graderSpec = await inPhase("scoring", async () => {
-        const spec = resolveRuntimeSpec(graderConfig, task, "grader", scoringEnv);
-        if (spec.type === "subprocess" || (spec.type === "ssh" && !spec.dedicated)) {
+      this.#agentSpec = await inPhase("config", async () => {
+        const spec = box ? box.spec : resolveRuntimeSpec(policy.runtime, task, "agent");
+        if (this.#mode === "isolated" && spec.type === "subprocess") {
           throw new ConfigError(
-            `The grading sandbox must be a fresh, isolated sandbox; a ${spec.type} runtime` +
-              `${
-                spec.type === "ssh" ? " on a shared host" : ""
-              } is not one (task "${task.key}"); ` +
-              `use docker or prime for --env.agent.scoring.runtime`,
+            `Isolated scoring needs a container runtime; the subprocess runtime cannot collect artifacts ` +
+              `or start a grading sandbox (task "${task.key}"); use docker or --env.agent.scoring.mode shared`,
           );
         }
-        const agentWorkdir = agentSpec.workdir ?? data.workdir;
-        const relative = (data.artifacts ?? []).find((a) => !posix.isAbsolute(a.source));
-        if (relative && spec.workdir !== agentWorkdir) {
-          throw new ConfigError(
-            `Relative artifact path "${relative.source}" requires the agent and grading sandboxes to ` +
-              `share a workdir ("${agentWorkdir}" vs "${spec.workdir}"); use an absolute path`,
+        if (policy.harness.executesCode && spec.type === "subprocess") {
+          warnOnce(
+            `Harness "${policy.harness.id}" runs agent commands on the host (subprocess runtime)`,
           );
         }
         return spec;
       });
-      scores = await inPhase(
-        "scoring",
-        () =>
-          timed("scoring", () =>
-            gradeIsolated(
-              task,
-              graderSpec,
-              artifacts,
-              scoring.retries ?? 2,
-              options,
-              trace,
-              view,
-              signal,
-            )),
+      const retries = box ? 0 : policy.infraRetries ?? 2;
+      await inPhase("setup", () =>
+        this.#timed("setup", async () => {
+          for (let attempt = 0;; attempt++) {
+            if (attempt > 0) this.trace.runtime.attempts = attempt + 1;
+            let ready = false;
+            try {
+              await phase("setup", this.#timeout("setup"), signal, async (s) => {
+                const t1 = performance.now();
+                if (box) this.#agent = box.runtime;
+                else {
+                  await startSandbox(
+                    policy,
+                    this.#agentSpec!,
+                    "agent",
+                    this.#options,
+                    s,
+                    (rt) => (this.#agent = rt),
+                  );
+                }
+                ready = true;
+                timing.sandbox_ms = Math.round(performance.now() - t1);
+                await task.setup(this.#ctx(this.#agent!, s));
+                if (data.agent_user) await grantAgentUser(this.#agent!, task, data.agent_user);
+              });
+              return;
+            } catch (raw) {
+              let error = raw;
+              if (!ready && raw instanceof TaskError && /timed out/.test(raw.message)) {
+                error = new SandboxUnavailableError(
+                  `The agent sandbox did not become ready within the setup timeout ` +
+                    `(${this.#timeout("setup")}s)`,
+                  { cause: raw },
+                );
+              }
+              const stale = this.#agent;
+              this.#agent = null;
+              if (!box) await stale?.stop().catch(() => {});
+              if (signal?.aborted || attempt >= retries || !isSandboxInfra(error)) throw error;
+              // Back off before asking the backend again: 0.25 s, 0.5 s, 1 s, ... (max 5 s).
+              await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * 2 ** attempt)));
+            }
+          }
+        }));
+      this.#opened = true;
+      return true;
+    } catch (raw) {
+      this.#fail(raw);
+      return false;
+    }
+  }
+
+  /**
+   * Run one harness segment: the first runs from the task's prompt (or, for a prompt-less
+   * rollout, from `messages`); later ones resume after appending `messages` as the user's turn.
+   * The agent timeout is one budget over all segments.
+   */
+  async step(messages?: Messages): Promise<Segment> {
+    const recorder = this.#recorder;
+    const done = (): Segment => ({
+      messages: [],
+      terminated: true,
+      lastReply: lastReplyOf(recorder.messages),
+    });
+    if (!this.#opened || this.#failed || this.#closed) return done();
+    const { task, policy, signal } = this.#options;
+    const first = this.#segments === 0;
+    const promptless = this.#options.promptless === true;
+    if (first && promptless !== Boolean(messages?.length)) {
+      throw new TypeError(
+        promptless
+          ? `A prompt-less rollout of task "${task.key}" opens with the user's message: turn("...")`
+          : `Task "${task.key}" has a prompt: open its interaction with a bare turn()`,
       );
     }
-    trace.reward = scores.reward;
-    trace.rewards = scores.rewards;
-    trace.metrics = scores.metrics;
-    trace.ok = true;
-  } catch (raw) {
-    const phaseName = raw instanceof PhaseError ? raw.phase : "rollout";
-    const error = raw instanceof PhaseError ? raw.error : raw;
-    if (signal?.aborted) throw signal.reason; // interrupted: not a result, nothing to record
-    trace.error = { ...serializeError(error), phase: phaseName };
-    // The model endpoint failing after its retries is infrastructure too (a bad key ends the run).
-    if (error instanceof InfraError || error instanceof ModelError) trace.error.infra = true;
-    trace.stop_condition ??= recorder.stop_condition ?? "has_error";
-  } finally {
-    if (agent) await agent.stop().catch(() => {});
-    timing.total_ms = Math.round(performance.now() - t0);
+    if (!first && !messages?.length) {
+      throw new TypeError('A later turn needs the user\'s message: turn("...")');
+    }
+    if (!first && !policy.harness.resume) {
+      throw new ConfigError(`Harness "${policy.harness.id}" cannot resume a conversation`);
+    }
+    this.#segments++;
+    const before = recorder.messages.length + (first ? 0 : messages!.length);
+    const budget = this.#timeout("agent");
+    const remaining = budget ? Math.max(0.001, budget - this.#agentMs / 1000) : undefined;
+    const t0 = performance.now();
+    try {
+      await inPhase("agent", () =>
+        phase("agent", remaining, signal, (s) => {
+          const ctx: HarnessContext = {
+            task,
+            data: first && promptless ? { ...task.data, prompt: messages! } : task.data,
+            runtime: this.#agent!,
+            client: this.#options.client,
+            model: this.#options.model,
+            samplingArgs: this.#options.samplingArgs ?? {},
+            recorder,
+            maxTurns: policy.maxTurns ?? 30,
+            toolTimeoutMs: (policy.toolTimeoutSeconds ?? 600) * 1000,
+            user: task.data.agent_user,
+            state: this.state,
+            signal: s,
+          };
+          return first ? policy.harness.run(ctx) : policy.harness.resume!(ctx, messages!);
+        }));
+      this.trace.stop_condition = recorder.stop_condition;
+    } catch (raw) {
+      this.#fail(raw);
+    } finally {
+      this.#agentMs += performance.now() - t0;
+      this.trace.timing.agent_ms = Math.round(this.#agentMs);
+    }
+    const added = recorder.messages.slice(before);
+    const replied = added.some((m) => m.role === "assistant");
+    return {
+      messages: added,
+      terminated: this.#failed || !replied || recorder.stop_condition === "max_turns_reached",
+      lastReply: lastReplyOf(recorder.messages),
+    };
   }
-  return trace;
+
+  /**
+   * Finish the rollout: the task's finalize and the harness's metrics with the agent's sandbox
+   * still up, artifacts, scoring (shared or isolated), then teardown. Idempotent.
+   */
+  async close(options: { stopCondition?: string } = {}): Promise<TaskTrace> {
+    if (this.#closed) return this.trace;
+    this.#closed = true;
+    const { task, policy, signal } = this.#options;
+    const data = task.data;
+    const trace = this.trace;
+    const timing = trace.timing;
+    try {
+      if (this.#opened && !this.#failed) {
+        if (options.stopCondition) trace.stop_condition = options.stopCondition;
+        await inPhase(
+          "finalize",
+          () =>
+            this.#timed(
+              "finalize",
+              () =>
+                phase("finalize", this.#timeout("finalize"), signal, async (s) => {
+                  await task.finalize(this.#ctx(this.#agent!, s));
+                  const own = await policy.harness.metrics?.({
+                    task,
+                    data,
+                    runtime: this.#agent!,
+                    client: this.#options.client,
+                    model: this.#options.model,
+                    samplingArgs: this.#options.samplingArgs ?? {},
+                    recorder: this.#recorder,
+                    maxTurns: policy.maxTurns ?? 30,
+                    toolTimeoutMs: (policy.toolTimeoutSeconds ?? 600) * 1000,
+                    user: data.agent_user,
+                    state: this.state,
+                    signal: s,
+                  });
+                  Object.assign(this.#recorder.metrics, own ?? {});
+                }),
+            ),
+        );
+        let scores: TaskScores;
+        if (this.#mode === "shared") {
+          if (this.#options.keepArtifacts) {
+            // Before scoring: private tests staged for grading must not travel with them.
+            this.view.artifacts = await inPhase(
+              "artifacts",
+              () => this.#timed("artifacts", () => collectArtifacts(this.#agent!, task)),
+            );
+          }
+          trace.scoring.attempts = 1;
+          scores = await inPhase(
+            "scoring",
+            () =>
+              this.#timed(
+                "scoring",
+                () =>
+                  phase("scoring", this.#timeout("scoring"), signal, async (s) => {
+                    // The agent is done: private tests may be staged in its sandbox now.
+                    await task.stageVerifier(this.#ctx(this.#agent!, s));
+                    return await task.score(this.#ctx(this.#agent!, s));
+                  }),
+              ),
+          );
+        } else {
+          scores = await this.#scoreIsolated();
+        }
+        trace.reward = scores.reward;
+        trace.rewards = scores.rewards;
+        trace.metrics = { ...this.#recorder.metrics, ...scores.metrics };
+        trace.ok = true;
+      }
+    } catch (raw) {
+      this.#fail(raw);
+    } finally {
+      await this.dispose();
+      timing.total_ms = Math.round(performance.now() - this.#t0);
+    }
+    return trace;
+  }
+
+  /** Stop the agent's sandbox if this rollout owns it and still holds it. */
+  async dispose(): Promise<void> {
+    const agent = this.#agent;
+    this.#agent = null;
+    if (agent && agent !== this.#options.box?.runtime) await agent.stop().catch(() => {});
+  }
+
+  async #scoreIsolated(): Promise<TaskScores> {
+    const { task, policy, signal } = this.#options;
+    const data = task.data;
+    const scoring = this.#scoring;
+    const artifacts = await inPhase(
+      "artifacts",
+      () => this.#timed("artifacts", () => collectArtifacts(this.#agent!, task)),
+    );
+    this.view.artifacts = artifacts;
+    await this.dispose();
+    const envLookup = this.#options.env ?? ((n: string) => process.env[n]);
+    const graderConfig: RuntimeConfig = { ...policy.runtime, ...(scoring.runtime ?? {}) };
+    const scoringEnv: Record<string, string> = {};
+    for (const [k, v] of Object.entries(scoring.env ?? {})) {
+      scoringEnv[k] = resolveTemplate(v, envLookup);
+    }
+    // deno-lint-ignore require-await
+    const graderSpec = await inPhase("scoring", async () => {
+      const spec = resolveRuntimeSpec(graderConfig, task, "grader", scoringEnv);
+      if (spec.type === "subprocess" || (spec.type === "ssh" && !spec.dedicated)) {
+        throw new ConfigError(
+          `The grading sandbox must be a fresh, isolated sandbox; a ${spec.type} runtime` +
+            `${spec.type === "ssh" ? " on a shared host" : ""} is not one (task "${task.key}"); ` +
+            `use docker or prime for --env.agent.scoring.runtime`,
+        );
+      }
+      const agentWorkdir = this.#agentSpec?.workdir ?? data.workdir;
+      const relative = (data.artifacts ?? []).find((a) => !posix.isAbsolute(a.source));
+      if (relative && spec.workdir !== agentWorkdir) {
+        throw new ConfigError(
+          `Relative artifact path "${relative.source}" requires the agent and grading sandboxes to ` +
+            `share a workdir ("${agentWorkdir}" vs "${spec.workdir}"); use an absolute path`,
+        );
+      }
+      return spec;
+    });
+    return await inPhase(
+      "scoring",
+      () =>
+        this.#timed("scoring", () =>
+          gradeIsolated(
+            graderSpec,
+            artifacts,
+            scoring.retries ?? 2,
+            this.#options,
+            this.trace,
+            (runtime, s) => this.#ctx(runtime, s),
+            this.#timeout("scoring"),
+            signal,
+          )),
+    );
+  }
+}
+
+/** Run one task rollout and return its trace (errors are recorded on it, never thrown). */
+export async function runTaskRollout(options: TaskRolloutOptions): Promise<TaskTrace> {
+  const rollout = new TaskRollout(options);
+  try {
+    if (await rollout.open()) await rollout.step();
+    return await rollout.close();
+  } finally {
+    await rollout.dispose();
+  }
 }
 
 /** Sandbox failures worth a fresh sandbox: it could not be created, reached or made ready. */
@@ -635,29 +887,24 @@ async function startSandbox(
 }
 
 async function gradeIsolated(
-  task: Task,
   spec: RuntimeSpec,
   artifacts: Map<string, Uint8Array | null>,
   retries: number,
   options: TaskRolloutOptions,
   trace: TaskTrace,
-  view: TraceView,
+  hookContext: (runtime: Runtime, signal: AbortSignal) => TaskHookContext,
+  timeoutSeconds: number | undefined,
   signal: AbortSignal | undefined,
 ): Promise<TaskScores> {
+  const task = options.task;
   let last: unknown;
   for (let attempt = 0; attempt <= retries; attempt++) {
     trace.scoring.attempts = attempt + 1;
     let grader = null as Runtime | null;
     try {
-      return await phase("scoring", task.data.timeout?.scoring, signal, async (s) => {
+      return await phase("scoring", timeoutSeconds, signal, async (s) => {
         await startSandbox(options.policy, spec, "grader", options, s, (rt) => (grader = rt));
-        const ctx: TaskHookContext = {
-          runtime: grader!,
-          task,
-          data: task.data,
-          trace: view,
-          signal: s,
-        };
+        const ctx = hookContext(grader!, s);
         await task.setup(ctx);
         await restoreArtifacts(grader!, artifacts);
         await task.stageVerifier(ctx);

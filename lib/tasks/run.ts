@@ -1,18 +1,17 @@
 /**
- * Running a taskset: select tasks, run rollouts concurrently, append one trace per rollout
- * to `traces.jsonl`, aggregate, resume; and `validateTaskset` for `vf validate`.
+ * What a run of tasks shares: task selection, the summary of its traces (what counts as
+ * scored), the configured judges, and `validateTaskset` for `vf validate`. The run itself
+ * (episodes of an Env) is `lib/agents/run.ts`.
  * @module
  */
-import { appendFile, mkdir } from "node:fs/promises";
-import { join } from "node:path";
 import { createRuntime } from "../../runtimes/create.ts";
 import type { ChatClient } from "../model/client.ts";
 import { isFatalError } from "../envs/environment.ts";
-import { ConfigError, serializeError } from "../errors.ts";
+import { ConfigError } from "../errors.ts";
 import { JudgeRubric } from "../scoring/judge_rubric.ts";
 import { seededShuffle } from "../random.ts";
 import { type ProbeResult, PROBES, runProbe } from "./probe.ts";
-import { passAtK, readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
+import { passAtK } from "../eval/results.ts";
 import {
   requireRewards,
   type Task,
@@ -20,8 +19,7 @@ import {
   type Taskset,
   type TraceView,
 } from "./task.ts";
-import { type AgentPolicy, resolveRuntimeSpec, runTaskRollout, type TaskTrace } from "./rollout.ts";
-import type { SamplingArgs } from "../types.ts";
+import { type AgentPolicy, resolveRuntimeSpec, type TaskTrace } from "./rollout.ts";
 import { VERSION } from "../version.ts";
 
 /** A judge plugin configured in TOML (`[[env.taskset.task.judges]]`). */
@@ -32,35 +30,6 @@ export interface JudgeConfig {
   weight?: number;
   model?: string;
   rubric?: string;
-}
-
-/** Options of {@link runTaskset}. */
-export interface RunTasksetOptions {
-  taskset: Taskset;
-  policy: AgentPolicy;
-  client: ChatClient;
-  model: string;
-  samplingArgs?: SamplingArgs;
-  /** Tasks to run (after shuffling); ≤ 0 means all. */
-  numTasks?: number;
-  /** Rollouts per task. Default 1. */
-  rolloutsPerTask?: number;
-  /** Rollouts in flight. Default 4. */
-  maxConcurrent?: number;
-  /** Shuffle tasks with this seed before selecting. */
-  shuffleSeed?: number | null;
-  /** Only these task keys. */
-  ids?: string[];
-  /** Run directory for traces.jsonl / metadata.json; nothing saved when absent. */
-  runDir?: string | null;
-  runId: string;
-  resume?: boolean;
-  /** Environment flavour: "single-agent" (default) or "best-of-n" (adds best / pass_at_n metrics). */
-  envId?: string;
-  bestOfNThreshold?: number;
-  judges?: JudgeConfig[];
-  onTrace?: (trace: TaskTrace, done: number, total: number) => void;
-  signal?: AbortSignal;
 }
 
 /** Aggregates of a task run. */
@@ -82,7 +51,8 @@ export interface TaskRunSummary {
   /**
    * Errored rollouts that were never scored and so are left out of `avg_reward` and pass@k:
    * the infrastructure errors plus failures of the task's own hooks or rewards (phases
-   * `config`, `setup`, `finalize`, `scoring`). An agent-phase failure is the agent's: it counts.
+   * `config`, `setup`, `finalize`, `scoring`), of a judge (`judge`) or of the episode's Env
+   * (`env`). An agent-phase failure is the agent's: it counts.
    */
   num_unscored: number;
   /** Mean reward of the scored rollouts; null when none was scored (see `no_score_reason`). */
@@ -97,7 +67,14 @@ export interface TaskRunSummary {
   pass_at_k_excluded: number;
   /** Model requests retried (429, 5xx, timeouts) over the run, summed from the traces. */
   num_model_retries: number;
+  /** Tokens of the trainable traces (the agents being evaluated). */
   usage: { input_tokens: number; output_tokens: number };
+  /** Episodes run (each holds one or more traces; a single-agent episode is one rollout). */
+  num_episodes?: number;
+  /** Episodes that failed as a whole (their Env's run or finalize); none of their traces is scored. */
+  num_failed_episodes?: number;
+  /** Tokens by role, judges and simulated users included (present when more than one role ran). */
+  usage_by_role?: Record<string, { input_tokens: number; output_tokens: number }>;
   vf_version: string;
   date: string;
 }
@@ -129,19 +106,6 @@ export async function selectTasks(
   return tasks;
 }
 
-/**
- * Read traces.jsonl, keeping the latest trace per (task, rollout); corrupt lines anywhere are
- * skipped and reported (a warning naming file and line).
- */
-export async function loadTraces(runDir: string): Promise<TaskTrace[]> {
-  const latest = new Map<string, TaskTrace>();
-  for (const t of await readJsonLines<TaskTrace>(join(runDir, "traces.jsonl"))) {
-    if (typeof t.task?.key !== "string") continue;
-    latest.set(`${t.task.key}#${t.rollout_index}`, t);
-  }
-  return [...latest.values()];
-}
-
 /** Model requests of a trace that were retried (on calls that succeeded and that failed). */
 export function modelRetries(trace: TaskTrace): number {
   return (trace.model_calls ?? []).reduce(
@@ -150,8 +114,11 @@ export function modelRetries(trace: TaskTrace): number {
   );
 }
 
-/** Phases whose failure is the task's or vf's, never the agent's. */
-const UNSCORED_PHASES = new Set(["config", "setup", "finalize", "scoring"]);
+/**
+ * Phases whose failure is the task's, a judge's, the Env's or vf's, never the agent's: the
+ * rollout was not scored.
+ */
+const UNSCORED_PHASES = new Set(["config", "setup", "finalize", "scoring", "judge", "env"]);
 
 /** An errored trace that was never scored: infrastructure, or the task's own hooks or rewards. */
 export function isUnscored(trace: TaskTrace): boolean {
@@ -225,7 +192,8 @@ export function summarizeTraces(
   };
 }
 
-async function applyJudges(
+/** Add the configured `[[env.judges]]` rewards to a finished trace (the judge calls the run's endpoint). */
+export async function applyJudges(
   trace: TaskTrace,
   task: Task,
   judges: JudgeConfig[],
@@ -258,134 +226,6 @@ async function applyJudges(
     trace.reward = (trace.reward ?? 0) + score * (j.weight ?? 1);
     trace.info[`${name}_verdict`] = verdict.slice(0, 500);
   }
-}
-
-/** Run rollouts for a taskset. Traces are appended as rollouts finish. */
-export async function runTaskset(
-  options: RunTasksetOptions,
-): Promise<{ traces: TaskTrace[]; summary: TaskRunSummary }> {
-  const tasks = await selectTasks(options.taskset, options);
-  for (const task of tasks) requireRewards(task, { judges: options.judges?.length ?? 0 });
-  requireIsolatableConcurrency(options.policy.runtime, options.maxConcurrent ?? 4);
-  const r = Math.max(1, options.rolloutsPerTask ?? 1);
-  const tracesPath = options.runDir ? join(options.runDir, "traces.jsonl") : null;
-  const done = new Map<string, TaskTrace>();
-  if (options.resume && options.runDir) {
-    await repairTrailingLine(tracesPath!);
-    for (const t of await loadTraces(options.runDir)) {
-      if (!t.error) done.set(`${t.task.key}#${t.rollout_index}`, t);
-    }
-  }
-  const jobs: Array<{ task: Task; index: number }> = [];
-  for (const task of tasks) {
-    for (let i = 0; i < r; i++) if (!done.has(`${task.key}#${i}`)) jobs.push({ task, index: i });
-  }
-  const base = {
-    run_id: options.runId,
-    taskset: options.taskset.id,
-    model: options.model,
-    env_id: options.envId ?? "single-agent",
-    num_tasks: tasks.length,
-    rollouts_per_task: r,
-  };
-  if (options.runDir) await mkdir(options.runDir, { recursive: true });
-  const results: TaskTrace[] = [...done.values()];
-  const total = tasks.length * r;
-  let writeQueue = Promise.resolve();
-  const persist = (traces: TaskTrace[]) => {
-    for (const t of traces) t.model_retries = modelRetries(t);
-    if (!tracesPath) return Promise.resolve();
-    writeQueue = writeQueue.then(() =>
-      appendFile(tracesPath, traces.map((t) => JSON.stringify(t) + "\n").join(""))
-    );
-    return writeQueue;
-  };
-  const byTask = new Map<string, TaskTrace[]>();
-  const remaining = new Map<string, number>();
-  for (const job of jobs) remaining.set(job.task.key, (remaining.get(job.task.key) ?? 0) + 1);
-  const controller = new AbortController();
-  const outer = options.signal;
-  outer?.addEventListener("abort", () => controller.abort(outer.reason), { once: true });
-  let fatal: unknown = null;
-  let next = 0;
-  const worker = async () => {
-    while (next < jobs.length && !controller.signal.aborted) {
-      const job = jobs[next++];
-      let trace: TaskTrace;
-      try {
-        trace = await runTaskRollout({
-          task: job.task,
-          tasksetId: options.taskset.id,
-          policy: options.policy,
-          client: options.client,
-          model: options.model,
-          samplingArgs: options.samplingArgs,
-          runId: options.runId,
-          rolloutIndex: job.index,
-          signal: controller.signal,
-        });
-        if (trace.ok && options.judges?.length) {
-          await applyJudges(
-            trace,
-            job.task,
-            options.judges,
-            options.client,
-            options.model,
-            controller.signal,
-          )
-            .catch((error) => {
-              trace.ok = false;
-              trace.reward = null;
-              trace.error = { ...serializeError(error), phase: "judge" };
-            });
-        }
-      } catch (error) {
-        if (!controller.signal.aborted) {
-          fatal = error;
-          controller.abort(error);
-        }
-        return;
-      }
-      const modelError = trace.error && trace.error.error &&
-        ["AuthenticationError", "EndpointUnreachableError"].includes(trace.error.error);
-      if (modelError) {
-        fatal = new ConfigError(trace.error!.message);
-      }
-      results.push(trace);
-      const group = [...(byTask.get(job.task.key) ?? []), trace];
-      byTask.set(job.task.key, group);
-      const left = (remaining.get(job.task.key) ?? 1) - 1;
-      remaining.set(job.task.key, left);
-      if (options.envId === "best-of-n") {
-        if (left === 0) {
-          const all = results.filter((t) => t.task.key === job.task.key);
-          const best = Math.max(...all.map((t) => t.reward ?? -Infinity));
-          const pass = all.some((t) => (t.reward ?? 0) >= (options.bestOfNThreshold ?? 1)) ? 1 : 0;
-          for (const t of group) {
-            t.metrics.best = t.reward === best ? 1 : 0;
-            t.metrics.pass_at_n = pass;
-          }
-          await persist(group);
-        }
-      } else {
-        await persist([trace]);
-      }
-      options.onTrace?.(trace, results.length, total);
-      if (modelError) {
-        controller.abort(fatal);
-        return;
-      }
-    }
-  };
-  const n = Math.max(1, Math.min(options.maxConcurrent ?? 4, jobs.length || 1));
-  await Promise.all(Array.from({ length: n }, worker));
-  await writeQueue;
-  const summary = summarizeTraces(results, base);
-  if (options.runDir) await writeJsonAtomic(join(options.runDir, "metadata.json"), summary);
-  if (fatal) throw fatal;
-  if (outer?.aborted) throw outer.reason;
-  results.sort((a, b) => a.example_id - b.example_id || a.rollout_index - b.rollout_index);
-  return { traces: results, summary };
 }
 
 /** One task's validation result. */
@@ -426,6 +266,7 @@ export async function validateTaskset(
       task,
       data: task.data,
       trace: view,
+      state: task.initialState(),
       signal: options.signal,
     };
     await runtime.start({ signal: options.signal });

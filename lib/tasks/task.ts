@@ -133,17 +133,37 @@ export interface TraceView {
 }
 
 /** What every task hook receives. */
-export interface TaskHookContext {
+export interface TaskHookContext<S extends Record<string, unknown> = Record<string, unknown>> {
   runtime: Runtime;
   task: Task;
   data: TaskData;
   trace: TraceView;
+  /**
+   * This rollout's own state (from {@link Task.initialState}): one object per rollout, shared
+   * by the task's hooks, its rewards and the harness; never persisted.
+   */
+  state: S;
   signal?: AbortSignal;
+}
+
+/** What {@link Task.userMessage} receives after each of the agent's turns. */
+export interface UserTurnContext<S extends Record<string, unknown> = Record<string, unknown>> {
+  /** User turns sent so far (the prompt is not one). */
+  turn: number;
+  /** The text of the agent's last reply. */
+  lastReply: string;
+  /** The whole conversation so far. */
+  messages: Messages;
+  data: TaskData;
+  state: S;
+  /** The rollout's persisted notes (`trace.info`). */
+  info: Record<string, unknown>;
 }
 
 /** A reward or metric function of a task. */
 export type TaskScoreFunc = (
-  ctx: TaskHookContext,
+  // deno-lint-ignore no-explicit-any
+  ctx: TaskHookContext<any>,
 ) => number | boolean | Record<string, number> | Promise<number | boolean | Record<string, number>>;
 
 const SCORE = Symbol.for("vf.task_score");
@@ -235,9 +255,17 @@ function sortedKeysJson(value: unknown): string {
 }
 
 /** A task: data plus hooks. Subclass it and override the hooks you need. */
-export class Task<D extends TaskData = TaskData> {
+export class Task<
+  D extends TaskData = TaskData,
+  S extends Record<string, unknown> = Record<string, unknown>,
+> {
   /** When true, the subprocess runtime is refused before any work starts. */
   static NEEDS_CONTAINER = false;
+  /**
+   * The harness this task's agents use unless the run names one (`--env.<role>.harness.id`):
+   * a task that needs no code execution can say `"null"`. Default: `bash`.
+   */
+  static HARNESS: string | null = null;
   readonly data: D;
   readonly config: TaskConfig;
 
@@ -257,6 +285,32 @@ export class Task<D extends TaskData = TaskData> {
     return this.data.id ?? this.hash;
   }
 
+  /** The harness id this task asks for when the run names none ({@link Task.HARNESS}). */
+  get defaultHarness(): string | null {
+    return (this.constructor as typeof Task).HARNESS;
+  }
+
+  /** A fresh state object for one rollout (see {@link TaskHookContext.state}). */
+  initialState(): S {
+    return {} as S;
+  }
+
+  /**
+   * Script the user across turns: called after each of the agent's replies, it returns the
+   * next user message, or null/undefined to end the rollout. Overriding it makes the run an
+   * interaction (the agent's harness must be able to resume).
+   */
+  userMessage(
+    _ctx: UserTurnContext<S>,
+  ): string | Messages | null | undefined | Promise<string | Messages | null | undefined> {
+    return undefined;
+  }
+
+  /** Whether this task scripts user turns ({@link Task.userMessage} is overridden). */
+  get scriptsUser(): boolean {
+    return this.userMessage !== Task.prototype.userMessage;
+  }
+
   /** Whether this task's class needs a container runtime. */
   get needsContainer(): boolean {
     return (this.constructor as typeof Task).NEEDS_CONTAINER || Boolean(this.data.image);
@@ -270,16 +324,16 @@ export class Task<D extends TaskData = TaskData> {
   }
 
   /** Prepare the sandbox (runs in the agent sandbox and again in a grading sandbox). */
-  setup(_ctx: TaskHookContext): Promise<void> | void {}
+  setup(_ctx: TaskHookContext<S>): Promise<void> | void {}
 
   /** After the agent, before scoring, with the agent sandbox alive. */
-  finalize(_ctx: TaskHookContext): Promise<void> | void {}
+  finalize(_ctx: TaskHookContext<S>): Promise<void> | void {}
 
   /** Grading sandbox only, after artifacts are restored: stage private tests here. */
-  stageVerifier(_ctx: TaskHookContext): Promise<void> | void {}
+  stageVerifier(_ctx: TaskHookContext<S>): Promise<void> | void {}
 
   /** A model-free gold check: make the workspace solved; `vf validate` expects reward 1.0 after it. */
-  validate(_ctx: TaskHookContext): Promise<boolean | void> | boolean | void {
+  validate(_ctx: TaskHookContext<S>): Promise<boolean | void> | boolean | void {
     return true;
   }
 
@@ -311,7 +365,7 @@ export class Task<D extends TaskData = TaskData> {
   }
 
   /** Run rewards and metrics; a throwing hook propagates (the caller decides retry vs error). */
-  async score(ctx: TaskHookContext): Promise<TaskScores> {
+  async score(ctx: TaskHookContext<S>): Promise<TaskScores> {
     const rewards: Record<string, number> = {};
     const metrics: Record<string, number> = {};
     let total = 0;

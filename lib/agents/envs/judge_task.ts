@@ -1,0 +1,271 @@
+/**
+ * What an agentic judge works on: criteria (from a rubric file, or a default `solved`
+ * yes/no), the {@link JudgeTask} that puts the judge in a sandbox holding the solver's
+ * workspace, and the scoring of the verdicts it writes to `/tmp/verdict.json`.
+ * @module
+ */
+import { readFileSync } from "node:fs";
+import { extname, resolve } from "node:path";
+import { parse as parseToml } from "npm:smol-toml@^1.4.0";
+import { z } from "npm:zod@^4.6.0";
+import { ConfigError, EnvError, TaskError } from "../../errors.ts";
+import { readText, Task, type TaskHookContext, type TaskScores } from "../../tasks/task.ts";
+import { restoreArtifacts, type TaskTrace } from "../../tasks/rollout.ts";
+import type { AgentRun } from "../agent.ts";
+
+/** One thing the judge decides, answered with one of `choices` (worst to best). */
+export interface Criterion {
+  name: string;
+  text: string;
+  weight: number;
+  choices: string[];
+}
+
+/** The criterion used when no rubric file is given. */
+export const DEFAULT_CRITERIA: Criterion[] = [{
+  name: "solved",
+  text: "The agent fully solved the task.",
+  weight: 1,
+  choices: ["no", "yes"],
+}];
+
+const CriteriaFile = z.strictObject({
+  criteria: z.array(z.strictObject({
+    name: z.string().regex(/^[A-Za-z0-9_.-]+$/, "use letters, digits, _ . -"),
+    text: z.string().min(1),
+    weight: z.number().positive().default(1),
+    choices: z.array(z.string().min(1)).min(2).default(["no", "yes"])
+      .refine((c) => new Set(c).size === c.length, "choices must differ"),
+  })).min(1),
+});
+
+/**
+ * Criteria from a `.toml` or `.json` rubric file (`criteria = [{ name, text, weight?,
+ * choices? }]`); `field` names the config key in errors.
+ * @throws {ConfigError} when the file is missing, unreadable or malformed
+ */
+export function loadCriteria(path: string, baseDir: string, field: string): Criterion[] {
+  const full = resolve(baseDir, path);
+  let text: string;
+  try {
+    text = readFileSync(full, "utf8");
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    throw new ConfigError(
+      `${field}: criteria file "${path}" ${
+        code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? error})`
+      }`,
+    );
+  }
+  let raw: unknown;
+  try {
+    const ext = extname(full).toLowerCase();
+    if (ext === ".toml") raw = parseToml(text);
+    else if (ext === ".json") raw = JSON.parse(text);
+    else throw new Error(`use a .toml or .json file, not "${ext || "no extension"}"`);
+  } catch (error) {
+    throw new ConfigError(`${field}: criteria file "${path}": ${(error as Error).message}`);
+  }
+  const parsed = CriteriaFile.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new ConfigError(
+      `${field}: criteria file "${path}": ${issue.path.join(".") || "(top)"}: ${issue.message}`,
+    );
+  }
+  const names = parsed.data.criteria.map((c) => c.name);
+  const dup = names.find((n, i) => names.indexOf(n) !== i);
+  if (dup) throw new ConfigError(`${field}: criteria file "${path}": criterion "${dup}" twice`);
+  return parsed.data.criteria;
+}
+
+/** A verdict as the judge writes it. */
+export interface Verdict {
+  verdicts: Array<{ name: string; reason?: string; verdict: string }>;
+}
+
+/**
+ * Score verdicts: each criterion's choice counts `index / (choices - 1)`; the total is their
+ * weighted mean.
+ * @throws {EnvError} naming the criterion when a verdict is missing, doubled or not allowed
+ */
+export function scoreVerdict(
+  verdict: unknown,
+  criteria: Criterion[],
+): { score: number; scores: Record<string, number> } {
+  const list = (verdict as Verdict | null)?.verdicts;
+  if (!Array.isArray(list)) {
+    throw new EnvError(`The judge's verdict has no "verdicts" list`);
+  }
+  const scores: Record<string, number> = {};
+  for (const v of list) {
+    const c = criteria.find((c) => c.name === v?.name);
+    if (!c) {
+      throw new EnvError(
+        `The judge gave a verdict for unknown criterion "${v?.name}"; criteria: ${
+          criteria.map((c) => `"${c.name}"`).join(", ")
+        }`,
+      );
+    }
+    if (c.name in scores) throw new EnvError(`The judge gave criterion "${c.name}" two verdicts`);
+    const i = c.choices.indexOf(String(v.verdict));
+    if (i < 0) {
+      throw new EnvError(
+        `Judge verdict for criterion "${c.name}": "${v.verdict}" is not one of ${
+          c.choices.map((x) => `"${x}"`).join(", ")
+        }`,
+      );
+    }
+    scores[c.name] = i / (c.choices.length - 1);
+  }
+  const missing = criteria.filter((c) => !(c.name in scores));
+  if (missing.length) {
+    throw new EnvError(
+      `The judge gave no verdict for criterion ${missing.map((c) => `"${c.name}"`).join(", ")}`,
+    );
+  }
+  const weight = criteria.reduce((a, c) => a + c.weight, 0);
+  const score = criteria.reduce((a, c) => a + c.weight * scores[c.name], 0) / weight;
+  return { score, scores };
+}
+
+/** Where the judge writes its verdict, and where the solver's trace is put for it. */
+export const VERDICT_PATH = "/tmp/verdict.json";
+export const TRACE_PATH = "/tmp/trace.json";
+
+const DEFAULT_POLICY = "You are a strict grader. The work of an AI agent on the task below is " +
+  "in your sandbox. Inspect it with your tools (run the code, read the files), then judge it.";
+
+/** Options of a {@link JudgeTask}. */
+export interface JudgeTaskOptions {
+  criteria: Criterion[];
+  /** The judge works in the solver's own sandbox (true) or a fresh one with its artifacts. */
+  shared: boolean;
+  /** The grading policy; `{prompt}` is replaced by the solver's prompt. */
+  policy?: string;
+  hint?: string;
+}
+
+/** The judge's task: inspect the solver's workspace and write verdicts. */
+export class JudgeTask extends Task {
+  static override NEEDS_CONTAINER = true;
+  static override HARNESS = "bash";
+  readonly solver: AgentRun;
+  readonly options: JudgeTaskOptions;
+
+  constructor(task: Task, solver: AgentRun, options: JudgeTaskOptions) {
+    const d = task.data;
+    super({
+      id: `${task.key}--judge-${solver.trace.attempt}`,
+      idx: d.idx,
+      prompt: judgePrompt(task, solver.trace, options),
+      image: d.image,
+      workdir: d.workdir,
+      resources: d.resources,
+      network: d.network,
+      timeout: d.timeout,
+      scoring: { mode: "shared" },
+    });
+    this.solver = solver;
+    this.options = options;
+  }
+
+  override async setup({ runtime }: TaskHookContext): Promise<void> {
+    if (!this.options.shared) await restoreArtifacts(runtime, this.solver.artifacts);
+    // Anything already at these paths (a verdict the solver planted, a symlink) goes first.
+    const rm = await runtime.run(["rm", "-rf", VERDICT_PATH, TRACE_PATH]);
+    if (rm.exit_code !== 0) {
+      throw new TaskError(`Cannot clear the judge's files: ${rm.stderr.trim()}`);
+    }
+    await runtime.write(TRACE_PATH, JSON.stringify(this.solver.trace, null, 2));
+  }
+
+  override async finalize({ runtime, trace }: TaskHookContext): Promise<void> {
+    let text: string;
+    try {
+      text = await readText(runtime, VERDICT_PATH, 1_000_000);
+    } catch (error) {
+      throw new TaskError(`The judge wrote no verdict to ${VERDICT_PATH}`, { cause: error });
+    }
+    try {
+      trace.info.verdict = JSON.parse(text);
+    } catch (error) {
+      throw new TaskError(
+        `The judge's ${VERDICT_PATH} is not JSON: ${(error as Error).message}`,
+      );
+    }
+    trace.info.solver_trace_id = this.solver.trace.trace_id;
+  }
+
+  // deno-lint-ignore require-await
+  override async score({ trace }: TaskHookContext): Promise<TaskScores> {
+    const { score, scores } = scoreVerdict(trace.info.verdict, this.options.criteria);
+    const metrics = Object.fromEntries(
+      Object.entries(scores).map(([k, v]) => [`judge/${k}`, v]),
+    );
+    return { reward: score, rewards: { judge: score }, metrics };
+  }
+}
+
+function judgePrompt(task: Task, solver: TaskTrace, options: JudgeTaskOptions): string {
+  const policy = options.policy ?? DEFAULT_POLICY;
+  const parts = [
+    policy.includes("{prompt}")
+      ? policy.replaceAll("{prompt}", task.promptText)
+      : `${policy}\n\n## Task\n${task.promptText}`,
+  ];
+  if (options.hint) parts.push(`## Hint\n${options.hint}`);
+  parts.push(
+    [
+      "## Verdicts",
+      "Judge each criterion; answer with one of its choices (listed worst to best):",
+      ...options.criteria.map((c) =>
+        `- ${c.name}: ${c.text} (answer one of: ${c.choices.join(", ")})`
+      ),
+      `Write your verdicts as JSON to ${VERDICT_PATH}, one per criterion:`,
+      `{"verdicts": [{"name": "<criterion>", "reason": "<why>", "verdict": "<choice>"}]}`,
+    ].join("\n"),
+  );
+  const artifacts = (task.data.artifacts ?? []).map((a) => a.source);
+  parts.push(
+    options.shared
+      ? "## Workspace\nYou are in the agent's own sandbox, as the agent left it."
+      : `## Workspace\nYou are in a fresh sandbox holding only the agent's declared outputs${
+        artifacts.length ? ` (${artifacts.join(", ")})` : ""
+      }; nothing else the agent did is here.`,
+  );
+  parts.push(
+    `The agent's full trace (messages, tool calls) is in ${TRACE_PATH}. ` +
+      `Its final reply was:\n${finalReply(solver)}`,
+  );
+  return parts.join("\n\n");
+}
+
+function finalReply(trace: TaskTrace): string {
+  const last = [...trace.messages].reverse().find((m) => m.role === "assistant");
+  return typeof last?.content === "string" && last.content ? last.content : "(none)";
+}
+
+/**
+ * Put a judge's verdict on the solver's trace: `judge/<name>` metrics, a `judge` reward, and
+ * the reward re-weighted (`task_weight` × the task's own + `judge_weight` × the judge's).
+ */
+export function applyVerdict(
+  solver: TaskTrace,
+  judge: TaskTrace,
+  weights: { task_weight?: number; judge_weight?: number },
+): void {
+  const score = judge.rewards.judge;
+  if (typeof score !== "number") {
+    throw new EnvError(`The judge of "${solver.task.key}" recorded no score`);
+  }
+  for (const [k, v] of Object.entries(judge.metrics)) {
+    if (k.startsWith("judge/")) solver.metrics[k] = v;
+  }
+  const taskWeight = weights.task_weight ?? 0;
+  const own = solver.reward ?? 0;
+  solver.rewards.judge = score;
+  solver.reward = (taskWeight === 1 ? own : own * taskWeight) +
+    (weights.judge_weight ?? 1) * score;
+  solver.info.judge_trace_id = judge.trace_id;
+}

@@ -1,0 +1,266 @@
+/**
+ * Running a taskset: select tasks, run episodes of an Env concurrently, append one line per
+ * episode to `traces.jsonl` (a single-agent episode is written as its one trace), aggregate
+ * the trainable traces, and resume a run by keeping only its complete episodes.
+ * @module
+ */
+import { appendFile, mkdir } from "node:fs/promises";
+import { join } from "node:path";
+import type { ChatClient } from "../model/client.ts";
+import { ConfigError, serializeError } from "../errors.ts";
+import { readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
+import { requireRewards, type Task, type Taskset } from "../tasks/task.ts";
+import type { AgentPolicy, TaskTrace } from "../tasks/rollout.ts";
+import {
+  applyJudges,
+  type JudgeConfig,
+  modelRetries,
+  requireIsolatableConcurrency,
+  selectTasks,
+  summarizeTraces,
+  type TaskRunSummary,
+} from "../tasks/run.ts";
+import type { SamplingArgs } from "../types.ts";
+import { type Env, type Episode, episodeOfLine, flatTrace, runEpisode } from "./env.ts";
+import { SingleAgentEnv } from "./envs/single_agent.ts";
+
+/** Options of {@link runTaskset}. */
+export interface RunTasksetOptions {
+  taskset: Taskset;
+  /**
+   * The Env whose episodes run; default a single-agent Env whose agent uses `policy`,
+   * `client` and `model`.
+   */
+  env?: Env;
+  /** The single agent's policy when no `env` is given. */
+  policy?: AgentPolicy;
+  /** The single agent's endpoint when no `env` is given. */
+  client?: ChatClient;
+  /** The run's model (recorded in the summary). */
+  model: string;
+  samplingArgs?: SamplingArgs;
+  /** Tasks to run (after shuffling); ≤ 0 means all. */
+  numTasks?: number;
+  /** Episodes per task (for single-agent: rollouts per task). Default 1. */
+  rolloutsPerTask?: number;
+  /** Episodes in flight. Default 4. */
+  maxConcurrent?: number;
+  /** Shuffle tasks with this seed before selecting. */
+  shuffleSeed?: number | null;
+  /** Only these task keys. */
+  ids?: string[];
+  /** Run directory for traces.jsonl / metadata.json; nothing saved when absent. */
+  runDir?: string | null;
+  runId: string;
+  resume?: boolean;
+  /** `[[env.judges]]`: LLM judges applied to each trainable trace after its own scoring. */
+  judges?: JudgeConfig[];
+  /** The client and model the judges call; default the single agent's. */
+  judgeClient?: ChatClient;
+  /** Called with each trainable trace as its episode is written. */
+  onTrace?: (trace: TaskTrace, done: number, total: number) => void;
+  /** Called with each episode as it is written (`done` counts episodes). */
+  onEpisode?: (episode: Episode, done: number, total: number) => void;
+  signal?: AbortSignal;
+}
+
+/**
+ * The episodes of a run directory, latest per (task, episode index); single-agent lines come
+ * back as one-trace episodes. Corrupt lines are skipped with a warning naming file and line.
+ */
+export async function loadEpisodes(runDir: string): Promise<Episode[]> {
+  const latest = new Map<string, Episode>();
+  for (const line of await readJsonLines<unknown>(join(runDir, "traces.jsonl"))) {
+    const episode = episodeOfLine(line);
+    if (episode) latest.set(`${episode.task.key}#${episode.episode_index}`, episode);
+  }
+  return [...latest.values()];
+}
+
+/** Every trace of a run directory's latest episodes (see {@link loadEpisodes}). */
+export async function loadTraces(runDir: string): Promise<TaskTrace[]> {
+  return (await loadEpisodes(runDir)).flatMap((e) => e.traces);
+}
+
+/**
+ * What a run's averages are taken over: each episode's trainable traces, where an episode
+ * that failed as a whole leaves every one unscored (an `env` error), and an episode with no
+ * trainable trace counts as one unscored rollout.
+ */
+export function scoredTraces(episodes: Episode[]): TaskTrace[] {
+  const out: TaskTrace[] = [];
+  for (const e of episodes) {
+    const own = e.traces.filter((t) => t.trainable !== false);
+    const failure = e.errors[0];
+    if (own.length === 0 && failure) {
+      out.push({
+        task: e.task,
+        example_id: e.example_id,
+        rollout_index: e.episode_index,
+        reward: null,
+        rewards: {},
+        metrics: {},
+        ok: false,
+        error: { ...failure },
+        model_calls: [],
+        usage: { input_tokens: 0, output_tokens: 0 },
+      } as unknown as TaskTrace);
+      continue;
+    }
+    for (const t of own) {
+      out.push(failure && !t.error ? { ...t, error: { ...failure }, reward: null } : t);
+    }
+  }
+  return out;
+}
+
+function usageByRole(episodes: Episode[]): TaskRunSummary["usage_by_role"] {
+  const out: NonNullable<TaskRunSummary["usage_by_role"]> = {};
+  for (const t of episodes.flatMap((e) => e.traces)) {
+    const u = (out[t.role ?? "agent"] ??= { input_tokens: 0, output_tokens: 0 });
+    u.input_tokens += t.usage.input_tokens;
+    u.output_tokens += t.usage.output_tokens;
+  }
+  return Object.keys(out).length > 1 ? out : undefined;
+}
+
+/** The model failures that end a run: no later rollout could reach the model either. */
+const FATAL_MODEL_ERRORS = ["AuthenticationError", "EndpointUnreachableError"];
+
+/** Run episodes of an Env over a taskset; lines are appended as episodes finish. */
+export async function runTaskset(
+  options: RunTasksetOptions,
+): Promise<{ traces: TaskTrace[]; episodes: Episode[]; summary: TaskRunSummary }> {
+  const env = options.env ?? defaultEnv(options);
+  const tasks = await selectTasks(options.taskset, options);
+  for (const task of tasks) requireRewards(task, { judges: options.judges?.length ?? 0 });
+  for (const role of Object.values(env.roles)) {
+    requireIsolatableConcurrency(role.policy.runtime, options.maxConcurrent ?? 4);
+  }
+  const r = Math.max(1, options.rolloutsPerTask ?? 1);
+  const tracesPath = options.runDir ? join(options.runDir, "traces.jsonl") : null;
+  const done = new Map<string, Episode>();
+  if (options.resume && options.runDir) {
+    await repairTrailingLine(tracesPath!);
+    for (const e of await loadEpisodes(options.runDir)) {
+      if (env.complete(e)) done.set(`${e.task.key}#${e.episode_index}`, e);
+    }
+  }
+  const jobs: Array<{ task: Task; index: number }> = [];
+  for (const task of tasks) {
+    for (let i = 0; i < r; i++) if (!done.has(`${task.key}#${i}`)) jobs.push({ task, index: i });
+  }
+  if (options.runDir) await mkdir(options.runDir, { recursive: true });
+  await env.start();
+  const episodes: Episode[] = [...done.values()];
+  const total = tasks.length * r;
+  let writeQueue = Promise.resolve();
+  const persist = (episode: Episode) => {
+    for (const t of episode.traces) t.model_retries = modelRetries(t);
+    const line = (env.flat ? flatTrace(episode) : null) ?? episode;
+    if (!tracesPath) return Promise.resolve();
+    writeQueue = writeQueue.then(() => appendFile(tracesPath, JSON.stringify(line) + "\n"));
+    return writeQueue;
+  };
+  const controller = new AbortController();
+  const outer = options.signal;
+  outer?.addEventListener("abort", () => controller.abort(outer.reason), { once: true });
+  const judgeClient = options.judgeClient ?? options.client ??
+    Object.values(env.roles)[0]?.client;
+  const afterRun = options.judges?.length && judgeClient
+    ? async (trace: TaskTrace, task: Task, signal?: AbortSignal) => {
+      await applyJudges(trace, task, options.judges!, judgeClient, options.model, signal)
+        .catch((error) => {
+          if (signal?.aborted) throw error;
+          trace.ok = false;
+          trace.reward = null;
+          trace.error = { ...serializeError(error), phase: "judge" };
+        });
+    }
+    : undefined;
+  let fatal: unknown = null;
+  let next = 0;
+  const worker = async () => {
+    while (next < jobs.length && !controller.signal.aborted) {
+      const job = jobs[next++];
+      let episode: Episode;
+      try {
+        episode = await runEpisode(env, job.task, {
+          tasksetId: options.taskset.id,
+          runId: options.runId,
+          episodeIndex: job.index,
+          signal: controller.signal,
+          afterRun,
+        });
+      } catch (error) {
+        if (!controller.signal.aborted) {
+          fatal = error;
+          controller.abort(error);
+        }
+        return;
+      }
+      const modelError = episode.traces.find((t) =>
+        t.error?.error && FATAL_MODEL_ERRORS.includes(t.error.error)
+      );
+      if (modelError) fatal = new ConfigError(modelError.error!.message);
+      episodes.push(episode);
+      await persist(episode);
+      options.onEpisode?.(episode, episodes.length, total);
+      if (options.onTrace) {
+        for (const t of scoredTraces([episode])) options.onTrace(t, episodes.length, total);
+      }
+      if (modelError) {
+        controller.abort(fatal);
+        return;
+      }
+    }
+  };
+  const n = Math.max(1, Math.min(options.maxConcurrent ?? 4, jobs.length || 1));
+  try {
+    await Promise.all(Array.from({ length: n }, worker));
+  } finally {
+    await writeQueue;
+    await env.stop();
+  }
+  const scored = scoredTraces(episodes);
+  const perTask = new Map<string, number>();
+  for (const t of scored) perTask.set(t.task.key, (perTask.get(t.task.key) ?? 0) + 1);
+  const summary = summarizeTraces(scored, {
+    run_id: options.runId,
+    taskset: options.taskset.id,
+    model: options.model,
+    env_id: env.id,
+    num_tasks: tasks.length,
+    rollouts_per_task: Math.max(r, ...perTask.values()),
+  });
+  summary.num_episodes = episodes.length;
+  summary.num_failed_episodes = episodes.filter((e) => e.errors.length > 0).length;
+  summary.usage_by_role = usageByRole(episodes);
+  if (!summary.usage_by_role) delete summary.usage_by_role;
+  if (options.runDir) await writeJsonAtomic(join(options.runDir, "metadata.json"), summary);
+  if (fatal) throw fatal;
+  if (outer?.aborted) throw outer.reason;
+  episodes.sort((a, b) => a.example_id - b.example_id || a.episode_index - b.episode_index);
+  const traces = episodes.flatMap((e) => e.traces);
+  return { traces, episodes, summary };
+}
+
+function defaultEnv(options: RunTasksetOptions): Env {
+  if (!options.policy || !options.client) {
+    throw new TypeError("runTaskset() needs an env, or a policy and a client for a single agent");
+  }
+  const { harness, ...policy } = options.policy;
+  return new SingleAgentEnv({
+    id: "single-agent",
+    roles: {
+      agent: {
+        name: "agent",
+        client: options.client,
+        model: options.model,
+        samplingArgs: options.samplingArgs,
+        harness,
+        policy,
+      },
+    },
+  });
+}

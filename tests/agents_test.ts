@@ -1,0 +1,757 @@
+/**
+ * End-to-end tests of the Env layer: every built-in Env (`user-sim`, `agentic-judge`,
+ * `shared-agentic-judge`, `best-of-n-judge`) run by the real CLI (`vf run`, `vf eval @` with
+ * TOML) against a real model server on loopback that answers per model name (solver, judge
+ * and user are distinct models), the judges in real Docker sandboxes; a custom Env playing a
+ * two-agent game; a task that scripts its user from the agent's replies; and the errors bad
+ * `[env]` input gets.
+ * @module
+ */
+import assert from "node:assert/strict";
+import { basename, join } from "node:path";
+import { cleanupContainers, SingleAgentEnv, Task, type TaskHookContext, Taskset } from "../mod.ts";
+import { runTaskset } from "../mod.ts";
+import {
+  type ChatRequest,
+  type ModelServer,
+  type Reply,
+  startModelServer,
+} from "./model_server.ts";
+import { cliCommand, type CliResult, collect, MOD_URL, transcript } from "./_cli.ts";
+import { OpenAIChatClient } from "../lib/model/client.ts";
+
+// deno-lint-ignore no-explicit-any
+type Json = any;
+
+/** A temp dir for CLI runs; every run's containers are removed on dispose. */
+class Scenario implements AsyncDisposable {
+  readonly runIds = new Set<string>();
+  constructor(readonly path: string) {}
+
+  async cli(args: string[]): Promise<CliResult> {
+    const res = await collect(
+      cliCommand(args, { cwd: this.path, env: {}, registry: false, docker: true }),
+    );
+    const dir = /^Saving traces to (.+)$/m.exec(res.stderr)?.[1];
+    if (dir) this.runIds.add(basename(dir));
+    return res;
+  }
+
+  async file(name: string, text: string): Promise<string> {
+    const path = join(this.path, name);
+    await Deno.writeTextFile(path, text);
+    return path;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await Promise.all([...this.runIds].map((runId) => cleanupContainers({ runId })));
+    await Deno.remove(this.path, { recursive: true });
+  }
+}
+
+async function scenario(): Promise<Scenario> {
+  return new Scenario(await Deno.makeTempDir({ prefix: "vf_agents_" }));
+}
+
+/** The lines of a run's traces.jsonl, and its metadata. */
+async function runOf(res: CliResult): Promise<{ lines: Json[]; metadata: Json; dir: string }> {
+  const dir = /^Saving traces to (.+)$/m.exec(res.stderr)?.[1];
+  assert.ok(dir, transcript(res));
+  const text = await Deno.readTextFile(join(dir, "traces.jsonl"));
+  return {
+    dir,
+    lines: text.trim().split("\n").map((l) => JSON.parse(l)),
+    metadata: JSON.parse(await Deno.readTextFile(join(dir, "metadata.json"))),
+  };
+}
+
+/** A model server that routes each request to a responder by the model it names. */
+async function modelsServer(
+  models: Record<string, (req: ChatRequest) => Reply>,
+): Promise<ModelServer> {
+  return await startModelServer({
+    responder: (req) => {
+      const fn = models[req.body.model];
+      if (!fn) return { status: 404, body: `no model "${req.body.model}"` };
+      return fn(req);
+    },
+  });
+}
+
+function lastUser(req: ChatRequest): string {
+  const m = [...req.body.messages].reverse().find((m) => m.role === "user");
+  return typeof m?.content === "string" ? m.content : "";
+}
+
+function turnOf(req: ChatRequest): number {
+  return req.body.messages.filter((m) => m.role === "assistant").length;
+}
+
+function bash(command: string): Reply {
+  return { content: null, tool_calls: [{ name: "bash", arguments: { command } }] };
+}
+
+function modelsCalled(server: ModelServer): Set<string> {
+  return new Set(server.requests.map((r) => r.body.model));
+}
+
+// ---------------------------------------------------------------------------------------
+// user-sim
+
+const HELPDESK = `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class HelpdeskTask extends Task {
+  static override HARNESS = "null";
+  // Scored from the conversation, never from the prompt (the assistant does not see it).
+  resolved = reward(({ trace }) =>
+    trace.messages.some((m) => m.role === "assistant" && String(m.content).includes(this.data.answer)) ? 1 : 0
+  );
+}
+class Helpdesk extends Taskset {
+  get id() { return "helpdesk"; }
+  *load() {
+    yield new HelpdeskTask({ id: "login", prompt: "You cannot log in. Your user id is 42.", answer: "reset-42" });
+  }
+}
+export function loadTaskset(config) { return new Helpdesk(config); }
+`;
+
+Deno.test("user-sim from TOML: a user model with its own endpoint and persona talks to the assistant until it says the done marker", async () => {
+  await using s = await scenario();
+  await using server = await modelsServer({
+    "assistant-m": (req) => ({
+      content: lastUser(req).includes("42")
+        ? "I sent you reset link reset-42."
+        : "What is your user id?",
+    }),
+    "user-m": (req) => {
+      const said = lastUser(req);
+      if (said.startsWith("Hello!")) return { content: "I can't log in." };
+      if (said.includes("user id")) return { content: "It is 42." };
+      return { content: "###DONE###" };
+    },
+  });
+  await s.file("helpdesk.ts", HELPDESK);
+  await s.file(
+    "run.toml",
+    `model = "run-m"
+[client]
+base_url = "${server.url}"
+[env]
+id = "user-sim"
+persona = "Play this user: {scenario} Say {done} when helped."
+[env.taskset]
+id = "./helpdesk.ts"
+[env.assistant]
+model = "assistant-m"
+[env.assistant.runtime]
+type = "subprocess"
+[env.user]
+model = "user-m"
+[env.user.client]
+base_url = "${server.url}"
+`,
+  );
+  const res = await s.cli(["eval", "@", "run.toml", "-o", "out"]);
+  assert.equal(res.code, 0, transcript(res));
+  const { lines, metadata } = await runOf(res);
+  assert.equal(lines.length, 1);
+  const episode = lines[0];
+  assert.equal(episode.kind, "episode");
+  assert.equal(episode.env_id, "user-sim");
+  assert.equal(episode.ok, true, JSON.stringify(episode.errors));
+  const assistant = episode.traces.find((t: Json) => t.role === "assistant");
+  const user = episode.traces.find((t: Json) => t.role === "user");
+  assert.deepEqual(assistant.messages, [
+    { role: "user", content: "I can't log in." },
+    { role: "assistant", content: "What is your user id?" },
+    { role: "user", content: "It is 42." },
+    { role: "assistant", content: "I sent you reset link reset-42." },
+  ]);
+  assert.deepEqual(user.messages, [
+    {
+      role: "system",
+      content: "Play this user: You cannot log in. Your user id is 42. Say ###DONE### when helped.",
+    },
+    { role: "user", content: "Hello! How can I help you today?" },
+    { role: "assistant", content: "I can't log in." },
+    { role: "user", content: "What is your user id?" },
+    { role: "assistant", content: "It is 42." },
+    { role: "user", content: "I sent you reset link reset-42." },
+    { role: "assistant", content: "###DONE###" },
+  ]);
+  assert.equal(assistant.reward, 1);
+  assert.deepEqual(assistant.metrics, { user_turns: 2 });
+  assert.deepEqual([assistant.trainable, user.trainable], [true, false]);
+  assert.deepEqual([assistant.model, user.model], ["assistant-m", "user-m"]);
+  assert.equal(user.reward, null);
+  assert.equal(assistant.stop_condition, "user_closed");
+  // The run's own model is never called; the assistant never sees the scenario.
+  assert.deepEqual(modelsCalled(server), new Set(["assistant-m", "user-m"]));
+  for (const r of server.requests.filter((r) => r.body.model === "assistant-m")) {
+    assert.ok(!JSON.stringify(r.body.messages).includes("Your user id is 42"));
+  }
+  assert.equal(metadata.avg_reward, 1);
+  assert.equal(metadata.num_rollouts, 1);
+  assert.deepEqual(Object.keys(metadata.usage_by_role).sort(), ["assistant", "user"]);
+});
+
+Deno.test("user-sim with a scripted user (env.script): the messages are sent in order, no user model is called", async () => {
+  await using s = await scenario();
+  await using server = await modelsServer({
+    "assistant-m": (req) => ({
+      content: lastUser(req).includes("42") ? "reset-42 is on its way." : "What is your user id?",
+    }),
+  });
+  await s.file("helpdesk.ts", HELPDESK);
+  await s.file(
+    "run.toml",
+    `model = "assistant-m"
+[client]
+base_url = "${server.url}"
+[env]
+id = "user-sim"
+script = ["I can't log in.", "It is 42."]
+[env.taskset]
+id = "./helpdesk.ts"
+[env.assistant.runtime]
+type = "subprocess"
+`,
+  );
+  const res = await s.cli(["eval", "@", "run.toml", "-o", "out"]);
+  assert.equal(res.code, 0, transcript(res));
+  const { lines } = await runOf(res);
+  const [assistant, ...others] = lines[0].traces;
+  assert.equal(others.length, 0);
+  assert.deepEqual(assistant.messages.map((m: Json) => m.content), [
+    "I can't log in.",
+    "What is your user id?",
+    "It is 42.",
+    "reset-42 is on its way.",
+  ]);
+  assert.equal(assistant.reward, 1);
+  assert.equal(assistant.metrics.user_turns, 2);
+  assert.deepEqual(modelsCalled(server), new Set(["assistant-m"]));
+});
+
+// ---------------------------------------------------------------------------------------
+// agentic judges on Docker
+
+const SUM_TASKSET = `
+import { readText, reward, Task, type TaskHookContext, Taskset } from "${MOD_URL}";
+class SumTask extends Task {
+  static override NEEDS_CONTAINER = true;
+  override async setup({ runtime }: TaskHookContext) {
+    await runtime.write("/app/input.txt", "1\\n2\\n3\\n");
+    await runtime.run(["mkdir", "-p", "/app/output"]);
+  }
+  // The task's own reward: an answer was written (the judge decides if it is right).
+  written = reward(async ({ runtime }) =>
+    (await readText(runtime, "/app/output/answer.txt").catch(() => "")).trim() ? 1 : 0
+  );
+}
+class Sums extends Taskset {
+  get id() { return "sums"; }
+  *load() {
+    yield new SumTask({
+      id: "sum-0",
+      prompt: "Write the sum of the numbers in /app/input.txt to /app/output/answer.txt.",
+      image: "busybox:latest",
+      artifacts: [{ source: "/app/output" }],
+    });
+  }
+}
+export function loadTaskset(config) { return new Sums(config); }
+`;
+
+const RUBRIC = `
+[[criteria]]
+name = "correct"
+text = "The answer is the right sum."
+weight = 3
+choices = ["wrong", "right"]
+
+[[criteria]]
+name = "tidy"
+text = "Nothing but the answer was left in /app/output."
+choices = ["no", "partly", "yes"]
+`;
+
+/** The solver: writes the answer and leaves a note outside the artifacts, then answers. */
+const SOLVER_COMMAND = "echo 6 > /app/output/answer.txt && echo scratch > /app/notes.txt";
+
+Deno.test("agentic-judge (isolated) from TOML: the judge works in a fresh sandbox with only the artifacts, writes verdicts per criterion, and its weighted score is the reward", async () => {
+  await using s = await scenario();
+  await using server = await modelsServer({
+    "solver-m": (req) => (turnOf(req) === 0 ? bash(SOLVER_COMMAND) : { content: "done" }),
+    "judge-m": (req) => {
+      const turn = turnOf(req);
+      if (turn === 0) {
+        return bash("cat /app/notes.txt; cat /app/output/answer.txt; head -c 1 /tmp/trace.json");
+      }
+      if (turn === 1) {
+        return bash(
+          `echo '{"verdicts":[{"name":"correct","reason":"6","verdict":"right"},` +
+            `{"name":"tidy","reason":"ok","verdict":"partly"}]}' > /tmp/verdict.json`,
+        );
+      }
+      return { content: "judged" };
+    },
+  });
+  await s.file("sums.ts", SUM_TASKSET);
+  await s.file("rubric.toml", RUBRIC);
+  await s.file(
+    "run.toml",
+    `model = "solver-m"
+[client]
+base_url = "${server.url}"
+[env]
+id = "agentic-judge"
+[env.task]
+rubric = "rubric.toml"
+[env.taskset]
+id = "./sums.ts"
+[env.judge]
+model = "judge-m"
+[env.judge.client]
+base_url = "${server.url}"
+`,
+  );
+  const res = await s.cli(["eval", "@", "run.toml", "-o", "out"]);
+  assert.equal(res.code, 0, transcript(res));
+  const { lines, metadata } = await runOf(res);
+  const episode = lines[0];
+  assert.equal(episode.ok, true, JSON.stringify(episode.errors));
+  const solver = episode.traces.find((t: Json) => t.role === "solver");
+  const judge = episode.traces.find((t: Json) => t.role === "judge");
+  // The judge saw the artifact, not the note the solver left outside it, and the trace file.
+  const look = judge.tool_calls[0].output;
+  assert.match(look, /cat: can't open '\/app\/notes.txt': No such file or directory/);
+  assert.match(look, /stdout:\n6\n\{/);
+  assert.match(
+    judge.messages[1].content,
+    /- correct: The answer is the right sum\. \(answer one of: wrong, right\)/,
+  );
+  assert.match(
+    judge.messages[1].content,
+    /fresh sandbox holding only the agent's declared outputs \(\/app\/output\)/,
+  );
+  assert.deepEqual(judge.info.verdict.verdicts.map((v: Json) => v.verdict), ["right", "partly"]);
+  assert.deepEqual([solver.trainable, judge.trainable], [true, false]);
+  // (3 × 1 + 1 × 0.5) / 4; the task's own reward has weight 0 by default.
+  assert.deepEqual(solver.rewards, { written: 1, judge: 0.875 });
+  assert.equal(solver.reward, 0.875);
+  assert.deepEqual(solver.metrics, { "judge/correct": 1, "judge/tidy": 0.5 });
+  assert.equal(metadata.avg_reward, 0.875);
+  assert.equal(metadata.env_id, "agentic-judge");
+  assert.deepEqual(modelsCalled(server), new Set(["solver-m", "judge-m"]));
+});
+
+Deno.test("shared-agentic-judge: a verdict and a symlink the solver planted are gone before the judge runs; a choice the criterion does not allow fails the episode, never scoring 0", async () => {
+  await using s = await scenario();
+  let verdict = "no";
+  await using server = await modelsServer({
+    "solver-m": (req) =>
+      turnOf(req) === 0
+        ? bash(
+          `${SOLVER_COMMAND} && echo '{"verdicts":[{"name":"solved","verdict":"yes"}]}' > /tmp/verdict.json` +
+            ` && ln -s /etc/passwd /tmp/trace.json`,
+        )
+        : { content: "done" },
+    "judge-m": (req) => {
+      const turn = turnOf(req);
+      if (turn === 0) {
+        return bash("cat /tmp/verdict.json; cat /app/notes.txt; head -c 1 /tmp/trace.json");
+      }
+      if (turn === 1) {
+        return bash(
+          `echo '{"verdicts":[{"name":"solved","reason":"r","verdict":"${verdict}"}]}' > /tmp/verdict.json`,
+        );
+      }
+      return { content: "judged" };
+    },
+  });
+  await s.file("sums.ts", SUM_TASKSET);
+  const args = [
+    "run",
+    "./sums.ts",
+    "-m",
+    "solver-m",
+    "-b",
+    server.url,
+    "-o",
+    "out",
+    "--env.id",
+    "shared-agentic-judge",
+    "--env.judge.model",
+    "judge-m",
+    "--env.score.task_weight",
+    "1",
+  ];
+  const res = await s.cli(args);
+  assert.equal(res.code, 0, transcript(res));
+  const { lines } = await runOf(res);
+  const [solver, judge] = lines[0].traces;
+  assert.equal(judge.role, "judge");
+  const look = judge.tool_calls[0].output;
+  assert.match(look, /cat: can't open '\/tmp\/verdict.json': No such file or directory/);
+  assert.match(look, /scratch/); // the shared variant: the solver's whole sandbox
+  assert.match(look, /scratch\n\{/); // trace.json is the solver's trace, not the planted link
+  assert.equal(solver.rewards.judge, 0);
+  assert.equal(solver.reward, 1); // task_weight 1: the task's own 1 + the judge's 0
+  assert.equal(solver.metrics["judge/solved"], 0);
+
+  verdict = "maybe";
+  const bad = await s.cli(args);
+  assert.equal(bad.code, 1, transcript(bad));
+  const run = await runOf(bad);
+  const episode = run.lines[0];
+  assert.equal(episode.ok, false);
+  assert.match(
+    episode.errors[0].message,
+    /Judge verdict for criterion "solved": "maybe" is not one of "no", "yes"/,
+  );
+  assert.equal(run.metadata.avg_reward, null);
+  assert.equal(run.metadata.num_unscored, 1);
+  assert.match(bad.stderr, /every rollout errored/);
+});
+
+Deno.test("best-of-n-judge: n attempts each judged in its own fresh sandbox; the best is marked and pass_at_n recorded", async () => {
+  await using s = await scenario();
+  let attempts = 0;
+  await using server = await modelsServer({
+    "solver-m": (req) => {
+      if (turnOf(req) > 0) return { content: "done" };
+      return bash(attempts++ === 0 ? "echo 5 > /app/output/answer.txt" : SOLVER_COMMAND);
+    },
+    "judge-m": (req) => {
+      const turn = turnOf(req);
+      if (turn === 0) return bash("cat /app/output/answer.txt");
+      if (turn === 1) {
+        const right = /stdout:\n6\n/.test(
+          JSON.stringify(req.body.messages).replaceAll("\\n", "\n"),
+        );
+        return bash(
+          `echo '{"verdicts":[{"name":"solved","verdict":"${
+            right ? "yes" : "no"
+          }"}]}' > /tmp/verdict.json`,
+        );
+      }
+      return { content: "judged" };
+    },
+  });
+  await s.file("sums.ts", SUM_TASKSET);
+  await s.file(
+    "run.toml",
+    `model = "solver-m"
+max_concurrent = 1
+[client]
+base_url = "${server.url}"
+[env]
+id = "best-of-n-judge"
+n = 2
+[env.taskset]
+id = "./sums.ts"
+[env.judge]
+model = "judge-m"
+`,
+  );
+  const res = await s.cli(["eval", "@", "run.toml", "-o", "out"]);
+  assert.equal(res.code, 0, transcript(res));
+  const { lines, metadata } = await runOf(res);
+  const episode = lines[0];
+  assert.equal(episode.ok, true, JSON.stringify(episode.errors));
+  const solvers = episode.traces.filter((t: Json) => t.role === "solver")
+    .sort((a: Json, b: Json) => a.attempt - b.attempt);
+  const judges = episode.traces.filter((t: Json) => t.role === "judge");
+  assert.equal(judges.length, 2);
+  assert.ok(judges.every((j: Json) => j.trainable === false));
+  assert.deepEqual(solvers.map((t: Json) => t.reward), [0, 1]);
+  assert.deepEqual(solvers.map((t: Json) => t.metrics.best), [0, 1]);
+  assert.deepEqual(solvers.map((t: Json) => t.metrics.pass_at_n), [1, 1]);
+  assert.equal(solvers[1].info.best_of_n, true);
+  assert.equal(metadata.num_rollouts, 2);
+  assert.equal(metadata.avg_reward, 0.5);
+  assert.equal(metadata.rollouts_per_task, 2);
+});
+
+// ---------------------------------------------------------------------------------------
+// A custom Env and a task that scripts its user
+
+const COUNTING = `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class CountTask extends Task {
+  static override HARNESS = "null";
+  replied = reward(({ trace }) => (trace.messages.some((m) => m.role === "assistant") ? 1 : 0));
+}
+class Counting extends Taskset {
+  get id() { return "counting"; }
+  *load() { yield new CountTask({ id: "count", prompt: "Count up from 1: reply with the next number only." }); }
+}
+export function loadTaskset(config) { return new Counting(config); }
+`;
+
+const GAME_ENV = `
+import { Env, type Agents, type Episode, type Task } from "${MOD_URL}";
+/** Alice and Bob take turns counting up; three rounds after Alice's opening. */
+export default class CountingGame extends Env {
+  static override roles = {
+    alice: { runtime: { type: "subprocess" } },
+    bob: { runtime: { type: "subprocess" } },
+  };
+  async run(task: Task, agents: Agents) {
+    await using alice = await agents.alice.interaction(task);
+    await using bob = await agents.bob.interaction(task, { promptless: true });
+    let said = await alice.turn();
+    for (let round = 0; round < 3; round++) {
+      const answer = await bob.turn(said.lastReply);
+      said = await alice.turn(answer.lastReply);
+    }
+  }
+  override finalize(_task: Task, episode: Episode) {
+    const numbers = episode.traces.flatMap((t) =>
+      t.messages.filter((m) => m.role === "assistant").map((m) => Number(m.content))
+    ).sort((a, b) => a - b);
+    const counted = numbers.every((n, i) => n === i + 1) ? 1 : 0;
+    for (const t of episode.traces) {
+      t.rewards.counted = counted;
+      t.reward = (t.reward ?? 0) + counted;
+      t.metrics.numbers = numbers.length;
+    }
+  }
+}
+`;
+
+Deno.test("a custom Env from a local module plays a two-agent game over several turns, each agent on its own model", async () => {
+  await using s = await scenario();
+  const next = (req: ChatRequest) => ({ content: String((Number(lastUser(req)) || 0) + 1) });
+  await using server = await modelsServer({ "alice-m": next, "bob-m": next });
+  await s.file("counting.ts", COUNTING);
+  await s.file("game_env.ts", GAME_ENV);
+  const res = await s.cli([
+    "run",
+    "./counting.ts",
+    "-m",
+    "unused-m",
+    "-b",
+    server.url,
+    "-o",
+    "out",
+    "--env.id",
+    "./game_env.ts",
+    "--env.alice.model",
+    "alice-m",
+    "--env.bob.model",
+    "bob-m",
+  ]);
+  assert.equal(res.code, 0, transcript(res));
+  const { lines, metadata } = await runOf(res);
+  const episode = lines[0];
+  assert.equal(episode.env_id, "./game_env.ts");
+  assert.equal(episode.ok, true, JSON.stringify(episode.errors));
+  const alice = episode.traces.find((t: Json) => t.role === "alice");
+  const bob = episode.traces.find((t: Json) => t.role === "bob");
+  assert.deepEqual(alice.messages.map((m: Json) => `${m.role}:${m.content}`), [
+    "user:Count up from 1: reply with the next number only.",
+    "assistant:1",
+    "user:2",
+    "assistant:3",
+    "user:4",
+    "assistant:5",
+    "user:6",
+    "assistant:7",
+  ]);
+  assert.deepEqual(bob.messages.map((m: Json) => `${m.role}:${m.content}`), [
+    "user:1",
+    "assistant:2",
+    "user:3",
+    "assistant:4",
+    "user:5",
+    "assistant:6",
+  ]);
+  for (const t of [alice, bob]) {
+    assert.deepEqual(t.rewards, { replied: 1, counted: 1 });
+    assert.equal(t.reward, 2);
+    assert.equal(t.metrics.numbers, 7);
+  }
+  assert.equal(metadata.num_rollouts, 2);
+  assert.deepEqual(modelsCalled(server), new Set(["alice-m", "bob-m"]));
+});
+
+const QUIZ = `
+import { reward, Task, Taskset, type UserTurnContext } from "${MOD_URL}";
+/** BFCL-style: the user's follow-up depends on what the agent answered. */
+class QuizTask extends Task<any, { asked: string[] }> {
+  static override HARNESS = "null";
+  override initialState() { return { asked: [] }; }
+  override userMessage({ turn, lastReply, state }: UserTurnContext<{ asked: string[] }>) {
+    if (turn > 0) return null;
+    const next = lastReply.includes("Paris") ? "And its population?" : "Which city, then?";
+    state.asked.push(next);
+    return next;
+  }
+  // Reads this rollout's own state: one follow-up asked, never another rollout's.
+  one_follow_up = reward(({ state }) => (state.asked.length === 1 ? 1 : 0));
+  answered = reward(({ trace }) => (String(trace.messages.at(-1)?.content).includes("million") ? 1 : 0));
+}
+class Quiz extends Taskset {
+  get id() { return "quiz"; }
+  *load() { yield new QuizTask({ id: "capital", prompt: "What is the capital of France?" }); }
+}
+export function loadTaskset(config) { return new Quiz(config); }
+`;
+
+Deno.test("a task scripts its user from the agent's previous reply (BFCL-style), with state per rollout that its rewards read", async () => {
+  await using s = await scenario();
+  await using server = await modelsServer({
+    "m": (req) => ({
+      content: lastUser(req).includes("population") ? "About 2 million." : "Paris.",
+    }),
+  });
+  await s.file("quiz.ts", QUIZ);
+  const res = await s.cli([
+    "run",
+    "./quiz.ts",
+    "-m",
+    "m",
+    "-b",
+    server.url,
+    "-o",
+    "out",
+    "-r",
+    "3",
+    "-c",
+    "3",
+    "--env.agent.runtime.type",
+    "subprocess",
+  ]);
+  assert.equal(res.code, 0, transcript(res));
+  const { lines, metadata } = await runOf(res);
+  assert.equal(lines.length, 3);
+  for (const t of lines) {
+    // single-agent: each line is the agent's trace itself
+    assert.equal(t.role, "agent");
+    assert.deepEqual(t.messages.map((m: Json) => m.content), [
+      "What is the capital of France?",
+      "Paris.",
+      "And its population?",
+      "About 2 million.",
+    ]);
+    assert.deepEqual(t.rewards, { answered: 1, one_follow_up: 1 });
+    assert.equal(t.stop_condition, "user_closed");
+    assert.equal(t.harness, "null"); // the task's choice: no harness was named
+  }
+  assert.equal(metadata.avg_reward, 2);
+});
+
+Deno.test("harness metrics are recorded while the agent's sandbox is still up, beside the task's", async () => {
+  {
+    await using server = await modelsServer({ m: () => ({ content: "hi" }) });
+    class NoteTask extends Task {
+      static override HARNESS = "null";
+      override async setup({ runtime }: TaskHookContext) {
+        await runtime.write("notes.txt", "a\nb\nc\n");
+      }
+      said = ({ trace }: TaskHookContext) => (trace.messages.length > 1 ? 1 : 0);
+      override score(ctx: TaskHookContext) {
+        return Promise.resolve({ reward: this.said(ctx), rewards: {}, metrics: { own: 1 } });
+      }
+    }
+    class Notes extends Taskset {
+      get id() {
+        return "notes";
+      }
+      *load() {
+        yield new NoteTask({ id: "n", prompt: "hello", workdir: "/work" });
+      }
+    }
+    const harness = {
+      id: "counting",
+      executesCode: false,
+      async run(ctx: Json) {
+        const response = await ctx.client.getResponse(
+          [{ role: "user", content: "hello" }],
+          ctx.model,
+          {},
+        );
+        ctx.recorder.messages.push({ role: "user", content: "hello" }, response.message);
+        ctx.recorder.metrics.calls = 1;
+      },
+      async metrics(ctx: Json) {
+        const r = await ctx.runtime.run(["wc", "-l", "notes.txt"]);
+        return { note_lines: Number(r.stdout.trim().split(/\s+/)[0]) };
+      },
+    };
+    const client = new OpenAIChatClient({ base_url: server.url, api_key_var: "NONE" });
+    const env = new SingleAgentEnv({
+      id: "single-agent",
+      roles: {
+        agent: {
+          name: "agent",
+          client,
+          model: "m",
+          harness,
+          policy: { runtime: { type: "subprocess" } },
+        },
+      },
+    });
+    const { traces } = await runTaskset({ taskset: new Notes(), env, model: "m", runId: "hm" });
+    assert.equal(traces.length, 1);
+    assert.equal(traces[0].ok, true, JSON.stringify(traces[0].error));
+    assert.deepEqual(traces[0].metrics, { calls: 1, note_lines: 3, own: 1 });
+  }
+});
+
+// ---------------------------------------------------------------------------------------
+// Bad input
+
+Deno.test("bad [env] input: unknown env id, a role without a model, a missing criteria file, a judge that cannot execute code, a harness at the env level", async () => {
+  await using s = await scenario();
+  await s.file("sums.ts", SUM_TASKSET);
+  const base = ["run", "./sums.ts", "-m", "m", "-b", "http://127.0.0.1:9/v1", "-o", "out"];
+  const cases: Array<[string[], RegExp]> = [
+    [
+      ["--env.id", "agentic-judges"],
+      /env\.id: unknown Env "agentic-judges"; built-ins: "single-agent", "best-of-n", "agentic-judge", "shared-agentic-judge", "best-of-n-judge", "user-sim"/,
+    ],
+    [
+      ["--env.id", "agentic-judge", "--env.judge.client.base_url", "http://127.0.0.1:9/v1"],
+      /env\.judge\.model: role "judge" has its own endpoint \(env\.judge\.client\.base_url\) but no model/,
+    ],
+    [
+      ["--env.id", "agentic-judge", "--env.task.rubric", "nope.toml"],
+      /env\.task\.rubric: criteria file "nope\.toml" does not exist/,
+    ],
+    [
+      ["--env.id", "agentic-judge", "--env.judge.harness.id", "null"],
+      /env\.judge\.harness\.id: the judge of "agentic-judge" inspects the workspace, so its harness must execute code; "null" cannot/,
+    ],
+    [
+      ["--env.harness.id", "null"],
+      /env\.harness: a harness belongs to a role; use --env\.agent\.harness\.\*/,
+    ],
+    [
+      ["--env.id", "user-sim", "--env.agent.model", "x"],
+      /env: unknown key "agent"; "user-sim" takes .*"assistant", "user"/,
+    ],
+  ];
+  for (const [flags, pattern] of cases) {
+    const res = await s.cli([...base, ...flags]);
+    assert.equal(res.code, 1, `${flags.join(" ")}\n${transcript(res)}`);
+    assert.match(res.stderr, pattern, flags.join(" "));
+    assert.match(res.stderr, /command line: /);
+  }
+  await s.file("rubric.json", `{"criteria": [{"name": "ok", "text": "fine", "choices": ["yes"]}]}`);
+  const res = await s.cli([
+    ...base,
+    "--env.id",
+    "agentic-judge",
+    "--env.task.rubric",
+    "rubric.json",
+  ]);
+  assert.equal(res.code, 1);
+  assert.match(
+    res.stderr,
+    /env\.task\.rubric: criteria file "rubric\.json": criteria\.0\.choices: /,
+  );
+});
