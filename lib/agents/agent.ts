@@ -7,7 +7,7 @@
 import { createRuntime } from "../../runtimes/create.ts";
 import type { ChatClient } from "../model/client.ts";
 import type { Semaphore } from "../model/limits.ts";
-import { ConfigError, EnvError } from "../errors.ts";
+import { ConfigError, EnvError, serializeError } from "../errors.ts";
 import { getHarness, type Harness } from "../tasks/harness.ts";
 import {
   type AgentPolicy,
@@ -52,6 +52,8 @@ export interface EpisodeScope {
   afterRun?: (trace: TaskTrace, task: Task, signal?: AbortSignal) => Promise<void>;
   /** Interactions not closed yet: the episode closes them if its Env did not. */
   interactions: Set<Interaction>;
+  /** The traces that joined the episode. */
+  traces: Set<TaskTrace>;
 }
 
 /** A finished agent run: its trace plus what stays in evaluator memory. */
@@ -131,6 +133,21 @@ export class EpisodeAgent {
     return rollout;
   }
 
+  /**
+   * A run the episode's timeout cut short keeps its trace, with the timeout as its error; an
+   * interrupt of the whole run (anything else that aborts) leaves nothing.
+   */
+  recordCutShort(rollout: TaskRollout): void {
+    const reason = this.#scope.signal?.reason;
+    if (!this.#scope.signal?.aborted || !(reason instanceof EnvError)) return;
+    const trace = rollout.trace;
+    if (this.#scope.traces.has(trace)) return;
+    trace.ok = false;
+    trace.error ??= { ...serializeError(reason), phase: "env" };
+    trace.stop_condition ??= "has_error";
+    this.#scope.onTrace(trace);
+  }
+
   async #finish(rollout: TaskRollout, task: Task): Promise<AgentRun> {
     const trace = rollout.trace;
     if (trace.ok && this.trainable && this.#scope.afterRun) {
@@ -150,6 +167,10 @@ export class EpisodeAgent {
     try {
       if (await rollout.open()) await rollout.step();
       await rollout.close();
+    } catch (error) {
+      await rollout.dispose();
+      this.recordCutShort(rollout);
+      throw error;
     } finally {
       await rollout.dispose();
       release();
@@ -189,7 +210,12 @@ export class EpisodeAgent {
     } finally {
       release();
     }
-    return new Interaction(rollout, this.#scope, () => this.#finish(rollout, task));
+    return new Interaction(
+      rollout,
+      this.#scope,
+      () => this.#finish(rollout, task),
+      () => this.recordCutShort(rollout),
+    );
   }
 
   /**
@@ -218,14 +244,21 @@ export class Interaction implements AsyncDisposable {
   readonly #rollout: TaskRollout;
   readonly #scope: EpisodeScope;
   readonly #finish: () => Promise<AgentRun>;
+  readonly #cutShort: () => void;
   #result: Promise<AgentRun> | null = null;
   #terminated = false;
   #turns = 0;
 
-  constructor(rollout: TaskRollout, scope: EpisodeScope, finish: () => Promise<AgentRun>) {
+  constructor(
+    rollout: TaskRollout,
+    scope: EpisodeScope,
+    finish: () => Promise<AgentRun>,
+    cutShort: () => void,
+  ) {
     this.#rollout = rollout;
     this.#scope = scope;
     this.#finish = finish;
+    this.#cutShort = cutShort;
     scope.interactions.add(this);
   }
 
@@ -267,6 +300,10 @@ export class Interaction implements AsyncDisposable {
       this.#scope.interactions.delete(this);
       try {
         await this.#rollout.close(this.#terminated ? {} : { stopCondition: "user_closed" });
+      } catch (error) {
+        await this.#rollout.dispose();
+        this.#cutShort();
+        throw error;
       } finally {
         await this.#rollout.dispose();
       }

@@ -148,16 +148,16 @@ async function within<T>(
   fn: (signal: AbortSignal | undefined) => Promise<T>,
 ): Promise<T> {
   if (!seconds) return await fn(outer);
-  const timer = AbortSignal.timeout(seconds * 1000);
-  const signal = outer ? AbortSignal.any([outer, timer]) : timer;
+  // The timer aborts with an EnvError: agent runs cut short by it record it on their traces.
+  const timer = new AbortController();
+  const handle = setTimeout(
+    () => timer.abort(new EnvError(`The episode's ${what} timed out after ${seconds}s`)),
+    seconds * 1000,
+  );
+  const signal = outer ? AbortSignal.any([outer, timer.signal]) : timer.signal;
   let onAbort = () => {};
   const expired = new Promise<never>((_, reject) => {
-    onAbort = () =>
-      reject(
-        timer.aborted && !outer?.aborted
-          ? new EnvError(`The episode's ${what} timed out after ${seconds}s`)
-          : signal.reason,
-      );
+    onAbort = () => reject(signal.reason);
     signal.addEventListener("abort", onAbort, { once: true });
   });
   expired.catch(() => {});
@@ -173,12 +173,11 @@ async function within<T>(
       new Promise((r) => (grace = setTimeout(r, 30_000))),
     ]);
     clearTimeout(grace);
-    // A run cut short by the timer throws the timer's reason: report the timeout instead.
-    if (timer.aborted && !outer?.aborted) {
-      throw new EnvError(`The episode's ${what} timed out after ${seconds}s`, { cause: error });
-    }
+    // Whatever the cut-short work threw, the episode's error is the timeout.
+    if (timer.signal.aborted && !outer?.aborted) throw timer.signal.reason;
     throw error;
   } finally {
+    clearTimeout(handle);
     signal.removeEventListener("abort", onAbort);
   }
 }
@@ -230,10 +229,12 @@ export async function runEpisode(
         signal,
         onTrace: (trace) => {
           trace.episode_id = episode.episode_id;
+          scope.traces.add(trace);
           episode.traces.push(trace);
         },
         afterRun: options.afterRun,
         interactions,
+        traces: new Set(),
       };
       const agents: Agents = {};
       for (const [name, role] of Object.entries(env.roles)) {

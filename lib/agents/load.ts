@@ -139,7 +139,7 @@ export interface BuildEnvOptions {
   /** Where every role's sandboxes come from (limits, warm pool). */
   sandboxes?: SandboxSource;
   trust?: boolean;
-  /** An Env the taskset's module exports: used when `env.id` is not given. */
+  /** An Env the taskset's module exports: used when `env.id` is not given (id `taskset:<class>`). */
   tasksetEnv?: EnvClass | null;
   /** Where relative paths in options (rubric files) are read from; default the cwd. */
   baseDir?: string;
@@ -170,7 +170,7 @@ export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
   const id = typeof raw.id === "string" && raw.id
     ? raw.id
     : options.tasksetEnv
-    ? "taskset"
+    ? `taskset:${options.tasksetEnv.name || "Env"}`
     : "single-agent";
   let cls: EnvClass;
   try {
