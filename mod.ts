@@ -60,6 +60,26 @@ export type { MathRubricOptions } from "./lib/scoring/math_rubric.ts";
 export { verifyMath } from "./lib/scoring/math_verify.ts";
 export { DEFAULT_JUDGE_PROMPT, JudgeRubric } from "./lib/scoring/judge_rubric.ts";
 export type { JudgeArgs, JudgeRubricOptions } from "./lib/scoring/judge_rubric.ts";
+export { fillTemplate, Judge, judgeUsage, viewOf } from "./lib/scoring/judges/judge.ts";
+export type {
+  JudgedTrace,
+  JudgeEndpoint,
+  JudgeRecord,
+  JudgeSettings,
+} from "./lib/scoring/judges/judge.ts";
+export { promptText, REFERENCE_TEMPLATE, ReferenceJudge } from "./lib/scoring/judges/reference.ts";
+export type { ReferenceJudgeSettings } from "./lib/scoring/judges/reference.ts";
+export { RUBRIC_TEMPLATE, RubricJudge } from "./lib/scoring/judges/rubric.ts";
+export type { RubricJudgeSettings } from "./lib/scoring/judges/rubric.ts";
+export { findJsonObject, parseJudgeChoice } from "./lib/scoring/judges/parse.ts";
+export { buildJudges, JUDGE_IDS } from "./lib/scoring/judges/config.ts";
+export type {
+  BuildJudgesOptions,
+  JudgeEndpointEntry,
+  JudgeEntry,
+} from "./lib/scoring/judges/config.ts";
+export { choiceScore } from "./lib/scoring/judges/criteria.ts";
+export { renderTranscript } from "./lib/messages.ts";
 export { EndpointUnreachableError, OpenAIChatClient } from "./lib/model/client.ts";
 export type { ChatClient, ChatRequestOptions, ClientConfig } from "./lib/model/client.ts";
 export { loadEndpoints, RoundRobinClient } from "./lib/model/endpoints.ts";
@@ -79,6 +99,7 @@ export type { EnvGroupOptions } from "./lib/envs/group.ts";
 export { stateToOutput } from "./lib/state.ts";
 export type { RolloutOutput, RolloutTiming, State } from "./lib/state.ts";
 export { evaluate, generate } from "./lib/eval/evaluate.ts";
+export { renderSummary } from "./lib/eval/progress.ts";
 export type {
   EvaluateOptions,
   GenerateOptions,
@@ -124,10 +145,21 @@ export type {
   TraceView,
   UserTurnContext,
 } from "./lib/tasks/task.ts";
-export { BashHarness, getHarness, HARNESSES, NullHarness } from "./lib/tasks/harness.ts";
+export {
+  assistantMessage,
+  BashHarness,
+  callModel,
+  getHarness,
+  HARNESSES,
+  NullHarness,
+} from "./lib/tasks/harness.ts";
+export { Trace } from "./lib/tasks/trace.ts";
+export { MessageGraph, messageHash } from "./lib/tasks/graph.ts";
+export type { MessageNode } from "./lib/tasks/graph.ts";
 export type { Harness, HarnessContext, HarnessRecorder } from "./lib/tasks/harness.ts";
 export {
   collectArtifacts,
+  gradeSubmission,
   restoreArtifacts,
   runTaskRollout,
   TaskRollout,
@@ -139,8 +171,15 @@ export type {
   TaskRolloutOptions,
   TaskTrace,
 } from "./lib/tasks/rollout.ts";
-export { selectTasks, validateTaskset } from "./lib/tasks/run.ts";
-export type { JudgeConfig, TaskRunSummary, ValidationResult } from "./lib/tasks/run.ts";
+export { renderTaskSummary, selectTasks, validateTaskset } from "./lib/tasks/run.ts";
+export {
+  compareStdout,
+  parsePytestOutcomes,
+  readAnswerFileOrLastReply,
+  verifyBoxedMathAnswer,
+} from "./lib/scoring/graders.ts";
+export type { FileReader, PytestOutcome } from "./lib/scoring/graders.ts";
+export type { TaskRunSummary, ValidationResult } from "./lib/tasks/run.ts";
 export { Env, runEpisode } from "./lib/agents/env.ts";
 export type { Agents, EnvInit, Episode, EpisodeError } from "./lib/agents/env.ts";
 export { EpisodeAgent, Interaction } from "./lib/agents/agent.ts";
@@ -155,8 +194,9 @@ export { AgenticJudgeEnv, SharedAgenticJudgeEnv } from "./lib/agents/envs/agenti
 export { BestOfNJudgeEnv } from "./lib/agents/envs/best_of_n_judge.ts";
 export { UserSimEnv } from "./lib/agents/envs/user_sim.ts";
 export type { UserScript, UserScriptContext } from "./lib/agents/envs/user_sim.ts";
-export { JudgeTask, loadCriteria } from "./lib/agents/envs/judge_task.ts";
-export type { Criterion } from "./lib/agents/envs/judge_task.ts";
+export { JudgeTask } from "./lib/agents/envs/judge_task.ts";
+export { loadCriteria } from "./lib/scoring/judges/criteria.ts";
+export type { Criterion } from "./lib/scoring/judges/criteria.ts";
 export {
   cleanupContainers,
   cleanupLedger,

@@ -259,13 +259,8 @@ export const EnvBase = z.strictObject({
   timeout: z.strictObject({ episode: positive, finalize: positive }).optional(),
   /** Agent runs of one episode active at once; default 1. */
   max_concurrent_agents: z.number().int().min(1).optional(),
-  judges: z.array(z.strictObject({
-    id: z.enum(["reference", "rubric"]),
-    name: z.string().optional(),
-    weight: z.number().optional(),
-    model: z.string().optional(),
-    rubric: z.string().optional(),
-  })).optional(),
+  /** Judges scoring every trainable trace (validated by the judges' own schemas). */
+  judges: z.array(z.record(z.string(), z.unknown())).optional(),
 });
 
 /** The `[env]` table of a single-agent taskset run (the seed's TOML shape). */

@@ -39,6 +39,11 @@ export class ConfigError extends VfError {}
 /** A task hook or harness failed. */
 export class TaskError extends VfError {}
 /**
+ * A judge's replies held no usable verdict, even after its retries: the rollout was not
+ * scored (an error, never a 0).
+ */
+export class JudgeVerdictError extends VfError {}
+/**
  * An Env's own control flow failed (its `setup`, `run` or `finalize` threw, a timeout of the
  * episode, a judge's verdict that breaks its contract): the episode is recorded as failed,
  * its traces are kept, and nothing in it is scored 0.

@@ -115,3 +115,36 @@ export function normalizeToolDefs(value: unknown, where = "tool_defs"): Tool[] {
 export function clone<T>(value: T): T {
   return structuredClone(value);
 }
+
+/**
+ * A conversation as plain text for a reader (a judge, a person): one block per message, a
+ * `[role]` header then its text; an assistant's tool calls as `[tool_call name(arguments)]`
+ * lines (reasoning is left out); a tool result under `[tool name]`. Blocks are separated by a
+ * blank line; the text parts of multi-part content are joined by newlines, images dropped.
+ */
+export function renderTranscript(messages: Messages): string {
+  const toolNames = new Map<string, string>();
+  const text = (content: unknown): string => {
+    if (typeof content === "string") return content;
+    if (!Array.isArray(content)) return "";
+    return content
+      .filter((p) => p?.type === "text" && typeof p.text === "string")
+      .map((p) => p.text as string)
+      .join("\n");
+  };
+  const blocks: string[] = [];
+  for (const m of messages) {
+    const name = m.role === "tool" ? toolNames.get(m.tool_call_id) : undefined;
+    const lines = [m.role === "tool" && name ? `[tool ${name}]` : `[${m.role}]`];
+    const body = text(m.content);
+    if (body) lines.push(body);
+    if (m.role === "assistant") {
+      for (const call of m.tool_calls ?? []) {
+        toolNames.set(call.id, call.name);
+        lines.push(`[tool_call ${call.name}(${call.arguments})]`);
+      }
+    }
+    blocks.push(lines.join("\n"));
+  }
+  return blocks.join("\n\n");
+}

@@ -1,112 +1,200 @@
 /**
- * LLM judges configured in TOML (`[[env.judges]]`): the reference judge compares the final
- * answer with the task's `answer`, the rubric judge grades against a rubric text. Both call
- * the run's model endpoint (a real loopback server here) after the task's own rewards.
+ * Judge plugins end to end: a Docker taskset run by `vf eval @ run.toml` with a reference
+ * judge at `[[env.judges]]` and a rubric judge at `[env.taskset.task] judges`, each on its
+ * own loopback endpoint and model (never the agent's key), after the task's own reward; and
+ * the config errors a user gets for bad judge entries.
+ * @module
  */
 import assert from "node:assert/strict";
-import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { startModelServer } from "./model_server.ts";
-import { childEnv } from "./_child_env.ts";
+import { basename, join } from "node:path";
+import { cleanupContainers } from "../mod.ts";
+import { type ModelServer, startModelServer } from "./model_server.ts";
+import { cliCommand, type CliResult, collect, MOD_URL, transcript } from "./_cli.ts";
 
-const ROOT = new URL("..", import.meta.url).pathname;
+// deno-lint-ignore no-explicit-any
+type Json = any;
 
 const TASKSET = `
-import { reward, Task, Taskset } from "${new URL("../mod.ts", import.meta.url).href}";
-class QaTask extends Task {
-  // The task's own reward: the final message is non-empty.
-  answered = reward(({ trace }) => {
-    const last = trace.messages.filter((m) => m.role === "assistant").at(-1);
-    return typeof last?.content === "string" && last.content.length > 0 ? 1 : 0;
-  });
+import { readText, reward, Task, type TaskHookContext, Taskset } from "${MOD_URL}";
+class CapitalTask extends Task {
+  static override NEEDS_CONTAINER = true;
+  override async setup({ runtime }: TaskHookContext) {
+    await runtime.run(["mkdir", "-p", "/app"]);
+  }
+  // The task's own reward: the agent wrote a note in the sandbox.
+  noted = reward(async ({ runtime }) =>
+    (await readText(runtime, "/app/note.txt").catch(() => "")).trim() ? 1 : 0
+  , { weight: 2 });
 }
-class QaTaskset extends Taskset {
-  get id() { return "qa"; }
+class Capitals extends Taskset {
+  get id() { return "capitals"; }
   *load() {
-    yield new QaTask({ id: "q-42", prompt: "What is 6*7?", answer: "42" });
-    yield new QaTask({ id: "q-9", prompt: "What is 3*3?", answer: "9" });
+    yield new CapitalTask({ id: "fr", prompt: "Capital of France?", answer: ["Paris", "Lutetia"], image: "busybox:latest" });
+    yield new CapitalTask({ id: "de", prompt: "Capital of Germany?", answer: "Berlin", image: "busybox:latest" });
   }
 }
-export function loadTaskset(config) { return new QaTaskset(config); }
+export function loadTaskset(config) { return new Capitals(config); }
 `;
 
-Deno.test("[[env.judges]] reference and rubric judges from TOML add judge rewards after the task's own", async () => {
-  const dir = await mkdtemp(join(tmpdir(), "vf-judges-"));
+const RUBRIC = `
+[[criteria]]
+name = "named"
+text = "The reply names a city."
+weight = 3
+
+[[criteria]]
+name = "brief"
+text = "The reply is one sentence."
+choices = ["no", "partly", "yes"]
+`;
+
+async function runIn(
+  dir: string,
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<CliResult> {
+  return await collect(cliCommand(args, { cwd: dir, env, registry: false, docker: true }));
+}
+
+Deno.test("judges at [[env.judges]] and [env.taskset.task] judges score a Docker taskset run from TOML, each on its own endpoint and model", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_judges_" });
+  let runId = "";
   try {
-    await using model = await startModelServer({
-      responder: (req) => {
-        const text = String(req.body.messages.at(-1)?.content ?? "");
-        if (text.includes("Reference answer:")) {
-          // reference judge: agree only when the graded answer equals the reference
-          const ref = /Reference answer:\n(.*)/.exec(text)?.[1];
-          const got = /Answer to grade:\n(.*)/.exec(text)?.[1];
-          return { content: ref === got ? "yes" : "no" };
+    // The agent: writes a note, then answers (right for France, wrong for Germany).
+    await using agent = await startModelServer({
+      apiKey: "agent-secret",
+      responder: ({ body }) => {
+        const turn = body.messages.filter((m) => m.role === "assistant").length;
+        if (turn === 0) {
+          return {
+            content: null,
+            tool_calls: [{ name: "bash", arguments: { command: "echo x > /app/note.txt" } }],
+          };
         }
-        if (text.includes("Rubric:")) {
-          return { content: text.includes("show the number") ? "yes" : "no" };
-        }
-        // the agent (null harness): right for 6*7, wrong for 3*3
-        return { content: text.includes("6*7") ? "42" : "10" };
+        const q = String(body.messages.find((m) => m.role === "user")?.content);
+        return { content: q.includes("France") ? "It is Paris." : "It is Munich." };
       },
     });
-    await writeFile(join(dir, "qa.ts"), TASKSET);
-    await writeFile(
+    await using judge: ModelServer = await startModelServer({
+      apiKey: "judge-secret",
+      responder: ({ body }) => {
+        const text = String(body.messages[0].content);
+        if (text.includes("Criteria:")) {
+          return {
+            content: '{"verdicts": [{"name": "named", "reason": "a city", "verdict": "yes"},' +
+              ' {"name": "brief", "reason": "short", "verdict": "partly"}]}',
+            usage: { prompt_tokens: 100, completion_tokens: 20 },
+          };
+        }
+        const right = text.includes("Paris\nLutetia") && text.includes("It is Paris.");
+        return {
+          content: right ? "yes" : "no",
+          usage: { prompt_tokens: 10, completion_tokens: 1 },
+        };
+      },
+    });
+    await Deno.writeTextFile(join(dir, "capitals.ts"), TASKSET);
+    await Deno.writeTextFile(join(dir, "rubric.toml"), RUBRIC);
+    await Deno.writeTextFile(
       join(dir, "run.toml"),
-      `model = "m"
+      `model = "agent-m"
+api_key_var = "AGENT_KEY"
 [client]
-base_url = "${model.url}"
-api_key_var = "VF_JUDGE_TEST_KEY"
-[env.taskset]
-id = "./qa.ts"
-[env.agent.harness]
-id = "null"
-[env.agent.runtime]
-type = "subprocess"
+base_url = "${agent.url}"
 [[env.judges]]
 id = "reference"
-[[env.judges]]
-id = "rubric"
-name = "shows_number"
-rubric = "The reply must show the number."
+model = "judge-m"
+base_url = "${judge.url}"
+api_key_var = "JUDGE_KEY"
 weight = 0.5
+[env.taskset]
+id = "./capitals.ts"
+[[env.taskset.task.judges]]
+id = "rubric"
+name = "quality"
+path = "rubric.toml"
+view = "last_reply"
+model = "judge-m"
+base_url = "${judge.url}"
+api_key_var = "JUDGE_KEY"
 `,
     );
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: [
-        "run",
-        "-A",
-        join(ROOT, "cli.ts"),
-        "eval",
-        "@",
-        "run.toml",
-        "-o",
-        join(dir, "out"),
-        "-q",
-      ],
-      cwd: dir,
-      env: childEnv({ VF_JUDGE_TEST_KEY: "k" }),
-      clearEnv: true,
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const stderr = new TextDecoder().decode(out.stderr);
-    assert.equal(out.code, 0, stderr);
-    const base = join(dir, "out/evals");
-    const [envModel] = await readdir(base);
-    const [runId] = await readdir(join(base, envModel));
-    const traces = (await readFile(join(base, envModel, runId, "traces.jsonl"), "utf8"))
-      .trim().split("\n").map((l) => JSON.parse(l));
-    const byKey = Object.fromEntries(traces.map((t) => [t.task.key, t]));
-    assert.deepEqual(byKey["q-42"].rewards, { answered: 1, judge_reference: 1, shows_number: 1 });
-    assert.equal(byKey["q-42"].reward, 1 + 1 + 0.5);
-    assert.deepEqual(byKey["q-9"].rewards, { answered: 1, judge_reference: 0, shows_number: 1 });
-    assert.equal(byKey["q-9"].reward, 1 + 0 + 0.5);
-    assert.equal(byKey["q-42"].info.judge_reference_verdict, "yes");
-    // two agent calls plus two judge calls per task
-    assert.equal(model.requests.length, 6);
-    assert.ok(model.requests.every((r) => r.headers.authorization === "Bearer k"));
+    const res = await runIn(dir, ["eval", "@", "run.toml", "-o", "out"], {
+      AGENT_KEY: "agent-secret",
+      JUDGE_KEY: "judge-secret",
+    });
+    const runDir = /^Saving traces to (.+)$/m.exec(res.stderr)?.[1];
+    if (runDir) runId = basename(runDir);
+    assert.equal(res.code, 0, transcript(res));
+    const traces = (await Deno.readTextFile(join(runDir!, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l)).sort((a: Json, b: Json) => a.task.key.localeCompare(b.task.key));
+    const [de, fr] = traces;
+    const quality = (3 * 1 + 1 * 0.5) / 4;
+    assert.deepEqual(fr.rewards, { noted: 1, reference: 1, quality });
+    assert.deepEqual(fr.reward_weights, { noted: 2, reference: 0.5 });
+    assert.equal(fr.reward, 2 * 1 + 0.5 * 1 + quality);
+    assert.deepEqual(de.rewards, { noted: 1, reference: 0, quality });
+    assert.equal(de.reward, 2 + 0 + quality);
+    assert.deepEqual(fr.metrics, { "quality/named": 1, "quality/brief": 0.5 });
+    // Every judge reply is on the trace, and judge tokens are counted apart from the agent's.
+    assert.deepEqual(fr.info.judge.map((r: Json) => [r.judge, r.text.slice(0, 3)]).sort(), [
+      ["quality", '{"v'],
+      ["reference", "yes"],
+    ]);
+    assert.deepEqual(fr.judge_usage, { input_tokens: 110, output_tokens: 21 });
+    const metadata = JSON.parse(await Deno.readTextFile(join(runDir!, "metadata.json")));
+    assert.deepEqual(metadata.judge_usage, { input_tokens: 220, output_tokens: 42 });
+    // The judges called their own endpoint with their own model and key, the agent never did.
+    assert.equal(judge.requests.length, 4);
+    assert.ok(judge.requests.every((r) => r.body.model === "judge-m"));
+    assert.ok(judge.requests.every((r) => r.headers.authorization === "Bearer judge-secret"));
+    assert.ok(agent.requests.every((r) => r.body.model === "agent-m"));
   } finally {
-    await rm(dir, { recursive: true, force: true });
+    if (runId) await cleanupContainers({ runId });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("bad judge config names the entry: unknown id, duplicate names, a non-finite weight, no endpoint, a missing or malformed criteria file", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_judges_bad_" });
+  try {
+    await Deno.writeTextFile(join(dir, "capitals.ts"), TASKSET);
+    await Deno.writeTextFile(join(dir, "broken.json"), '{"criteria": [{"name": "a"');
+    const head =
+      `model = "m"\n[client]\nbase_url = "http://127.0.0.1:9/v1"\n[env.taskset]\nid = "./capitals.ts"\n`;
+    const cases: Array<[string, RegExp]> = [
+      [
+        `[[env.judges]]\nid = "refrence"\n`,
+        /run\.toml: env\.judges\[0\]\.id: unknown judge "refrence"; known: "reference", "rubric"/,
+      ],
+      [
+        `[[env.judges]]\nid = "reference"\nuse_agent_endpoint = true\n[[env.taskset.task.judges]]\nid = "reference"\nuse_agent_endpoint = true\n`,
+        /env\.taskset\.task\.judges\[0\]\.name: judges env\.judges\[0\] and env\.taskset\.task\.judges\[0\] share the reward key "reference"/,
+      ],
+      [
+        `[[env.judges]]\nid = "reference"\nuse_agent_endpoint = true\nweight = inf\n`,
+        /env\.judges\[0\]\.weight: must be a finite number/,
+      ],
+      [
+        `[[env.judges]]\nid = "reference"\n`,
+        /env\.judges\[0\]: judge "reference" has no endpoint; set base_url/,
+      ],
+      [
+        `[[env.judges]]\nid = "rubric"\npath = "missing.toml"\nuse_agent_endpoint = true\n`,
+        /env\.judges\[0\]\.path: criteria file "missing\.toml" does not exist/,
+      ],
+      [
+        `[[env.judges]]\nid = "rubric"\npath = "broken.json"\nuse_agent_endpoint = true\n`,
+        /env\.judges\[0\]\.path: criteria file "broken\.json" is not valid JSON/,
+      ],
+    ];
+    for (const [judges, pattern] of cases) {
+      await Deno.writeTextFile(join(dir, "run.toml"), head + judges);
+      const res = await runIn(dir, ["eval", "@", "run.toml", "-o", "out"]);
+      assert.equal(res.code, 1, `${judges}\n${transcript(res)}`);
+      assert.match(res.stderr, pattern, judges);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
   }
 });

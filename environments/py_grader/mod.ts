@@ -5,7 +5,15 @@
  * (`vf validate py-grader --probe` checks it).
  * @module
  */
-import { reward, Task, type TaskHookContext, Taskset, type TasksetConfig } from "../../mod.ts";
+import {
+  gradeSubmission,
+  reward,
+  Task,
+  type TaskHookContext,
+  type TaskScores,
+  Taskset,
+  type TasksetConfig,
+} from "../../mod.ts";
 import { gradeOutput, PRIVATE_TESTS } from "./private_tests.ts";
 
 const PROBLEMS: Array<{ name: string; signature: string; spec: string; gold: string }> = [
@@ -63,9 +71,11 @@ export class PyGraderTask extends Task {
     return reward;
   });
 
-  override async validate({ runtime }: TaskHookContext): Promise<boolean> {
-    await runtime.write("/app/solution.py", String(this.data.gold));
-    return true;
+  // The gold check goes through the whole isolated flow: the artifact moves to a fresh
+  // grading sandbox, where the private tests are staged and run.
+  override async validate(ctx: TaskHookContext): Promise<TaskScores> {
+    await ctx.runtime.write("/app/solution.py", String(this.data.gold));
+    return await gradeSubmission(ctx);
   }
 }
 

@@ -18,6 +18,7 @@ import {
   type TaskTrace,
 } from "../tasks/rollout.ts";
 import type { Task, TraceView } from "../tasks/task.ts";
+import type { Judge } from "../scoring/judges/judge.ts";
 import type { Messages, SamplingArgs } from "../types.ts";
 
 /** A role's harness: an object, or a config whose `id` names a built-in (none: the task's choice). */
@@ -48,8 +49,8 @@ export interface EpisodeScope {
   signal?: AbortSignal;
   /** Called with every finished trace, in completion order. */
   onTrace: (trace: TaskTrace) => void;
-  /** Runs after each finished trace of a trainable role (the run's configured judges). */
-  afterRun?: (trace: TaskTrace, task: Task, signal?: AbortSignal) => Promise<void>;
+  /** The run's configured judges: they score every run of a trainable role. */
+  judges?: Judge[];
   /** Interactions not closed yet: the episode closes them if its Env did not. */
   interactions: Set<Interaction>;
   /** The traces that joined the episode. */
@@ -128,6 +129,7 @@ export class EpisodeAgent {
       box: options.box,
       keepArtifacts: options.keepArtifacts,
       promptless: options.promptless,
+      judges: this.trainable ? this.#scope.judges : undefined,
     });
     rollout.trace.attempt = this.#runs++;
     return rollout;
@@ -148,11 +150,9 @@ export class EpisodeAgent {
     this.#scope.onTrace(trace);
   }
 
-  async #finish(rollout: TaskRollout, task: Task): Promise<AgentRun> {
+  // deno-lint-ignore require-await
+  async #finish(rollout: TaskRollout, _task: Task): Promise<AgentRun> {
     const trace = rollout.trace;
-    if (trace.ok && this.trainable && this.#scope.afterRun) {
-      await this.#scope.afterRun(trace, task, this.#scope.signal);
-    }
     this.#scope.onTrace(trace);
     return { trace, artifacts: rollout.view.artifacts, state: rollout.state };
   }

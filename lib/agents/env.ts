@@ -136,8 +136,8 @@ export interface RunEpisodeOptions {
   runId: string;
   episodeIndex?: number;
   signal?: AbortSignal;
-  /** Runs after each finished trace of a trainable role (the run's configured judges). */
-  afterRun?: EpisodeScope["afterRun"];
+  /** The run's configured judges: they score every run of a trainable role. */
+  judges?: EpisodeScope["judges"];
 }
 
 /** Race `fn` against a limit in seconds; the inner signal aborts when the limit passes. */
@@ -232,7 +232,7 @@ export async function runEpisode(
           scope.traces.add(trace);
           episode.traces.push(trace);
         },
-        afterRun: options.afterRun,
+        judges: options.judges,
         interactions,
         traces: new Set(),
       };

@@ -7,13 +7,12 @@
 import { appendFile, mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { ChatClient } from "../model/client.ts";
-import { ConfigError, serializeError } from "../errors.ts";
+import { ConfigError } from "../errors.ts";
+import type { Judge } from "../scoring/judges/judge.ts";
 import { readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
 import { requireRewards, type Task, type Taskset } from "../tasks/task.ts";
 import type { AgentPolicy, TaskTrace } from "../tasks/rollout.ts";
 import {
-  applyJudges,
-  type JudgeConfig,
   modelRetries,
   requireIsolatableConcurrency,
   selectTasks,
@@ -53,10 +52,11 @@ export interface RunTasksetOptions {
   runDir?: string | null;
   runId: string;
   resume?: boolean;
-  /** `[[env.judges]]`: LLM judges applied to each trainable trace after its own scoring. */
-  judges?: JudgeConfig[];
-  /** The client and model the judges call; default the single agent's. */
-  judgeClient?: ChatClient;
+  /**
+   * Judges (`[[env.judges]]`, `[env.taskset.task] judges`): they score every trainable trace
+   * after the task's own rewards.
+   */
+  judges?: Judge[];
   /** Called with each trainable trace as its episode is written. */
   onTrace?: (trace: TaskTrace, done: number, total: number) => void;
   /** Called with each episode as it is written (`done` counts episodes). */
@@ -124,6 +124,21 @@ function usageByRole(episodes: Episode[]): TaskRunSummary["usage_by_role"] {
   return Object.keys(out).length > 1 ? out : undefined;
 }
 
+/**
+ * A judge's reward key must not be one of the task's own rewards (one would overwrite the
+ * other in `rewards`).
+ * @throws {ConfigError}
+ */
+function requireDistinctRewardKeys(task: Task, judges: Judge[]): void {
+  const own = new Set(task.scoreHooks().filter((h) => h.kind === "reward").map((h) => h.name));
+  const clash = judges.find((j) => own.has(j.name));
+  if (clash) {
+    throw new ConfigError(
+      `Judge "${clash.name}" has the name of a reward of task "${task.key}"; give the judge another name`,
+    );
+  }
+}
+
 /** The model failures that end a run: no later rollout could reach the model either. */
 const FATAL_MODEL_ERRORS = ["AuthenticationError", "EndpointUnreachableError"];
 
@@ -133,7 +148,10 @@ export async function runTaskset(
 ): Promise<{ traces: TaskTrace[]; episodes: Episode[]; summary: TaskRunSummary }> {
   const env = options.env ?? defaultEnv(options);
   const tasks = await selectTasks(options.taskset, options);
-  for (const task of tasks) requireRewards(task, { judges: options.judges?.length ?? 0 });
+  for (const task of tasks) {
+    requireRewards(task, { judges: options.judges?.length ?? 0 });
+    requireDistinctRewardKeys(task, options.judges ?? []);
+  }
   for (const role of Object.values(env.roles)) {
     requireIsolatableConcurrency(role.policy.runtime, options.maxConcurrent ?? 4);
   }
@@ -165,19 +183,6 @@ export async function runTaskset(
   const controller = new AbortController();
   const outer = options.signal;
   outer?.addEventListener("abort", () => controller.abort(outer.reason), { once: true });
-  const judgeClient = options.judgeClient ?? options.client ??
-    Object.values(env.roles)[0]?.client;
-  const afterRun = options.judges?.length && judgeClient
-    ? async (trace: TaskTrace, task: Task, signal?: AbortSignal) => {
-      await applyJudges(trace, task, options.judges!, judgeClient, options.model, signal)
-        .catch((error) => {
-          if (signal?.aborted) throw error;
-          trace.ok = false;
-          trace.reward = null;
-          trace.error = { ...serializeError(error), phase: "judge" };
-        });
-    }
-    : undefined;
   let fatal: unknown = null;
   let next = 0;
   const worker = async () => {
@@ -190,7 +195,7 @@ export async function runTaskset(
           runId: options.runId,
           episodeIndex: job.index,
           signal: controller.signal,
-          afterRun,
+          judges: options.judges,
         });
       } catch (error) {
         if (!controller.signal.aborted) {

@@ -12,6 +12,9 @@ import { TASKSETS } from "../../environments/mod.ts";
 import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
 import type { EvalConfig } from "../config.ts";
 import { loadEndpoints, RoundRobinClient } from "../model/endpoints.ts";
+import { ConfigError } from "../errors.ts";
+import type { JudgeEndpoint } from "../scoring/judges/judge.ts";
+import type { JudgeEndpointEntry } from "../scoring/judges/config.ts";
 import { loadTasksetSpec } from "../envs/load.ts";
 import { RemoteTaskset, type SandboxPermissions, startSandboxHost } from "../sandbox/remote.ts";
 
@@ -107,4 +110,56 @@ export async function resolveClient(config: EvalConfig) {
   keyVar ??= "OPENAI_API_KEY";
   client ??= new OpenAIChatClient({ base_url: baseUrl, api_key_var: keyVar, ...clientOpts });
   return { client, model, baseUrl, keyVar };
+}
+
+/**
+ * How judge entries find their endpoints: an alias from the endpoint registry, their own
+ * `base_url` (and `api_key_var`; no key when none is named), or, only with
+ * `use_agent_endpoint`, the agent's endpoint and key. Null when an entry names none.
+ */
+export async function judgeEndpointResolver(
+  config: EvalConfig,
+  agent: { client: ChatClient; model: string },
+): Promise<(entry: JudgeEndpointEntry) => JudgeEndpoint | null> {
+  const registryPath = config.endpoints_path ??
+    (existsSync("configs/endpoints.toml") ? "configs/endpoints.toml" : null);
+  const registry = registryPath ? await loadEndpoints(registryPath) : new Map();
+  return (entry) => {
+    const samplingArgs = entry.sampling;
+    if (entry.endpoint) {
+      const replicas = registry.get(entry.endpoint);
+      if (!replicas) {
+        throw new ConfigError(
+          `endpoint alias "${entry.endpoint}" is not in ${
+            registryPath ?? "the endpoint registry (no configs/endpoints.toml)"
+          }`,
+        );
+      }
+      const r = replicas[0];
+      return {
+        client: new OpenAIChatClient({
+          base_url: entry.base_url ?? r.url,
+          api_key_var: entry.api_key_var ?? r.key,
+          extra_headers: { ...(r.headers ?? {}), ...(entry.headers ?? {}) },
+        }),
+        model: entry.model ?? r.model,
+        samplingArgs,
+      };
+    }
+    if (entry.base_url) {
+      return {
+        client: new OpenAIChatClient({
+          base_url: entry.base_url,
+          api_key_var: entry.api_key_var,
+          extra_headers: entry.headers,
+        }),
+        model: entry.model!,
+        samplingArgs,
+      };
+    }
+    if (entry.use_agent_endpoint) {
+      return { client: agent.client, model: entry.model ?? agent.model, samplingArgs };
+    }
+    return null;
+  };
 }

@@ -13,7 +13,9 @@ import { limitModelConnections } from "../model/limits.ts";
 import { buildEnv, type EnvClass, envClassOf } from "../agents/load.ts";
 import type { Env, Episode } from "../agents/env.ts";
 import { runTaskset, scoredTraces } from "../agents/run.ts";
-import type { JudgeConfig } from "../tasks/run.ts";
+import { renderTaskSummary } from "../tasks/run.ts";
+import type { Judge } from "../scoring/judges/judge.ts";
+import { buildJudges } from "../scoring/judges/config.ts";
 import type { Taskset } from "../tasks/task.ts";
 import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
 import { resolveEnvironmentModule } from "../envs/load.ts";
@@ -21,7 +23,7 @@ import { deepMerge, type EvalConfig, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
-import { loadTasksetFor, resolveClient, wantsSandbox } from "./resolve.ts";
+import { judgeEndpointResolver, loadTasksetFor, resolveClient, wantsSandbox } from "./resolve.ts";
 import { onInterrupt } from "./interrupt.ts";
 import { runOutcome } from "./outcome.ts";
 
@@ -30,10 +32,14 @@ const RUN_HELP = `vf run <taskset> [options]     (same as: vf eval @ cfg.toml wi
 Runs an agent on each task of a taskset inside sandboxes and grades it.
   -n <tasks>  -r <rollouts per task>  -c <concurrent rollouts (default 4)>
   -m, -b, -k                          model, base URL, API key variable (as vf eval)
-  --env.agent.harness.id bash|null    the agent harness (default bash)
+  --env.agent.harness.id bash|null    the agent harness (default: the task's choice, else bash)
   --env.agent.runtime.type docker|subprocess   --env.agent.runtime.cpu 2 --env.agent.runtime.memory 4
   --env.agent.scoring.mode shared|isolated      --env.agent.scoring.runtime.image <image>
-  --env.id best-of-n --env.n 4        best-of-n (adds best / pass_at_n metrics)
+  --env.id <env>                      single-agent (default), best-of-n (--env.n 4), agentic-judge,
+                                      shared-agentic-judge, best-of-n-judge, user-sim, or ./my_env.ts
+  --env.<role>.model m --env.<role>.client.base_url URL   a role's own model and endpoint
+                                      (roles: agent; solver, judge; assistant, user)
+  --env.timeout.episode 600  --env.max_concurrent_agents 2
   --env.agent.runtime.warm_pool 4     keep started agent sandboxes ready (grading stays fresh)
   --limits.max_sandboxes 32  --limits.sandbox_create_rate 8  --limits.max_model_connections 64
   -R, --resume <run dir>              re-run only the missing or failed rollouts
@@ -70,8 +76,13 @@ export async function runTasks(
   const { client, model, baseUrl, keyVar } = await resolveClient(config);
   // Sandboxes come through the limits and the warm pool; model calls through their own limit.
   const sandboxLimits = sandboxLimitsFromConfig(config.limits);
-  const warmPool = (rawEnv.agent as { runtime?: { warm_pool?: number } } | undefined)?.runtime
-    ?.warm_pool ?? 0;
+  // One pool serves every role; it keeps the largest size any role asks for.
+  const warmPool = Math.max(
+    0,
+    ...Object.values(rawEnv).map((v) =>
+      (v as { runtime?: { warm_pool?: unknown } } | null)?.runtime?.warm_pool
+    ).filter((n): n is number => typeof n === "number"),
+  );
   const runId = crypto.randomUUID().slice(0, 8);
   const resumeDir = typeof config.resume === "string" ? resolve(config.resume) : null;
   const sandboxes = sandboxLimits || warmPool > 0
@@ -110,6 +121,20 @@ export async function runTasks(
       id: string;
       task?: Record<string, unknown>;
     };
+    const baseDir = source.endsWith(".toml") ? dirname(resolve(source)) : undefined;
+    let judges: Judge[];
+    try {
+      judges = buildJudges([
+        { field: "env.judges", entries: rawEnv.judges },
+        { field: "env.taskset.task.judges", entries: taskConfig?.judges },
+      ], {
+        baseDir,
+        endpointOf: await judgeEndpointResolver(config, { client: modelClient, model }),
+      });
+    } catch (error) {
+      if (error instanceof ConfigError) throw new ConfigError(`${source}: ${error.message}`);
+      throw error;
+    }
     const taskset = await loadTasksetFor(
       tasksetId,
       { ...tasksetKnobs, id: tasksetId, task: taskConfig ?? {} },
@@ -122,6 +147,7 @@ export async function runTasks(
       rawEnv,
       modelClient,
       model,
+      judges,
       baseUrl,
       keyVar,
       runId,
@@ -141,6 +167,7 @@ async function runEnv(
     rawEnv: Record<string, unknown>;
     modelClient: ChatClient;
     model: string;
+    judges: Judge[];
     baseUrl: string;
     keyVar: string;
     runId: string;
@@ -205,8 +232,7 @@ async function runEnv(
       runDir,
       runId: runDir ? runDir.split("/").pop()! : o.runId,
       resume,
-      judges: o.rawEnv.judges as JudgeConfig[] | undefined,
-      judgeClient: o.modelClient,
+      judges: o.judges,
       signal: interrupt.signal,
       onEpisode: quiet ? undefined : (e, done, total) => {
         const rate = done / Math.max(0.001, (Date.now() - started) / 1000);
@@ -215,32 +241,7 @@ async function runEnv(
         );
       },
     });
-    const lines = [
-      `taskset ${summary.taskset}  model ${summary.model}  tasks ${summary.num_tasks}  rollouts/task ${summary.rollouts_per_task}  rollouts ${summary.num_rollouts}`,
-      `reward ${
-        summary.avg_reward === null
-          ? `n/a (${summary.no_score_reason})`
-          : summary.avg_reward.toFixed(4)
-      }  errors ${summary.num_errors} of ${summary.num_rollouts}${
-        summary.num_unscored
-          ? ` (${summary.num_unscored} never scored${
-            summary.num_infra_errors ? `, ${summary.num_infra_errors} on infrastructure` : ""
-          }: left out of reward and pass@k)`
-          : ""
-      }`,
-      ...Object.entries(summary.avg_rewards).map(([k, v]) => `  reward ${k}: ${v.toFixed(4)}`),
-      ...Object.entries(summary.avg_metrics).map(([k, v]) => `  metric ${k}: ${v.toFixed(4)}`),
-      ...Object.entries(summary.pass_at_k).map(([k, v]) => `  pass@${k}: ${v.toFixed(3)}`),
-      ...(summary.num_failed_episodes
-        ? [`episodes failed: ${summary.num_failed_episodes} of ${summary.num_episodes}`]
-        : []),
-      `tokens: input ${summary.usage.input_tokens}, output ${summary.usage.output_tokens}`,
-      ...Object.entries(summary.usage_by_role ?? {}).map(([role, u]) =>
-        `  tokens ${role}: input ${u.input_tokens}, output ${u.output_tokens}`
-      ),
-      ...(summary.num_model_retries ? [`model retries: ${summary.num_model_retries}`] : []),
-    ];
-    process.stdout.write(lines.join("\n") + "\n");
+    process.stdout.write(renderTaskSummary(summary) + "\n");
     if (runDir) process.stdout.write(`traces: ${join(runDir, "traces.jsonl")}\n`);
     const outcome = runOutcome(summary.num_errors, summary.num_rollouts, config.max_error_rate);
     if (outcome.message) process.stderr.write(`error: ${outcome.message}\n`);

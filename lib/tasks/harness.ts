@@ -8,6 +8,7 @@ import type { Runtime } from "../../runtimes/runtime.ts";
 import type { ChatClient } from "../model/client.ts";
 import { CommandTimeoutError, ConfigError } from "../errors.ts";
 import type { Task, TaskData } from "./task.ts";
+import type { MessageGraph } from "./graph.ts";
 import type { Message, Messages, Response, SamplingArgs, Tool, ToolCall } from "../types.ts";
 
 /** One recorded model call. */
@@ -20,6 +21,8 @@ export interface ModelCallRecord {
   error?: string;
   /** Attempts that failed and were retried before a request that failed at last. */
   retries?: number;
+  /** The reply's node in the message graph. */
+  node?: number;
 }
 
 /** One recorded tool call. */
@@ -42,6 +45,12 @@ export interface HarnessRecorder {
   usage: { input_tokens: number; output_tokens: number };
   /** Metrics the harness records as it runs; merged into the trace's metrics. */
   metrics: Record<string, number>;
+  /**
+   * Every model call's prompt and reply, as a graph: a harness that rewrites `messages`
+   * (compaction) forks a branch. Filled by the built-in call path; kept on the trace when it
+   * has more than one branch.
+   */
+  graph?: MessageGraph;
 }
 
 /** Everything a harness gets. */
@@ -137,7 +146,12 @@ export function initialMessages(data: TaskData, preamble?: string): Messages {
   return out;
 }
 
-async function callModel(
+/**
+ * One model call of a harness: sends `ctx.recorder.messages` with `tools`, records the call
+ * (timing, usage, retries, its place in the message graph) and returns the response. Custom
+ * harnesses use it so their calls land on the trace like the built-ins'.
+ */
+export async function callModel(
   ctx: HarnessContext,
   turn: number,
   tools: Tool[],
@@ -158,6 +172,9 @@ async function callModel(
       signal: ctx.signal,
     });
     record.response = response;
+    if (ctx.recorder.graph) {
+      record.node = ctx.recorder.graph.commit(ctx.recorder.messages, assistantMessage(response));
+    }
     if (response.usage) {
       ctx.recorder.usage.input_tokens += response.usage.prompt_tokens;
       ctx.recorder.usage.output_tokens += response.usage.completion_tokens;
@@ -173,7 +190,8 @@ async function callModel(
   }
 }
 
-function assistantMessage(response: Response): Message {
+/** The assistant message to append for a response (finish details dropped). */
+export function assistantMessage(response: Response): Message {
   const { finish_reason: _f, is_truncated: _t, ...msg } = response.message;
   if (!msg.tool_calls) delete msg.tool_calls;
   return { ...msg, role: "assistant" };

@@ -41,15 +41,22 @@ import {
   type RuntimeConfig,
   type ScoringConfig,
   type Task,
+  type TaskData,
   type TaskHookContext,
   type TaskScores,
   type TaskTimeouts,
   type TraceView,
 } from "./task.ts";
 import type { Messages, SamplingArgs } from "../types.ts";
+import { type Judge, judgeUsage } from "../scoring/judges/judge.ts";
+import { MessageGraph, type MessageNode } from "./graph.ts";
 
-/** Version of trace records. */
-export const TRACE_FORMAT_VERSION = 1;
+/**
+ * Version of trace records. 2 added `role`, `trainable`, `attempt`, `episode_id`,
+ * `reward_weights`, `judge_usage` and (for a rewritten history) `nodes`; version 1 lines are
+ * read as a single agent's (see `Trace.read`).
+ */
+export const TRACE_FORMAT_VERSION = 2;
 
 /** How the agent runs and where it is graded (from `[env.agent]`). */
 export interface AgentPolicy {
@@ -100,6 +107,11 @@ export interface TaskTrace {
   runtime: { type: string; image?: string; attempts?: number };
   scoring: { mode: "shared" | "isolated"; attempts: number };
   messages: Messages;
+  /**
+   * The message graph, when the history was rewritten (more than one branch); otherwise the
+   * one branch is `messages`.
+   */
+  nodes?: MessageNode[];
   model_calls: ModelCallRecord[];
   /** Model requests of this rollout that were retried (set when the trace is written). */
   model_retries?: number;
@@ -107,7 +119,11 @@ export interface TaskTrace {
   stop_condition: string | null;
   reward: number | null;
   rewards: Record<string, number>;
+  /** Each reward's weight in `reward`, where it is not 1. */
+  reward_weights?: Record<string, number>;
   metrics: Record<string, number>;
+  /** Tokens the judges' calls used (their replies are in `info.judge`), apart from `usage`. */
+  judge_usage?: { input_tokens: number; output_tokens: number };
   ok: boolean;
   /** `infra`: the failure was infrastructure (sandbox, engine), not the agent's or the task's. */
   error: (SerializedError & { phase: string; infra?: boolean }) | null;
@@ -150,6 +166,8 @@ export interface TaskRolloutOptions {
   promptless?: boolean;
   /** The rollout's state; default `task.initialState()`. */
   state?: Record<string, unknown>;
+  /** Judges run after the task's own rewards (phase `judge`); their rewards join the total. */
+  judges?: Judge[];
 }
 
 function memoryString(m: number | string | undefined): string | undefined {
@@ -474,6 +492,7 @@ export class TaskRollout {
       stop_condition: null,
       usage: { input_tokens: 0, output_tokens: 0 },
       metrics: {},
+      graph: new MessageGraph(),
     };
     this.state = options.state ?? task.initialState();
     this.view = { info: {}, messages: this.#recorder.messages, artifacts: new Map() };
@@ -520,8 +539,8 @@ export class TaskRollout {
 
   /** The rollout's state as a task hook sees it. */
   #ctx(runtime: Runtime, signal?: AbortSignal): TaskHookContext {
-    const { task } = this.#options;
-    return { runtime, task, data: task.data, trace: this.view, state: this.state, signal };
+    const { task, runId } = this.#options;
+    return { runtime, task, data: task.data, trace: this.view, state: this.state, runId, signal };
   }
 
   #timeout(stage: keyof TaskTimeouts): number | undefined {
@@ -762,8 +781,23 @@ export class TaskRollout {
         } else {
           scores = await this.#scoreIsolated();
         }
+        const judges = this.#options.judges ?? [];
+        if (judges.length) {
+          scores = await inPhase(
+            "judge",
+            () =>
+              this.#timed(
+                "judge",
+                () =>
+                  phase("judge", this.#timeout("scoring"), signal, (s) =>
+                    judgeScores(scores, judges, data, this.view, s)),
+              ),
+          );
+        }
         trace.reward = scores.reward;
         trace.rewards = scores.rewards;
+        const weights = Object.entries(scores.weights ?? {}).filter(([, w]) => w !== 1);
+        if (weights.length) trace.reward_weights = Object.fromEntries(weights);
         trace.metrics = { ...this.#recorder.metrics, ...scores.metrics };
         trace.ok = true;
       }
@@ -771,6 +805,10 @@ export class TaskRollout {
       this.#fail(raw);
     } finally {
       await this.dispose();
+      const judged = judgeUsage(this.view.info);
+      if (judged) trace.judge_usage = judged;
+      const graph = this.#recorder.graph!;
+      if (graph.leaves().length > 1) trace.nodes = graph.nodes;
       timing.total_ms = Math.round(performance.now() - this.#t0);
     }
     return trace;
@@ -835,6 +873,78 @@ export class TaskRollout {
           )),
     );
   }
+}
+
+/**
+ * Grade the work in `ctx.runtime` as an isolated rollout would: its declared artifacts are
+ * copied into a fresh grading sandbox (the task's `scoring.runtime`, else its image on
+ * Docker), where the task's setup, the restore, `stageVerifier` and its rewards run. For a
+ * `validate` hook that exercises the whole flow without a model:
+ *
+ * ```ts
+ * override async validate(ctx: TaskHookContext) {
+ *   await ctx.runtime.write("/app/solution.py", GOLD);
+ *   return await gradeSubmission(ctx);
+ * }
+ * ```
+ * @throws {InfraError} when grading fails in every fresh sandbox tried (`scoring.retries`)
+ */
+export async function gradeSubmission(
+  ctx: TaskHookContext,
+  options: { runtime?: RuntimeConfig } = {},
+): Promise<TaskScores> {
+  const { task, signal } = ctx;
+  const scoring = task.data.scoring ?? {};
+  const config: RuntimeConfig = { ...(options.runtime ?? {}), ...(scoring.runtime ?? {}) };
+  const spec = resolveRuntimeSpec(config, task, "grader");
+  const artifacts = await collectArtifacts(ctx.runtime, task);
+  ctx.trace.artifacts = artifacts;
+  const runId = ctx.runId ?? "validate";
+  const trace = { scoring: { mode: "isolated", attempts: 0 } } as TaskTrace;
+  return await gradeIsolated(
+    spec,
+    artifacts,
+    scoring.retries ?? 2,
+    { task, runId, policy: { runtime: config } } as TaskRolloutOptions,
+    trace,
+    (runtime, s) => ({ ...ctx, runtime, signal: s }),
+    task.data.timeout?.scoring,
+    signal,
+  );
+}
+
+/**
+ * Add the judges' rewards to a task's scores: every judge reads the trace (concurrently),
+ * each reward weighted by its judge's weight; a judge that fails fails the scoring.
+ */
+async function judgeScores(
+  scores: TaskScores,
+  judges: Judge[],
+  data: TaskData,
+  view: TraceView,
+  signal: AbortSignal,
+): Promise<TaskScores> {
+  const metrics: Record<string, number> = {};
+  const judged = { info: view.info, messages: view.messages, metrics };
+  const results = await Promise.all(judges.map((j) => j.score(data, judged, signal)));
+  const out: TaskScores = {
+    reward: scores.reward,
+    rewards: { ...scores.rewards },
+    metrics: { ...scores.metrics, ...metrics },
+    weights: { ...(scores.weights ?? {}) },
+  };
+  judges.forEach((judge, i) => {
+    const r = results[i];
+    for (
+      const [name, value] of typeof r === "number" ? [[judge.name, r] as const] : Object.entries(r)
+    ) {
+      if (!Number.isFinite(value)) throw new TypeError(`Judge "${judge.name}" returned ${value}`);
+      out.rewards[name] = value;
+      out.weights![name] = judge.weight;
+      out.reward += value * judge.weight;
+    }
+  });
+  return out;
 }
 
 /** Run one task rollout and return its trace (errors are recorded on it, never thrown). */

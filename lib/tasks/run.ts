@@ -5,10 +5,8 @@
  * @module
  */
 import { createRuntime } from "../../runtimes/create.ts";
-import type { ChatClient } from "../model/client.ts";
 import { isFatalError } from "../envs/environment.ts";
 import { ConfigError } from "../errors.ts";
-import { JudgeRubric } from "../scoring/judge_rubric.ts";
 import { seededShuffle } from "../random.ts";
 import { type ProbeResult, PROBES, runProbe } from "./probe.ts";
 import { passAtK } from "../eval/results.ts";
@@ -21,16 +19,6 @@ import {
 } from "./task.ts";
 import { type AgentPolicy, resolveRuntimeSpec, type TaskTrace } from "./rollout.ts";
 import { VERSION } from "../version.ts";
-
-/** A judge plugin configured in TOML (`[[env.taskset.task.judges]]`). */
-export interface JudgeConfig {
-  /** `reference`: compare the final answer with `data.answer`; `rubric`: grade against `rubric` text. */
-  id: "reference" | "rubric";
-  name?: string;
-  weight?: number;
-  model?: string;
-  rubric?: string;
-}
 
 /** Aggregates of a task run. */
 export interface TaskRunSummary {
@@ -69,6 +57,8 @@ export interface TaskRunSummary {
   num_model_retries: number;
   /** Tokens of the trainable traces (the agents being evaluated). */
   usage: { input_tokens: number; output_tokens: number };
+  /** Tokens the judges' calls used, counted apart from the agents' (present when any judge ran). */
+  judge_usage?: { input_tokens: number; output_tokens: number };
   /** Episodes run (each holds one or more traces; a single-agent episode is one rollout). */
   num_episodes?: number;
   /** Episodes that failed as a whole (their Env's run or finalize); none of their traces is scored. */
@@ -77,6 +67,46 @@ export interface TaskRunSummary {
   usage_by_role?: Record<string, { input_tokens: number; output_tokens: number }>;
   vf_version: string;
   date: string;
+}
+
+/**
+ * The end-of-run summary `vf run` prints: sizes, the reward (or why there is none), errors
+ * and what was left unscored, each reward, metric and pass@k, failed episodes, tokens (the
+ * agents', by role, the judges').
+ */
+export function renderTaskSummary(summary: TaskRunSummary): string {
+  const lines = [
+    `taskset ${summary.taskset}  model ${summary.model}  tasks ${summary.num_tasks}  ` +
+    `rollouts/task ${summary.rollouts_per_task}  rollouts ${summary.num_rollouts}`,
+    `reward ${
+      summary.avg_reward === null
+        ? `n/a (${summary.no_score_reason})`
+        : summary.avg_reward.toFixed(4)
+    }  errors ${summary.num_errors} of ${summary.num_rollouts}${
+      summary.num_unscored
+        ? ` (${summary.num_unscored} never scored${
+          summary.num_infra_errors ? `, ${summary.num_infra_errors} on infrastructure` : ""
+        }: left out of reward and pass@k)`
+        : ""
+    }`,
+    ...Object.entries(summary.avg_rewards).map(([k, v]) => `  reward ${k}: ${v.toFixed(4)}`),
+    ...Object.entries(summary.avg_metrics).map(([k, v]) => `  metric ${k}: ${v.toFixed(4)}`),
+    ...Object.entries(summary.pass_at_k).map(([k, v]) => `  pass@${k}: ${v.toFixed(3)}`),
+    ...(summary.num_failed_episodes
+      ? [`episodes failed: ${summary.num_failed_episodes} of ${summary.num_episodes}`]
+      : []),
+    `tokens: input ${summary.usage.input_tokens}, output ${summary.usage.output_tokens}`,
+    ...Object.entries(summary.usage_by_role ?? {}).map(([role, u]) =>
+      `  tokens ${role}: input ${u.input_tokens}, output ${u.output_tokens}`
+    ),
+    ...(summary.judge_usage
+      ? [
+        `  tokens judges: input ${summary.judge_usage.input_tokens}, output ${summary.judge_usage.output_tokens}`,
+      ]
+      : []),
+    ...(summary.num_model_retries ? [`model retries: ${summary.num_model_retries}`] : []),
+  ];
+  return lines.join("\n");
 }
 
 /** Select tasks: ids filter, seeded shuffle, then the first n. */
@@ -187,45 +217,15 @@ export function summarizeTraces(
       input_tokens: traces.reduce((a, t) => a + t.usage.input_tokens, 0),
       output_tokens: traces.reduce((a, t) => a + t.usage.output_tokens, 0),
     },
+    ...(traces.some((t) => t.judge_usage) && {
+      judge_usage: {
+        input_tokens: traces.reduce((a, t) => a + (t.judge_usage?.input_tokens ?? 0), 0),
+        output_tokens: traces.reduce((a, t) => a + (t.judge_usage?.output_tokens ?? 0), 0),
+      },
+    }),
     vf_version: VERSION,
     date: new Date().toISOString(),
   };
-}
-
-/** Add the configured `[[env.judges]]` rewards to a finished trace (the judge calls the run's endpoint). */
-export async function applyJudges(
-  trace: TaskTrace,
-  task: Task,
-  judges: JudgeConfig[],
-  client: ChatClient,
-  model: string,
-  signal?: AbortSignal,
-): Promise<void> {
-  const final = [...trace.messages].reverse().find((m) => m.role === "assistant");
-  const response = typeof final?.content === "string" ? final.content : "";
-  for (const j of judges) {
-    const name = j.name ?? `judge_${j.id}`;
-    const prompt = j.id === "reference"
-      ? undefined
-      : `You are grading an agent's work.\n\nTask:\n{question}\n\nRubric:\n${
-        j.rubric ?? "The task is fully solved."
-      }\n\nAgent's final message:\n{response}\n\nDoes the work satisfy the rubric? Reply with exactly "yes" or "no".`;
-    const rubric = new JudgeRubric({
-      judgeClient: client,
-      judgeModel: j.model ?? model,
-      judgePrompt: prompt,
-    });
-    const verdict = await rubric.judge({
-      prompt: task.promptText,
-      completion: response,
-      answer: String(task.data.answer ?? ""),
-      signal,
-    });
-    const score = /^\s*yes\b/i.test(verdict) ? 1 : 0;
-    trace.rewards[name] = score;
-    trace.reward = (trace.reward ?? 0) + score * (j.weight ?? 1);
-    trace.info[`${name}_verdict`] = verdict.slice(0, 500);
-  }
 }
 
 /** One task's validation result. */
@@ -267,16 +267,17 @@ export async function validateTaskset(
       data: task.data,
       trace: view,
       state: task.initialState(),
+      runId: options.runId,
       signal: options.signal,
     };
     await runtime.start({ signal: options.signal });
     await task.setup(ctx);
+    // As the seed has it: validate never stages private tests or moves artifacts by itself; a
+    // task graded in isolation returns gradeSubmission(ctx) from its validate hook.
     if (gold) {
       const v = await task.validate(ctx);
       if (v === false) throw new Error("validate() returned false");
-      await task.stageVerifier(ctx);
-    } else {
-      await task.stageVerifier(ctx);
+      if (v && typeof v === "object") return v.reward;
     }
     return (await task.score(ctx)).reward;
   };

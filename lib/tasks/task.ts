@@ -143,6 +143,8 @@ export interface TaskHookContext<S extends Record<string, unknown> = Record<stri
    * by the task's hooks, its rewards and the harness; never persisted.
    */
   state: S;
+  /** The run's id (sandbox labels); set by the rollout and by `vf validate`. */
+  runId?: string;
   signal?: AbortSignal;
 }
 
@@ -241,6 +243,8 @@ export interface TaskScores {
   reward: number;
   rewards: Record<string, number>;
   metrics: Record<string, number>;
+  /** Each reward's weight in `reward` (default 1 where absent). */
+  weights?: Record<string, number>;
 }
 
 function sortedKeysJson(value: unknown): string {
@@ -332,8 +336,16 @@ export class Task<
   /** Grading sandbox only, after artifacts are restored: stage private tests here. */
   stageVerifier(_ctx: TaskHookContext<S>): Promise<void> | void {}
 
-  /** A model-free gold check: make the workspace solved; `vf validate` expects reward 1.0 after it. */
-  validate(_ctx: TaskHookContext<S>): Promise<boolean | void> | boolean | void {
+  /**
+   * A model-free gold check: make the workspace solved; `vf validate` expects reward 1.0
+   * after it, scored in this sandbox. `vf validate` never calls `stageVerifier` or moves
+   * artifacts by itself: a task graded in isolation returns
+   * `await gradeSubmission(ctx)` here (the full flow: artifacts into a fresh grading sandbox,
+   * `stageVerifier`, scoring), and those scores are the gold result.
+   */
+  validate(
+    _ctx: TaskHookContext<S>,
+  ): Promise<boolean | void | TaskScores> | boolean | void | TaskScores {
     return true;
   }
 
@@ -368,6 +380,7 @@ export class Task<
   async score(ctx: TaskHookContext<S>): Promise<TaskScores> {
     const rewards: Record<string, number> = {};
     const metrics: Record<string, number> = {};
+    const weights: Record<string, number> = {};
     let total = 0;
     for (const hook of this.scoreHooks()) {
       const value = await hook.fn(ctx);
@@ -378,11 +391,12 @@ export class Task<
         if (!Number.isFinite(v)) throw new TypeError(`${hook.kind} "${name}" returned ${v}`);
         if (hook.kind === "reward") {
           rewards[name] = v;
+          weights[name] = hook.weight;
           total += v * hook.weight;
         } else metrics[name] = v;
       }
     }
-    return { reward: total, rewards, metrics };
+    return { reward: total, rewards, metrics, weights };
   }
 }
 

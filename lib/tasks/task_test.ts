@@ -63,6 +63,7 @@ Deno.test("@reward and @metric methods are discovered, bound to the task and sco
     reward: 1,
     rewards: { correct: 1 },
     metrics: { turns: 3 },
+    weights: { correct: 1 },
   });
 });
 

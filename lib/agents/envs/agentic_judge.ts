@@ -12,13 +12,8 @@ import { getHarness, type Harness } from "../../tasks/harness.ts";
 import type { Task } from "../../tasks/task.ts";
 import type { AgentRole, AgentRun } from "../agent.ts";
 import { type Agents, Env, type EnvInit, type Episode } from "../env.ts";
-import {
-  applyVerdict,
-  type Criterion,
-  DEFAULT_CRITERIA,
-  JudgeTask,
-  loadCriteria,
-} from "./judge_task.ts";
+import { type Criterion, DEFAULT_CRITERIA, loadCriteria } from "../../scoring/judges/criteria.ts";
+import { applyVerdict, JudgeTask } from "./judge_task.ts";
 
 /** `[env.task]` and `[env.score]` of the judge envs. */
 export const JUDGE_OPTIONS: Record<string, z.ZodType> = {

@@ -4,80 +4,11 @@
  * workspace, and the scoring of the verdicts it writes to `/tmp/verdict.json`.
  * @module
  */
-import { readFileSync } from "node:fs";
-import { extname, resolve } from "node:path";
-import { parse as parseToml } from "npm:smol-toml@^1.4.0";
-import { z } from "npm:zod@^4.6.0";
-import { ConfigError, EnvError, TaskError } from "../../errors.ts";
+import { EnvError, TaskError } from "../../errors.ts";
+import { choiceScore, type Criterion } from "../../scoring/judges/criteria.ts";
 import { readText, Task, type TaskHookContext, type TaskScores } from "../../tasks/task.ts";
 import { restoreArtifacts, type TaskTrace } from "../../tasks/rollout.ts";
 import type { AgentRun } from "../agent.ts";
-
-/** One thing the judge decides, answered with one of `choices` (worst to best). */
-export interface Criterion {
-  name: string;
-  text: string;
-  weight: number;
-  choices: string[];
-}
-
-/** The criterion used when no rubric file is given. */
-export const DEFAULT_CRITERIA: Criterion[] = [{
-  name: "solved",
-  text: "The agent fully solved the task.",
-  weight: 1,
-  choices: ["no", "yes"],
-}];
-
-const CriteriaFile = z.strictObject({
-  criteria: z.array(z.strictObject({
-    name: z.string().regex(/^[A-Za-z0-9_.-]+$/, "use letters, digits, _ . -"),
-    text: z.string().min(1),
-    weight: z.number().positive().default(1),
-    choices: z.array(z.string().min(1)).min(2).default(["no", "yes"])
-      .refine((c) => new Set(c).size === c.length, "choices must differ"),
-  })).min(1),
-});
-
-/**
- * Criteria from a `.toml` or `.json` rubric file (`criteria = [{ name, text, weight?,
- * choices? }]`); `field` names the config key in errors.
- * @throws {ConfigError} when the file is missing, unreadable or malformed
- */
-export function loadCriteria(path: string, baseDir: string, field: string): Criterion[] {
-  const full = resolve(baseDir, path);
-  let text: string;
-  try {
-    text = readFileSync(full, "utf8");
-  } catch (error) {
-    const code = (error as { code?: string }).code;
-    throw new ConfigError(
-      `${field}: criteria file "${path}" ${
-        code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? error})`
-      }`,
-    );
-  }
-  let raw: unknown;
-  try {
-    const ext = extname(full).toLowerCase();
-    if (ext === ".toml") raw = parseToml(text);
-    else if (ext === ".json") raw = JSON.parse(text);
-    else throw new Error(`use a .toml or .json file, not "${ext || "no extension"}"`);
-  } catch (error) {
-    throw new ConfigError(`${field}: criteria file "${path}": ${(error as Error).message}`);
-  }
-  const parsed = CriteriaFile.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    throw new ConfigError(
-      `${field}: criteria file "${path}": ${issue.path.join(".") || "(top)"}: ${issue.message}`,
-    );
-  }
-  const names = parsed.data.criteria.map((c) => c.name);
-  const dup = names.find((n, i) => names.indexOf(n) !== i);
-  if (dup) throw new ConfigError(`${field}: criteria file "${path}": criterion "${dup}" twice`);
-  return parsed.data.criteria;
-}
 
 /** A verdict as the judge writes it. */
 export interface Verdict {
@@ -108,15 +39,15 @@ export function scoreVerdict(
       );
     }
     if (c.name in scores) throw new EnvError(`The judge gave criterion "${c.name}" two verdicts`);
-    const i = c.choices.indexOf(String(v.verdict));
-    if (i < 0) {
+    const choice = String(v.verdict);
+    if (!c.choices.includes(choice)) {
       throw new EnvError(
         `Judge verdict for criterion "${c.name}": "${v.verdict}" is not one of ${
           c.choices.map((x) => `"${x}"`).join(", ")
         }`,
       );
     }
-    scores[c.name] = i / (c.choices.length - 1);
+    scores[c.name] = choiceScore(c, choice);
   }
   const missing = criteria.filter((c) => !(c.name in scores));
   if (missing.length) {

@@ -1,0 +1,214 @@
+/**
+ * The `rubric` judge: grades a trace against criteria from a rubric file, each answered with
+ * one of its choices (worst to best). Criteria go to the judge in batches (`max_criteria`,
+ * concurrently; one failing cancels the rest). Each criterion is a `<judge>/<criterion>`
+ * metric scoring its choice's position (0 worst, 1 best); the reward is their weighted mean.
+ * @module
+ */
+import { JudgeVerdictError } from "../../errors.ts";
+import type { Messages, SamplingArgs } from "../../types.ts";
+import { choiceScore, type Criterion } from "./criteria.ts";
+import {
+  Judge,
+  type JudgedTrace,
+  type JudgeEndpoint,
+  type JudgeSettings,
+  viewOf,
+} from "./judge.ts";
+import { findJsonObject } from "./parse.ts";
+import { fieldText, promptText } from "./reference.ts";
+
+/** Settings of the rubric judge (criteria already loaded). */
+export interface RubricJudgeSettings extends JudgeSettings {
+  criteria: Criterion[];
+  /** The task data field with the question; default the task's prompt text. */
+  question_field?: string;
+  /** A task data field with a reference solution to show the judge; default none. */
+  answer_field?: string;
+  /** What the judge reads: the whole transcript (default) or the last reply. */
+  view?: "last_reply" | "full_trace";
+  /** Criteria per call; default all in one. */
+  max_criteria?: number;
+  /** Ask the endpoint for JSON that fits the verdict schema (`response_format`). */
+  structured_output?: boolean;
+}
+
+/** The rubric judge's template (`{question}`, `{reference}`, `{response}`, `{criteria}`). */
+export const RUBRIC_TEMPLATE = `Grade the response below against each criterion in the list.
+
+Task:
+\`\`\`
+{question}
+\`\`\`
+{reference}
+Response:
+\`\`\`
+{response}
+\`\`\`
+
+Criteria:
+{criteria}
+
+Answer every criterion under its exact name, with one of the options in parentheses after it.
+`;
+
+/** Appended to the prompt unless the endpoint is asked for structured output. */
+export const RUBRIC_JSON_SUFFIX = `
+Reply with one JSON object and no other text, shaped like this:
+{"verdicts": [{"name": "<criterion name>", "reason": "<one sentence citing the response>", "verdict": "<one of its options>"}, ...]}
+One entry per criterion, under its exact name: write the reason first, then the verdict.
+`;
+
+/** A code fence longer than any backtick run in `text` (at least three backticks). */
+export function fenceFor(text: string): string {
+  const longest = Math.max(2, ...[...text.matchAll(/`+/g)].map((m) => m[0].length));
+  return "`".repeat(longest + 1);
+}
+
+/** One criterion's line in the prompt. */
+export function criterionLine(c: Criterion): string {
+  return `- ${c.name}: ${c.text} (options, worst to best: ${c.choices.join(", ")})`;
+}
+
+const VERDICT_SCHEMA = {
+  type: "json_schema",
+  json_schema: {
+    name: "verdicts",
+    strict: true,
+    schema: {
+      type: "object",
+      additionalProperties: false,
+      required: ["verdicts"],
+      properties: {
+        verdicts: {
+          type: "array",
+          items: {
+            type: "object",
+            additionalProperties: false,
+            required: ["name", "reason", "verdict"],
+            properties: {
+              name: { type: "string" },
+              reason: { type: "string" },
+              verdict: { type: "string" },
+            },
+          },
+        },
+      },
+    },
+  },
+};
+
+/** Grades against criteria; the reward is the weighted mean of the criteria's scores. */
+export class RubricJudge extends Judge<Record<string, number>> {
+  declare readonly settings: RubricJudgeSettings;
+
+  constructor(settings: RubricJudgeSettings, endpoint: JudgeEndpoint) {
+    super(settings, endpoint, RUBRIC_TEMPLATE);
+  }
+
+  /** Parse a reply for the whole rubric (see {@link RubricJudge.parseBatch}). */
+  parse(text: string): Record<string, number> {
+    return this.parseBatch(text, this.settings.criteria);
+  }
+
+  /**
+   * The scores of one batch: one verdict per criterion of the batch, each one of its choices
+   * (exactly as spelled).
+   * @throws {JudgeVerdictError} when the reply has no verdicts object, misses or repeats a
+   *   criterion, names another, or answers with a choice the criterion does not allow
+   */
+  parseBatch(text: string, batch: Criterion[]): Record<string, number> {
+    const found = findJsonObject(text, "verdicts");
+    const list = found?.verdicts;
+    if (!Array.isArray(list)) {
+      throw new JudgeVerdictError(
+        `judge returned no verdicts JSON object: ${JSON.stringify(text.slice(0, 200))}`,
+      );
+    }
+    const scores: Record<string, number> = {};
+    for (const entry of list) {
+      const name = String((entry as { name?: unknown })?.name);
+      const verdict = String((entry as { verdict?: unknown })?.verdict);
+      const criterion = batch.find((c) => c.name === name);
+      if (!criterion) {
+        throw new JudgeVerdictError(
+          `judge answered criterion "${name}", expected ${
+            batch.map((c) => `"${c.name}"`).join(", ")
+          }`,
+        );
+      }
+      if (name in scores) throw new JudgeVerdictError(`judge answered "${name}" more than once`);
+      if (!criterion.choices.includes(verdict)) {
+        throw new JudgeVerdictError(
+          `judge answered "${verdict}" for "${name}", expected one of ${
+            criterion.choices.map((c) => `"${c}"`).join(", ")
+          }`,
+        );
+      }
+      scores[name] = choiceScore(criterion, verdict);
+    }
+    const missing = batch.filter((c) => !(c.name in scores));
+    if (missing.length) {
+      throw new JudgeVerdictError(
+        `judge gave no verdict for ${missing.map((c) => `"${c.name}"`).join(", ")}`,
+      );
+    }
+    return scores;
+  }
+
+  async score(
+    data: Record<string, unknown>,
+    trace: JudgedTrace,
+    signal?: AbortSignal,
+  ): Promise<number> {
+    const s = this.settings;
+    const question = s.question_field
+      ? fieldText(data, s.question_field, this.name)
+      : promptText(data.prompt);
+    let reference = "";
+    if (s.answer_field) {
+      const answer = fieldText(data, s.answer_field, this.name);
+      const fence = fenceFor(answer);
+      reference = `\nReference solution, for comparison:\n${fence}\n${answer}\n${fence}\n`;
+    }
+    const response = viewOf(trace, s.view ?? "full_trace");
+    const size = s.max_criteria ?? s.criteria.length;
+    const batches: Criterion[][] = [];
+    for (let i = 0; i < s.criteria.length; i += size) batches.push(s.criteria.slice(i, i + size));
+    const controller = new AbortController();
+    const inner = signal ? AbortSignal.any([signal, controller.signal]) : controller.signal;
+    const samplingArgs: SamplingArgs = s.structured_output
+      ? { response_format: VERDICT_SCHEMA }
+      : {};
+    const results = await Promise.all(batches.map(async (batch) => {
+      try {
+        return await this.evaluate(
+          { question, reference, response, criteria: batch.map(criterionLine).join("\n") },
+          {
+            trace,
+            signal: inner,
+            samplingArgs,
+            parse: (text) => this.parseBatch(text, batch),
+          },
+        );
+      } catch (error) {
+        controller.abort(error); // one batch failing cancels the others
+        throw error;
+      }
+    }));
+    const scores = Object.assign({}, ...results) as Record<string, number>;
+    if (trace.metrics) {
+      for (const c of s.criteria) trace.metrics[`${this.name}/${c.name}`] = scores[c.name];
+    }
+    const total = s.criteria.reduce((a, c) => a + c.weight, 0);
+    return s.criteria.reduce((a, c) => a + c.weight * scores[c.name], 0) / total;
+  }
+
+  override buildMessages(fields: Record<string, string>): Messages {
+    const messages = super.buildMessages(fields);
+    if (!this.settings.structured_output) {
+      messages[0].content = `${messages[0].content}\n${RUBRIC_JSON_SUFFIX}`;
+    }
+    return messages;
+  }
+}
