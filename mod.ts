@@ -131,11 +131,15 @@ export function makeDataset(results: RolloutOutput[] | { outputs: RolloutOutput[
   return Dataset.fromList(rows.map((r) => ({ ...r })));
 }
 
-export { metric, readText, reward, Task, Taskset } from "./lib/tasks/task.ts";
+export { metric, readText, reward, stop, Task, Taskset } from "./lib/tasks/task.ts";
 export type {
   Artifact,
+  PluggedHook,
   RuntimeConfig,
   ScoringConfig,
+  StopContext,
+  StopFunc,
+  StopHook,
   TaskConfig,
   TaskData,
   TaskHookContext,
@@ -145,6 +149,7 @@ export type {
   TraceView,
   UserTurnContext,
 } from "./lib/tasks/task.ts";
+export { loadPluggedHooks } from "./lib/tasks/plugged.ts";
 export {
   assistantMessage,
   BashHarness,
@@ -152,6 +157,7 @@ export {
   getHarness,
   HARNESSES,
   NullHarness,
+  StopFired,
 } from "./lib/tasks/harness.ts";
 export { Trace } from "./lib/tasks/trace.ts";
 export { MessageGraph, messageHash } from "./lib/tasks/graph.ts";
@@ -160,6 +166,7 @@ export type { Harness, HarnessContext, HarnessRecorder } from "./lib/tasks/harne
 export {
   collectArtifacts,
   gradeSubmission,
+  rescoreTrace,
   restoreArtifacts,
   runTaskRollout,
   TaskRollout,

@@ -17,6 +17,7 @@ import { renderTaskSummary } from "../tasks/run.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
 import { buildJudges } from "../scoring/judges/config.ts";
 import type { Taskset } from "../tasks/task.ts";
+import { loadPluggedHooks } from "../tasks/plugged.ts";
 import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
 import { resolveEnvironmentModule } from "../envs/load.ts";
 import { deepMerge, type EvalConfig, validateEvalConfig } from "../config.ts";
@@ -135,9 +136,23 @@ export async function runTasks(
       if (error instanceof ConfigError) throw new ConfigError(`${source}: ${error.message}`);
       throw error;
     }
+    let pluggedConfig: Record<string, unknown>;
+    try {
+      pluggedConfig = await loadPluggedHooks(taskConfig ?? {}, baseDir ?? ".");
+    } catch (error) {
+      if (error instanceof ConfigError) throw new ConfigError(`${source}: ${error.message}`);
+      throw error;
+    }
+    const plugs = ["rewards", "metrics", "stops"].some((k) => k in (taskConfig ?? {}));
+    if (plugs && wantsSandbox(tasksetId, config)) {
+      throw new ConfigError(
+        `${source}: env.taskset.task: plugged rewards, metrics and stops run in this process, ` +
+          `so they cannot be given to a taskset running in a sandbox host (a URL or --sandbox)`,
+      );
+    }
     const taskset = await loadTasksetFor(
       tasksetId,
-      { ...tasksetKnobs, id: tasksetId, task: taskConfig ?? {} },
+      { ...tasksetKnobs, id: tasksetId, task: pluggedConfig },
       config,
       source,
     );

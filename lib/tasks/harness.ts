@@ -7,7 +7,7 @@
 import type { Runtime } from "../../runtimes/runtime.ts";
 import type { ChatClient } from "../model/client.ts";
 import { CommandTimeoutError, ConfigError } from "../errors.ts";
-import type { Task, TaskData } from "./task.ts";
+import type { StopHook, Task, TaskData } from "./task.ts";
 import type { MessageGraph } from "./graph.ts";
 import type { Message, Messages, Response, SamplingArgs, Tool, ToolCall } from "../types.ts";
 
@@ -70,7 +70,21 @@ export interface HarnessContext {
   user?: string;
   /** The rollout's own state, shared with the task's hooks and rewards. */
   state: Record<string, unknown>;
+  /** Stop conditions checked before every model call ({@link callModel}). */
+  stops?: StopHook[];
   signal?: AbortSignal;
+}
+
+/**
+ * A stop condition fired before a model call: the rollout ends cleanly (`stop_condition` is
+ * the stop's name) and is still finalized and scored. The built-in harnesses end their loop
+ * on it; a custom harness may let it propagate.
+ */
+export class StopFired extends Error {
+  constructor(readonly condition: string) {
+    super(`Stop condition "${condition}" fired`);
+    this.name = "StopFired";
+  }
 }
 
 /**
@@ -149,13 +163,29 @@ export function initialMessages(data: TaskData, preamble?: string): Messages {
 /**
  * One model call of a harness: sends `ctx.recorder.messages` with `tools`, records the call
  * (timing, usage, retries, its place in the message graph) and returns the response. Custom
- * harnesses use it so their calls land on the trace like the built-ins'.
+ * harnesses use it so their calls land on the trace like the built-ins'. The task's stop
+ * conditions are checked first.
+ * @throws {StopFired} when a stop condition ends the rollout instead
  */
 export async function callModel(
   ctx: HarnessContext,
   turn: number,
   tools: Tool[],
 ): Promise<Response> {
+  for (const s of ctx.stops ?? []) {
+    const fired = await s.fn({
+      data: ctx.data,
+      messages: ctx.recorder.messages,
+      turn,
+      usage: ctx.recorder.usage,
+      state: ctx.state,
+    });
+    if (fired) {
+      ctx.recorder.graph?.commitPrompt(ctx.recorder.messages);
+      ctx.recorder.stop_condition = s.name;
+      throw new StopFired(s.name);
+    }
+  }
   const started = Date.now();
   const record: ModelCallRecord = {
     turn,
@@ -208,7 +238,13 @@ async function toolLoop(
 ): Promise<void> {
   for (let turn = ctx.recorder.model_calls.length; turn < ctx.maxTurns; turn++) {
     ctx.signal?.throwIfAborted();
-    const response = await callModel(ctx, turn, tools);
+    let response: Response;
+    try {
+      response = await callModel(ctx, turn, tools);
+    } catch (error) {
+      if (error instanceof StopFired) return;
+      throw error;
+    }
     ctx.recorder.messages.push(assistantMessage(response));
     const calls = response.message.tool_calls ?? [];
     if (calls.length === 0) {
@@ -369,7 +405,13 @@ export class NullHarness implements Harness {
       ctx.recorder.stop_condition = "max_turns_reached";
       return;
     }
-    const response = await callModel(ctx, turn, []);
+    let response: Response;
+    try {
+      response = await callModel(ctx, turn, []);
+    } catch (error) {
+      if (error instanceof StopFired) return;
+      throw error;
+    }
     ctx.recorder.messages.push(assistantMessage(response));
     ctx.recorder.stop_condition = "no_tools_called";
   }

@@ -28,19 +28,21 @@ import {
   serializeError,
   TaskError,
 } from "../errors.ts";
-import type {
-  Harness,
-  HarnessContext,
-  HarnessRecorder,
-  ModelCallRecord,
-  ToolCallRecord,
+import {
+  type Harness,
+  type HarnessContext,
+  type HarnessRecorder,
+  type ModelCallRecord,
+  StopFired,
+  type ToolCallRecord,
 } from "./harness.ts";
 import {
   type Artifact,
   DEFAULT_ARTIFACT_MAX_BYTES,
   type RuntimeConfig,
   type ScoringConfig,
-  type Task,
+  type StopHook,
+  Task,
   type TaskData,
   type TaskHookContext,
   type TaskScores,
@@ -469,6 +471,11 @@ export class TaskRollout {
   #closed = false;
   #segments = 0;
   #agentMs = 0;
+  #stopList: StopHook[] | null = null;
+
+  get #stops(): StopHook[] {
+    return this.#stopList ??= this.#options.task.stopHooks();
+  }
 
   constructor(options: TaskRolloutOptions) {
     this.#options = options;
@@ -695,13 +702,17 @@ export class TaskRollout {
             toolTimeoutMs: (policy.toolTimeoutSeconds ?? 600) * 1000,
             user: task.data.agent_user,
             state: this.state,
+            stops: this.#stops,
             signal: s,
           };
           return first ? policy.harness.run(ctx) : policy.harness.resume!(ctx, messages!);
         }));
       this.trace.stop_condition = recorder.stop_condition;
     } catch (raw) {
-      this.#fail(raw);
+      const error = raw instanceof PhaseError ? raw.error : raw;
+      // A stop condition that a custom harness let through is a clean end, not a failure.
+      if (error instanceof StopFired) this.trace.stop_condition = error.condition;
+      else this.#fail(raw);
     } finally {
       this.#agentMs += performance.now() - t0;
       this.trace.timing.agent_ms = Math.round(this.#agentMs);
@@ -945,6 +956,84 @@ async function judgeScores(
     }
   });
   return out;
+}
+
+/** A runtime for offline rescoring: there is no sandbox, so every use fails clearly. */
+function noSandbox(task: Task): Runtime {
+  const fail = () =>
+    Promise.reject(
+      new SandboxUnavailableError(
+        `Offline rescoring of task "${task.key}" has no sandbox; mark only hooks that read the ` +
+          `trace with { offline: true }`,
+      ),
+    );
+  return {
+    type: "offline",
+    id: "",
+    capabilities: {} as Runtime["capabilities"],
+    start: fail,
+    run: fail,
+    read: fail,
+    write: fail,
+    archiveOut: fail,
+    archiveIn: fail,
+    stop: () => Promise.resolve(),
+    [Symbol.asyncDispose]: () => Promise.resolve(),
+  };
+}
+
+/**
+ * Score a saved trace again without a sandbox: the task's hooks marked `offline` (they read
+ * only the trace) and the judges run; the others are skipped, named in `skipped` and in a
+ * warning. A task with its own `score()` is skipped whole (it may need the sandbox).
+ */
+export async function rescoreTrace(
+  task: Task,
+  record: TaskTrace,
+  options: { judges?: Judge[]; signal?: AbortSignal } = {},
+): Promise<{ scores: TaskScores; skipped: string[]; info: Record<string, unknown> }> {
+  const view: TraceView = {
+    info: structuredClone(record.info ?? {}),
+    messages: record.messages,
+    artifacts: new Map(),
+  };
+  const ctx: TaskHookContext = {
+    runtime: noSandbox(task),
+    task,
+    data: task.data,
+    trace: view,
+    state: task.initialState(),
+    runId: record.run_id,
+    signal: options.signal,
+  };
+  let scores: TaskScores;
+  let skipped: string[];
+  if (task.score !== Task.prototype.score) {
+    scores = { reward: 0, rewards: {}, metrics: {}, weights: {} };
+    skipped = ["score()"];
+  } else {
+    const result = await task.score(ctx, { offline: true });
+    skipped = result.skipped ?? [];
+    delete result.skipped;
+    scores = result;
+  }
+  if (skipped.length) {
+    console.warn(
+      `Rescoring task "${task.key}" offline skipped ${
+        skipped.map((s) => `"${s}"`).join(", ")
+      }: they need a live sandbox (mark hooks that read only the trace with { offline: true })`,
+    );
+  }
+  if (options.judges?.length) {
+    scores = await judgeScores(
+      scores,
+      options.judges,
+      task.data,
+      view,
+      options.signal ?? new AbortController().signal,
+    );
+  }
+  return { scores, skipped, info: view.info };
 }
 
 /** Run one task rollout and return its trace (errors are recorded on it, never thrown). */

@@ -171,9 +171,11 @@ export type TaskScoreFunc = (
 const SCORE = Symbol.for("vf.task_score");
 
 interface ScoreMark {
-  kind: "reward" | "metric";
+  kind: "reward" | "metric" | "stop";
   weight: number;
   priority: number;
+  /** Scores from the trace alone (no live sandbox): it runs in offline rescoring. */
+  offline?: boolean;
 }
 
 /** A marked scoring function, callable like the original. */
@@ -197,11 +199,11 @@ function isDecoratorContext(value: unknown): value is MethodDecoratorContext {
 export function reward<F extends TaskScoreFunc>(fn: F, context: MethodDecoratorContext): F;
 export function reward(
   fn: TaskScoreFunc,
-  options?: { weight?: number; priority?: number },
+  options?: { weight?: number; priority?: number; offline?: boolean },
 ): MarkedScoreFunc;
 export function reward(
   fn: TaskScoreFunc,
-  options: { weight?: number; priority?: number } | MethodDecoratorContext = {},
+  options: { weight?: number; priority?: number; offline?: boolean } | MethodDecoratorContext = {},
 ): MarkedScoreFunc {
   const o = isDecoratorContext(options) ? {} : options;
   return Object.assign(fn, {
@@ -209,6 +211,7 @@ export function reward(
       kind: "reward",
       weight: o.weight ?? 1,
       priority: o.priority ?? 0,
+      offline: o.offline,
     } as ScoreMark,
   });
 }
@@ -218,14 +221,47 @@ export function reward(
  * decorator: `@metric async turns(ctx) { ... }`.
  */
 export function metric<F extends TaskScoreFunc>(fn: F, context: MethodDecoratorContext): F;
-export function metric(fn: TaskScoreFunc, options?: { priority?: number }): MarkedScoreFunc;
 export function metric(
   fn: TaskScoreFunc,
-  options: { priority?: number } | MethodDecoratorContext = {},
+  options?: { priority?: number; offline?: boolean },
+): MarkedScoreFunc;
+export function metric(
+  fn: TaskScoreFunc,
+  options: { priority?: number; offline?: boolean } | MethodDecoratorContext = {},
 ): MarkedScoreFunc {
   const o = isDecoratorContext(options) ? {} : options;
   return Object.assign(fn, {
-    [SCORE]: { kind: "metric", weight: 0, priority: o.priority ?? 0 } as ScoreMark,
+    [SCORE]: {
+      kind: "metric",
+      weight: 0,
+      priority: o.priority ?? 0,
+      offline: o.offline,
+    } as ScoreMark,
+  });
+}
+
+/** What a stop condition sees before each model call. */
+export interface StopContext {
+  data: TaskData;
+  /** The conversation so far. */
+  messages: Messages;
+  /** Model calls made so far. */
+  turn: number;
+  usage: { input_tokens: number; output_tokens: number };
+  state: Record<string, unknown>;
+}
+
+/** A stop condition: true ends the rollout before the next model call (a clean end). */
+export type StopFunc = (ctx: StopContext) => boolean | Promise<boolean>;
+
+/**
+ * Mark a task field as a stop condition, checked before every model call: the first that
+ * returns true ends the rollout with its name as `stop_condition`, and the rollout is still
+ * finalized and scored.
+ */
+export function stop(fn: StopFunc, options: { priority?: number } = {}): StopFunc {
+  return Object.assign(fn, {
+    [SCORE]: { kind: "stop", weight: 0, priority: options.priority ?? 0 } as ScoreMark,
   });
 }
 
@@ -235,7 +271,28 @@ export interface ScoreHook {
   kind: "reward" | "metric";
   weight: number;
   priority: number;
+  /** Runs in offline rescoring (from the trace alone). */
+  offline?: boolean;
   fn: TaskScoreFunc;
+}
+
+/** One stop condition of a task. */
+export interface StopHook {
+  name: string;
+  priority: number;
+  fn: StopFunc;
+}
+
+/**
+ * A hook plugged in from the task config (`[env.taskset.task.rewards.<name>]`, `metrics`,
+ * `stops`): `fn` replaces (or adds) the hook of that name; without `fn`, only its weight or
+ * priority change.
+ */
+export interface PluggedHook {
+  fn?: TaskScoreFunc | StopFunc;
+  weight?: number;
+  priority?: number;
+  offline?: boolean;
 }
 
 /** Results of scoring one rollout. */
@@ -359,7 +416,24 @@ export class Task<
    * descending priority then name.
    */
   scoreHooks(): ScoreHook[] {
-    const hooks: ScoreHook[] = [];
+    return this.#hooks().filter((h): h is ScoreHook & { kind: "reward" | "metric" } =>
+      h.kind !== "stop"
+    );
+  }
+
+  /** Stop conditions of this task (fields marked with `stop()`, and plugged ones), by priority. */
+  stopHooks(): StopHook[] {
+    return this.#hooks().filter((h) => h.kind === "stop").map((h) => ({
+      name: h.name,
+      priority: h.priority,
+      fn: h.fn as unknown as StopFunc,
+    }));
+  }
+
+  /** Marked fields and methods, then the task config's plugged hooks merged by name. */
+  #hooks(): Array<Omit<ScoreHook, "kind"> & { kind: ScoreMark["kind"] }> {
+    type Hook = Omit<ScoreHook, "kind"> & { kind: ScoreMark["kind"] };
+    const hooks: Hook[] = [];
     const seen = new Set<string>();
     const add = (name: string, value: unknown, bind: boolean) => {
       if (seen.has(name) || typeof value !== "function") return;
@@ -373,16 +447,62 @@ export class Task<
     for (const name of ownMethodNames(this)) {
       add(name, (this as unknown as Record<string, unknown>)[name], true);
     }
+    const plugged: Array<["reward" | "metric" | "stop", string]> = [
+      ["reward", "rewards"],
+      ["metric", "metrics"],
+      ["stop", "stops"],
+    ];
+    for (const [kind, key] of plugged) {
+      const table = this.config[key] as Record<string, PluggedHook> | undefined;
+      for (const [name, entry] of Object.entries(table ?? {})) {
+        const at = hooks.findIndex((h) => h.name === name && h.kind === kind);
+        const old = at >= 0 ? hooks[at] : undefined;
+        if (typeof entry?.fn === "string") {
+          throw new ConfigError(
+            `env.taskset.task.${key}.${name}.fn: "${entry.fn}" was not loaded; plugged hooks are ` +
+              `resolved by vf run / vf eval (or pass the function itself)`,
+          );
+        }
+        if (!entry?.fn && !old) {
+          throw new ConfigError(
+            `env.taskset.task.${key}.${name}: the task has no ${kind} named "${name}"; give fn ` +
+              `to add one`,
+          );
+        }
+        const hook: Hook = {
+          name,
+          kind,
+          fn: (entry.fn ?? old!.fn) as TaskScoreFunc,
+          weight: kind === "reward" ? entry.weight ?? old?.weight ?? 1 : 0,
+          priority: entry.priority ?? old?.priority ?? 0,
+          offline: entry.offline ?? (entry.fn ? undefined : old?.offline),
+        };
+        if (old) hooks[at] = hook;
+        else hooks.push(hook);
+      }
+    }
     return hooks.sort((a, b) => b.priority - a.priority || (a.name < b.name ? -1 : 1));
   }
 
-  /** Run rewards and metrics; a throwing hook propagates (the caller decides retry vs error). */
-  async score(ctx: TaskHookContext<S>): Promise<TaskScores> {
+  /**
+   * Run rewards and metrics; a throwing hook propagates (the caller decides retry vs error).
+   * With `offline` (rescoring a saved trace, no sandbox), only hooks marked `offline` run;
+   * the names of the others are returned in `skipped`.
+   */
+  async score(
+    ctx: TaskHookContext<S>,
+    options: { offline?: boolean } = {},
+  ): Promise<TaskScores & { skipped?: string[] }> {
     const rewards: Record<string, number> = {};
     const metrics: Record<string, number> = {};
     const weights: Record<string, number> = {};
+    const skipped: string[] = [];
     let total = 0;
     for (const hook of this.scoreHooks()) {
+      if (options.offline && !hook.offline) {
+        skipped.push(hook.name);
+        continue;
+      }
       const value = await hook.fn(ctx);
       const entries: Array<[string, number]> = typeof value === "object"
         ? Object.entries(value).map(([k, v]) => [k, Number(v)])
@@ -396,7 +516,7 @@ export class Task<
         } else metrics[name] = v;
       }
     }
-    return { reward: total, rewards, metrics, weights };
+    return { reward: total, rewards, metrics, weights, ...(options.offline && { skipped }) };
   }
 }
 
