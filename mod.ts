@@ -150,6 +150,11 @@ export type {
   UserTurnContext,
 } from "./lib/tasks/task.ts";
 export { loadPluggedHooks } from "./lib/tasks/plugged.ts";
+export { defineToolset } from "./lib/tools/toolset.ts";
+export type { ToolDef, ToolRunContext, ToolsetSpec } from "./lib/tools/toolset.ts";
+export { Toolbox } from "./lib/tools/toolbox.ts";
+export type { ToolResult } from "./lib/tools/toolbox.ts";
+export { loadToolsets } from "./lib/tools/config.ts";
 export {
   assistantMessage,
   BashHarness,

@@ -261,6 +261,8 @@ export const EnvBase = z.strictObject({
   max_concurrent_agents: z.number().int().min(1).optional(),
   /** Judges scoring every trainable trace (validated by the judges' own schemas). */
   judges: z.array(z.record(z.string(), z.unknown())).optional(),
+  /** Toolsets (MCP) offered to every trainable agent (validated by the toolset loader). */
+  toolsets: z.array(z.record(z.string(), z.unknown())).optional(),
 });
 
 /** The `[env]` table of a single-agent taskset run (the seed's TOML shape). */

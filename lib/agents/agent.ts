@@ -19,6 +19,7 @@ import {
 } from "../tasks/rollout.ts";
 import type { Task, TraceView } from "../tasks/task.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
+import type { ToolsetSpec } from "../tools/toolset.ts";
 import type { Messages, SamplingArgs } from "../types.ts";
 
 /** A role's harness: an object, or a config whose `id` names a built-in (none: the task's choice). */
@@ -51,6 +52,8 @@ export interface EpisodeScope {
   onTrace: (trace: TaskTrace) => void;
   /** The run's configured judges: they score every run of a trainable role. */
   judges?: Judge[];
+  /** The run's toolsets: offered to every run of a trainable role. */
+  toolsets?: ToolsetSpec[];
   /** Interactions not closed yet: the episode closes them if its Env did not. */
   interactions: Set<Interaction>;
   /** The traces that joined the episode. */
@@ -130,6 +133,7 @@ export class EpisodeAgent {
       keepArtifacts: options.keepArtifacts,
       promptless: options.promptless,
       judges: this.trainable ? this.#scope.judges : undefined,
+      toolsets: this.trainable ? this.#scope.toolsets : undefined,
     });
     rollout.trace.attempt = this.#runs++;
     return rollout;

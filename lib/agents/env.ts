@@ -138,6 +138,8 @@ export interface RunEpisodeOptions {
   signal?: AbortSignal;
   /** The run's configured judges: they score every run of a trainable role. */
   judges?: EpisodeScope["judges"];
+  /** The run's toolsets: offered to every run of a trainable role. */
+  toolsets?: EpisodeScope["toolsets"];
 }
 
 /** Race `fn` against a limit in seconds; the inner signal aborts when the limit passes. */
@@ -233,6 +235,7 @@ export async function runEpisode(
           episode.traces.push(trace);
         },
         judges: options.judges,
+        toolsets: options.toolsets,
         interactions,
         traces: new Set(),
       };

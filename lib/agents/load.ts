@@ -247,7 +247,9 @@ export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
   }
   const envOptions: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(data)) {
-    if (!(k in cls.roles) && k !== "taskset" && k !== "id" && k !== "judges") envOptions[k] = v;
+    if (!(k in cls.roles) && !["taskset", "id", "judges", "toolsets"].includes(k)) {
+      envOptions[k] = v;
+    }
   }
   try {
     return new cls({ id, options: envOptions, roles, baseDir: options.baseDir });

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import type { ChatClient } from "../model/client.ts";
 import { ConfigError } from "../errors.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
+import type { ToolsetSpec } from "../tools/toolset.ts";
 import { readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
 import { requireRewards, type Task, type Taskset } from "../tasks/task.ts";
 import type { AgentPolicy, TaskTrace } from "../tasks/rollout.ts";
@@ -57,6 +58,8 @@ export interface RunTasksetOptions {
    * after the task's own rewards.
    */
   judges?: Judge[];
+  /** `[[env.toolsets]]`: MCP toolsets offered to every trainable agent, opened per rollout. */
+  toolsets?: ToolsetSpec[];
   /** Called with each trainable trace as its episode is written. */
   onTrace?: (trace: TaskTrace, done: number, total: number) => void;
   /** Called with each episode as it is written (`done` counts episodes). */
@@ -196,6 +199,7 @@ export async function runTaskset(
           episodeIndex: job.index,
           signal: controller.signal,
           judges: options.judges,
+          toolsets: options.toolsets,
         });
       } catch (error) {
         if (!controller.signal.aborted) {

@@ -18,6 +18,8 @@ import type { Judge } from "../scoring/judges/judge.ts";
 import { buildJudges } from "../scoring/judges/config.ts";
 import type { Taskset } from "../tasks/task.ts";
 import { loadPluggedHooks } from "../tasks/plugged.ts";
+import { loadToolsets } from "../tools/config.ts";
+import type { ToolsetSpec } from "../tools/toolset.ts";
 import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
 import { resolveEnvironmentModule } from "../envs/load.ts";
 import { deepMerge, type EvalConfig, validateEvalConfig } from "../config.ts";
@@ -137,8 +139,10 @@ export async function runTasks(
       throw error;
     }
     let pluggedConfig: Record<string, unknown>;
+    let toolsets: ToolsetSpec[];
     try {
       pluggedConfig = await loadPluggedHooks(taskConfig ?? {}, baseDir ?? ".");
+      toolsets = await loadToolsets(rawEnv.toolsets, baseDir ?? ".");
     } catch (error) {
       if (error instanceof ConfigError) throw new ConfigError(`${source}: ${error.message}`);
       throw error;
@@ -163,6 +167,7 @@ export async function runTasks(
       modelClient,
       model,
       judges,
+      toolsets,
       baseUrl,
       keyVar,
       runId,
@@ -183,6 +188,7 @@ async function runEnv(
     modelClient: ChatClient;
     model: string;
     judges: Judge[];
+    toolsets: ToolsetSpec[];
     baseUrl: string;
     keyVar: string;
     runId: string;
@@ -248,6 +254,7 @@ async function runEnv(
       runId: runDir ? runDir.split("/").pop()! : o.runId,
       resume,
       judges: o.judges,
+      toolsets: o.toolsets,
       signal: interrupt.signal,
       onEpisode: quiet ? undefined : (e, done, total) => {
         const rate = done / Math.max(0.001, (Date.now() - started) / 1000);

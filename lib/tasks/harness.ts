@@ -6,9 +6,10 @@
  */
 import type { Runtime } from "../../runtimes/runtime.ts";
 import type { ChatClient } from "../model/client.ts";
-import { CommandTimeoutError, ConfigError } from "../errors.ts";
+import { CommandTimeoutError, ConfigError, InfraError } from "../errors.ts";
 import type { StopHook, Task, TaskData } from "./task.ts";
 import type { MessageGraph } from "./graph.ts";
+import type { Toolbox } from "../tools/toolbox.ts";
 import type { Message, Messages, Response, SamplingArgs, Tool, ToolCall } from "../types.ts";
 
 /** One recorded model call. */
@@ -72,6 +73,8 @@ export interface HarnessContext {
   state: Record<string, unknown>;
   /** Stop conditions checked before every model call ({@link callModel}). */
   stops?: StopHook[];
+  /** The rollout's toolsets (MCP): offered to the model beside the harness's own tools. */
+  toolbox?: Toolbox;
   signal?: AbortSignal;
 }
 
@@ -234,7 +237,7 @@ async function toolLoop(
   execute: (
     call: ToolCall,
     args: Record<string, unknown>,
-  ) => Promise<{ output: string; exit_code?: number }>,
+  ) => Promise<{ output: string; exit_code?: number; error?: string }>,
 ): Promise<void> {
   for (let turn = ctx.recorder.model_calls.length; turn < ctx.maxTurns; turn++) {
     ctx.signal?.throwIfAborted();
@@ -273,9 +276,12 @@ async function toolLoop(
       }
       if (args) {
         try {
-          const result = await execute(call, args);
+          const result = ctx.toolbox?.has(call.name)
+            ? await callToolbox(ctx, call.name, args)
+            : await execute(call, args);
           rec.output = clip(result.output);
           rec.exit_code = result.exit_code;
+          if (result.error) rec.error = result.error;
         } catch (error) {
           if (ctx.signal?.aborted) throw error;
           if (error instanceof CommandTimeoutError) {
@@ -300,6 +306,31 @@ async function toolLoop(
 /** A tool input the model got wrong; reported back to the model. */
 class ToolInputError extends Error {}
 
+/**
+ * A toolset tool's call: its result, or its error, goes back to the model; so does a call
+ * past its time limit. A server that is gone is infrastructure and ends the rollout.
+ */
+async function callToolbox(
+  ctx: HarnessContext,
+  name: string,
+  args: Record<string, unknown>,
+): Promise<{ output: string; exit_code?: number; error?: string }> {
+  try {
+    const r = await ctx.toolbox!.call(name, args, ctx.signal);
+    return r.isError ? { output: `Error: ${r.text}`, error: r.text } : { output: r.text };
+  } catch (error) {
+    if (ctx.signal?.aborted) throw error;
+    const message = (error as Error).message ?? String(error);
+    if (/timed out|timeout/i.test(message)) {
+      return { output: `Error: the tool call timed out (${message})`, error: message };
+    }
+    if (/connection closed|not connected/i.test(message)) {
+      throw new InfraError(`Toolset of "${name}" is gone: ${message}`, { cause: error });
+    }
+    return { output: `Error: ${message}`, error: message };
+  }
+}
+
 /** The bash harness: `bash` and `edit` tools executed in the agent sandbox. */
 export class BashHarness implements Harness {
   readonly id = "bash";
@@ -322,7 +353,10 @@ export class BashHarness implements Harness {
   }
 
   async #loop(ctx: HarnessContext): Promise<void> {
-    const tools = this.edit ? [BASH_TOOL, EDIT_TOOL] : [BASH_TOOL];
+    const tools = [
+      ...(this.edit ? [BASH_TOOL, EDIT_TOOL] : [BASH_TOOL]),
+      ...(ctx.toolbox?.tools ?? []),
+    ];
     const cwd = ctx.data.workdir;
     await toolLoop(ctx, tools, async (call, args) => {
       if (call.name === "bash") {
@@ -400,6 +434,16 @@ export class NullHarness implements Harness {
   }
 
   async #answer(ctx: HarnessContext): Promise<void> {
+    const tools = ctx.toolbox?.tools ?? [];
+    if (tools.length) {
+      // Only toolset tools: the same loop as bash, with nothing of its own to run.
+      await toolLoop(ctx, tools, (call) => {
+        throw new ToolInputError(
+          `unknown tool "${call.name}"; available: ${tools.map((t) => t.name).join(", ")}`,
+        );
+      });
+      return;
+    }
     const turn = ctx.recorder.model_calls.length;
     if (turn >= ctx.maxTurns) {
       ctx.recorder.stop_condition = "max_turns_reached";

@@ -52,6 +52,8 @@ import {
 import type { Messages, SamplingArgs } from "../types.ts";
 import { type Judge, judgeUsage } from "../scoring/judges/judge.ts";
 import { MessageGraph, type MessageNode } from "./graph.ts";
+import { Toolbox } from "../tools/toolbox.ts";
+import type { ToolsetSpec } from "../tools/toolset.ts";
 
 /**
  * Version of trace records. 2 added `role`, `trainable`, `attempt`, `episode_id`,
@@ -170,6 +172,8 @@ export interface TaskRolloutOptions {
   state?: Record<string, unknown>;
   /** Judges run after the task's own rewards (phase `judge`); their rewards join the total. */
   judges?: Judge[];
+  /** The run's toolsets, opened for this rollout beside the task's own. */
+  toolsets?: ToolsetSpec[];
 }
 
 function memoryString(m: number | string | undefined): string | undefined {
@@ -472,6 +476,7 @@ export class TaskRollout {
   #segments = 0;
   #agentMs = 0;
   #stopList: StopHook[] | null = null;
+  #toolbox: Toolbox | null = null;
 
   get #stops(): StopHook[] {
     return this.#stopList ??= this.#options.task.stopHooks();
@@ -547,7 +552,16 @@ export class TaskRollout {
   /** The rollout's state as a task hook sees it. */
   #ctx(runtime: Runtime, signal?: AbortSignal): TaskHookContext {
     const { task, runId } = this.#options;
-    return { runtime, task, data: task.data, trace: this.view, state: this.state, runId, signal };
+    return {
+      runtime,
+      task,
+      data: task.data,
+      trace: this.view,
+      state: this.state,
+      runId,
+      tools: this.#toolbox ?? undefined,
+      signal,
+    };
   }
 
   #timeout(stage: keyof TaskTimeouts): number | undefined {
@@ -645,6 +659,12 @@ export class TaskRollout {
             }
           }
         }));
+      const toolsets = [...(this.#options.toolsets ?? []), ...task.toolsets()];
+      if (toolsets.length) {
+        await inPhase("setup", async () => {
+          this.#toolbox = await Toolbox.open(toolsets, { state: this.state, signal });
+        });
+      }
       this.#opened = true;
       return true;
     } catch (raw) {
@@ -703,6 +723,7 @@ export class TaskRollout {
             user: task.data.agent_user,
             state: this.state,
             stops: this.#stops,
+            toolbox: this.#toolbox ?? undefined,
             signal: s,
           };
           return first ? policy.harness.run(ctx) : policy.harness.resume!(ctx, messages!);
@@ -825,8 +846,15 @@ export class TaskRollout {
     return trace;
   }
 
-  /** Stop the agent's sandbox if this rollout owns it and still holds it. */
+  /** Close the toolsets and stop the agent's sandbox if this rollout owns it and still holds it. */
   async dispose(): Promise<void> {
+    const toolbox = this.#toolbox;
+    this.#toolbox = null;
+    await toolbox?.close();
+    await this.#stopAgent();
+  }
+
+  async #stopAgent(): Promise<void> {
     const agent = this.#agent;
     this.#agent = null;
     if (agent && agent !== this.#options.box?.runtime) await agent.stop().catch(() => {});
@@ -841,7 +869,7 @@ export class TaskRollout {
       () => this.#timed("artifacts", () => collectArtifacts(this.#agent!, task)),
     );
     this.view.artifacts = artifacts;
-    await this.dispose();
+    await this.#stopAgent(); // the toolsets stay up: rewards may still call them
     const envLookup = this.#options.env ?? ((n: string) => process.env[n]);
     const graderConfig: RuntimeConfig = { ...policy.runtime, ...(scoring.runtime ?? {}) };
     const scoringEnv: Record<string, string> = {};

@@ -20,6 +20,8 @@ import { createHash } from "node:crypto";
 import { ConfigError } from "../errors.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
 import type { Messages } from "../types.ts";
+import type { ToolsetSpec } from "../tools/toolset.ts";
+import type { Toolbox } from "../tools/toolbox.ts";
 
 /** A path copied out of the agent sandbox (and restored into the grading sandbox). */
 export interface Artifact {
@@ -145,6 +147,8 @@ export interface TaskHookContext<S extends Record<string, unknown> = Record<stri
   state: S;
   /** The run's id (sandbox labels); set by the rollout and by `vf validate`. */
   runId?: string;
+  /** The rollout's toolsets, open until teardown: rewards may call their tools. */
+  tools?: Toolbox;
   signal?: AbortSignal;
 }
 
@@ -404,6 +408,14 @@ export class Task<
     _ctx: TaskHookContext<S>,
   ): Promise<boolean | void | TaskScores> | boolean | void | TaskScores {
     return true;
+  }
+
+  /**
+   * This task's toolsets (MCP servers, or tools written in TypeScript): opened for each
+   * rollout after setup, offered to the agent as `<toolset>_<tool>`, closed at teardown.
+   */
+  toolsets(): ToolsetSpec[] {
+    return [];
   }
 
   /** Environment variables for the sandbox and every process in it (never traced). */

@@ -1,0 +1,90 @@
+/**
+ * Toolsets from config: `[[env.toolsets]]` with `name` and one of `command`/`args`/`env`
+ * (a stdio MCP server), `url` (streamable HTTP) or `module` (a TypeScript module exporting a
+ * toolset, as `default` or `toolset`), plus `timeout` per call. Errors name the entry.
+ * @module
+ */
+import { isAbsolute, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { ConfigError } from "../errors.ts";
+import { checkToolsets } from "./toolbox.ts";
+import type { ToolsetSpec } from "./toolset.ts";
+
+const KEYS = ["name", "command", "args", "env", "cwd", "url", "module", "timeout"];
+
+/**
+ * The toolsets a config lists, loaded (modules imported from `baseDir`) and checked.
+ * @throws {ConfigError} naming `field[i].key`
+ */
+export async function loadToolsets(
+  entries: unknown,
+  baseDir: string,
+  field = "env.toolsets",
+): Promise<ToolsetSpec[]> {
+  if (entries === undefined) return [];
+  if (!Array.isArray(entries)) throw new ConfigError(`${field}: expected [[${field}]] tables`);
+  const specs: ToolsetSpec[] = [];
+  for (const [i, raw] of entries.entries()) {
+    const at = `${field}[${i}]`;
+    if (!raw || typeof raw !== "object") throw new ConfigError(`${at}: expected a table`);
+    const e = raw as Record<string, unknown>;
+    const unknown = Object.keys(e).filter((k) => !KEYS.includes(k));
+    if (unknown.length) {
+      throw new ConfigError(
+        `${at}: unknown key${unknown.length > 1 ? "s" : ""} ${
+          unknown.map((k) => `"${k}"`).join(", ")
+        }; a toolset takes ${KEYS.map((k) => `"${k}"`).join(", ")}`,
+      );
+    }
+    const str = (k: string) => {
+      if (e[k] !== undefined && typeof e[k] !== "string") {
+        throw new ConfigError(`${at}.${k}: expected a string`);
+      }
+      return e[k] as string | undefined;
+    };
+    if (
+      e.args !== undefined && !(Array.isArray(e.args) && e.args.every((a) => typeof a === "string"))
+    ) {
+      throw new ConfigError(`${at}.args: expected a list of strings`);
+    }
+    if (e.timeout !== undefined && typeof e.timeout !== "number") {
+      throw new ConfigError(`${at}.timeout: expected seconds (a number)`);
+    }
+    let spec: ToolsetSpec = {
+      name: str("name") as string,
+      command: str("command"),
+      args: e.args as string[] | undefined,
+      env: e.env as Record<string, string> | undefined,
+      cwd: str("cwd") ? resolve(baseDir, str("cwd")!) : undefined,
+      url: str("url"),
+      timeout: e.timeout as number | undefined,
+    };
+    const module = str("module");
+    if (module) {
+      const path = isAbsolute(module) ? module : resolve(baseDir, module);
+      let loaded: Record<string, unknown>;
+      try {
+        loaded = await import(pathToFileURL(path).href);
+      } catch (error) {
+        throw new ConfigError(`${at}.module: cannot load "${module}": ${(error as Error).message}`);
+      }
+      const exported = (loaded.default ?? loaded.toolset) as ToolsetSpec | undefined;
+      if (!exported || typeof exported !== "object" || !exported.tools) {
+        throw new ConfigError(
+          `${at}.module: "${module}" exports no toolset (export default defineToolset({ ... }))`,
+        );
+      }
+      spec = {
+        ...exported,
+        name: spec.name ?? exported.name,
+        timeout: spec.timeout ?? exported.timeout,
+      };
+    }
+    for (const k of Object.keys(spec) as Array<keyof ToolsetSpec>) {
+      if (spec[k] === undefined) delete spec[k];
+    }
+    specs.push(spec);
+  }
+  checkToolsets(specs, field);
+  return specs;
+}

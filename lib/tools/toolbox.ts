@@ -1,0 +1,215 @@
+/**
+ * A rollout's toolbox: its toolsets opened as MCP clients (a stdio server started for the
+ * rollout, a URL connected, TypeScript tools served in-process over an in-memory transport),
+ * their tools listed as `<toolset>_<tool>`, and calls with a per-call time limit. Closed with
+ * the rollout.
+ * @module
+ */
+import process from "node:process";
+import { Client } from "npm:@modelcontextprotocol/sdk@^1.32.0/client/index.js";
+import { StdioClientTransport } from "npm:@modelcontextprotocol/sdk@^1.32.0/client/stdio.js";
+import { StreamableHTTPClientTransport } from "npm:@modelcontextprotocol/sdk@^1.32.0/client/streamableHttp.js";
+import { McpServer } from "npm:@modelcontextprotocol/sdk@^1.32.0/server/mcp.js";
+import { InMemoryTransport } from "npm:@modelcontextprotocol/sdk@^1.32.0/inMemory.js";
+import { ConfigError, InfraError } from "../errors.ts";
+import type { Tool } from "../types.ts";
+import { TOOLSET_NAME, type ToolsetSpec } from "./toolset.ts";
+
+/** A tool call's result as the model sees it. */
+export interface ToolResult {
+  text: string;
+  /** The server reported an error (it goes back to the model as the result). */
+  isError: boolean;
+}
+
+interface Open {
+  spec: ToolsetSpec;
+  client: Client;
+  tools: Tool[];
+}
+
+/**
+ * Check toolset specs: a valid, unique name each and exactly one source.
+ * @throws {ConfigError} naming `field[i]`
+ */
+export function checkToolsets(specs: ToolsetSpec[], field = "toolsets"): void {
+  const seen = new Set<string>();
+  specs.forEach((s, i) => {
+    const at = `${field}[${i}]`;
+    if (typeof s.name !== "string" || !TOOLSET_NAME.test(s.name)) {
+      throw new ConfigError(
+        `${at}.name: "${s.name}" is not a toolset name (letters, digits and "-"; it prefixes the tools as <name>_<tool>)`,
+      );
+    }
+    if (seen.has(s.name)) {
+      throw new ConfigError(
+        `${at}.name: two toolsets are named "${s.name}"; tool names would clash`,
+      );
+    }
+    seen.add(s.name);
+    const sources = [s.command, s.url, s.tools].filter((x) => x !== undefined).length;
+    if (sources !== 1) {
+      throw new ConfigError(
+        `${at}: give exactly one of command (a stdio MCP server), url (streamable HTTP) or tools`,
+      );
+    }
+    if (s.timeout !== undefined && !(s.timeout > 0)) {
+      throw new ConfigError(`${at}.timeout: must be a positive number of seconds`);
+    }
+  });
+}
+
+/** Variables a stdio server inherits: the basics, never credentials. */
+function baseEnv(): Record<string, string> {
+  const keep = ["PATH", "HOME", "LANG", "TMPDIR", "DENO_DIR", "NPM_CONFIG_REGISTRY"];
+  return Object.fromEntries(
+    keep.flatMap((k) => (process.env[k] ? [[k, process.env[k]!]] : [])),
+  );
+}
+
+/** The open toolsets of one rollout. */
+export class Toolbox {
+  readonly #open: Open[];
+  readonly #byName = new Map<string, { open: Open; tool: string }>();
+
+  private constructor(open: Open[]) {
+    this.#open = open;
+    for (const o of open) {
+      for (const t of o.tools) {
+        this.#byName.set(t.name, { open: o, tool: t.name.slice(o.spec.name.length + 1) });
+      }
+    }
+  }
+
+  /**
+   * Open every toolset (concurrently). A server that does not start or list its tools is an
+   * infrastructure error naming it; whatever did open is closed again.
+   * @throws {InfraError}
+   */
+  static async open(
+    specs: ToolsetSpec[],
+    ctx: { state: Record<string, unknown>; signal?: AbortSignal },
+  ): Promise<Toolbox> {
+    checkToolsets(specs);
+    const opened: Open[] = [];
+    const results = await Promise.allSettled(specs.map(async (spec) => {
+      const client = new Client({ name: "vf", version: "1" });
+      try {
+        await connect(client, spec, ctx.state);
+        const listed = await client.listTools(undefined, {
+          signal: ctx.signal,
+          timeout: (spec.timeout ?? 60) * 1000,
+        });
+        const tools = listed.tools.map((
+          t: { name: string; description?: string; inputSchema?: unknown },
+        ): Tool => ({
+          name: `${spec.name}_${t.name}`,
+          description: t.description ?? "",
+          parameters: (t.inputSchema ?? { type: "object", properties: {} }) as Tool["parameters"],
+        }));
+        opened.push({ spec, client, tools });
+      } catch (error) {
+        await client.close().catch(() => {});
+        throw new InfraError(
+          `Toolset "${spec.name}" did not start or list its tools: ${(error as Error).message}`,
+          { cause: error },
+        );
+      }
+    }));
+    const failed = results.find((r) => r.status === "rejected") as
+      | PromiseRejectedResult
+      | undefined;
+    if (failed) {
+      await Promise.all(opened.map((o) => o.client.close().catch(() => {})));
+      throw failed.reason;
+    }
+    // Keep the declared order.
+    opened.sort((a, b) => specs.indexOf(a.spec) - specs.indexOf(b.spec));
+    return new Toolbox(opened);
+  }
+
+  /** The tools, named `<toolset>_<tool>`, as the model is offered them. */
+  get tools(): Tool[] {
+    return this.#open.flatMap((o) => o.tools);
+  }
+
+  /** Whether `name` is one of the toolbox's tools. */
+  has(name: string): boolean {
+    return this.#byName.has(name);
+  }
+
+  /**
+   * Call a tool by its offered name. A server error comes back as `isError`; a call past its
+   * time limit throws.
+   */
+  async call(
+    name: string,
+    args: Record<string, unknown>,
+    signal?: AbortSignal,
+  ): Promise<ToolResult> {
+    const found = this.#byName.get(name);
+    if (!found) throw new ConfigError(`Unknown tool "${name}"`);
+    const timeout = (found.open.spec.timeout ?? 60) * 1000;
+    const result = await found.open.client.callTool(
+      { name: found.tool, arguments: args },
+      undefined,
+      { signal, timeout },
+    );
+    const content = (result.content ?? []) as Array<{ type: string; text?: string }>;
+    const text = content.map((c) => (c.type === "text" ? c.text ?? "" : `[${c.type}]`)).join("\n");
+    return { text, isError: result.isError === true };
+  }
+
+  /** Close every toolset (stops stdio servers). Idempotent. */
+  async close(): Promise<void> {
+    await Promise.all(this.#open.splice(0).map((o) => o.client.close().catch(() => {})));
+  }
+}
+
+async function connect(client: Client, spec: ToolsetSpec, state: Record<string, unknown>) {
+  if (spec.command !== undefined) {
+    await client.connect(
+      new StdioClientTransport({
+        command: spec.command,
+        args: spec.args ?? [],
+        env: { ...baseEnv(), ...(spec.env ?? {}) },
+        cwd: spec.cwd,
+        stderr: "ignore",
+      }),
+    );
+    return;
+  }
+  if (spec.url !== undefined) {
+    await client.connect(new StreamableHTTPClientTransport(new URL(spec.url)));
+    return;
+  }
+  const server = new McpServer({ name: spec.name, version: "1" });
+  for (const [name, def] of Object.entries(spec.tools ?? {})) {
+    server.registerTool(
+      name,
+      { description: def.description, inputSchema: def.parameters },
+      async (args: Record<string, unknown>, extra: { signal?: AbortSignal }) => {
+        try {
+          const out = await def.run(args, { state, signal: extra.signal });
+          return {
+            content: [{
+              type: "text" as const,
+              text: typeof out === "string" ? out : JSON.stringify(out),
+            }],
+          };
+        } catch (error) {
+          return {
+            isError: true,
+            content: [{
+              type: "text" as const,
+              text: `Error: ${(error as Error).message ?? error}`,
+            }],
+          };
+        }
+      },
+    );
+  }
+  const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+  await server.connect(serverSide);
+  await client.connect(clientSide);
+}

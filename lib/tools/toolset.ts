@@ -1,0 +1,65 @@
+/**
+ * Toolsets: task-specific tools offered to the agent over MCP. A toolset is an MCP server the
+ * user already has (a stdio command, or a streamable-HTTP URL), or tools written here in
+ * TypeScript with zod parameters ({@link defineToolset}), served in-process. The harness
+ * offers each tool as `<toolset>_<tool>`.
+ *
+ * ```ts
+ * const counter = defineToolset({
+ *   name: "counter",
+ *   tools: {
+ *     add: {
+ *       description: "Add to the counter",
+ *       parameters: { by: z.number() },
+ *       run: ({ by }, { state }) => String((state.count = Number(state.count ?? 0) + by)),
+ *     },
+ *   },
+ * });
+ * ```
+ * @module
+ */
+import type { z } from "npm:zod@^4.6.0";
+
+/** What a TypeScript tool gets besides its arguments. */
+export interface ToolRunContext {
+  /** The rollout's state: shared with the task's hooks and rewards (one object per rollout). */
+  state: Record<string, unknown>;
+  signal?: AbortSignal;
+}
+
+/** A tool written in TypeScript. */
+export interface ToolDef {
+  description: string;
+  /** Parameters as zod schemas by name (an object's shape). */
+  parameters: Record<string, z.ZodType>;
+  /** The result text (an object is sent as JSON); a throw is returned to the model as an error. */
+  run(
+    args: Record<string, unknown>,
+    ctx: ToolRunContext,
+  ): string | object | Promise<string | object>;
+}
+
+/** A toolset: where its tools come from, and how long a call may take. */
+export interface ToolsetSpec {
+  /** The server name; its tools are offered as `<name>_<tool>`. */
+  name: string;
+  /** stdio: the command that starts the MCP server, its arguments, environment and folder. */
+  command?: string;
+  args?: string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  /** A streamable-HTTP MCP server. */
+  url?: string;
+  /** Tools written in TypeScript, served in-process. */
+  tools?: Record<string, ToolDef>;
+  /** Seconds one call may take; default 60. */
+  timeout?: number;
+}
+
+/** A toolset of TypeScript tools (see the module doc). */
+export function defineToolset(spec: ToolsetSpec & { tools: Record<string, ToolDef> }): ToolsetSpec {
+  return spec;
+}
+
+/** Server names: letters, digits, `-` (the tool name joins them with `_`). */
+export const TOOLSET_NAME = /^[A-Za-z0-9-]+$/;
