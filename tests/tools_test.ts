@@ -58,6 +58,19 @@ class Counts extends Taskset {
 export function loadTaskset(config) { return new Counts(config); }
 `;
 
+const CAPITALS = `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class CapitalTask extends Task {
+  static override HARNESS = "null";
+  looked_up = reward(({ trace }) => (trace.messages.some((m) => m.role === "tool" && m.content === "Paris") ? 1 : 0));
+}
+class Capitals extends Taskset {
+  get id() { return "capitals"; }
+  *load() { yield new CapitalTask({ id: "fr", prompt: "Capital of France?" }); }
+}
+export function loadTaskset(config) { return new Capitals(config); }
+`;
+
 const MODULE = `
 import { defineToolset } from "${MOD_URL}";
 import { z } from "npm:zod@^4.6.0";
@@ -193,6 +206,74 @@ type = "subprocess"
     const metadata = JSON.parse(await Deno.readTextFile(join(runDir, "metadata.json")));
     assert.equal(metadata.avg_reward, null);
     assert.equal(metadata.num_infra_errors, 1);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("toolsets: a streamable-HTTP MCP server given by url serves the agent's calls", async () => {
+  const { McpServer } = await import("npm:@modelcontextprotocol/sdk@^1.32.0/server/mcp.js");
+  const { WebStandardStreamableHTTPServerTransport } = await import(
+    "npm:@modelcontextprotocol/sdk@^1.32.0/server/webStandardStreamableHttp.js"
+  );
+  const { z } = await import("npm:zod@^4.6.0");
+  const capitals: Record<string, string> = { France: "Paris" };
+  const seen: string[] = [];
+  // Stateless: a fresh server and transport per request, as the SDK describes.
+  await using mcp = Deno.serve({ port: 0, hostname: "127.0.0.1", onListen() {} }, async (req) => {
+    const server = new McpServer({ name: "atlas", version: "1" });
+    server.registerTool(
+      "capital",
+      { description: "The capital of a country", inputSchema: { country: z.string() } },
+      ({ country }: { country: string }) => {
+        seen.push(country);
+        return { content: [{ type: "text", text: capitals[country] ?? "unknown" }] };
+      },
+    );
+    const transport = new WebStandardStreamableHTTPServerTransport({
+      sessionIdGenerator: undefined,
+      enableJsonResponse: true,
+    });
+    await server.connect(transport);
+    return await transport.handleRequest(req);
+  });
+  const dir = await Deno.makeTempDir({ prefix: "vf_tools_http_" });
+  try {
+    await using model = await startModelServer({
+      responder: ({ body }) => {
+        const turn = body.messages.filter((m: WireMessage) => m.role === "assistant").length;
+        return turn === 0
+          ? {
+            content: null,
+            tool_calls: [{ name: "atlas_capital", arguments: { country: "France" } }],
+          }
+          : { content: "Paris." };
+      },
+    });
+    await Deno.writeTextFile(join(dir, "capitals.ts"), CAPITALS);
+    const res = await run(
+      dir,
+      `model = "m"
+[client]
+base_url = "${model.url}"
+[env.taskset]
+id = "./capitals.ts"
+[env.agent.runtime]
+type = "subprocess"
+[[env.toolsets]]
+name = "atlas"
+url = "http://127.0.0.1:${mcp.addr.port}/mcp"
+`,
+    );
+    const runDir = /^Saving traces to (.+)$/m.exec(res.stderr)?.[1];
+    assert.ok(runDir, transcript(res));
+    const [trace] = (await Deno.readTextFile(join(runDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.deepEqual(trace.tool_calls.map((c: Json) => [c.name, c.output]), [
+      ["atlas_capital", "Paris"],
+    ]);
+    assert.deepEqual(seen, ["France"]);
+    assert.equal(trace.reward, 1);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
