@@ -263,6 +263,8 @@ export const EnvBase = z.strictObject({
   judges: z.array(z.record(z.string(), z.unknown())).optional(),
   /** Toolsets (MCP) offered to every trainable agent (validated by the toolset loader). */
   toolsets: z.array(z.record(z.string(), z.unknown())).optional(),
+  /** Services (a Compose file) for tasks that declare none of their own. */
+  services: z.strictObject({ compose: z.string().min(1) }).optional(),
 });
 
 /** The `[env]` table of a single-agent taskset run (the seed's TOML shape). */

@@ -99,6 +99,27 @@ export interface DockerRuntimeSpec {
   env?: Record<string, string>;
   /** Network access (bridge); default false (no network). */
   network?: boolean;
+  /**
+   * A user-defined network to join instead (a rollout's services network): the container
+   * reaches what is on it by name, and nothing else unless that network reaches further.
+   */
+  networkName?: string;
+  /** DNS names of the container on `networkName`. */
+  aliases?: string[];
+  /**
+   * What the container runs: by default `sleep infinity` (a sandbox commands are executed
+   * in); `null` runs the image's own entrypoint and command, a list runs that command (a
+   * service).
+   */
+  command?: string[] | null;
+  /** A health check (a service): `test` as Compose writes it, durations in seconds. */
+  healthcheck?: {
+    test: string[];
+    interval?: number;
+    timeout?: number;
+    retries?: number;
+    startPeriod?: number;
+  };
   /** Extra container labels. */
   labels?: Record<string, string>;
   /** Default user of commands; default the image's. */

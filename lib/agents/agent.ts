@@ -54,6 +54,8 @@ export interface EpisodeScope {
   judges?: Judge[];
   /** The run's toolsets: offered to every run of a trainable role. */
   toolsets?: ToolsetSpec[];
+  /** The run's Compose file for tasks without services of their own (trainable roles). */
+  services?: string;
   /** Interactions not closed yet: the episode closes them if its Env did not. */
   interactions: Set<Interaction>;
   /** The traces that joined the episode. */
@@ -134,6 +136,7 @@ export class EpisodeAgent {
       promptless: options.promptless,
       judges: this.trainable ? this.#scope.judges : undefined,
       toolsets: this.trainable ? this.#scope.toolsets : undefined,
+      services: this.trainable ? this.#scope.services : undefined,
     });
     rollout.trace.attempt = this.#runs++;
     return rollout;

@@ -140,6 +140,8 @@ export interface RunEpisodeOptions {
   judges?: EpisodeScope["judges"];
   /** The run's toolsets: offered to every run of a trainable role. */
   toolsets?: EpisodeScope["toolsets"];
+  /** The run's Compose file (`[env.services] compose`). */
+  services?: string;
 }
 
 /** Race `fn` against a limit in seconds; the inner signal aborts when the limit passes. */
@@ -236,6 +238,7 @@ export async function runEpisode(
         },
         judges: options.judges,
         toolsets: options.toolsets,
+        services: options.services,
         interactions,
         traces: new Set(),
       };

@@ -247,7 +247,7 @@ export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
   }
   const envOptions: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(data)) {
-    if (!(k in cls.roles) && !["taskset", "id", "judges", "toolsets"].includes(k)) {
+    if (!(k in cls.roles) && !["taskset", "id", "judges", "toolsets", "services"].includes(k)) {
       envOptions[k] = v;
     }
   }

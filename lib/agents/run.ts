@@ -60,6 +60,8 @@ export interface RunTasksetOptions {
   judges?: Judge[];
   /** `[[env.toolsets]]`: MCP toolsets offered to every trainable agent, opened per rollout. */
   toolsets?: ToolsetSpec[];
+  /** `[env.services] compose`: the Compose file of tasks without services of their own. */
+  services?: string;
   /** Called with each trainable trace as its episode is written. */
   onTrace?: (trace: TaskTrace, done: number, total: number) => void;
   /** Called with each episode as it is written (`done` counts episodes). */
@@ -200,6 +202,7 @@ export async function runTaskset(
           signal: controller.signal,
           judges: options.judges,
           toolsets: options.toolsets,
+          services: options.services,
         });
       } catch (error) {
         if (!controller.signal.aborted) {

@@ -19,6 +19,7 @@ import { buildJudges } from "../scoring/judges/config.ts";
 import type { Taskset } from "../tasks/task.ts";
 import { loadPluggedHooks } from "../tasks/plugged.ts";
 import { loadToolsets } from "../tools/config.ts";
+import { loadServices } from "../services/compose.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
 import { resolveEnvironmentModule } from "../envs/load.ts";
@@ -140,9 +141,15 @@ export async function runTasks(
     }
     let pluggedConfig: Record<string, unknown>;
     let toolsets: ToolsetSpec[];
+    let compose: string | undefined;
     try {
       pluggedConfig = await loadPluggedHooks(taskConfig ?? {}, baseDir ?? ".");
       toolsets = await loadToolsets(rawEnv.toolsets, baseDir ?? ".");
+      const declared = (rawEnv.services as { compose?: string } | undefined)?.compose;
+      if (declared) {
+        compose = resolve(baseDir ?? ".", declared);
+        await loadServices(compose); // checked now: a bad file fails before any rollout
+      }
     } catch (error) {
       if (error instanceof ConfigError) throw new ConfigError(`${source}: ${error.message}`);
       throw error;
@@ -168,6 +175,7 @@ export async function runTasks(
       model,
       judges,
       toolsets,
+      services: compose,
       baseUrl,
       keyVar,
       runId,
@@ -189,6 +197,7 @@ async function runEnv(
     model: string;
     judges: Judge[];
     toolsets: ToolsetSpec[];
+    services?: string;
     baseUrl: string;
     keyVar: string;
     runId: string;
@@ -255,6 +264,7 @@ async function runEnv(
       resume,
       judges: o.judges,
       toolsets: o.toolsets,
+      services: o.services,
       signal: interrupt.signal,
       onEpisode: quiet ? undefined : (e, done, total) => {
         const rate = done / Math.max(0.001, (Date.now() - started) / 1000);

@@ -53,6 +53,8 @@ import type { Messages, SamplingArgs } from "../types.ts";
 import { type Judge, judgeUsage } from "../scoring/judges/judge.ts";
 import { MessageGraph, type MessageNode } from "./graph.ts";
 import { Toolbox } from "../tools/toolbox.ts";
+import { loadServices } from "../services/compose.ts";
+import { ServiceGroup } from "../services/docker.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 
 /**
@@ -174,6 +176,8 @@ export interface TaskRolloutOptions {
   judges?: Judge[];
   /** The run's toolsets, opened for this rollout beside the task's own. */
   toolsets?: ToolsetSpec[];
+  /** A Compose file for tasks that declare no services of their own (`[env.services]`). */
+  services?: string;
 }
 
 function memoryString(m: number | string | undefined): string | undefined {
@@ -477,6 +481,7 @@ export class TaskRollout {
   #agentMs = 0;
   #stopList: StopHook[] | null = null;
   #toolbox: Toolbox | null = null;
+  #services: ServiceGroup | null = null;
 
   get #stops(): StopHook[] {
     return this.#stopList ??= this.#options.task.stopHooks();
@@ -626,9 +631,27 @@ export class TaskRollout {
                 const t1 = performance.now();
                 if (box) this.#agent = box.runtime;
                 else {
+                  let spec = this.#agentSpec!;
+                  const compose = task.deploymentSpec() ?? this.#options.services ?? null;
+                  if (compose !== null) {
+                    if (spec.type !== "docker") {
+                      throw new ConfigError(
+                        `Task "${task.key}" has services (Compose); the ${spec.type} runtime cannot ` +
+                          `run them; use --env.agent.runtime.type docker`,
+                      );
+                    }
+                    this.#services = await ServiceGroup.start(await loadServices(compose), {
+                      runId: this.#options.runId,
+                      task: task.key,
+                      internet: spec.network === true,
+                      healthTimeout: this.#timeout("setup"),
+                      signal: s,
+                    });
+                    spec = { ...spec, networkName: this.#services.network, aliases: ["agent"] };
+                  }
                   await startSandbox(
                     policy,
-                    this.#agentSpec!,
+                    spec,
                     "agent",
                     this.#options,
                     s,
@@ -653,6 +676,8 @@ export class TaskRollout {
               const stale = this.#agent;
               this.#agent = null;
               if (!box) await stale?.stop().catch(() => {});
+              await this.#services?.stop();
+              this.#services = null;
               if (signal?.aborted || attempt >= retries || !isSandboxInfra(error)) throw error;
               // Back off before asking the backend again: 0.25 s, 0.5 s, 1 s, ... (max 5 s).
               await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * 2 ** attempt)));
@@ -858,6 +883,9 @@ export class TaskRollout {
     const agent = this.#agent;
     this.#agent = null;
     if (agent && agent !== this.#options.box?.runtime) await agent.stop().catch(() => {});
+    const services = this.#services;
+    this.#services = null;
+    await services?.stop();
   }
 
   async #scoreIsolated(): Promise<TaskScores> {
@@ -1097,7 +1125,8 @@ async function startSandbox(
   hold: (runtime: Runtime) => void,
 ): Promise<Runtime> {
   const labels = { runId: options.runId, task: options.task.key };
-  if (!policy.sandboxes) {
+  // A sandbox on a rollout's own services network is made for it, never pooled.
+  if (!policy.sandboxes || (spec.type === "docker" && spec.networkName)) {
     const runtime = createRuntime(spec, labels);
     hold(runtime);
     await runtime.start({ signal });

@@ -418,6 +418,16 @@ export class Task<
     return [];
   }
 
+  /**
+   * Services the agent works with (an app and its database): a Compose document (an object)
+   * or the path of a Compose file, in the subset `lib/services/compose.ts` names. On Docker
+   * each rollout gets them fresh on a network of its own, reached by service name. Default
+   * none.
+   */
+  deploymentSpec(): string | Record<string, unknown> | null {
+    return null;
+  }
+
   /** Environment variables for the sandbox and every process in it (never traced). */
   runtimeEnv(): Record<string, string> {
     return { ...(this.data.env ?? {}) };

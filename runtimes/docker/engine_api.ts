@@ -464,6 +464,35 @@ export class DockerEngine {
     }))!;
   }
 
+  // -- networks --------------------------------------------------------------------------
+
+  /** `POST /networks/create`; returns the id. */
+  async createNetwork(body: Record<string, unknown>): Promise<string> {
+    const result = await this.#json<{ Id: string }>("POST", "/networks/create", { json: body });
+    return result!.Id;
+  }
+
+  /** `DELETE /networks/{id}`; false when it was already gone. */
+  async removeNetwork(id: string): Promise<boolean> {
+    const response = await this.#request("DELETE", `/networks/${id}`);
+    const text = await response.body.text();
+    if (response.statusCode === 404) return false;
+    if (response.statusCode >= 300) {
+      throw this.#apiError("DELETE", `/networks/${id}`, response.statusCode, text);
+    }
+    return true;
+  }
+
+  /** `GET /networks?filters=...`. */
+  async listNetworks(
+    options: { labels?: string[] } = {},
+  ): Promise<Array<Record<string, unknown>>> {
+    const filters = options.labels?.length ? JSON.stringify({ label: options.labels }) : undefined;
+    return (await this.#json<Array<Record<string, unknown>>>("GET", "/networks", {
+      query: { filters },
+    }))!;
+  }
+
   // -- exec ------------------------------------------------------------------------------
 
   /** `POST /containers/{id}/exec`; returns the exec id. */

@@ -185,7 +185,7 @@ export class DockerRuntime implements Runtime {
     if (this.#options.runId) labels["vf.run_id"] = this.#options.runId;
     if (this.#options.task) labels["vf.task"] = this.#options.task;
     const hostConfig: Record<string, unknown> = {
-      NetworkMode: spec.network ? "bridge" : "none",
+      NetworkMode: spec.networkName ?? (spec.network ? "bridge" : "none"),
       Init: true,
     };
     if (spec.cpu !== undefined) hostConfig.NanoCpus = Math.round(spec.cpu * 1e9);
@@ -195,15 +195,34 @@ export class DockerRuntime implements Runtime {
     // Ledger first: a creator killed between request and response leaves a findable name.
     await this.#record("requested", engine, name);
     this.#name = name;
+    const run: Record<string, unknown> = spec.command === null
+      ? {}
+      : spec.command
+      ? { Entrypoint: [""], Cmd: spec.command }
+      : { Entrypoint: [""], Cmd: ["sleep", "infinity"] };
+    const seconds = (s: number | undefined) => (s === undefined ? undefined : Math.round(s * 1e9));
     this.#id = await engine.createContainer({
       Image: spec.image,
-      Entrypoint: [""],
-      Cmd: ["sleep", "infinity"],
+      ...run,
       WorkingDir: this.#workdir,
       Env: envList(spec.env),
       User: spec.user,
       Labels: labels,
       HostConfig: hostConfig,
+      ...(spec.healthcheck && {
+        Healthcheck: {
+          Test: spec.healthcheck.test,
+          Interval: seconds(spec.healthcheck.interval),
+          Timeout: seconds(spec.healthcheck.timeout),
+          Retries: spec.healthcheck.retries,
+          StartPeriod: seconds(spec.healthcheck.startPeriod),
+        },
+      }),
+      ...(spec.networkName && {
+        NetworkingConfig: {
+          EndpointsConfig: { [spec.networkName]: { Aliases: spec.aliases ?? [] } },
+        },
+      }),
     }, { name, signal });
     await this.#record("created", engine, name);
     this.#checkNotStopped();
@@ -620,6 +639,21 @@ export async function cleanupContainers(
   await Promise.all(doomed.map(async (c) => {
     const id = String(c.Id);
     if (await engine.removeContainer(id, { force: true })) removed.push(id);
+  }));
+  // Rollout networks (services) go once nothing is on them; one still in use stays.
+  const networks = await engine.listNetworks({ labels }).catch(() => []);
+  await Promise.all(networks.map(async (n) => {
+    const created = Date.parse(String(n.Created));
+    if (Number.isFinite(created) && created > cutoff) return;
+    if (filter.owners) {
+      const reason = keepReason(
+        ownerFromLabels((n.Labels ?? {}) as Record<string, string>),
+        created,
+        filter.owners,
+      );
+      if (reason !== undefined) return;
+    }
+    await engine.removeNetwork(String(n.Id)).catch(() => {});
   }));
   return removed;
 }

@@ -1,0 +1,225 @@
+/**
+ * The Compose subset a task's services may use: `services.<name>` with `image`, `command`,
+ * `environment`, `healthcheck` (`test`, `interval`, `timeout`, `retries`, `start_period`),
+ * `depends_on` (a list, or `condition: service_started | service_healthy`) and `ports`
+ * (accepted: services are reached by name on the rollout's network, nothing is published).
+ * Anything else is an error naming the key.
+ * @module
+ */
+import { readFile } from "node:fs/promises";
+import { dirname, resolve } from "node:path";
+import { parse as parseYaml } from "npm:yaml@^2.9.1";
+import { ConfigError } from "../errors.ts";
+
+/** One service, checked. */
+export interface ServiceSpec {
+  name: string;
+  image: string;
+  /** Null: the image's own entrypoint and command. */
+  command: string[] | null;
+  env: Record<string, string>;
+  healthcheck?: {
+    test: string[];
+    interval?: number;
+    timeout?: number;
+    retries?: number;
+    startPeriod?: number;
+  };
+  /** Services this one waits for, and whether each must be healthy first. */
+  dependsOn: Array<{ name: string; healthy: boolean }>;
+}
+
+/** A task's services, in an order that starts every dependency first. */
+export interface ServicesSpec {
+  services: ServiceSpec[];
+}
+
+const KEYS = ["image", "command", "environment", "healthcheck", "depends_on", "ports"];
+const LATER = ["build", "volumes", "networks"];
+
+/** Compose durations: `1m30s`, `500ms`, `2s`, or seconds as a number. */
+export function parseDuration(value: unknown, at: string): number {
+  if (typeof value === "number" && value >= 0) return value;
+  if (typeof value === "string") {
+    const parts = [...value.matchAll(/(\d+(?:\.\d+)?)(h|ms|m|s|us|ns)/g)];
+    if (parts.length && parts.map((p) => p[0]).join("") === value.trim()) {
+      const unit: Record<string, number> = { h: 3600, m: 60, s: 1, ms: 1e-3, us: 1e-6, ns: 1e-9 };
+      return parts.reduce((a, p) => a + Number(p[1]) * unit[p[2]], 0);
+    }
+  }
+  throw new ConfigError(`${at}: "${value}" is not a duration (like "1s", "500ms", "1m30s")`);
+}
+
+function strings(value: unknown, at: string): string[] {
+  if (
+    !Array.isArray(value) || !value.every((v) => typeof v === "string" || typeof v === "number")
+  ) {
+    throw new ConfigError(`${at}: expected a list of strings`);
+  }
+  return value.map(String);
+}
+
+/**
+ * Check a Compose document (an object as parsed from YAML) against the subset.
+ * @throws {ConfigError} naming `<source>: services.<name>.<key>`
+ */
+export function checkCompose(doc: unknown, source: string): ServicesSpec {
+  const at = (path: string) => `${source}: ${path}`;
+  const top = doc as Record<string, unknown> | null;
+  if (!top || typeof top !== "object" || !top.services || typeof top.services !== "object") {
+    throw new ConfigError(at("services: a Compose file needs a services table"));
+  }
+  for (const key of Object.keys(top)) {
+    if (key !== "services" && key !== "version" && !key.startsWith("x-")) {
+      throw new ConfigError(at(`${key}: not in the supported Compose subset (services only)`));
+    }
+  }
+  const raw = top.services as Record<string, Record<string, unknown>>;
+  const services: ServiceSpec[] = [];
+  for (const [name, s] of Object.entries(raw)) {
+    const p = `services.${name}`;
+    if (!/^[a-z0-9][a-z0-9_.-]*$/.test(name)) {
+      throw new ConfigError(
+        at(`${p}: "${name}" is not a service name (lower case, digits, _ . -)`),
+      );
+    }
+    if (!s || typeof s !== "object") throw new ConfigError(at(`${p}: expected a table`));
+    for (const key of Object.keys(s)) {
+      if (LATER.includes(key)) {
+        throw new ConfigError(
+          at(`${p}.${key}: not supported yet (supported: ${KEYS.join(", ")})`),
+        );
+      }
+      if (!KEYS.includes(key) && !key.startsWith("x-")) {
+        throw new ConfigError(
+          at(`${p}.${key}: not in the supported Compose subset (${KEYS.join(", ")})`),
+        );
+      }
+    }
+    if (typeof s.image !== "string" || !s.image) {
+      throw new ConfigError(at(`${p}.image: every service needs an image`));
+    }
+    let command: string[] | null = null;
+    if (typeof s.command === "string") command = ["sh", "-c", s.command];
+    else if (s.command !== undefined) command = strings(s.command, at(`${p}.command`));
+    const env: Record<string, string> = {};
+    if (Array.isArray(s.environment)) {
+      for (const item of strings(s.environment, at(`${p}.environment`))) {
+        const eq = item.indexOf("=");
+        env[eq < 0 ? item : item.slice(0, eq)] = eq < 0 ? "" : item.slice(eq + 1);
+      }
+    } else if (s.environment && typeof s.environment === "object") {
+      for (const [k, v] of Object.entries(s.environment)) env[k] = v === null ? "" : String(v);
+    } else if (s.environment !== undefined) {
+      throw new ConfigError(at(`${p}.environment: expected a table or a list of KEY=value`));
+    }
+    let healthcheck: ServiceSpec["healthcheck"];
+    if (s.healthcheck !== undefined) {
+      const h = s.healthcheck as Record<string, unknown>;
+      const hp = `${p}.healthcheck`;
+      for (const key of Object.keys(h ?? {})) {
+        if (!["test", "interval", "timeout", "retries", "start_period"].includes(key)) {
+          throw new ConfigError(at(`${hp}.${key}: not in the supported Compose subset`));
+        }
+      }
+      const test = typeof h.test === "string"
+        ? ["CMD-SHELL", h.test]
+        : strings(h.test, at(`${hp}.test`));
+      if (!["CMD", "CMD-SHELL", "NONE"].includes(test[0])) {
+        throw new ConfigError(at(`${hp}.test: starts with CMD, CMD-SHELL or NONE`));
+      }
+      healthcheck = {
+        test,
+        interval: h.interval === undefined ? 1 : parseDuration(h.interval, at(`${hp}.interval`)),
+        timeout: h.timeout === undefined
+          ? undefined
+          : parseDuration(h.timeout, at(`${hp}.timeout`)),
+        retries: typeof h.retries === "number" ? h.retries : undefined,
+        startPeriod: h.start_period === undefined
+          ? undefined
+          : parseDuration(h.start_period, at(`${hp}.start_period`)),
+      };
+    }
+    const dependsOn: ServiceSpec["dependsOn"] = [];
+    if (Array.isArray(s.depends_on)) {
+      for (const d of strings(s.depends_on, at(`${p}.depends_on`))) {
+        dependsOn.push({ name: d, healthy: false });
+      }
+    } else if (s.depends_on && typeof s.depends_on === "object") {
+      for (const [d, c] of Object.entries(s.depends_on as Record<string, { condition?: string }>)) {
+        const condition = c?.condition ?? "service_started";
+        if (condition !== "service_started" && condition !== "service_healthy") {
+          throw new ConfigError(
+            at(
+              `${p}.depends_on.${d}.condition: "${condition}" is not service_started or service_healthy`,
+            ),
+          );
+        }
+        dependsOn.push({ name: d, healthy: condition === "service_healthy" });
+      }
+    } else if (s.depends_on !== undefined) {
+      throw new ConfigError(at(`${p}.depends_on: expected a list or a table`));
+    }
+    services.push({ name, image: s.image, command, env, healthcheck, dependsOn });
+  }
+  for (const s of services) {
+    for (const d of s.dependsOn) {
+      const target = services.find((t) => t.name === d.name);
+      if (!target) {
+        throw new ConfigError(at(`services.${s.name}.depends_on: no service "${d.name}"`));
+      }
+      if (d.healthy && !target.healthcheck) {
+        throw new ConfigError(
+          at(
+            `services.${s.name}.depends_on.${d.name}: service_healthy needs a healthcheck on "${d.name}"`,
+          ),
+        );
+      }
+    }
+  }
+  // Dependencies first; a cycle is an error.
+  const ordered: ServiceSpec[] = [];
+  const state = new Map<string, "visiting" | "done">();
+  const visit = (s: ServiceSpec, chain: string[]) => {
+    if (state.get(s.name) === "done") return;
+    if (state.get(s.name) === "visiting") {
+      throw new ConfigError(
+        at(`services: depends_on goes round: ${[...chain, s.name].join(" -> ")}`),
+      );
+    }
+    state.set(s.name, "visiting");
+    for (const d of s.dependsOn) {
+      visit(services.find((t) => t.name === d.name)!, [...chain, s.name]);
+    }
+    state.set(s.name, "done");
+    ordered.push(s);
+  };
+  for (const s of services) visit(s, []);
+  return { services: ordered };
+}
+
+/**
+ * A task's services from what `Task.deploymentSpec()` returns: a Compose document (an
+ * object) or the path of a Compose file (YAML).
+ * @throws {ConfigError} naming the file and key
+ */
+export async function loadServices(
+  spec: string | Record<string, unknown>,
+  baseDir = ".",
+): Promise<ServicesSpec & { dir: string }> {
+  if (typeof spec !== "string") return { ...checkCompose(spec, "compose"), dir: resolve(baseDir) };
+  const path = resolve(baseDir, spec);
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch {
+    throw new ConfigError(`Compose file "${spec}" cannot be read`);
+  }
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (error) {
+    throw new ConfigError(`${spec}: not valid YAML: ${(error as Error).message}`);
+  }
+  return { ...checkCompose(doc, spec), dir: dirname(path) };
+}

@@ -1,0 +1,147 @@
+/**
+ * A rollout's services on Docker: a network of its own (internal unless the task asks for
+ * network access), each service a container on it under its name, started in `depends_on`
+ * order and waited on until healthy. The agent's sandbox joins the same network. Everything
+ * carries the run's labels and the service containers are in the ledger, so `vf cleanup`
+ * removes what an interrupted run left.
+ * @module
+ */
+import { DockerEngine } from "../../runtimes/docker/engine_api.ts";
+import { DockerRuntime } from "../../runtimes/docker/mod.ts";
+import { ownerLabels } from "../../runtimes/owner.ts";
+import { InfraError } from "../errors.ts";
+import type { ServicesSpec } from "./compose.ts";
+
+function hex(n: number): string {
+  return [...crypto.getRandomValues(new Uint8Array(n))]
+    .map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** The running services of one rollout. */
+export class ServiceGroup {
+  /** The network's name: the agent's sandbox joins it (`networkName`). */
+  readonly network: string;
+  readonly #engine: DockerEngine;
+  readonly #containers: DockerRuntime[] = [];
+  #networkId = "";
+
+  private constructor(network: string, engine: DockerEngine) {
+    this.network = network;
+    this.#engine = engine;
+  }
+
+  /**
+   * Create the network and start every service, dependencies first, each waited on when a
+   * dependent needs it healthy; then every service with a health check must be healthy.
+   * What started is removed again when something fails.
+   * @throws {InfraError} when a service exits, turns unhealthy, or is not healthy in time
+   */
+  static async start(
+    spec: ServicesSpec,
+    options: {
+      runId: string;
+      task: string;
+      /** Whether the network reaches outside (default false: internal). */
+      internet?: boolean;
+      /** Seconds to wait for health; default 60. */
+      healthTimeout?: number;
+      signal?: AbortSignal;
+    },
+  ): Promise<ServiceGroup> {
+    const engine = DockerEngine.shared();
+    const group = new ServiceGroup(`vf-net-${hex(6)}`, engine);
+    try {
+      group.#networkId = await engine.createNetwork({
+        Name: group.network,
+        Driver: "bridge",
+        Internal: !options.internet,
+        CheckDuplicate: true,
+        Labels: {
+          "vf.managed": "1",
+          "vf.run_id": options.runId,
+          "vf.task": options.task,
+          ...ownerLabels(),
+        },
+      });
+      const started = new Map<string, DockerRuntime>();
+      for (const s of spec.services) {
+        for (const d of s.dependsOn.filter((d) => d.healthy)) {
+          await group.#healthy(d.name, started.get(d.name)!, options);
+        }
+        const runtime = new DockerRuntime({
+          type: "docker",
+          image: s.image,
+          env: s.env,
+          networkName: group.network,
+          aliases: [s.name],
+          command: s.command,
+          healthcheck: s.healthcheck,
+          labels: { "vf.role": "service", "vf.service": s.name },
+        }, { runId: options.runId, task: options.task });
+        group.#containers.push(runtime);
+        await runtime.start({ signal: options.signal });
+        started.set(s.name, runtime);
+      }
+      for (const s of spec.services) {
+        if (s.healthcheck && s.healthcheck.test[0] !== "NONE") {
+          await group.#healthy(s.name, started.get(s.name)!, options);
+        }
+      }
+      return group;
+    } catch (error) {
+      await group.stop();
+      if (options.signal?.aborted) throw error;
+      throw error instanceof InfraError
+        ? error
+        : new InfraError(`Services did not start: ${(error as Error).message}`, { cause: error });
+    }
+  }
+
+  async #healthy(
+    name: string,
+    runtime: DockerRuntime,
+    options: { healthTimeout?: number; signal?: AbortSignal },
+  ): Promise<void> {
+    const deadline = Date.now() + (options.healthTimeout ?? 60) * 1000;
+    let last = "starting";
+    while (Date.now() < deadline) {
+      options.signal?.throwIfAborted();
+      const info = await this.#engine.inspectContainer(runtime.id) as {
+        State?: { Running?: boolean; ExitCode?: number; Health?: { Status?: string } };
+      } | undefined;
+      const state = info?.State;
+      if (!state?.Running) {
+        throw new InfraError(
+          `Service "${name}" exited (code ${state?.ExitCode ?? "?"}) before it was healthy`,
+        );
+      }
+      last = state.Health?.Status ?? "no health check";
+      if (last === "healthy") return;
+      if (last === "unhealthy") break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    throw new InfraError(
+      `Service "${name}" never became healthy (last status: ${last}) within ${
+        options.healthTimeout ?? 60
+      }s`,
+    );
+  }
+
+  /** Remove the services, then the network. Idempotent. */
+  async stop(): Promise<void> {
+    await Promise.all(this.#containers.splice(0).map((c) => c.stop().catch(() => {})));
+    if (this.#networkId) {
+      const id = this.#networkId;
+      this.#networkId = "";
+      // The agent's sandbox may still be leaving the network: try a few times.
+      for (let i = 0; i < 5; i++) {
+        try {
+          await this.#engine.removeNetwork(id);
+          return;
+        } catch {
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,185 @@
+/**
+ * Services from Compose on Docker, end to end through `vf run`: an HTTP app and the store it
+ * reads from (both busybox, since no registry is reachable), started in dependency order on
+ * the rollout's own network and waited on until healthy; the agent reaches the app by name,
+ * the reward checks the state the app holds; nothing of the run is left on the engine after.
+ * Bad Compose input and a service that never becomes healthy get clear errors, never reward 0.
+ * @module
+ */
+import assert from "node:assert/strict";
+import { basename, join } from "node:path";
+import { cleanupContainers } from "../mod.ts";
+import { startModelServer } from "./model_server.ts";
+import { cliCommand, type CliResult, collect, MOD_URL, transcript } from "./_cli.ts";
+
+// deno-lint-ignore no-explicit-any
+type Json = any;
+
+const COMPOSE = `
+services:
+  store:
+    image: busybox:latest
+    command: ["sh", "-c", "mkdir -p /www && echo hello > /www/greeting && exec httpd -f -p 8081 -h /www"]
+    healthcheck:
+      test: ["CMD", "wget", "-q", "-O", "/dev/null", "http://127.0.0.1:8081/greeting"]
+      interval: 200ms
+      retries: 50
+  app:
+    image: busybox:latest
+    depends_on:
+      store: { condition: service_healthy }
+    ports: ["8080"]
+    environment:
+      STORE: http://store:8081
+    command:
+      - sh
+      - -c
+      - |
+        mkdir -p /www/cgi-bin
+        echo ok > /www/index.html
+        cat > /www/cgi-bin/put <<'EOF'
+        #!/bin/sh
+        g=$(wget -qO- "$STORE/greeting")
+        echo "$g \${QUERY_STRING#v=}" > /www/state.txt
+        printf 'Content-Type: text/plain\\r\\n\\r\\nstored\\n'
+        EOF
+        chmod +x /www/cgi-bin/put
+        exec httpd -f -p 8080 -h /www
+    healthcheck:
+      test: ["CMD", "wget", "-q", "-O", "/dev/null", "http://127.0.0.1:8080/index.html"]
+      interval: 200ms
+      retries: 50
+`;
+
+const TASKSET = `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class AppTask extends Task {
+  static override NEEDS_CONTAINER = true;
+  override deploymentSpec() { return this.config.compose ?? "compose.yaml"; }
+  // Graded in the agent's sandbox while the services are up: what does the app hold now?
+  stored = reward(async ({ runtime }) => {
+    const r = await runtime.run(["wget", "-qO-", "http://app:8080/state.txt"]);
+    return r.stdout.trim() === "hello 42" ? 1 : 0;
+  });
+}
+class Apps extends Taskset {
+  get id() { return "apps"; }
+  *load() {
+    yield new AppTask({ id: "app", prompt: "Store 42 in the app.", image: "busybox:latest" }, this.config.task);
+  }
+}
+export function loadTaskset(config) { return new Apps(config); }
+`;
+
+async function engineJson(path: string): Promise<Json> {
+  const client = Deno.createHttpClient({
+    proxy: { transport: "unix", path: "/var/run/docker.sock" },
+  });
+  try {
+    const res = await fetch(`http://docker${path}`, { client });
+    return await res.json();
+  } finally {
+    client.close();
+  }
+}
+
+async function leftovers(runId: string): Promise<{ containers: number; networks: number }> {
+  const filters = encodeURIComponent(JSON.stringify({ label: [`vf.run_id=${runId}`] }));
+  const containers = await engineJson(`/containers/json?all=1&filters=${filters}`);
+  const networks = await engineJson(`/networks?filters=${filters}`);
+  return { containers: containers.length, networks: networks.length };
+}
+
+async function run(
+  dir: string,
+  args: string[],
+): Promise<CliResult & { runId: string; runDir: string }> {
+  const res = await collect(
+    cliCommand(args, { cwd: dir, env: {}, registry: false, docker: true }),
+  );
+  const runDir = /^Saving traces to (.+)$/m.exec(res.stderr)?.[1];
+  return { ...res, runId: runDir ? basename(runDir) : "", runDir: runDir ?? "" };
+}
+
+Deno.test("services: a two-service Compose task on Docker; the agent reaches the app by name, the grader reads the app's state, nothing is left after", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_services_" });
+  const runIds: string[] = [];
+  try {
+    await using model = await startModelServer({
+      responder: ({ body }) => {
+        const turn = body.messages.filter((m) => m.role === "assistant").length;
+        return turn === 0
+          ? {
+            content: null,
+            tool_calls: [{
+              name: "bash",
+              arguments: { command: 'wget -qO- "http://app:8080/cgi-bin/put?v=42"' },
+            }],
+          }
+          : { content: "Stored." };
+      },
+    });
+    await Deno.writeTextFile(join(dir, "apps.ts"), TASKSET);
+    await Deno.writeTextFile(join(dir, "compose.yaml"), COMPOSE);
+    const res = await run(dir, ["run", "./apps.ts", "-m", "m", "-b", model.url, "-o", "out"]);
+    runIds.push(res.runId);
+    assert.equal(res.code, 0, transcript(res));
+    const [trace] = (await Deno.readTextFile(join(res.runDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.equal(trace.ok, true, JSON.stringify(trace.error));
+    assert.match(trace.tool_calls[0].output, /stored/);
+    assert.deepEqual(trace.rewards, { stored: 1 });
+    assert.deepEqual(await leftovers(res.runId), { containers: 0, networks: 0 });
+
+    // A key outside the subset is refused before anything starts, naming the key.
+    await Deno.writeTextFile(
+      join(dir, "bad.yaml"),
+      'services:\n  app:\n    image: busybox:latest\n    volumes: ["data:/data"]\n',
+    );
+    const bad = await run(dir, [
+      "run",
+      "./apps.ts",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-o",
+      "out",
+      "--env.taskset.task.compose",
+      "bad.yaml",
+    ]);
+    runIds.push(bad.runId);
+    assert.equal(bad.code, 1, transcript(bad));
+    assert.match(
+      bad.stderr + JSON.stringify(bad.stdout),
+      /services\.app\.volumes: not supported yet/,
+    );
+
+    // A service that never becomes healthy: an infrastructure error, never reward 0.
+    await Deno.writeTextFile(
+      join(dir, "sick.yaml"),
+      'services:\n  app:\n    image: busybox:latest\n    command: ["sleep", "600"]\n' +
+        '    healthcheck:\n      test: ["CMD", "false"]\n      interval: 200ms\n      retries: 1\n',
+    );
+    const sick = await run(dir, [
+      "run",
+      "./apps.ts",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-o",
+      "out",
+      "--env.taskset.task.compose",
+      "sick.yaml",
+    ]);
+    runIds.push(sick.runId);
+    assert.equal(sick.code, 1, transcript(sick));
+    assert.match(sick.stderr, /Service "app" never became healthy/);
+    assert.match(sick.stdout, /reward n\/a/);
+    assert.deepEqual(await leftovers(sick.runId), { containers: 0, networks: 0 });
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
