@@ -155,6 +155,7 @@ export type { ToolDef, ToolRunContext, ToolsetSpec } from "./lib/tools/toolset.t
 export { Toolbox } from "./lib/tools/toolbox.ts";
 export type { ToolResult } from "./lib/tools/toolbox.ts";
 export { loadToolsets } from "./lib/tools/config.ts";
+export { mcpTools } from "./lib/tools/legacy.ts";
 export { checkCompose, loadServices } from "./lib/services/compose.ts";
 export type { ServiceSpec, ServicesSpec } from "./lib/services/compose.ts";
 export { ServiceGroup } from "./lib/services/docker.ts";

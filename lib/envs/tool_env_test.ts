@@ -399,3 +399,42 @@ Deno.test("StatefulToolEnv drops $defs used only by skipped arguments and keeps 
     required: ["query"],
   });
 });
+
+Deno.test("ToolEnv offers an MCP toolset's tools (mcpTools) and returns their errors to the model", async () => {
+  const { Toolbox } = await import("../tools/toolbox.ts");
+  const { mcpTools } = await import("../tools/legacy.ts");
+  const box = await Toolbox.open([{
+    name: "calc",
+    tools: {
+      mul: {
+        description: "Multiply",
+        parameters: { a: z.number(), b: z.number() },
+        run: ({ a, b }) => String(Number(a) * Number(b)),
+      },
+      div: {
+        description: "Divide",
+        parameters: { a: z.number(), b: z.number() },
+        run: ({ a, b }) => {
+          if (b === 0) throw new Error("division by zero");
+          return String(Number(a) / Number(b));
+        },
+      },
+    },
+  }], { state: {} });
+  try {
+    const { state, server } = await run([
+      toolCallReply("calc_mul", { a: 6, b: 7 }, { id: "m" }),
+      toolCallReply("calc_div", { a: 1, b: 0 }, { id: "d" }),
+      { content: "42" },
+    ], { tools: mcpTools(box) });
+    assert.deepEqual(
+      server.requests[0].body.tools?.map((t) => t.function?.name),
+      ["calc_mul", "calc_div"],
+    );
+    const tools = (state.completion as Messages).filter((m) => m.role === "tool");
+    assert.equal(tools[0].content, "42");
+    assert.match(String(tools[1].content), /division by zero/);
+  } finally {
+    await box.close();
+  }
+});
