@@ -183,3 +183,73 @@ Deno.test("services: a two-service Compose task on Docker; the agent reaches the
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+/** Start `vf run` with services, wait until the agent is mid-rollout, then send `signal`. */
+async function interruptMidRollout(
+  dir: string,
+  modelUrl: string,
+  signal: Deno.Signal,
+): Promise<{ runId: string; status: Deno.CommandStatus; stderr: string }> {
+  const child = cliCommand(["run", "./apps.ts", "-m", "m", "-b", modelUrl, "-o", "out"], {
+    cwd: dir,
+    env: {},
+    registry: false,
+    docker: true,
+    stdout: "null",
+  }).spawn();
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let stderr = "";
+  try {
+    while (!/^Saving traces to (.+)$/m.test(stderr)) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error(`the CLI ended before announcing its run:\n${stderr}`);
+      stderr += value;
+    }
+    const runId = basename(/^Saving traces to (.+)$/m.exec(stderr)![1]);
+    const draining = (async () => {
+      for (let r = await reader.read(); !r.done; r = await reader.read()) stderr += r.value;
+    })();
+    // The agent's sandbox and both services are up once the model has been asked.
+    const deadline = Date.now() + 60_000;
+    while ((await leftovers(runId)).containers < 3) {
+      assert.ok(Date.now() < deadline, `no rollout with services after 60s:\n${stderr}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    child.kill(signal);
+    const status = await child.status;
+    await draining;
+    return { runId, status, stderr };
+  } catch (error) {
+    child.kill("SIGKILL");
+    await child.status;
+    throw error;
+  }
+}
+
+Deno.test("services: SIGINT mid-rollout removes the services and their network; after SIGKILL, vf cleanup --run does", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_services_int_" });
+  const runIds: string[] = [];
+  try {
+    // The model never answers: the rollout waits, with everything up, until it is stopped.
+    await using model = await startModelServer({ responder: () => ({ hang: true }) });
+    await Deno.writeTextFile(join(dir, "apps.ts"), TASKSET);
+    await Deno.writeTextFile(join(dir, "compose.yaml"), COMPOSE);
+
+    const interrupted = await interruptMidRollout(dir, model.url, "SIGINT");
+    runIds.push(interrupted.runId);
+    assert.equal(interrupted.status.code, 130, interrupted.stderr);
+    assert.deepEqual(await leftovers(interrupted.runId), { containers: 0, networks: 0 });
+
+    const killed = await interruptMidRollout(dir, model.url, "SIGKILL");
+    runIds.push(killed.runId);
+    assert.equal(killed.status.signal, "SIGKILL");
+    const left = await leftovers(killed.runId);
+    assert.deepEqual(left, { containers: 3, networks: 1 }, "a killed evaluator stops nothing");
+    const cleanup = await run(dir, ["cleanup", "--run", killed.runId]);
+    assert.equal(cleanup.code, 0, transcript(cleanup));
+    assert.deepEqual(await leftovers(killed.runId), { containers: 0, networks: 0 });
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
