@@ -8,7 +8,6 @@
  */
 import { readFile } from "node:fs/promises";
 import { dirname, resolve } from "node:path";
-import { parse as parseYaml } from "npm:yaml@^2.9.1";
 import { ConfigError } from "../errors.ts";
 
 /** One service, checked. */
@@ -217,6 +216,7 @@ export async function loadServices(
   }
   let doc: unknown;
   try {
+    const { parse: parseYaml } = await import("npm:yaml@^2.9.1");
     doc = parseYaml(text);
   } catch (error) {
     throw new ConfigError(`${spec}: not valid YAML: ${(error as Error).message}`);

@@ -6,11 +6,7 @@
  * @module
  */
 import process from "node:process";
-import { Client } from "npm:@modelcontextprotocol/sdk@^1.32.0/client/index.js";
-import { StdioClientTransport } from "npm:@modelcontextprotocol/sdk@^1.32.0/client/stdio.js";
-import { StreamableHTTPClientTransport } from "npm:@modelcontextprotocol/sdk@^1.32.0/client/streamableHttp.js";
-import { McpServer } from "npm:@modelcontextprotocol/sdk@^1.32.0/server/mcp.js";
-import { InMemoryTransport } from "npm:@modelcontextprotocol/sdk@^1.32.0/inMemory.js";
+import type { Client } from "npm:@modelcontextprotocol/sdk@^1.32.0/client/index.js";
 import { ConfigError, InfraError } from "../errors.ts";
 import type { Tool } from "../types.ts";
 import { TOOLSET_NAME, type ToolsetSpec } from "./toolset.ts";
@@ -92,6 +88,9 @@ export class Toolbox {
   ): Promise<Toolbox> {
     checkToolsets(specs);
     const opened: Open[] = [];
+    // Loaded on first use: importing vf (e.g. in the permission sandbox) must not load the SDK,
+    // whose stdio client reads the environment when it is evaluated.
+    const { Client } = await import("npm:@modelcontextprotocol/sdk@^1.32.0/client/index.js");
     const results = await Promise.allSettled(specs.map(async (spec) => {
       const client = new Client({ name: "vf", version: "1" });
       try {
@@ -168,6 +167,9 @@ export class Toolbox {
 
 async function connect(client: Client, spec: ToolsetSpec, state: Record<string, unknown>) {
   if (spec.command !== undefined) {
+    const { StdioClientTransport } = await import(
+      "npm:@modelcontextprotocol/sdk@^1.32.0/client/stdio.js"
+    );
     await client.connect(
       new StdioClientTransport({
         command: spec.command,
@@ -180,9 +182,16 @@ async function connect(client: Client, spec: ToolsetSpec, state: Record<string, 
     return;
   }
   if (spec.url !== undefined) {
+    const { StreamableHTTPClientTransport } = await import(
+      "npm:@modelcontextprotocol/sdk@^1.32.0/client/streamableHttp.js"
+    );
     await client.connect(new StreamableHTTPClientTransport(new URL(spec.url)));
     return;
   }
+  const [{ McpServer }, { InMemoryTransport }] = await Promise.all([
+    import("npm:@modelcontextprotocol/sdk@^1.32.0/server/mcp.js"),
+    import("npm:@modelcontextprotocol/sdk@^1.32.0/inMemory.js"),
+  ]);
   const server = new McpServer({ name: spec.name, version: "1" });
   for (const [name, def] of Object.entries(spec.tools ?? {})) {
     server.registerTool(
