@@ -278,3 +278,60 @@ url = "http://127.0.0.1:${mcp.addr.port}/mcp"
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+const TALLY = `
+import { defineToolset } from "${MOD_URL}";
+export default defineToolset({
+  name: "tally",
+  tools: {
+    add: {
+      description: "Count one more",
+      parameters: {},
+      run: (_args, { state }) => String((state.n = Number(state.n ?? 0) + 1)),
+    },
+  },
+});
+`;
+
+Deno.test("toolsets: shared = true opens a toolset once for the run, so its state carries across rollouts; by default each rollout gets its own", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_tools_shared_" });
+  try {
+    await using model = await startModelServer({
+      responder: ({ body }) =>
+        body.messages.some((m: WireMessage) => m.role === "tool")
+          ? { content: "done" }
+          : { content: null, tool_calls: [{ name: "tally_add", arguments: {} }] },
+    });
+    await Deno.writeTextFile(join(dir, "capitals.ts"), CAPITALS);
+    await Deno.writeTextFile(join(dir, "tally.ts"), TALLY);
+    const outputs = async (shared: boolean) => {
+      const res = await run(
+        dir,
+        `model = "m"
+rollouts_per_example = 3
+max_concurrent = 1
+[client]
+base_url = "${model.url}"
+[env.taskset]
+id = "./capitals.ts"
+[env.agent.runtime]
+type = "subprocess"
+[[env.toolsets]]
+name = "tally"
+module = "tally.ts"
+shared = ${shared}
+`,
+      );
+      const runDir = /^Saving traces to (.+)$/m.exec(res.stderr)?.[1];
+      assert.ok(runDir, transcript(res));
+      return (await Deno.readTextFile(join(runDir, "traces.jsonl"))).trim().split("\n")
+        .map((l) => JSON.parse(l))
+        .sort((a: Json, b: Json) => a.rollout_index - b.rollout_index)
+        .map((t: Json) => t.tool_calls[0]?.output);
+    };
+    assert.deepEqual(await outputs(true), ["1", "2", "3"]);
+    assert.deepEqual(await outputs(false), ["1", "1", "1"]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

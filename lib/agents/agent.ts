@@ -20,6 +20,7 @@ import {
 import type { Task, TraceView } from "../tasks/task.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
+import type { Toolbox } from "../tools/toolbox.ts";
 import type { Messages, SamplingArgs } from "../types.ts";
 
 /** A role's harness: an object, or a config whose `id` names a built-in (none: the task's choice). */
@@ -54,6 +55,8 @@ export interface EpisodeScope {
   judges?: Judge[];
   /** The run's toolsets: offered to every run of a trainable role. */
   toolsets?: ToolsetSpec[];
+  /** The run's shared toolsets, open for the whole run. */
+  sharedTools?: Toolbox;
   /** The run's Compose file for tasks without services of their own (trainable roles). */
   services?: string;
   /** Interactions not closed yet: the episode closes them if its Env did not. */
@@ -136,6 +139,7 @@ export class EpisodeAgent {
       promptless: options.promptless,
       judges: this.trainable ? this.#scope.judges : undefined,
       toolsets: this.trainable ? this.#scope.toolsets : undefined,
+      sharedTools: this.trainable ? this.#scope.sharedTools : undefined,
       services: this.trainable ? this.#scope.services : undefined,
     });
     rollout.trace.attempt = this.#runs++;

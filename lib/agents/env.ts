@@ -140,6 +140,8 @@ export interface RunEpisodeOptions {
   judges?: EpisodeScope["judges"];
   /** The run's toolsets: offered to every run of a trainable role. */
   toolsets?: EpisodeScope["toolsets"];
+  /** The run's shared toolsets, open for the whole run. */
+  sharedTools?: EpisodeScope["sharedTools"];
   /** The run's Compose file (`[env.services] compose`). */
   services?: string;
 }
@@ -238,6 +240,7 @@ export async function runEpisode(
         },
         judges: options.judges,
         toolsets: options.toolsets,
+        sharedTools: options.sharedTools,
         services: options.services,
         interactions,
         traces: new Set(),

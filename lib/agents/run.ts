@@ -10,6 +10,7 @@ import type { ChatClient } from "../model/client.ts";
 import { ConfigError } from "../errors.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
+import { Toolbox } from "../tools/toolbox.ts";
 import { readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
 import { requireRewards, type Task, type Taskset } from "../tasks/task.ts";
 import type { AgentPolicy, TaskTrace } from "../tasks/rollout.ts";
@@ -174,7 +175,17 @@ export async function runTaskset(
     for (let i = 0; i < r; i++) if (!done.has(`${task.key}#${i}`)) jobs.push({ task, index: i });
   }
   if (options.runDir) await mkdir(options.runDir, { recursive: true });
-  await env.start();
+  // Shared toolsets: opened once, before any rollout, for every rollout of the run.
+  const sharedSpecs = (options.toolsets ?? []).filter((t) => t.shared);
+  const sharedTools = sharedSpecs.length
+    ? await Toolbox.open(sharedSpecs, { state: {}, signal: options.signal })
+    : undefined;
+  try {
+    await env.start();
+  } catch (error) {
+    await sharedTools?.close();
+    throw error;
+  }
   const episodes: Episode[] = [...done.values()];
   const total = tasks.length * r;
   let writeQueue = Promise.resolve();
@@ -202,6 +213,7 @@ export async function runTaskset(
           signal: controller.signal,
           judges: options.judges,
           toolsets: options.toolsets,
+          sharedTools,
           services: options.services,
         });
       } catch (error) {
@@ -233,6 +245,7 @@ export async function runTaskset(
   } finally {
     await writeQueue;
     await env.stop();
+    await sharedTools?.close();
   }
   const scored = scoredTraces(episodes);
   const perTask = new Map<string, number>();

@@ -176,6 +176,8 @@ export interface TaskRolloutOptions {
   judges?: Judge[];
   /** The run's toolsets, opened for this rollout beside the task's own. */
   toolsets?: ToolsetSpec[];
+  /** The run's shared toolsets, already open (offered, never closed, by the rollout). */
+  sharedTools?: Toolbox;
   /** A Compose file for tasks that declare no services of their own (`[env.services]`). */
   services?: string;
 }
@@ -684,10 +686,17 @@ export class TaskRollout {
             }
           }
         }));
-      const toolsets = [...(this.#options.toolsets ?? []), ...task.toolsets()];
-      if (toolsets.length) {
+      const toolsets = [
+        ...(this.#options.toolsets ?? []).filter((t) => !t.shared),
+        ...task.toolsets(),
+      ];
+      const shared = this.#options.sharedTools;
+      if (toolsets.length || shared) {
         await inPhase("setup", async () => {
-          this.#toolbox = await Toolbox.open(toolsets, { state: this.state, signal });
+          const ctx = { state: this.state, signal };
+          this.#toolbox = shared
+            ? await shared.with(toolsets, ctx)
+            : await Toolbox.open(toolsets, ctx);
         });
       }
       this.#opened = true;

@@ -10,7 +10,7 @@ import { ConfigError } from "../errors.ts";
 import { checkToolsets } from "./toolbox.ts";
 import type { ToolsetSpec } from "./toolset.ts";
 
-const KEYS = ["name", "command", "args", "env", "cwd", "url", "module", "timeout"];
+const KEYS = ["name", "command", "args", "env", "cwd", "url", "module", "timeout", "shared"];
 
 /**
  * The toolsets a config lists, loaded (modules imported from `baseDir`) and checked.
@@ -50,6 +50,9 @@ export async function loadToolsets(
     if (e.timeout !== undefined && typeof e.timeout !== "number") {
       throw new ConfigError(`${at}.timeout: expected seconds (a number)`);
     }
+    if (e.shared !== undefined && typeof e.shared !== "boolean") {
+      throw new ConfigError(`${at}.shared: expected true or false`);
+    }
     let spec: ToolsetSpec = {
       name: str("name") as string,
       command: str("command"),
@@ -58,6 +61,7 @@ export async function loadToolsets(
       cwd: str("cwd") ? resolve(baseDir, str("cwd")!) : undefined,
       url: str("url"),
       timeout: e.timeout as number | undefined,
+      shared: e.shared as boolean | undefined,
     };
     const module = str("module");
     if (module) {
@@ -78,6 +82,7 @@ export async function loadToolsets(
         ...exported,
         name: spec.name ?? exported.name,
         timeout: spec.timeout ?? exported.timeout,
+        shared: spec.shared ?? exported.shared,
       };
     }
     for (const k of Object.keys(spec) as Array<keyof ToolsetSpec>) {

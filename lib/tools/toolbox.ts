@@ -66,15 +66,38 @@ function baseEnv(): Record<string, string> {
 /** The open toolsets of one rollout. */
 export class Toolbox {
   readonly #open: Open[];
+  /** Toolsets opened once for the run: offered here, never closed here. */
+  readonly #shared: Open[];
   readonly #byName = new Map<string, { open: Open; tool: string }>();
 
-  private constructor(open: Open[]) {
+  private constructor(open: Open[], shared: Open[] = []) {
     this.#open = open;
-    for (const o of open) {
+    this.#shared = shared;
+    for (const o of [...shared, ...open]) {
       for (const t of o.tools) {
         this.#byName.set(t.name, { open: o, tool: t.name.slice(o.spec.name.length + 1) });
       }
     }
+  }
+
+  /**
+   * A rollout's view of this (run-wide) toolbox plus its own toolsets: the shared ones stay
+   * open when the rollout's toolbox closes.
+   * @throws {ConfigError} when a toolset name is both shared and the rollout's own
+   */
+  async with(
+    specs: ToolsetSpec[],
+    ctx: { state: Record<string, unknown>; signal?: AbortSignal },
+  ): Promise<Toolbox> {
+    const shared = [...this.#shared, ...this.#open];
+    const clash = specs.find((s) => shared.some((o) => o.spec.name === s.name));
+    if (clash) {
+      throw new ConfigError(
+        `Toolset "${clash.name}" is both shared by the run and the rollout's own; rename one`,
+      );
+    }
+    const own = specs.length ? await Toolbox.open(specs, ctx) : null;
+    return new Toolbox(own ? own.#open : [], shared);
   }
 
   /**
@@ -129,7 +152,7 @@ export class Toolbox {
 
   /** The tools, named `<toolset>_<tool>`, as the model is offered them. */
   get tools(): Tool[] {
-    return this.#open.flatMap((o) => o.tools);
+    return [...this.#shared, ...this.#open].flatMap((o) => o.tools);
   }
 
   /** Whether `name` is one of the toolbox's tools. */
@@ -159,7 +182,7 @@ export class Toolbox {
     return { text, isError: result.isError === true };
   }
 
-  /** Close every toolset (stops stdio servers). Idempotent. */
+  /** Close this toolbox's own toolsets (stops stdio servers); shared ones stay. Idempotent. */
   async close(): Promise<void> {
     await Promise.all(this.#open.splice(0).map((o) => o.client.close().catch(() => {})));
   }

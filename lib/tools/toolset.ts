@@ -54,6 +54,11 @@ export interface ToolsetSpec {
   tools?: Record<string, ToolDef>;
   /** Seconds one call may take; default 60. */
   timeout?: number;
+  /**
+   * Opened once for the whole run and shared by every rollout (a run-level toolset only): its
+   * state is the run's, not a rollout's. Default false: one per rollout.
+   */
+  shared?: boolean;
 }
 
 /** A toolset of TypeScript tools (see the module doc). */
