@@ -159,6 +159,7 @@ export { mcpTools } from "./lib/tools/legacy.ts";
 export { checkCompose, loadServices } from "./lib/services/compose.ts";
 export type { ServiceSpec, ServicesSpec } from "./lib/services/compose.ts";
 export { ServiceGroup } from "./lib/services/docker.ts";
+export { buildImage } from "./lib/services/build.ts";
 export {
   assistantMessage,
   BashHarness,

@@ -253,3 +253,58 @@ Deno.test("services: SIGINT mid-rollout removes the services and their network; 
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("services: build from a folder with a Dockerfile (POST /build, offline from a local base image), reused by content hash", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_services_build_" });
+  const runIds: string[] = [];
+  try {
+    await using model = await startModelServer({
+      responder: ({ body }) =>
+        body.messages.some((m) => m.role === "tool") ? { content: "Stored." } : {
+          content: null,
+          tool_calls: [{
+            name: "bash",
+            arguments: { command: 'wget -qO- "http://app:8080/cgi-bin/put?v=42"' },
+          }],
+        },
+    });
+    await Deno.mkdir(join(dir, "app/www/cgi-bin"), { recursive: true });
+    await Deno.writeTextFile(
+      join(dir, "app/Dockerfile"),
+      'FROM busybox:latest\nCOPY www /www\nRUN chmod +x /www/cgi-bin/put\nCMD ["httpd", "-f", "-p", "8080", "-h", "/www"]\n',
+    );
+    await Deno.writeTextFile(
+      join(dir, "app/www/cgi-bin/put"),
+      '#!/bin/sh\necho "hello ${QUERY_STRING#v=}" > /www/state.txt\nprintf "Content-Type: text/plain\\r\\n\\r\\nstored\\n"\n',
+    );
+    await Deno.writeTextFile(join(dir, "app/www/index.html"), "ok\n");
+    await Deno.writeTextFile(
+      join(dir, "compose.yaml"),
+      "services:\n  app:\n    build: ./app\n    healthcheck:\n" +
+        '      test: ["CMD", "wget", "-q", "-O", "/dev/null", "http://127.0.0.1:8080/index.html"]\n' +
+        "      interval: 200ms\n      retries: 50\n",
+    );
+    await Deno.writeTextFile(join(dir, "apps.ts"), TASKSET);
+    const builtImages = async () =>
+      (await engineJson(
+        `/images/json?filters=${
+          encodeURIComponent(JSON.stringify({ reference: ["vf-build-app"] }))
+        }`,
+      )).map((i: Json) => i.Id).sort();
+    const after: string[][] = [];
+    for (let i = 0; i < 2; i++) {
+      const res = await run(dir, ["run", "./apps.ts", "-m", "m", "-b", model.url, "-o", "out"]);
+      runIds.push(res.runId);
+      assert.equal(res.code, 0, transcript(res));
+      const [trace] = (await Deno.readTextFile(join(res.runDir, "traces.jsonl"))).trim()
+        .split("\n").map((l) => JSON.parse(l));
+      assert.deepEqual(trace.rewards, { stored: 1 }, JSON.stringify(trace.error));
+      after.push(await builtImages());
+    }
+    assert.ok(after[0].length >= 1);
+    assert.deepEqual(after[1], after[0], "the second run reused the image built by the first");
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});

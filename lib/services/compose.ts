@@ -1,5 +1,6 @@
 /**
- * The Compose subset a task's services may use: `services.<name>` with `image`, `command`,
+ * The Compose subset a task's services may use: `services.<name>` with `image` or `build`
+ * (a folder within the Compose file's, with its Dockerfile), `command`,
  * `environment`, `healthcheck` (`test`, `interval`, `timeout`, `retries`, `start_period`),
  * `depends_on` (a list, or `condition: service_started | service_healthy`) and `ports`
  * (accepted: services are reached by name on the rollout's network, nothing is published).
@@ -13,7 +14,10 @@ import { ConfigError } from "../errors.ts";
 /** One service, checked. */
 export interface ServiceSpec {
   name: string;
+  /** The image; for a service that is built, the tag it is given (or a built tag). */
   image: string;
+  /** Built from this folder (absolute) and Dockerfile before it starts. */
+  build?: { context: string; dockerfile?: string };
   /** Null: the image's own entrypoint and command. */
   command: string[] | null;
   env: Record<string, string>;
@@ -33,8 +37,8 @@ export interface ServicesSpec {
   services: ServiceSpec[];
 }
 
-const KEYS = ["image", "command", "environment", "healthcheck", "depends_on", "ports"];
-const LATER = ["build", "volumes", "networks"];
+const KEYS = ["image", "build", "command", "environment", "healthcheck", "depends_on", "ports"];
+const LATER = ["volumes", "networks"];
 
 /** Compose durations: `1m30s`, `500ms`, `2s`, or seconds as a number. */
 export function parseDuration(value: unknown, at: string): number {
@@ -62,7 +66,7 @@ function strings(value: unknown, at: string): string[] {
  * Check a Compose document (an object as parsed from YAML) against the subset.
  * @throws {ConfigError} naming `<source>: services.<name>.<key>`
  */
-export function checkCompose(doc: unknown, source: string): ServicesSpec {
+export function checkCompose(doc: unknown, source: string, baseDir = "."): ServicesSpec {
   const at = (path: string) => `${source}: ${path}`;
   const top = doc as Record<string, unknown> | null;
   if (!top || typeof top !== "object" || !top.services || typeof top.services !== "object") {
@@ -95,8 +99,30 @@ export function checkCompose(doc: unknown, source: string): ServicesSpec {
         );
       }
     }
-    if (typeof s.image !== "string" || !s.image) {
-      throw new ConfigError(at(`${p}.image: every service needs an image`));
+    let build: ServiceSpec["build"];
+    if (s.build !== undefined) {
+      const b = typeof s.build === "string"
+        ? { context: s.build }
+        : s.build as Record<string, unknown>;
+      for (const key of Object.keys(b ?? {})) {
+        if (key !== "context" && key !== "dockerfile") {
+          throw new ConfigError(
+            at(`${p}.build.${key}: not in the supported Compose subset (context, dockerfile)`),
+          );
+        }
+      }
+      if (typeof b.context !== "string" || !b.context) {
+        throw new ConfigError(at(`${p}.build.context: the folder to build from`));
+      }
+      const root = resolve(baseDir);
+      const context = resolve(root, b.context);
+      if (context !== root && !context.startsWith(root + "/")) {
+        throw new ConfigError(at(`${p}.build.context: "${b.context}" is outside the task folder`));
+      }
+      build = { context, dockerfile: typeof b.dockerfile === "string" ? b.dockerfile : undefined };
+    }
+    if ((typeof s.image !== "string" || !s.image) && !build) {
+      throw new ConfigError(at(`${p}.image: every service needs an image or a build`));
     }
     let command: string[] | null = null;
     if (typeof s.command === "string") command = ["sh", "-c", s.command];
@@ -159,7 +185,15 @@ export function checkCompose(doc: unknown, source: string): ServicesSpec {
     } else if (s.depends_on !== undefined) {
       throw new ConfigError(at(`${p}.depends_on: expected a list or a table`));
     }
-    services.push({ name, image: s.image, command, env, healthcheck, dependsOn });
+    services.push({
+      name,
+      image: typeof s.image === "string" ? s.image : "",
+      build,
+      command,
+      env,
+      healthcheck,
+      dependsOn,
+    });
   }
   for (const s of services) {
     for (const d of s.dependsOn) {
@@ -206,7 +240,9 @@ export async function loadServices(
   spec: string | Record<string, unknown>,
   baseDir = ".",
 ): Promise<ServicesSpec & { dir: string }> {
-  if (typeof spec !== "string") return { ...checkCompose(spec, "compose"), dir: resolve(baseDir) };
+  if (typeof spec !== "string") {
+    return { ...checkCompose(spec, "compose", baseDir), dir: resolve(baseDir) };
+  }
   const path = resolve(baseDir, spec);
   let text: string;
   try {
@@ -221,5 +257,5 @@ export async function loadServices(
   } catch (error) {
     throw new ConfigError(`${spec}: not valid YAML: ${(error as Error).message}`);
   }
-  return { ...checkCompose(doc, spec), dir: dirname(path) };
+  return { ...checkCompose(doc, spec, dirname(path)), dir: dirname(path) };
 }

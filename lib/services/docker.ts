@@ -11,6 +11,7 @@ import { DockerRuntime } from "../../runtimes/docker/mod.ts";
 import { ownerLabels } from "../../runtimes/owner.ts";
 import { InfraError } from "../errors.ts";
 import type { ServicesSpec } from "./compose.ts";
+import { buildImage } from "./build.ts";
 
 function hex(n: number): string {
   return [...crypto.getRandomValues(new Uint8Array(n))]
@@ -64,13 +65,26 @@ export class ServiceGroup {
         },
       });
       const started = new Map<string, DockerRuntime>();
+      // Built images first (a tag already present is reused).
+      const images = new Map<string, string>();
+      for (const s of spec.services) {
+        if (s.build) {
+          images.set(
+            s.name,
+            await buildImage(s.name, s.build.context, {
+              dockerfile: s.build.dockerfile,
+              signal: options.signal,
+            }),
+          );
+        }
+      }
       for (const s of spec.services) {
         for (const d of s.dependsOn.filter((d) => d.healthy)) {
           await group.#healthy(d.name, started.get(d.name)!, options);
         }
         const runtime = new DockerRuntime({
           type: "docker",
-          image: s.image,
+          image: images.get(s.name) ?? s.image,
           env: s.env,
           networkName: group.network,
           aliases: [s.name],

@@ -647,6 +647,65 @@ export class DockerEngine {
 
   // -- images ----------------------------------------------------------------------------
 
+  /**
+   * `POST /build`: builds an image from a tar of its context and tags it `tag`, waiting for
+   * the build to end. Returns the image id.
+   * @throws {SandboxImageError} naming the tag and the build's last output when it fails
+   */
+  async buildImage(
+    context: Uint8Array,
+    options: {
+      tag: string;
+      dockerfile?: string;
+      labels?: Record<string, string>;
+      signal?: AbortSignal;
+    },
+  ): Promise<string> {
+    const response = await this.#request("POST", "/build", {
+      query: {
+        t: options.tag,
+        dockerfile: options.dockerfile ?? "Dockerfile",
+        rm: true,
+        forcerm: true,
+        labels: options.labels ? JSON.stringify(options.labels) : undefined,
+      },
+      body: context,
+      contentType: "application/x-tar",
+      signal: options.signal,
+    });
+    const text = await response.body.text();
+    const failed = (detail: string) =>
+      new SandboxImageError(options.tag, `Building image "${options.tag}" failed: ${detail}`);
+    if (response.statusCode >= 300) {
+      let message = text.trim();
+      try {
+        message = JSON.parse(text).message ?? message;
+      } catch {
+        // keep the text
+      }
+      throw failed(message);
+    }
+    const output: string[] = [];
+    let id = "";
+    for (const line of text.split("\n")) {
+      if (!line.trim()) continue;
+      let event: { stream?: string; error?: string; aux?: { ID?: string } };
+      try {
+        event = JSON.parse(line);
+      } catch {
+        continue;
+      }
+      if (event.stream) output.push(event.stream);
+      if (event.aux?.ID) id = event.aux.ID;
+      if (event.error) {
+        throw failed(
+          `${event.error.trim()}\n${output.join("").trim().split("\n").slice(-10).join("\n")}`,
+        );
+      }
+    }
+    return id || options.tag;
+  }
+
   /** `GET /images/{name}/json`; undefined when the image is not present. */
   inspectImage(image: string): Promise<Record<string, unknown> | undefined> {
     return this.#json("GET", `/images/${encodeURIComponent(image)}/json`, { allow404: true });
