@@ -108,8 +108,8 @@ export interface DockerRuntimeSpec {
   aliases?: string[];
   /**
    * What the container runs: by default `sleep infinity` (a sandbox commands are executed
-   * in); `null` runs the image's own entrypoint and command, a list runs that command (a
-   * service).
+   * in); `null` runs the image's own entrypoint and command; a list replaces the image's
+   * command and keeps its entrypoint, as Compose's `command` does (a service).
    */
   command?: string[] | null;
   /** A health check (a service): `test` as Compose writes it, durations in seconds. */

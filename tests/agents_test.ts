@@ -855,10 +855,24 @@ Deno.test("max_concurrent_agents bounds the agent runs of one episode: best-of-n
   await using s = await scenario();
   let inFlight = 0;
   let peak = 0;
+  // With two permits, a request waits (up to 5 s) for a second one to be in flight with it, so
+  // the peak shows concurrency without depending on timing; with one, nothing waits.
+  let waitForPair = false;
+  let pairUp = () => {};
   await using server = await startModelServer({
     responder: async () => {
       peak = Math.max(peak, ++inFlight);
-      await new Promise((r) => setTimeout(r, 300));
+      if (waitForPair) {
+        if (inFlight >= 2) pairUp();
+        else {
+          let timer: ReturnType<typeof setTimeout> | undefined;
+          await new Promise<void>((r) => {
+            pairUp = r;
+            timer = setTimeout(r, 5000);
+          });
+          clearTimeout(timer);
+        }
+      }
       inFlight--;
       return { content: "hello" };
     },
@@ -882,6 +896,7 @@ Deno.test("max_concurrent_agents bounds the agent runs of one episode: best-of-n
   assert.equal(peak, 1);
   assert.equal((await runOf(one)).lines[0].traces.length, 4);
   peak = 0;
+  waitForPair = true;
   const two = await s.cli([...base, ...flags, "--env.max_concurrent_agents", "2"]);
   assert.equal(two.code, 0, transcript(two));
   assert.equal(peak, 2);

@@ -173,8 +173,9 @@ export class EpisodeAgent {
    * scoring. A failed run is data (its trace holds the error); only an interrupt throws.
    */
   async run(task: Task, options: AgentRunOptions = {}): Promise<AgentRun> {
-    const release = await this.#scope.permits.acquire({ signal: this.#scope.signal });
+    // Built first: a bad harness id throws here, before a permit is held.
     const rollout = this.#rollout(task, options);
+    const release = await this.#scope.permits.acquire({ signal: this.#scope.signal });
     try {
       if (await rollout.open()) await rollout.step();
       await rollout.close();
@@ -217,6 +218,7 @@ export class EpisodeAgent {
       }
     } catch (error) {
       await rollout.dispose();
+      this.recordCutShort(rollout);
       throw error;
     } finally {
       release();

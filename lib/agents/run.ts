@@ -7,7 +7,7 @@
 import { appendFile, mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { ChatClient } from "../model/client.ts";
-import { ConfigError } from "../errors.ts";
+import { ConfigError, EnvError, serializeError } from "../errors.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import { Toolbox } from "../tools/toolbox.ts";
@@ -97,7 +97,13 @@ export function scoredTraces(episodes: Episode[]): TaskTrace[] {
   const out: TaskTrace[] = [];
   for (const e of episodes) {
     const own = e.traces.filter((t) => t.trainable !== false);
-    const failure = e.errors[0];
+    const failure = e.errors[0] ??
+      (own.length === 0
+        ? {
+          ...serializeError(new EnvError(`Episode of "${e.task.key}" has no trainable trace`)),
+          phase: "env",
+        }
+        : undefined);
     if (own.length === 0 && failure) {
       out.push({
         task: e.task,
@@ -193,8 +199,9 @@ export async function runTaskset(
     for (const t of episode.traces) t.model_retries = modelRetries(t);
     const line = (env.flat ? flatTrace(episode) : null) ?? episode;
     if (!tracesPath) return Promise.resolve();
-    writeQueue = writeQueue.then(() => appendFile(tracesPath, JSON.stringify(line) + "\n"));
-    return writeQueue;
+    const write = writeQueue.then(() => appendFile(tracesPath, JSON.stringify(line) + "\n"));
+    writeQueue = write.catch(() => {});
+    return write;
   };
   const controller = new AbortController();
   const outer = options.signal;
@@ -228,10 +235,17 @@ export async function runTaskset(
       );
       if (modelError) fatal = new ConfigError(modelError.error!.message);
       episodes.push(episode);
-      await persist(episode);
-      options.onEpisode?.(episode, episodes.length, total);
-      if (options.onTrace) {
-        for (const t of scoredTraces([episode])) options.onTrace(t, episodes.length, total);
+      try {
+        await persist(episode);
+        options.onEpisode?.(episode, episodes.length, total);
+        if (options.onTrace) {
+          for (const t of scoredTraces([episode])) options.onTrace(t, episodes.length, total);
+        }
+      } catch (error) {
+        // Results can no longer be written (disk full, permissions): stop every worker.
+        if (!fatal) fatal = error;
+        controller.abort(error);
+        return;
       }
       if (modelError) {
         controller.abort(fatal);
@@ -243,9 +257,12 @@ export async function runTaskset(
   try {
     await Promise.all(Array.from({ length: n }, worker));
   } finally {
-    await writeQueue;
-    await env.stop();
-    await sharedTools?.close();
+    try {
+      await writeQueue.catch(() => {}); // a write that failed is already the run's error
+    } finally {
+      await env.stop();
+      await sharedTools?.close();
+    }
   }
   const scored = scoredTraces(episodes);
   const perTask = new Map<string, number>();

@@ -40,6 +40,41 @@ export interface ServicesSpec {
 const KEYS = ["image", "build", "command", "environment", "healthcheck", "depends_on", "ports"];
 const LATER = ["volumes", "networks"];
 
+/** Split a command line as a POSIX shell would: quotes and backslashes, no expansion. */
+export function shellSplit(line: string, at: string): string[] {
+  const out: string[] = [];
+  let word = "";
+  let has = false;
+  let quote: '"' | "'" | null = null;
+  for (let i = 0; i < line.length; i++) {
+    const ch = line[i];
+    if (quote === "'") {
+      if (ch === "'") quote = null;
+      else word += ch;
+    } else if (quote === '"') {
+      if (ch === '"') quote = null;
+      else if (ch === "\\" && i + 1 < line.length && '"\\$`'.includes(line[i + 1])) {
+        word += line[++i];
+      } else word += ch;
+    } else if (ch === "'" || ch === '"') {
+      quote = ch;
+      has = true;
+    } else if (ch === "\\" && i + 1 < line.length) {
+      word += line[++i];
+      has = true;
+    } else if (/\s/.test(ch)) {
+      if (has || word) out.push(word);
+      word = "";
+      has = false;
+    } else {
+      word += ch;
+    }
+  }
+  if (quote) throw new ConfigError(`${at}: unclosed ${quote} quote`);
+  if (has || word) out.push(word);
+  return out;
+}
+
 /** Compose durations: `1m30s`, `500ms`, `2s`, or seconds as a number. */
 export function parseDuration(value: unknown, at: string): number {
   if (typeof value === "number" && value >= 0) return value;
@@ -125,7 +160,7 @@ export function checkCompose(doc: unknown, source: string, baseDir = "."): Servi
       throw new ConfigError(at(`${p}.image: every service needs an image or a build`));
     }
     let command: string[] | null = null;
-    if (typeof s.command === "string") command = ["sh", "-c", s.command];
+    if (typeof s.command === "string") command = shellSplit(s.command, at(`${p}.command`));
     else if (s.command !== undefined) command = strings(s.command, at(`${p}.command`));
     const env: Record<string, string> = {};
     if (Array.isArray(s.environment)) {

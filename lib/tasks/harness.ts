@@ -6,7 +6,7 @@
  */
 import type { Runtime } from "../../runtimes/runtime.ts";
 import type { ChatClient } from "../model/client.ts";
-import { CommandTimeoutError, ConfigError, InfraError } from "../errors.ts";
+import { CommandTimeoutError, ConfigError, InfraError, TaskError } from "../errors.ts";
 import type { StopHook, Task, TaskData } from "./task.ts";
 import type { MessageGraph } from "./graph.ts";
 import type { Toolbox } from "../tools/toolbox.ts";
@@ -77,6 +77,9 @@ export interface HarnessContext {
   toolbox?: Toolbox;
   signal?: AbortSignal;
 }
+
+/** A task's stop condition threw: the task's failure (phase `stop`), never the agent's. */
+export class StopHookError extends TaskError {}
 
 /**
  * A stop condition fired before a model call: the rollout ends cleanly (`stop_condition` is
@@ -176,13 +179,21 @@ export async function callModel(
   tools: Tool[],
 ): Promise<Response> {
   for (const s of ctx.stops ?? []) {
-    const fired = await s.fn({
-      data: ctx.data,
-      messages: ctx.recorder.messages,
-      turn,
-      usage: ctx.recorder.usage,
-      state: ctx.state,
-    });
+    let fired: boolean;
+    try {
+      fired = await s.fn({
+        data: ctx.data,
+        messages: ctx.recorder.messages,
+        turn,
+        usage: ctx.recorder.usage,
+        state: ctx.state,
+      });
+    } catch (error) {
+      throw new StopHookError(
+        `Stop condition "${s.name}" failed: ${(error as Error).message ?? error}`,
+        { cause: error },
+      );
+    }
     if (fired) {
       ctx.recorder.graph?.commitPrompt(ctx.recorder.messages);
       ctx.recorder.stop_condition = s.name;

@@ -34,3 +34,25 @@ Deno.test("rescoreTrace(): offline hooks and plugged ones score a saved trace; h
   assert.deepEqual(skipped, ["file_ok"]);
   assert.match(warned.join("\n"), /skipped "file_ok": they need a live sandbox/);
 });
+
+Deno.test("rescoreTrace(): a task with nothing it can score offline gets no reward, never a 0", async () => {
+  class LiveOnly extends Task {
+    ok = reward(async ({ runtime }) => ((await readText(runtime, "/x")) ? 1 : 0));
+  }
+  const saved = Trace.read({
+    trace_id: "t2",
+    task: { key: "k", idx: 0, hash: "h" },
+    info: { judge: [{ judge: "old", usage: { input_tokens: 9, output_tokens: 9 } }] },
+  } as unknown as TaskTrace).record;
+  let result!: Awaited<ReturnType<typeof rescoreTrace>>;
+  await captureWarnings(
+    async () => (result = await rescoreTrace(new LiveOnly({ prompt: "q" }), saved)),
+  );
+  assert.equal(result.scores.reward, null);
+  assert.deepEqual(result.skipped, ["ok"]);
+  assert.equal(
+    result.info.judge,
+    undefined,
+    "old judge replies are not carried into the new scoring",
+  );
+});

@@ -21,7 +21,9 @@ import type { ChatClient } from "../model/client.ts";
 import { resolveTemplate } from "../config.ts";
 import {
   ConfigError,
+  EnvError,
   InfraError,
+  InvalidModelResponseError,
   ModelError,
   SandboxError,
   type SerializedError,
@@ -34,6 +36,7 @@ import {
   type HarnessRecorder,
   type ModelCallRecord,
   StopFired,
+  StopHookError,
   type ToolCallRecord,
 } from "./harness.ts";
 import {
@@ -594,7 +597,13 @@ export class TaskRollout {
     this.trace.ok = false;
     this.trace.error = { ...serializeError(error), phase: phaseName };
     // The model endpoint failing after its retries is infrastructure too (a bad key ends the run).
-    if (error instanceof InfraError || error instanceof ModelError) this.trace.error.infra = true;
+    // A malformed or empty reply is the evaluated model's own failure: it counts.
+    if (
+      error instanceof InfraError ||
+      (error instanceof ModelError && !(error instanceof InvalidModelResponseError))
+    ) {
+      this.trace.error.infra = true;
+    }
     this.trace.stop_condition ??= this.#recorder.stop_condition ?? "has_error";
   }
 
@@ -631,8 +640,15 @@ export class TaskRollout {
             try {
               await phase("setup", this.#timeout("setup"), signal, async (s) => {
                 const t1 = performance.now();
-                if (box) this.#agent = box.runtime;
-                else {
+                if (box) {
+                  if ((task.deploymentSpec() ?? this.#options.services ?? null) !== null) {
+                    throw new ConfigError(
+                      `Task "${task.key}" has services, which a borrowed sandbox does not bring; ` +
+                        `run it in its own sandbox`,
+                    );
+                  }
+                  this.#agent = box.runtime;
+                } else {
                   let spec = this.#agentSpec!;
                   const compose = task.deploymentSpec() ?? this.#options.services ?? null;
                   if (compose !== null) {
@@ -642,13 +658,19 @@ export class TaskRollout {
                           `run them; use --env.agent.runtime.type docker`,
                       );
                     }
-                    this.#services = await ServiceGroup.start(await loadServices(compose), {
+                    const group = await ServiceGroup.start(await loadServices(compose), {
                       runId: this.#options.runId,
                       task: task.key,
                       internet: spec.network === true,
                       healthTimeout: this.#timeout("setup"),
                       signal: s,
                     });
+                    if (s.aborted) {
+                      // The phase ended (timeout, interrupt) as they came up: nobody else stops them.
+                      await group.stop();
+                      throw s.reason;
+                    }
+                    this.#services = group;
                     spec = { ...spec, networkName: this.#services.network, aliases: ["agent"] };
                   }
                   await startSandbox(
@@ -767,6 +789,7 @@ export class TaskRollout {
       const error = raw instanceof PhaseError ? raw.error : raw;
       // A stop condition that a custom harness let through is a clean end, not a failure.
       if (error instanceof StopFired) this.trace.stop_condition = error.condition;
+      else if (error instanceof StopHookError) this.#fail(new PhaseError("stop", error));
       else this.#fail(raw);
     } finally {
       this.#agentMs += performance.now() - t0;
@@ -774,9 +797,11 @@ export class TaskRollout {
     }
     const added = recorder.messages.slice(before);
     const replied = added.some((m) => m.role === "assistant");
+    const stopped = recorder.stop_condition === "max_turns_reached" ||
+      this.#stops.some((s) => s.name === recorder.stop_condition);
     return {
       messages: added,
-      terminated: this.#failed || !replied || recorder.stop_condition === "max_turns_reached",
+      terminated: this.#failed || !replied || stopped,
       lastReply: lastReplyOf(recorder.messages),
     };
   }
@@ -793,6 +818,13 @@ export class TaskRollout {
     const trace = this.trace;
     const timing = trace.timing;
     try {
+      if (this.#opened && !this.#failed && this.#segments === 0) {
+        // Closed before the agent ever ran (its Env gave up first): nothing to score.
+        throw new PhaseError(
+          "env",
+          new EnvError(`The rollout of task "${task.key}" was closed before the agent ran`),
+        );
+      }
       if (this.#opened && !this.#failed) {
         if (options.stopCondition) trace.stop_condition = options.stopCondition;
         await inPhase(
@@ -972,7 +1004,17 @@ export async function gradeSubmission(
   const { task, signal } = ctx;
   const scoring = task.data.scoring ?? {};
   const config: RuntimeConfig = { ...(options.runtime ?? {}), ...(scoring.runtime ?? {}) };
-  const spec = resolveRuntimeSpec(config, task, "grader");
+  const scoringEnv: Record<string, string> = {};
+  for (const [k, v] of Object.entries(scoring.env ?? {})) {
+    scoringEnv[k] = resolveTemplate(v, (n) => process.env[n]);
+  }
+  const spec = resolveRuntimeSpec(config, task, "grader", scoringEnv);
+  if (spec.type === "subprocess" || (spec.type === "ssh" && !spec.dedicated)) {
+    throw new ConfigError(
+      `gradeSubmission needs a fresh, isolated grading sandbox; a ${spec.type} runtime is not ` +
+        `one (task "${task.key}"); use docker or prime for scoring.runtime`,
+    );
+  }
   const artifacts = await collectArtifacts(ctx.runtime, task);
   ctx.trace.artifacts = artifacts;
   const runId = ctx.runId ?? "validate";
@@ -1050,15 +1092,22 @@ function noSandbox(task: Task): Runtime {
 /**
  * Score a saved trace again without a sandbox: the task's hooks marked `offline` (they read
  * only the trace) and the judges run; the others are skipped, named in `skipped` and in a
- * warning. A task with its own `score()` is skipped whole (it may need the sandbox).
+ * warning. A task with its own `score()` is skipped whole (it may need the sandbox). When no
+ * reward and no judge could run, `reward` is null: nothing was scored, so there is no 0.
  */
 export async function rescoreTrace(
   task: Task,
   record: TaskTrace,
   options: { judges?: Judge[]; signal?: AbortSignal } = {},
-): Promise<{ scores: TaskScores; skipped: string[]; info: Record<string, unknown> }> {
+): Promise<{
+  scores: Omit<TaskScores, "reward"> & { reward: number | null };
+  skipped: string[];
+  info: Record<string, unknown>;
+}> {
+  const info = structuredClone(record.info ?? {});
+  delete info.judge; // the new judges' replies only, so judge usage is not counted twice
   const view: TraceView = {
-    info: structuredClone(record.info ?? {}),
+    info,
     messages: record.messages,
     artifacts: new Map(),
   };
@@ -1098,7 +1147,8 @@ export async function rescoreTrace(
       options.signal ?? new AbortController().signal,
     );
   }
-  return { scores, skipped, info: view.info };
+  const scored = Object.keys(scores.rewards).length > 0;
+  return { scores: { ...scores, reward: scored ? scores.reward : null }, skipped, info: view.info };
 }
 
 /** Run one task rollout and return its trace (errors are recorded on it, never thrown). */

@@ -148,7 +148,15 @@ export function modelRetries(trace: TaskTrace): number {
  * Phases whose failure is the task's, a judge's, the Env's or vf's, never the agent's: the
  * rollout was not scored.
  */
-const UNSCORED_PHASES = new Set(["config", "setup", "finalize", "scoring", "judge", "env"]);
+const UNSCORED_PHASES = new Set([
+  "config",
+  "setup",
+  "finalize",
+  "scoring",
+  "judge",
+  "env",
+  "stop",
+]);
 
 /** An errored trace that was never scored: infrastructure, or the task's own hooks or rewards. */
 export function isUnscored(trace: TaskTrace): boolean {

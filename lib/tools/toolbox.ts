@@ -118,11 +118,17 @@ export class Toolbox {
       const client = new Client({ name: "vf", version: "1" });
       try {
         await connect(client, spec, ctx.state);
-        const listed = await client.listTools(undefined, {
-          signal: ctx.signal,
-          timeout: (spec.timeout ?? 60) * 1000,
-        });
-        const tools = listed.tools.map((
+        const listed: Array<{ name: string; description?: string; inputSchema?: unknown }> = [];
+        let cursor: string | undefined;
+        do {
+          const page = await client.listTools(cursor ? { cursor } : undefined, {
+            signal: ctx.signal,
+            timeout: (spec.timeout ?? 60) * 1000,
+          });
+          listed.push(...page.tools);
+          cursor = page.nextCursor;
+        } while (cursor);
+        const tools = listed.map((
           t: { name: string; description?: string; inputSchema?: unknown },
         ): Tool => ({
           name: `${spec.name}_${t.name}`,

@@ -195,10 +195,11 @@ export class DockerRuntime implements Runtime {
     // Ledger first: a creator killed between request and response leaves a findable name.
     await this.#record("requested", engine, name);
     this.#name = name;
+    // A service's command replaces the image's CMD and keeps its ENTRYPOINT, as in Compose.
     const run: Record<string, unknown> = spec.command === null
       ? {}
       : spec.command
-      ? { Entrypoint: [""], Cmd: spec.command }
+      ? { Cmd: spec.command }
       : { Entrypoint: [""], Cmd: ["sleep", "infinity"] };
     const seconds = (s: number | undefined) => (s === undefined ? undefined : Math.round(s * 1e9));
     this.#id = await engine.createContainer({

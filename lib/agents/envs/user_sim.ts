@@ -10,6 +10,7 @@
 import { z } from "npm:zod@^4.6.0";
 import type { Interaction } from "../agent.ts";
 import { Task, type TaskScores } from "../../tasks/task.ts";
+import { EnvError } from "../../errors.ts";
 import { type Agents, Env, type Episode } from "../env.ts";
 
 /** What a scripted user sees before each of its turns. */
@@ -109,6 +110,11 @@ export class UserSimEnv extends Env {
       const answer = await assistant.turn(said.lastReply);
       if (answer.terminated) break;
       said = await user.turn(answer.lastReply);
+    }
+    // A user that failed ended the talk, not the assistant: nothing of it is scored.
+    const failed = user.trace.error;
+    if (failed) {
+      throw new EnvError(`The simulated user failed: ${failed.error}: ${failed.message}`);
     }
     return turns;
   }

@@ -80,6 +80,9 @@ Deno.test("parseJudgeChoice(): think blocks, boxed answers, verdict markers and 
     ["Final Answer: a", ["A", "B"], "A"],
     ["YES", ["Yes", "No"], "Yes"],
     ["", ["A"], null],
+    // A word that only starts like a marker is not one.
+    ["Answering this: yes, but\nFinal verdict: no", ["yes", "no"], "no"],
+    ["Verdicts are tricky. yes\nVERDICT: no", ["yes", "no"], "no"],
   ];
   for (const [text, choices, want] of cases) {
     assert.equal(parseJudgeChoice(text, choices), want, JSON.stringify([text, choices]));
@@ -227,10 +230,21 @@ Deno.test("reference judge: a reply without a verdict is asked again; after max_
 });
 
 Deno.test("rubric judge: criteria in batches (max_criteria) run concurrently, a <judge>/<criterion> metric each, the weighted mean as reward", async () => {
+  // Each batch waits for the other to arrive (up to 5 s): run one after the other, the peak of
+  // requests in flight would stay 1.
+  let inFlight = 0;
+  let peak = 0;
+  let bothArrived!: () => void;
+  const arrived = new Promise<void>((r) => (bothArrived = r));
   const server = await startModelServer({
     responder: async ({ body }) => {
       const text = String(body.messages[0].content);
-      await new Promise((r) => setTimeout(r, 100));
+      peak = Math.max(peak, ++inFlight);
+      if (inFlight === 2) bothArrived();
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([arrived, new Promise((r) => (timer = setTimeout(r, 5000)))]);
+      clearTimeout(timer);
+      inFlight--;
       if (text.includes("- paris:")) {
         return {
           content:
@@ -253,9 +267,8 @@ Deno.test("rubric judge: criteria in batches (max_criteria) run concurrently, a 
       { client: new OpenAIChatClient({ base_url: server.url }), model: "judge-m" },
     );
     const t = trace();
-    const started = performance.now();
     const score = await judge.score({ prompt: "Capital of France?", answer: "Paris ```x```" }, t);
-    assert.ok(performance.now() - started < 190, "the two batches ran at once");
+    assert.equal(peak, 2, "the two batches ran at once");
     assert.equal(score, (3 * 1 + 1 * 0.5) / 4);
     assert.deepEqual(t.metrics, { "q/paris": 1, "q/tone": 0.5 });
     assert.equal(server.requests.length, 2);

@@ -10,9 +10,12 @@ function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }
 
-/** A verdict marker: at the start of a line, a verdict word, an optional `IS`, then `:` or `-`. */
+/**
+ * A verdict marker: at the start of a line, a whole verdict word, an optional `IS`, then `:`
+ * or `-` (so "Answering this:" or "Verdicts are..." are not markers).
+ */
 const MARKER =
-  /(?:^|\n)\s*(?:FINAL\s+JUDGMENT|FINAL\s+ANSWER|FINAL\s+VERDICT|JUDGMENT|VERDICT|ANSWER)\s*(?:IS\s*)?[:\-]?\s*/;
+  /(?:^|\n)\s*(?:FINAL\s+JUDGMENT|FINAL\s+ANSWER|FINAL\s+VERDICT|JUDGMENT|VERDICT|ANSWER)(?![\p{L}\p{N}_])\s*(?:IS(?![\p{L}\p{N}_])\s*)?[:\-]\s*/u;
 
 function pick(text: string, choices: readonly string[]): string | null {
   // Compare upper-cased; a later choice wins over one that differs only in case.
@@ -40,8 +43,8 @@ function pick(text: string, choices: readonly string[]): string | null {
  * 2. only the text after the last `</think>` counts;
  * 3. when the last `\boxed{...}` holds something, only that is read;
  * 4. a verdict marker at the start of a line (`FINAL JUDGMENT`, `FINAL ANSWER`,
- *    `FINAL VERDICT`, `JUDGMENT`, `VERDICT` or `ANSWER`, an optional `IS`, then `:` or `-`):
- *    the first choice after the first marker, or none;
+ *    `FINAL VERDICT`, `JUDGMENT`, `VERDICT` or `ANSWER` as a whole word, an optional `IS`,
+ *    then `:` or `-`): the first choice after the first marker, or none;
  * 5. without a marker, the last choice in the text.
  *
  * Choices match as whole words (letters, digits and `_` may not touch them), ignoring case,
