@@ -23,7 +23,6 @@ import {
   ConfigError,
   EnvError,
   InfraError,
-  InvalidModelResponseError,
   ModelError,
   SandboxError,
   type SerializedError,
@@ -597,13 +596,10 @@ export class TaskRollout {
     this.trace.ok = false;
     this.trace.error = { ...serializeError(error), phase: phaseName };
     // The model endpoint failing after its retries is infrastructure too (a bad key ends the run).
-    // A malformed or empty reply is the evaluated model's own failure: it counts.
-    if (
-      error instanceof InfraError ||
-      (error instanceof ModelError && !(error instanceof InvalidModelResponseError))
-    ) {
-      this.trace.error.infra = true;
-    }
+    // The model endpoint failing after its retries is infrastructure too (a bad key ends the
+    // run). That includes replies vf cannot use at all (malformed JSON, no choices, an empty
+    // message): the endpoint's or the model's, they cannot be told apart here.
+    if (error instanceof InfraError || error instanceof ModelError) this.trace.error.infra = true;
     this.trace.stop_condition ??= this.#recorder.stop_condition ?? "has_error";
   }
 
