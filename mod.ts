@@ -161,6 +161,14 @@ export type { ServiceSpec, ServicesSpec } from "./lib/services/compose.ts";
 export { ServiceGroup } from "./lib/services/docker.ts";
 export { buildImage } from "./lib/services/build.ts";
 export {
+  HarborTask,
+  HarborTaskset,
+  isHarborFolder,
+  loadHarborTask,
+  readHarborSettings,
+} from "./lib/harbor/taskset.ts";
+export type { HarborSettings } from "./lib/harbor/taskset.ts";
+export {
   assistantMessage,
   BashHarness,
   callModel,

@@ -8,6 +8,7 @@ import type { TasksetModule } from "../lib/tasks/task.ts";
 import * as calculator from "./calculator/mod.ts";
 import * as fileSum from "./file_sum/mod.ts";
 import * as pyGrader from "./py_grader/mod.ts";
+import * as harbor from "../lib/harbor/taskset.ts";
 import * as gsm8k from "./gsm8k/mod.ts";
 import * as reverseText from "./reverse_text/mod.ts";
 import * as wordle from "./wordle/mod.ts";
@@ -24,4 +25,6 @@ export const BUILTINS: Registry = {
 export const TASKSETS: Record<string, () => Promise<TasksetModule>> = {
   "file-sum": () => Promise.resolve(fileSum),
   "py-grader": () => Promise.resolve(pyGrader),
+  /** Harbor task folders: `[env.taskset] id = "harbor"`, `path`, `tasks`. */
+  "harbor": () => Promise.resolve(harbor as unknown as TasksetModule),
 };

@@ -17,6 +17,7 @@ import type { JudgeEndpoint } from "../scoring/judges/judge.ts";
 import type { JudgeEndpointEntry } from "../scoring/judges/config.ts";
 import { loadTasksetSpec } from "../envs/load.ts";
 import { RemoteTaskset, type SandboxPermissions, startSandboxHost } from "../sandbox/remote.ts";
+import { HarborTaskset, isHarborFolder } from "../harbor/taskset.ts";
 
 export function env(name: string): string | undefined {
   return process.env[name];
@@ -56,6 +57,10 @@ export async function loadTasksetFor(
   config: EvalConfig,
   source: string,
 ) {
+  if (!wantsSandbox(spec, config) && !isUrlSpec(spec) && isHarborFolder(spec)) {
+    // A Harbor task folder (task.toml), or a folder of them.
+    return new HarborTaskset({ ...tasksetConfig, path: spec });
+  }
   if (wantsSandbox(spec, config)) {
     const { host, info } = await startSandboxHost({
       spec,

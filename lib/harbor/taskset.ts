@@ -1,0 +1,396 @@
+/**
+ * Harbor task folders as a taskset (the format Terminal-Bench and other terminal-agent
+ * benchmarks ship): `instruction.md` is the prompt; `task.toml` gives timeouts, cpus, memory
+ * and network, and the verifier's env; `environment/Dockerfile` is built into the agent's
+ * image (or `[environment] docker_image` names one); `tests/` reaches the sandbox only when
+ * grading starts, after the agent is done, as `/tests`, where `test.sh` runs and writes
+ * `/logs/verifier/reward.txt` (a number) or `reward.json` (named rewards); `solution/solve.sh`
+ * is the gold answer `vf validate` checks.
+ *
+ * `vf run <folder>` and `vf validate <folder>` take one task folder or a folder of them; TOML
+ * `[env.taskset] id = "harbor"` takes `path` and `tasks` (a subset of task names).
+ * @module
+ */
+import { existsSync, readdirSync } from "node:fs";
+import { readdir, readFile, stat } from "node:fs/promises";
+import { basename, join, relative, resolve } from "node:path";
+import { parse as parseToml } from "npm:smol-toml@^1.4.0";
+import { ConfigError, TaskError } from "../errors.ts";
+import { buildImage } from "../services/build.ts";
+import { packTar, type TarEntry } from "../../runtimes/_tar.ts";
+import {
+  readText,
+  Task,
+  type TaskData,
+  type TaskHookContext,
+  type TaskScores,
+  Taskset,
+} from "../tasks/task.ts";
+import type { Runtime } from "../../runtimes/runtime.ts";
+
+/** Whether `dir` is a Harbor task folder, or holds some. */
+export function isHarborFolder(dir: string): boolean {
+  if (!existsSync(dir)) return false;
+  if (existsSync(join(dir, "task.toml"))) return true;
+  try {
+    return readdirSync(dir, { withFileTypes: true }).some((e) =>
+      e.isDirectory() && existsSync(join(dir, e.name, "task.toml"))
+    );
+  } catch {
+    return false;
+  }
+}
+
+const KNOWN: Record<string, string[]> = {
+  "": ["version", "metadata", "verifier", "agent", "environment", "solution", "source"],
+  verifier: ["timeout_sec", "env", "user"],
+  agent: ["timeout_sec", "user"],
+  solution: ["env"],
+  environment: [
+    "build_timeout_sec",
+    "docker_image",
+    "cpus",
+    "memory_mb",
+    "memory",
+    "storage_mb",
+    "storage",
+    "allow_internet",
+    "gpus",
+  ],
+};
+
+/** The settings of one task folder's `task.toml`. */
+export interface HarborSettings {
+  verifier: { timeout?: number; env: Record<string, string>; user?: string };
+  agent: { timeout?: number; user?: string };
+  solution: { env: Record<string, string> };
+  environment: {
+    buildTimeout?: number;
+    image?: string;
+    cpus?: number;
+    memoryMb?: number;
+    internet: boolean;
+  };
+  /** Keys Harbor has that vf does not read (each is warned about once). */
+  unknown: string[];
+}
+
+function num(v: unknown): number | undefined {
+  return typeof v === "number" && Number.isFinite(v) ? v : undefined;
+}
+
+function strMap(v: unknown, at: string): Record<string, string> {
+  if (v === undefined) return {};
+  if (!v || typeof v !== "object" || Array.isArray(v)) {
+    throw new ConfigError(`${at}: expected a table of strings`);
+  }
+  return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, String(x)]));
+}
+
+/**
+ * Read a `task.toml`. Keys vf does not know are listed in `unknown` (a warning, not an
+ * error); a file that is not TOML is an error naming it.
+ * @throws {ConfigError}
+ */
+export function readHarborSettings(text: string, path: string): HarborSettings {
+  let doc: Record<string, unknown>;
+  try {
+    doc = parseToml(text) as Record<string, unknown>;
+  } catch (error) {
+    throw new ConfigError(`${path}: not valid TOML: ${(error as Error).message}`);
+  }
+  const unknown: string[] = [];
+  for (const key of Object.keys(doc)) if (!KNOWN[""].includes(key)) unknown.push(key);
+  for (const section of ["verifier", "agent", "solution", "environment"]) {
+    const table = (doc[section] ?? {}) as Record<string, unknown>;
+    for (const key of Object.keys(table)) {
+      if (!KNOWN[section].includes(key)) unknown.push(`${section}.${key}`);
+    }
+  }
+  const v = (doc.verifier ?? {}) as Record<string, unknown>;
+  const a = (doc.agent ?? {}) as Record<string, unknown>;
+  const s = (doc.solution ?? {}) as Record<string, unknown>;
+  const e = (doc.environment ?? {}) as Record<string, unknown>;
+  const memory = num(e.memory_mb) ??
+    (typeof e.memory === "string" && /^\d+[gGmM]$/.test(e.memory)
+      ? Number(e.memory.slice(0, -1)) * (/[gG]$/.test(e.memory) ? 1024 : 1)
+      : undefined);
+  return {
+    verifier: {
+      timeout: num(v.timeout_sec),
+      env: strMap(v.env, `${path}: verifier.env`),
+      user: typeof v.user === "string" ? v.user : undefined,
+    },
+    agent: { timeout: num(a.timeout_sec), user: typeof a.user === "string" ? a.user : undefined },
+    solution: { env: strMap(s.env, `${path}: solution.env`) },
+    environment: {
+      buildTimeout: num(e.build_timeout_sec),
+      image: typeof e.docker_image === "string" ? e.docker_image : undefined,
+      cpus: num(e.cpus),
+      memoryMb: memory,
+      internet: e.allow_internet === true,
+    },
+    unknown,
+  };
+}
+
+/** A folder's files as tar entries named under `prefix/`. */
+async function tarFolder(dir: string, prefix: string): Promise<TarEntry[]> {
+  const out: TarEntry[] = [{ name: prefix, type: "directory" }];
+  const walk = async (path: string) => {
+    for (const name of (await readdir(path)).sort()) {
+      const full = join(path, name);
+      const info = await stat(full);
+      const rel = `${prefix}/${relative(dir, full).split("\\").join("/")}`;
+      if (info.isDirectory()) {
+        out.push({ name: rel, type: "directory", mode: info.mode & 0o777 });
+        await walk(full);
+      } else if (info.isFile()) {
+        out.push({
+          name: rel,
+          type: "file",
+          data: new Uint8Array(await readFile(full)),
+          mode: info.mode & 0o777,
+        });
+      }
+    }
+  };
+  await walk(dir);
+  return out;
+}
+
+/** Copy a local folder to `/<name>` in the sandbox, replacing what is there. */
+async function stageFolder(runtime: Runtime, dir: string, name: string): Promise<void> {
+  const rm = await runtime.run(["rm", "-rf", `/${name}`]);
+  if (rm.exit_code !== 0) throw new TaskError(`Cannot clear /${name}: ${rm.stderr.trim()}`);
+  await runtime.archiveIn("/", packTar(await tarFolder(dir, name)));
+}
+
+/** Run a script with bash when the image has it, else sh. */
+function scriptArgv(path: string): string[] {
+  return [
+    "sh",
+    "-c",
+    'if command -v bash >/dev/null 2>&1; then exec bash "$0"; else exec sh "$0"; fi',
+    path,
+  ];
+}
+
+/** One Harbor task folder. */
+export class HarborTask extends Task {
+  static override NEEDS_CONTAINER = true;
+  readonly folder: string;
+  readonly settings: HarborSettings;
+
+  constructor(data: TaskData, folder: string, settings: HarborSettings) {
+    super(data);
+    this.folder = folder;
+    this.settings = settings;
+  }
+
+  /**
+   * The verifier: `tests/` is copied in as `/tests` now (never before: the agent is done),
+   * stale reward files are removed, `test.sh` runs with the verifier's env under its time
+   * limit, and the reward is read from `/logs/verifier/reward.txt` or `reward.json`. No
+   * reward file is an error, never a 0.
+   */
+  override async score(ctx: TaskHookContext): Promise<TaskScores> {
+    const { runtime, trace } = ctx;
+    await stageFolder(runtime, join(this.folder, "tests"), "tests");
+    const prep = await runtime.run([
+      "sh",
+      "-c",
+      "mkdir -p /logs/verifier && rm -f /logs/verifier/reward.txt /logs/verifier/reward.json",
+    ]);
+    if (prep.exit_code !== 0) throw new TaskError(`Cannot prepare /logs/verifier: ${prep.stderr}`);
+    const timeout = this.settings.verifier.timeout;
+    const r = await runtime.run(scriptArgv("/tests/test.sh"), {
+      env: this.settings.verifier.env,
+      user: this.settings.verifier.user,
+      timeoutMs: timeout ? timeout * 1000 : undefined,
+      signal: ctx.signal,
+    });
+    trace.info.verifier = {
+      exit_code: r.exit_code,
+      output: `${r.stdout}${r.stderr}`.slice(-2000),
+    };
+    const text = await readText(runtime, "/logs/verifier/reward.txt").catch(() => null);
+    if (text !== null) {
+      const value = Number(text.trim());
+      if (!text.trim() || !Number.isFinite(value)) {
+        throw new TaskError(
+          `/logs/verifier/reward.txt holds "${text.trim().slice(0, 50)}", not a number`,
+        );
+      }
+      return { reward: value, rewards: { reward: value }, metrics: {}, weights: { reward: 1 } };
+    }
+    const json = await readText(runtime, "/logs/verifier/reward.json").catch(() => null);
+    if (json !== null) {
+      let parsed: Record<string, unknown>;
+      try {
+        parsed = JSON.parse(json);
+      } catch {
+        throw new TaskError(`/logs/verifier/reward.json is not JSON`);
+      }
+      const rewards: Record<string, number> = {};
+      for (const [k, v] of Object.entries(parsed)) {
+        if (typeof v !== "number" || !Number.isFinite(v)) {
+          throw new TaskError(`/logs/verifier/reward.json: "${k}" is not a number`);
+        }
+        rewards[k] = v;
+      }
+      const total = Object.values(rewards).reduce((a, b) => a + b, 0);
+      return { reward: total, rewards, metrics: {}, weights: {} };
+    }
+    throw new TaskError(
+      `The verifier (tests/test.sh, exit ${r.exit_code}) wrote no reward: neither ` +
+        `/logs/verifier/reward.txt nor reward.json`,
+    );
+  }
+
+  /** The gold answer: `solution/` copied in as `/solution`, then `solve.sh` runs. */
+  override async validate({ runtime, signal }: TaskHookContext): Promise<boolean> {
+    const dir = join(this.folder, "solution");
+    if (!existsSync(join(dir, "solve.sh"))) {
+      throw new ConfigError(`${this.folder}: solution/solve.sh is missing; vf validate needs it`);
+    }
+    await stageFolder(runtime, dir, "solution");
+    const r = await runtime.run(scriptArgv("/solution/solve.sh"), {
+      env: this.settings.solution.env,
+      signal,
+    });
+    if (r.exit_code !== 0) {
+      throw new TaskError(
+        `solution/solve.sh exited ${r.exit_code}: ${`${r.stdout}${r.stderr}`.slice(-500)}`,
+      );
+    }
+    return true;
+  }
+}
+
+const warned = new Set<string>();
+
+/**
+ * Load one Harbor task folder: read it, build its image (or use `docker_image`).
+ * @throws {ConfigError} naming the path when something required is missing
+ */
+export async function loadHarborTask(folder: string): Promise<HarborTask> {
+  const name = basename(folder);
+  const instructionPath = join(folder, "instruction.md");
+  if (!existsSync(instructionPath)) {
+    throw new ConfigError(`${instructionPath}: missing; a Harbor task needs its instruction`);
+  }
+  const tomlPath = join(folder, "task.toml");
+  const settings = readHarborSettings(await readFile(tomlPath, "utf8"), tomlPath);
+  for (const key of settings.unknown) {
+    const note = `${tomlPath}: "${key}" is not read by vf (ignored)`;
+    if (!warned.has(note)) {
+      warned.add(note);
+      console.warn(note);
+    }
+  }
+  if (!existsSync(join(folder, "tests", "test.sh"))) {
+    throw new ConfigError(`${join(folder, "tests", "test.sh")}: missing; the verifier runs it`);
+  }
+  let image = settings.environment.image;
+  if (!image) {
+    const envDir = join(folder, "environment");
+    if (
+      existsSync(join(envDir, "docker-compose.yaml")) ||
+      existsSync(join(envDir, "docker-compose.yml"))
+    ) {
+      throw new ConfigError(
+        `${envDir}: Harbor tasks with a docker-compose file are not supported yet; give ` +
+          `[environment] docker_image or a Dockerfile`,
+      );
+    }
+    if (!existsSync(join(envDir, "Dockerfile"))) {
+      throw new ConfigError(
+        `${join(envDir, "Dockerfile")}: missing, and task.toml names no docker_image`,
+      );
+    }
+    const timeout = settings.environment.buildTimeout;
+    image = await buildImage(`harbor-${name}`, envDir, {
+      signal: timeout ? AbortSignal.timeout(timeout * 1000) : undefined,
+    });
+  }
+  const instruction = await readFile(instructionPath, "utf8");
+  const memory = settings.environment.memoryMb;
+  return new HarborTask(
+    {
+      id: name,
+      prompt: instruction,
+      image,
+      network: settings.environment.internet,
+      agent_user: settings.agent.user,
+      resources: {
+        cpu: settings.environment.cpus,
+        memory: memory ? `${memory}m` : undefined,
+      },
+      timeout: {
+        agent: settings.agent.timeout,
+        scoring: settings.verifier.timeout ? settings.verifier.timeout + 60 : undefined,
+      },
+      scoring: { mode: "shared" },
+    },
+    resolve(folder),
+    settings,
+  );
+}
+
+/** The task folders under `path`: itself when it is one, else its subfolders that are. */
+export async function harborFolders(path: string, names?: string[]): Promise<string[]> {
+  const root = resolve(path);
+  let folders: string[];
+  if (existsSync(join(root, "task.toml"))) folders = [root];
+  else {
+    folders = [];
+    for (
+      const entry of (await readdir(root, { withFileTypes: true })).sort((a, b) =>
+        a.name < b.name ? -1 : 1
+      )
+    ) {
+      if (entry.isDirectory() && existsSync(join(root, entry.name, "task.toml"))) {
+        folders.push(join(root, entry.name));
+      }
+    }
+  }
+  if (folders.length === 0) {
+    throw new ConfigError(`${path}: no Harbor task folder (with task.toml) here`);
+  }
+  if (names?.length) {
+    const missing = names.filter((n) => !folders.some((f) => basename(f) === n));
+    if (missing.length) {
+      throw new ConfigError(
+        `${path}: no Harbor task named ${missing.map((m) => `"${m}"`).join(", ")}`,
+      );
+    }
+    folders = folders.filter((f) => names.includes(basename(f)));
+  }
+  return folders;
+}
+
+/** Harbor task folders as a taskset. */
+export class HarborTaskset extends Taskset<HarborTask> {
+  /** The folder's name. */
+  get id(): string {
+    return basename(resolve(String(this.config.path ?? ".")));
+  }
+
+  async load(): Promise<HarborTask[]> {
+    const path = this.config.path;
+    if (typeof path !== "string" || !path) {
+      throw new ConfigError(`env.taskset.path: the Harbor task folder (or a folder of them)`);
+    }
+    const names = this.config.tasks as string[] | undefined;
+    const folders = await harborFolders(path, names);
+    const tasks: HarborTask[] = [];
+    for (const folder of folders) tasks.push(await loadHarborTask(folder));
+    return tasks;
+  }
+}
+
+/** Entry point: `[env.taskset] id = "harbor"` with `path` and `tasks`. */
+export function loadTaskset(config: Record<string, unknown>): HarborTaskset {
+  return new HarborTaskset(config);
+}

@@ -1,0 +1,178 @@
+/**
+ * Harbor task folders end to end: a shell task on busybox and a Python task on the local
+ * python image, written here in Harbor's layout. `vf validate <folder>` checks gold (1.0) and
+ * no-op (0.0); `vf run <folder>` solves them with the loopback model through the bash harness,
+ * and the agent never sees `tests/`; bad folders get errors naming the path, and a verifier
+ * that writes no reward is an error, never a 0.
+ * @module
+ */
+import assert from "node:assert/strict";
+import { basename, join } from "node:path";
+import { cleanupContainers } from "../mod.ts";
+import { startModelServer, type WireMessage } from "./model_server.ts";
+import { cliCommand, type CliResult, collect, transcript } from "./_cli.ts";
+
+// deno-lint-ignore no-explicit-any
+type Json = any;
+
+async function write(root: string, files: Record<string, string>): Promise<void> {
+  for (const [path, text] of Object.entries(files)) {
+    const full = join(root, path);
+    await Deno.mkdir(join(full, ".."), { recursive: true });
+    await Deno.writeTextFile(full, text);
+  }
+}
+
+const HELLO = {
+  "hello/instruction.md": "Write the word hello to /app/out.txt.\n",
+  "hello/task.toml": `version = "1.0"
+[metadata]
+difficulty = "easy"
+[verifier]
+timeout_sec = 30.0
+[agent]
+timeout_sec = 120.0
+[environment]
+build_timeout_sec = 300.0
+cpus = 1
+memory_mb = 512
+shiny_new_key = true
+`,
+  "hello/environment/Dockerfile": "FROM busybox:latest\nWORKDIR /app\nRUN mkdir -p /app\n",
+  "hello/tests/test.sh":
+    '#!/bin/sh\nif [ "$(cat /app/out.txt 2>/dev/null)" = hello ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n',
+  "hello/solution/solve.sh": "#!/bin/sh\necho hello > /app/out.txt\n",
+};
+
+const ADD = {
+  "add/instruction.md": "In /app/add.py, define add(a, b) returning a + b.\n",
+  "add/task.toml": `[verifier]\ntimeout_sec = 60.0\nenv = { CASES = "3" }\n`,
+  "add/environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
+  "add/tests/test.sh": "#!/bin/sh\npython3 /tests/check.py\n",
+  "add/tests/check.py": `import json, os, sys
+sys.path.insert(0, "/app")
+ok = 0.0
+try:
+    from add import add
+    cases = [(1, 2), (5, 7), (-1, 1)][: int(os.environ["CASES"])]
+    ok = sum(add(a, b) == a + b for a, b in cases) / len(cases)
+except Exception:
+    ok = 0.0
+json.dump({"tests": ok}, open("/logs/verifier/reward.json", "w"))
+`,
+  "add/solution/solve.sh":
+    "#!/bin/sh\nprintf 'def add(a, b):\\n    return a + b\\n' > /app/add.py\n",
+};
+
+async function run(
+  dir: string,
+  args: string[],
+): Promise<CliResult & { runId: string; runDir: string }> {
+  const res = await collect(cliCommand(args, { cwd: dir, env: {}, registry: false, docker: true }));
+  const runDir = /^Saving traces to (.+)$/m.exec(res.stderr)?.[1] ?? "";
+  return { ...res, runId: runDir ? basename(runDir) : "", runDir };
+}
+
+Deno.test("Harbor folders: vf validate checks gold and no-op; vf run solves them with the bash harness and the agent never sees tests/", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_" });
+  const runIds: string[] = [];
+  try {
+    await write(join(dir, "bench"), { ...HELLO, ...ADD });
+    const validate = await run(dir, ["validate", "./bench"]);
+    assert.equal(validate.code, 0, transcript(validate));
+    assert.match(validate.stdout + validate.stderr, /hello/);
+    assert.match(
+      validate.stderr,
+      /task\.toml: "environment\.shiny_new_key" is not read by vf \(ignored\)/,
+    );
+
+    await using model = await startModelServer({
+      responder: ({ body }) => {
+        const turn = body.messages.filter((m: WireMessage) => m.role === "assistant").length;
+        const prompt = JSON.stringify(body.messages);
+        const command = turn === 0
+          ? "ls /tests; ls /solution"
+          : prompt.includes("add.py")
+          ? "printf 'def add(a, b):\\n    return a + b\\n' > /app/add.py"
+          : "echo hello > /app/out.txt";
+        return turn < 2
+          ? { content: null, tool_calls: [{ name: "bash", arguments: { command } }] }
+          : { content: "Done." };
+      },
+    });
+    const res = await run(dir, ["run", "./bench", "-m", "m", "-b", model.url, "-o", "out"]);
+    runIds.push(res.runId);
+    assert.equal(res.code, 0, transcript(res));
+    const traces = (await Deno.readTextFile(join(res.runDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l)).sort((a: Json, b: Json) => a.task.key.localeCompare(b.task.key));
+    assert.deepEqual(traces.map((t: Json) => [t.task.key, t.reward, t.rewards]), [
+      ["add", 1, { tests: 1 }],
+      ["hello", 1, { reward: 1 }],
+    ]);
+    for (const t of traces) {
+      // What the agent saw of /tests and /solution: nothing.
+      // (busybox and Debian word it differently)
+      assert.match(t.tool_calls[0].output, /\/tests'?: No such file or directory/);
+      assert.match(t.tool_calls[0].output, /\/solution'?: No such file or directory/);
+      assert.equal(
+        t.messages[1].content,
+        t.task.key === "add"
+          ? "In /app/add.py, define add(a, b) returning a + b.\n"
+          : "Write the word hello to /app/out.txt.\n",
+      );
+    }
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("Harbor folders: bad input names the path, a failed build shows its log, and a verifier without a reward is an error, never a 0", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_bad_" });
+  const runIds: string[] = [];
+  try {
+    await using model = await startModelServer({ responder: () => ({ content: "Done." }) });
+    const args = (target: string) => ["run", target, "-m", "m", "-b", model.url, "-o", "out"];
+    await write(join(dir, "no-instruction"), {
+      "task.toml": "",
+      "environment/Dockerfile": "FROM busybox:latest\n",
+      "tests/test.sh": "exit 0\n",
+    });
+    const missing = await run(dir, args("./no-instruction"));
+    assert.equal(missing.code, 1, transcript(missing));
+    assert.match(
+      missing.stderr,
+      /no-instruction\/instruction\.md: missing; a Harbor task needs its instruction/,
+    );
+
+    await write(join(dir, "broken-build"), {
+      "instruction.md": "x",
+      "task.toml": "",
+      "environment/Dockerfile": "FROM busybox:latest\nRUN echo about to fail && exit 3\n",
+      "tests/test.sh": "exit 0\n",
+    });
+    const broken = await run(dir, args("./broken-build"));
+    assert.equal(broken.code, 1, transcript(broken));
+    assert.match(broken.stderr, /Building image "vf-build-harbor-broken-build:[0-9a-f]+" failed/);
+    assert.match(broken.stderr, /about to fail/);
+
+    await write(join(dir, "no-reward"), {
+      "instruction.md": "x",
+      "task.toml": "",
+      "environment/Dockerfile": "FROM busybox:latest\n",
+      "tests/test.sh": "echo checked\n",
+    });
+    const silent = await run(dir, args("./no-reward"));
+    runIds.push(silent.runId);
+    assert.equal(silent.code, 1, transcript(silent));
+    const [trace] = (await Deno.readTextFile(join(silent.runDir, "traces.jsonl"))).trim()
+      .split("\n").map((l) => JSON.parse(l));
+    assert.equal(trace.reward, null);
+    assert.equal(trace.error.phase, "scoring");
+    assert.match(trace.error.message, /wrote no reward/);
+    assert.match(silent.stdout, /reward n\/a/);
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
