@@ -254,7 +254,7 @@ Deno.test("services: SIGINT mid-rollout removes the services and their network; 
   }
 });
 
-Deno.test("services: build from a folder with a Dockerfile (POST /build, offline from a local base image), reused by content hash", async () => {
+Deno.test("services: build from a folder with a Dockerfile (POST /build, offline from a local base image, .dockerignore honoured), reused by content hash", async () => {
   const dir = await Deno.makeTempDir({ prefix: "vf_services_build_" });
   const runIds: string[] = [];
   try {
@@ -271,13 +271,19 @@ Deno.test("services: build from a folder with a Dockerfile (POST /build, offline
     await Deno.mkdir(join(dir, "app/www/cgi-bin"), { recursive: true });
     await Deno.writeTextFile(
       join(dir, "app/Dockerfile"),
-      'FROM busybox:latest\nCOPY www /www\nRUN chmod +x /www/cgi-bin/put\nCMD ["httpd", "-f", "-p", "8080", "-h", "/www"]\n',
+      // .dockerignore keeps secret.txt out of the context: the build checks it is not there.
+      'FROM busybox:latest\nCOPY www /www\nRUN chmod +x /www/cgi-bin/put && test ! -e /www/secret.txt\nCMD ["httpd", "-f", "-p", "8080", "-h", "/www"]\n',
     );
     await Deno.writeTextFile(
       join(dir, "app/www/cgi-bin/put"),
       '#!/bin/sh\necho "hello ${QUERY_STRING#v=}" > /www/state.txt\nprintf "Content-Type: text/plain\\r\\n\\r\\nstored\\n"\n',
     );
     await Deno.writeTextFile(join(dir, "app/www/index.html"), "ok\n");
+    await Deno.writeTextFile(join(dir, "app/www/secret.txt"), "do not ship\n");
+    await Deno.writeTextFile(
+      join(dir, "app/.dockerignore"),
+      "# not for the image\nwww/secret.txt\n",
+    );
     await Deno.writeTextFile(
       join(dir, "compose.yaml"),
       "services:\n  app:\n    build: ./app\n    healthcheck:\n" +

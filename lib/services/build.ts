@@ -8,11 +8,33 @@ import { createHash } from "node:crypto";
 import { readdir, readFile, stat } from "node:fs/promises";
 import { join, relative } from "node:path";
 import { DockerEngine } from "../../runtimes/docker/engine_api.ts";
-import { packTar, type TarEntry } from "../../runtimes/_tar.ts";
+import { excludeMatcher, packTar, type TarEntry } from "../../runtimes/_tar.ts";
+
+/**
+ * The `.dockerignore` of a context as a predicate on `/`-separated paths relative to it:
+ * patterns are anchored at the context's root, `**` spans folders, `!` re-includes, the last
+ * matching line wins, `#` starts a comment. The Dockerfile and `.dockerignore` always go.
+ */
+export async function dockerignore(dir: string): Promise<(path: string) => boolean> {
+  const text = await readFile(join(dir, ".dockerignore"), "utf8").catch(() => "");
+  const rules = text.split("\n").map((l) => l.trim()).filter((l) => l && !l.startsWith("#"))
+    .map((line) => {
+      const negate = line.startsWith("!");
+      const pattern = line.replace(/^!/, "").replace(/^\.?\//, "").replace(/\/$/, "");
+      return { negate, match: excludeMatcher([`/${pattern}`]) };
+    });
+  return (path) => {
+    if (path === "Dockerfile" || path === ".dockerignore") return false;
+    let ignored = false;
+    for (const r of rules) if (r.match(path)) ignored = !r.negate;
+    return ignored;
+  };
+}
 
 /** The files under `dir` as tar entries (sorted, so the same folder gives the same archive). */
 async function entriesOf(dir: string): Promise<TarEntry[]> {
   const out: TarEntry[] = [];
+  const ignored = await dockerignore(dir);
   const walk = async (path: string) => {
     const names = (await readdir(path)).sort();
     for (const name of names) {
@@ -20,6 +42,7 @@ async function entriesOf(dir: string): Promise<TarEntry[]> {
       const full = join(path, name);
       const info = await stat(full);
       const rel = relative(dir, full).split("\\").join("/");
+      if (ignored(rel)) continue;
       if (info.isDirectory()) {
         out.push({ name: rel, type: "directory", mode: info.mode & 0o777, mtime: 0 });
         await walk(full);
