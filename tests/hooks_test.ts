@@ -101,6 +101,21 @@ fn = "hooks.ts:tooLong"
         /env\.taskset\.task\.metrics\.replies\.weight: only rewards have weights/,
       ],
     ];
+    // A taskset that does not hand its tasks the task config would drop plugged hooks.
+    await Deno.writeTextFile(
+      join(dir, "deaf.ts"),
+      TASKSET.replace("this.config.task)", ")").replace('"chats"', '"deaf"'),
+    );
+    const deaf = await run(
+      dir,
+      head.replace("./chats.ts", "./deaf.ts") +
+        `[env.taskset.task.rewards.bonus]\nfn = "hooks.ts:bonus"\n`,
+    );
+    assert.equal(deaf.code, 1, transcript(deaf));
+    assert.match(
+      deaf.stderr,
+      /env\.taskset\.task\.rewards: task "c" of taskset "deaf" did not receive the task config/,
+    );
     for (const [plug, pattern] of cases) {
       const bad = await run(dir, head + plug);
       assert.equal(bad.code, 1, `${plug}\n${transcript(bad)}`);

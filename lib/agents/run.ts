@@ -63,6 +63,11 @@ export interface RunTasksetOptions {
   toolsets?: ToolsetSpec[];
   /** `[env.services] compose`: the Compose file of tasks without services of their own. */
   services?: string;
+  /**
+   * Task-config keys every task must have received (plugged `rewards`, `metrics`, `stops`):
+   * a taskset that does not pass its task config to its tasks would drop them silently.
+   */
+  requireTaskConfig?: string[];
   /** Called with each trainable trace as its episode is written. */
   onTrace?: (trace: TaskTrace, done: number, total: number) => void;
   /** Called with each episode as it is written (`done` counts episodes). */
@@ -161,6 +166,14 @@ export async function runTaskset(
   const env = options.env ?? defaultEnv(options);
   const tasks = await selectTasks(options.taskset, options);
   for (const task of tasks) {
+    const dropped = (options.requireTaskConfig ?? []).filter((k) => !(k in task.config));
+    if (dropped.length) {
+      throw new ConfigError(
+        `env.taskset.task.${dropped[0]}: task "${task.key}" of taskset "${options.taskset.id}" ` +
+          `did not receive the task config, so its plugged ${dropped.join(", ")} would be ` +
+          `ignored; the taskset must pass this.config.task to each Task`,
+      );
+    }
     requireRewards(task, { judges: options.judges?.length ?? 0 });
     requireDistinctRewardKeys(task, options.judges ?? []);
   }

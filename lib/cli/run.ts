@@ -265,6 +265,9 @@ async function runEnv(
       judges: o.judges,
       toolsets: o.toolsets,
       services: o.services,
+      requireTaskConfig: ["rewards", "metrics", "stops"].filter((k) =>
+        k in ((o.rawEnv.taskset as { task?: Record<string, unknown> } | undefined)?.task ?? {})
+      ),
       signal: interrupt.signal,
       onEpisode: quiet ? undefined : (e, done, total) => {
         const rate = done / Math.max(0.001, (Date.now() - started) / 1000);
