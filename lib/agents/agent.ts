@@ -87,7 +87,7 @@ export interface AgentRunOptions {
 const harnessCache = new WeakMap<AgentRole, Map<string, Harness>>();
 
 /** The harness a role uses for a task: its own choice, else the task's, else `bash`. */
-export function harnessFor(role: AgentRole, task: Task): Harness {
+export function harnessFor(role: AgentRole, task: Pick<Task, "defaultHarness">): Harness {
   const choice = role.harness;
   if (choice && typeof (choice as Harness).run === "function") return choice as Harness;
   const config = (choice ?? {}) as { id?: string };

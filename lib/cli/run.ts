@@ -96,6 +96,9 @@ export async function runTasks(
       limits: sandboxLimits,
     })
     : undefined;
+  // Relative paths in a TOML config (rubrics, judge prompts, hooks, toolsets, Compose) are
+  // read from its folder; on the command line, from the cwd.
+  const baseDir = source.endsWith(".toml") ? dirname(resolve(source)) : undefined;
   const maxModel = config.limits?.max_model_connections;
   const limited = (c: ChatClient) => (maxModel ? limitModelConnections(c, maxModel) : c);
   const modelClient = limited(client);
@@ -119,13 +122,12 @@ export async function runTasks(
       sandboxes,
       trust: config.trust === true,
       tasksetEnv: rawEnv.id ? null : await tasksetEnvOf(rawTaskset.id, config),
-      baseDir: source.endsWith(".toml") ? dirname(resolve(source)) : undefined,
+      baseDir,
     });
     const { id: tasksetId, task: taskConfig, ...tasksetKnobs } = rawTaskset as {
       id: string;
       task?: Record<string, unknown>;
     };
-    const baseDir = source.endsWith(".toml") ? dirname(resolve(source)) : undefined;
     let judges: Judge[];
     try {
       judges = buildJudges([

@@ -12,12 +12,12 @@
  * @module
  */
 import { existsSync, readdirSync } from "node:fs";
-import { readdir, readFile, stat } from "node:fs/promises";
-import { basename, join, relative, resolve } from "node:path";
+import { readdir, readFile } from "node:fs/promises";
+import { basename, join, resolve } from "node:path";
 import { parse as parseToml } from "npm:smol-toml@^1.4.0";
 import { ConfigError, TaskError } from "../errors.ts";
-import { buildImage } from "../services/build.ts";
-import { packTar, type TarEntry } from "../../runtimes/_tar.ts";
+import { buildImage, folderEntries } from "../services/build.ts";
+import { packTar } from "../../runtimes/_tar.ts";
 import {
   readText,
   Task,
@@ -134,36 +134,12 @@ export function readHarborSettings(text: string, path: string): HarborSettings {
   };
 }
 
-/** A folder's files as tar entries named under `prefix/`. */
-async function tarFolder(dir: string, prefix: string): Promise<TarEntry[]> {
-  const out: TarEntry[] = [{ name: prefix, type: "directory" }];
-  const walk = async (path: string) => {
-    for (const name of (await readdir(path)).sort()) {
-      const full = join(path, name);
-      const info = await stat(full);
-      const rel = `${prefix}/${relative(dir, full).split("\\").join("/")}`;
-      if (info.isDirectory()) {
-        out.push({ name: rel, type: "directory", mode: info.mode & 0o777 });
-        await walk(full);
-      } else if (info.isFile()) {
-        out.push({
-          name: rel,
-          type: "file",
-          data: new Uint8Array(await readFile(full)),
-          mode: info.mode & 0o777,
-        });
-      }
-    }
-  };
-  await walk(dir);
-  return out;
-}
-
 /** Copy a local folder to `/<name>` in the sandbox, replacing what is there. */
 async function stageFolder(runtime: Runtime, dir: string, name: string): Promise<void> {
   const rm = await runtime.run(["rm", "-rf", `/${name}`]);
   if (rm.exit_code !== 0) throw new TaskError(`Cannot clear /${name}: ${rm.stderr.trim()}`);
-  await runtime.archiveIn("/", packTar(await tarFolder(dir, name)));
+  const entries = await folderEntries(dir, { prefix: name });
+  await runtime.archiveIn("/", packTar([{ name, type: "directory" }, ...entries]));
 }
 
 /** Run a script with bash when the image has it, else sh. */

@@ -31,24 +31,30 @@ export async function dockerignore(dir: string): Promise<(path: string) => boole
   };
 }
 
-/** The files under `dir` as tar entries (sorted, so the same folder gives the same archive). */
-async function entriesOf(dir: string): Promise<TarEntry[]> {
+/**
+ * The files under `dir` as tar entries, sorted and with a fixed mtime, so the same folder
+ * gives the same archive; names are relative to `dir` (under `prefix/` when given), `.git`
+ * and what `ignore` accepts are left out.
+ */
+export async function folderEntries(
+  dir: string,
+  options: { prefix?: string; ignore?: (path: string) => boolean } = {},
+): Promise<TarEntry[]> {
   const out: TarEntry[] = [];
-  const ignored = await dockerignore(dir);
   const walk = async (path: string) => {
-    const names = (await readdir(path)).sort();
-    for (const name of names) {
+    for (const name of (await readdir(path)).sort()) {
       if (name === ".git") continue;
       const full = join(path, name);
       const info = await stat(full);
       const rel = relative(dir, full).split("\\").join("/");
-      if (ignored(rel)) continue;
+      if (options.ignore?.(rel)) continue;
+      const entryName = options.prefix ? `${options.prefix}/${rel}` : rel;
       if (info.isDirectory()) {
-        out.push({ name: rel, type: "directory", mode: info.mode & 0o777, mtime: 0 });
+        out.push({ name: entryName, type: "directory", mode: info.mode & 0o777, mtime: 0 });
         await walk(full);
       } else if (info.isFile()) {
         out.push({
-          name: rel,
+          name: entryName,
           type: "file",
           data: new Uint8Array(await readFile(full)),
           mode: info.mode & 0o777,
@@ -71,7 +77,7 @@ export async function buildImage(
   context: string,
   options: { dockerfile?: string; signal?: AbortSignal } = {},
 ): Promise<string> {
-  const entries = await entriesOf(context);
+  const entries = await folderEntries(context, { ignore: await dockerignore(context) });
   const hash = createHash("sha256");
   hash.update(options.dockerfile ?? "Dockerfile");
   for (const e of entries) {

@@ -8,9 +8,8 @@
  */
 import { z } from "npm:zod@^4.6.0";
 import { ConfigError, EnvError } from "../../errors.ts";
-import { getHarness, type Harness } from "../../tasks/harness.ts";
 import type { Task } from "../../tasks/task.ts";
-import type { AgentRole, AgentRun } from "../agent.ts";
+import { type AgentRun, harnessFor } from "../agent.ts";
 import { type Agents, Env, type EnvInit, type Episode } from "../env.ts";
 import { type Criterion, DEFAULT_CRITERIA, loadCriteria } from "../../scoring/judges/criteria.ts";
 import { applyVerdict, JudgeTask } from "./judge_task.ts";
@@ -44,7 +43,7 @@ export abstract class JudgeEnvBase extends Env {
           `judge works in a copy of its sandbox); "subprocess" is not one`,
       );
     }
-    const harness = roleHarness(judge);
+    const harness = harnessFor(judge, { defaultHarness: JudgeTask.HARNESS });
     if (!harness.executesCode) {
       throw new ConfigError(
         `env.judge.harness.id: the judge of "${this.id}" inspects the workspace, so its harness ` +
@@ -83,13 +82,6 @@ export abstract class JudgeEnvBase extends Env {
       applyVerdict(solver, judge, weights);
     }
   }
-}
-
-function roleHarness(role: AgentRole): Harness {
-  const choice = role.harness;
-  if (choice && typeof (choice as Harness).run === "function") return choice as Harness;
-  const config = (choice ?? {}) as { id?: string };
-  return getHarness(config.id ?? JudgeTask.HARNESS ?? "bash", config);
 }
 
 /** Throw the judge's failure as the episode's: an unjudged solver is never scored. */
