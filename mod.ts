@@ -172,11 +172,25 @@ export {
   assistantMessage,
   BashHarness,
   callModel,
-  getHarness,
-  HARNESSES,
   NullHarness,
   StopFired,
 } from "./lib/tasks/harness.ts";
+export { getHarness, HARNESSES } from "./lib/tasks/harnesses.ts";
+export { ProgramHarness, type ProgramHarnessOptions } from "./lib/tasks/program.ts";
+export {
+  type EgressDenial,
+  Gateway,
+  type GatewayHandler,
+  type GatewayRoute,
+  GatewaySession,
+} from "./lib/gateway/gateway.ts";
+export {
+  composePolicies,
+  type NetworkPolicy,
+  type NetworkPolicyInput,
+  parseNetworkPolicy,
+  policyAllows,
+} from "./lib/gateway/policy.ts";
 export { Trace } from "./lib/tasks/trace.ts";
 export { MessageGraph, messageHash } from "./lib/tasks/graph.ts";
 export type { MessageNode } from "./lib/tasks/graph.ts";

@@ -153,6 +153,12 @@ export function resolveTemplate(
 }
 
 /** A runtime table (`[env.agent.runtime]`, `[env.agent.scoring.runtime]`). */
+/** `network = { allow = [...], block = [...] }`: hosts are checked when the run starts. */
+const NetworkPolicyTable = z.strictObject({
+  allow: z.array(z.string()).optional(),
+  block: z.array(z.string()).optional(),
+});
+
 export const RuntimeTable = z.strictObject({
   type: z.enum(["docker", "subprocess", "ssh", "prime"]).optional(),
   /** ssh: the host, port, login user and credentials. */
@@ -176,7 +182,8 @@ export const RuntimeTable = z.strictObject({
   cpu: z.number().positive().optional(),
   memory: z.union([z.number().positive(), z.string()]).optional(),
   workdir: z.string().optional(),
-  network: z.boolean().optional(),
+  /** On/off, or an egress policy `{ allow = ["host:port", "*.domain"], block = [...] }`. */
+  network: z.union([z.boolean(), NetworkPolicyTable]).optional(),
   env: z.record(z.string(), z.string()).optional(),
   /** Started agent sandboxes kept ready per sandbox shape (grading sandboxes are always fresh). */
   warm_pool: z.number().int().min(0).optional(),
@@ -226,6 +233,15 @@ export const AgentTable = z.strictObject({
     edit: z.boolean().optional(),
     max_turns: z.number().int().min(1).optional(),
     tool_timeout: positive,
+    /** program: the command run in the sandbox (default vf's agent program). */
+    command: z.union([z.string().min(1), z.array(z.string()).min(1)]).optional(),
+    /** program: which shipped agent runs when no command is given. */
+    agent: z.enum(["python", "sh"]).optional(),
+    /** program: extra environment, and evaluator variables passed through by name. */
+    env: z.record(z.string(), z.string()).optional(),
+    forward_env: z.array(z.string()).optional(),
+    /** program: seconds the program may run. */
+    timeout: positive,
   }).optional(),
   runtime: RuntimeTable.optional(),
   scoring: z.strictObject({
@@ -233,6 +249,8 @@ export const AgentTable = z.strictObject({
     retries: z.number().int().min(0).optional(),
     env: z.record(z.string(), z.string()).optional(),
     runtime: RuntimeTable.optional(),
+    /** Where grading may connect; default the agent's policy. */
+    network: NetworkPolicyTable.optional(),
   }).optional(),
   max_turns: z.number().int().min(1).optional(),
   /** Per-phase limits in seconds that beat the task's own. */

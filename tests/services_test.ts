@@ -4,11 +4,16 @@
  * the rollout's own network and waited on until healthy; the agent reaches the app by name,
  * the reward checks the state the app holds; nothing of the run is left on the engine after.
  * Bad Compose input and a service that never becomes healthy get clear errors, never reward 0.
+ * Image builds log to a file, are reused by content, and `vf cleanup --images` removes vf's
+ * dangling builds.
  * @module
  */
 import assert from "node:assert/strict";
 import { basename, join } from "node:path";
 import { cleanupContainers } from "../mod.ts";
+import { buildImage, folderEntries } from "../lib/services/build.ts";
+import { DockerEngine } from "../runtimes/docker/engine_api.ts";
+import { packTar } from "../runtimes/_tar.ts";
 import { startModelServer } from "./model_server.ts";
 import { cliCommand, type CliResult, collect, MOD_URL, transcript } from "./_cli.ts";
 
@@ -311,6 +316,63 @@ Deno.test("services: build from a folder with a Dockerfile (POST /build, offline
     assert.deepEqual(after[1], after[0], "the second run reused the image built by the first");
   } finally {
     for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("image builds: the build log streams to a file, an unchanged folder is not rebuilt, and vf cleanup --images removes vf's dangling builds and keeps tagged ones", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_build_log_" });
+  const engine = DockerEngine.shared();
+  const made: string[] = [];
+  try {
+    const marker = `built-${crypto.randomUUID().slice(0, 8)}`;
+    const ctx = join(dir, "ctx");
+    await Deno.mkdir(ctx);
+    await Deno.writeTextFile(join(ctx, "Dockerfile"), `FROM busybox:latest\nRUN echo ${marker}\n`);
+    const logs = join(dir, "logs");
+    const tag = await buildImage("logged", ctx, { logDir: logs });
+    made.push(tag);
+    const logFile = join(logs, `${tag.replace(/[:/]/g, "-")}.log`);
+    const log = await Deno.readTextFile(logFile);
+    assert.match(log, /FROM busybox:latest/);
+    assert.match(log, new RegExp(`^${marker}$`, "m")); // the RUN step's own output
+    await Deno.remove(logFile);
+    assert.equal(await buildImage("logged", ctx, { logDir: logs }), tag);
+    await assert.rejects(Deno.stat(logFile)); // nothing was built the second time
+
+    // Two builds under one tag: the first is left dangling, as a changed task's older build.
+    const shared = `vf-test-dangling:${marker}`;
+    const ids: string[] = [];
+    for (const step of ["one", "two"]) {
+      await Deno.writeTextFile(
+        join(ctx, "Dockerfile"),
+        `FROM busybox:latest\nRUN echo ${step} > /v\n`,
+      );
+      ids.push(
+        await engine.buildImage(packTar(await folderEntries(ctx)), {
+          tag: shared,
+          labels: { "vf.managed": "1" },
+        }),
+      );
+    }
+    made.push(shared);
+    assert.notEqual(ids[0], ids[1]);
+    const res = await collect(
+      // Only images: no run of this id has sandboxes, and the ledger is this test's own.
+      cliCommand(["cleanup", "--images", "--run", `none-${marker}`], {
+        cwd: dir,
+        env: { VF_LEDGER: join(dir, "ledger.jsonl") },
+        registry: false,
+        docker: true,
+      }),
+    );
+    assert.equal(res.code, 0, transcript(res));
+    assert.match(res.stdout, /removed \d+ dangling build images?/);
+    assert.equal(await engine.inspectImage(ids[0]), undefined);
+    assert.ok(await engine.inspectImage(shared));
+    assert.ok(await engine.inspectImage(tag));
+  } finally {
+    for (const image of made) await engine.removeImage(image).catch(() => {});
     await Deno.remove(dir, { recursive: true });
   }
 });

@@ -8,7 +8,8 @@ import { createRuntime } from "../../runtimes/create.ts";
 import type { ChatClient } from "../model/client.ts";
 import type { Semaphore } from "../model/limits.ts";
 import { ConfigError, EnvError, serializeError } from "../errors.ts";
-import { getHarness, type Harness } from "../tasks/harness.ts";
+import type { Harness } from "../tasks/harness.ts";
+import { getHarness } from "../tasks/harnesses.ts";
 import {
   type AgentPolicy,
   type Box,

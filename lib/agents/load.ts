@@ -12,7 +12,7 @@ import type { SandboxSource } from "../../runtimes/pool.ts";
 import { AgentTable, deepMerge, EnvBase } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import type { ChatClient } from "../model/client.ts";
-import { HARNESSES } from "../tasks/harness.ts";
+import { HARNESSES } from "../tasks/harnesses.ts";
 import type { SamplingArgs } from "../types.ts";
 import type { AgentRole } from "./agent.ts";
 import { Env, type EnvInit } from "./env.ts";

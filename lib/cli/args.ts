@@ -200,6 +200,7 @@ export function parseArgs(argv: string[]) {
       "save",
       "force",
       "probe",
+      "images",
     ],
     string: [
       "run",

@@ -6,11 +6,12 @@
 import process from "node:process";
 import { cleanupContainers } from "../../runtimes/docker/mod.ts";
 import { cleanupLedger, defaultLedger } from "../../runtimes/ledger.ts";
+import { removeDanglingBuilds } from "../services/build.ts";
 import { SandboxUnavailableError } from "../../runtimes/errors.ts";
 import { describeError } from "../errors.ts";
 import { parseArgs, parseDuration } from "./args.ts";
 
-const CLEANUP_HELP = `vf cleanup [--run ID] [--older-than 30m] [--force]
+const CLEANUP_HELP = `vf cleanup [--run ID] [--older-than 30m] [--force] [--images]
 
 Remove sandboxes vf left behind: Docker containers labelled vf.managed=1 on DOCKER_HOST,
 and every sandbox the local ledger (VF_LEDGER, default ~/.cache/vf/ledger.jsonl) still lists
@@ -25,6 +26,8 @@ owner cannot be checked (another host, or made by an older vf) are removed only 
                     whose owner cannot be checked
   --force           remove the selected sandboxes whatever their owner, live runs included
                     (asks first on a terminal)
+  --images          also remove dangling images of vf's builds (older builds of a task
+                    folder whose tag moved on); tagged images stay
 `;
 
 /** Asks on the terminal; true when the answer starts with y. */
@@ -99,6 +102,13 @@ export async function cmdCleanup(argv: string[]): Promise<number> {
   if (kept.length) {
     process.stdout.write(`kept ${kept.length} sandbox${kept.length === 1 ? "" : "es"}:\n`);
     for (const line of kept) process.stdout.write(`  ${line}\n`);
+  }
+  if (flags.images === true && !dockerError) {
+    const images = await removeDanglingBuilds();
+    process.stdout.write(
+      `removed ${images.length} dangling build image${images.length === 1 ? "" : "s"}\n`,
+    );
+    for (const id of images) process.stdout.write(`  ${id.replace(/^sha256:/, "").slice(0, 12)}\n`);
   }
   await defaultLedger()?.compact().catch(() => {});
   if (dockerError) process.stderr.write(`warning: docker: ${describeError(dockerError)}\n`);

@@ -5,8 +5,10 @@
  * @module
  */
 import { createHash } from "node:crypto";
-import { readdir, readFile, stat } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, stat } from "node:fs/promises";
+import { homedir } from "node:os";
 import { join, relative } from "node:path";
+import process from "node:process";
 import { DockerEngine } from "../../runtimes/docker/engine_api.ts";
 import { excludeMatcher, packTar, type TarEntry } from "../../runtimes/_tar.ts";
 
@@ -75,7 +77,12 @@ export async function folderEntries(
 export async function buildImage(
   name: string,
   context: string,
-  options: { dockerfile?: string; signal?: AbortSignal } = {},
+  options: {
+    dockerfile?: string;
+    signal?: AbortSignal;
+    /** Where the build log goes; default {@link buildLogDir}. */
+    logDir?: string;
+  } = {},
 ): Promise<string> {
   const entries = await folderEntries(context, { ignore: await dockerignore(context) });
   const hash = createHash("sha256");
@@ -89,11 +96,57 @@ export async function buildImage(
   }`;
   const engine = DockerEngine.shared();
   if (await engine.inspectImage(tag)) return tag;
-  await engine.buildImage(packTar(entries), {
-    tag,
-    dockerfile: options.dockerfile,
-    labels: { "vf.managed": "1" },
-    signal: options.signal,
-  });
+  // The build's output goes to a log file as it arrives; progress gets a line at each end.
+  const logDir = options.logDir ?? buildLogDir();
+  await mkdir(logDir, { recursive: true });
+  const logPath = join(logDir, `${tag.replace(/[:/]/g, "-")}.log`);
+  const log = await open(logPath, "w");
+  const started = performance.now();
+  process.stderr.write(`building image ${tag} (log: ${logPath})\n`);
+  let writes = Promise.resolve();
+  try {
+    await engine.buildImage(packTar(entries), {
+      tag,
+      dockerfile: options.dockerfile,
+      labels: { "vf.managed": "1" },
+      signal: options.signal,
+      onLog: (line) => {
+        writes = writes.then(() => log.write(`${line}\n`)).then(() => {});
+      },
+    });
+  } catch (error) {
+    if (error instanceof Error && !options.signal?.aborted) {
+      error.message += `\n(full build log: ${logPath})`;
+    }
+    throw error;
+  } finally {
+    await writes.catch(() => {});
+    await log.close();
+  }
+  process.stderr.write(
+    `built image ${tag} in ${((performance.now() - started) / 1000).toFixed(1)}s\n`,
+  );
   return tag;
+}
+
+/** Where build logs go: `$VF_BUILD_LOGS`, else `~/.cache/vf/builds` (or under `$XDG_CACHE_HOME`). */
+export function buildLogDir(env: Record<string, string | undefined> = process.env): string {
+  if (env.VF_BUILD_LOGS) return env.VF_BUILD_LOGS;
+  return join(env.XDG_CACHE_HOME || join(env.HOME || homedir(), ".cache"), "vf", "builds");
+}
+
+/**
+ * Remove the dangling images vf's builds left (an older build whose tag moved on); images
+ * that still have a tag, or that a container uses, stay.
+ * @returns the removed image ids
+ */
+export async function removeDanglingBuilds(): Promise<string[]> {
+  const engine = DockerEngine.shared();
+  const images = await engine.listImages({ dangling: ["true"], label: ["vf.managed=1"] });
+  const removed: string[] = [];
+  for (const image of images) {
+    // In use by a container (even a stopped one): the engine refuses, and it stays.
+    if (await engine.removeImage(image.Id).catch(() => false)) removed.push(image.Id);
+  }
+  return removed;
 }

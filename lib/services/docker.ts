@@ -1,38 +1,28 @@
 /**
- * A rollout's services on Docker: a network of its own (internal unless the task asks for
- * network access), each service a container on it under its name, started in `depends_on`
- * order and waited on until healthy. The agent's sandbox joins the same network. Everything
- * carries the run's labels and the service containers are in the ledger, so `vf cleanup`
- * removes what an interrupted run left.
+ * A rollout's services on Docker: each service a container on the rollout's network
+ * ({@link RolloutNetwork}) under its name, started in `depends_on` order and waited on until
+ * healthy. The agent's sandbox joins the same network. Everything carries the run's labels
+ * and the service containers are in the ledger, so `vf cleanup` removes what an interrupted
+ * run left.
  * @module
  */
 import { DockerEngine } from "../../runtimes/docker/engine_api.ts";
 import { DockerRuntime } from "../../runtimes/docker/mod.ts";
-import { ownerLabels } from "../../runtimes/owner.ts";
 import { InfraError } from "../errors.ts";
 import type { ServicesSpec } from "./compose.ts";
 import { buildImage } from "./build.ts";
 
-function hex(n: number): string {
-  return [...crypto.getRandomValues(new Uint8Array(n))]
-    .map((b) => b.toString(16).padStart(2, "0")).join("");
-}
-
 /** The running services of one rollout. */
 export class ServiceGroup {
-  /** The network's name: the agent's sandbox joins it (`networkName`). */
-  readonly network: string;
   readonly #engine: DockerEngine;
   readonly #containers: DockerRuntime[] = [];
-  #networkId = "";
 
-  private constructor(network: string, engine: DockerEngine) {
-    this.network = network;
+  private constructor(engine: DockerEngine) {
     this.#engine = engine;
   }
 
   /**
-   * Create the network and start every service, dependencies first, each waited on when a
+   * Start every service on `network`, dependencies first, each waited on when a
    * dependent needs it healthy; then every service with a health check must be healthy.
    * What started is removed again when something fails.
    * @throws {InfraError} when a service exits, turns unhealthy, or is not healthy in time
@@ -42,28 +32,16 @@ export class ServiceGroup {
     options: {
       runId: string;
       task: string;
-      /** Whether the network reaches outside (default false: internal). */
-      internet?: boolean;
+      /** The rollout's network (its name). */
+      network: string;
       /** Seconds to wait for health; default 60. */
       healthTimeout?: number;
       signal?: AbortSignal;
     },
   ): Promise<ServiceGroup> {
     const engine = DockerEngine.shared();
-    const group = new ServiceGroup(`vf-net-${hex(6)}`, engine);
+    const group = new ServiceGroup(engine);
     try {
-      group.#networkId = await engine.createNetwork({
-        Name: group.network,
-        Driver: "bridge",
-        Internal: !options.internet,
-        CheckDuplicate: true,
-        Labels: {
-          "vf.managed": "1",
-          "vf.run_id": options.runId,
-          "vf.task": options.task,
-          ...ownerLabels(),
-        },
-      });
       const started = new Map<string, DockerRuntime>();
       // Built images first (a tag already present is reused).
       const images = new Map<string, string>();
@@ -86,7 +64,7 @@ export class ServiceGroup {
           type: "docker",
           image: images.get(s.name) ?? s.image,
           env: s.env,
-          networkName: group.network,
+          networkName: options.network,
           aliases: [s.name],
           command: s.command,
           healthcheck: s.healthcheck,
@@ -141,21 +119,8 @@ export class ServiceGroup {
     );
   }
 
-  /** Remove the services, then the network. Idempotent. */
+  /** Remove the services. Idempotent. */
   async stop(): Promise<void> {
     await Promise.all(this.#containers.splice(0).map((c) => c.stop().catch(() => {})));
-    if (this.#networkId) {
-      const id = this.#networkId;
-      this.#networkId = "";
-      // The agent's sandbox may still be leaving the network: try a few times.
-      for (let i = 0; i < 5; i++) {
-        try {
-          await this.#engine.removeNetwork(id);
-          return;
-        } catch {
-          await new Promise((r) => setTimeout(r, 200));
-        }
-      }
-    }
   }
 }

@@ -6,10 +6,11 @@
  */
 import type { Runtime } from "../../runtimes/runtime.ts";
 import type { ChatClient } from "../model/client.ts";
-import { CommandTimeoutError, ConfigError, InfraError, TaskError } from "../errors.ts";
+import { CommandTimeoutError, InfraError, TaskError } from "../errors.ts";
 import type { StopHook, Task, TaskData } from "./task.ts";
 import type { MessageGraph } from "./graph.ts";
 import type { Toolbox } from "../tools/toolbox.ts";
+import type { GatewayRoute } from "../gateway/gateway.ts";
 import type { Message, Messages, Response, SamplingArgs, Tool, ToolCall } from "../types.ts";
 
 /** One recorded model call. */
@@ -75,6 +76,8 @@ export interface HarnessContext {
   stops?: StopHook[];
   /** The rollout's toolsets (MCP): offered to the model beside the harness's own tools. */
   toolbox?: Toolbox;
+  /** How the sandbox reaches the model gateway; given to harnesses with `needsGateway`. */
+  gateway?: GatewayRoute;
   signal?: AbortSignal;
 }
 
@@ -103,6 +106,11 @@ export interface Harness {
   readonly executesCode: boolean;
   /** Whether {@link Harness.resume} continues a finished segment (needed by interactions). */
   readonly supportsResume?: boolean;
+  /**
+   * Whether the agent runs inside the sandbox and calls the model itself: the rollout then
+   * gives the sandbox a route to the model gateway ({@link HarnessContext.gateway}).
+   */
+  readonly needsGateway?: boolean;
   /** The first segment: start from the task's prompt and run until the agent answers. */
   run(ctx: HarnessContext): Promise<void>;
   /** A later segment: `messages` (the user's turn) were appended; run until the agent answers. */
@@ -470,21 +478,4 @@ export class NullHarness implements Harness {
     ctx.recorder.messages.push(assistantMessage(response));
     ctx.recorder.stop_condition = "no_tools_called";
   }
-}
-
-/** Built-in harnesses by id. */
-export const HARNESSES: Record<string, (config: Record<string, unknown>) => Harness> = {
-  bash: (config) => new BashHarness({ edit: config.edit as boolean | undefined }),
-  null: () => new NullHarness(),
-};
-
-/** A harness by id; unknown ids list the known ones. */
-export function getHarness(id: string, config: Record<string, unknown> = {}): Harness {
-  const make = HARNESSES[id];
-  if (!make) {
-    throw new ConfigError(
-      `Unknown harness "${id}"; known: ${Object.keys(HARNESSES).map((h) => `"${h}"`).join(", ")}`,
-    );
-  }
-  return make(config);
 }

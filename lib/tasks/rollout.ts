@@ -57,6 +57,20 @@ import { MessageGraph, type MessageNode } from "./graph.ts";
 import { Toolbox } from "../tools/toolbox.ts";
 import { loadServices } from "../services/compose.ts";
 import { ServiceGroup } from "../services/docker.ts";
+import { evaluatorHost, GATEWAY_ALIAS, GATEWAY_PORT, RolloutNetwork } from "../services/network.ts";
+import {
+  type EgressDenial,
+  Gateway,
+  type GatewayRoute,
+  type GatewaySession,
+} from "../gateway/gateway.ts";
+import {
+  CLOSED_POLICY,
+  composePolicies,
+  type NetworkPolicy,
+  OPEN_POLICY,
+  parseNetworkPolicy,
+} from "../gateway/policy.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 
 /**
@@ -132,6 +146,8 @@ export interface TaskTrace {
   metrics: Record<string, number>;
   /** Tokens the judges' calls used (their replies are in `info.judge`), apart from `usage`. */
   judge_usage?: { input_tokens: number; output_tokens: number };
+  /** The egress policy of the agent phase and the connections it refused (every phase). */
+  network?: { policy: NetworkPolicy; denied: EgressDenial[] };
   ok: boolean;
   /** `infra`: the failure was infrastructure (sandbox, engine), not the agent's or the task's. */
   error: (SerializedError & { phase: string; infra?: boolean }) | null;
@@ -282,9 +298,47 @@ export function resolveRuntimeSpec(
     memory: memoryString(config.memory ?? data.resources?.memory),
     workdir: config.workdir ?? data.workdir,
     env,
-    network: config.network ?? data.network ?? false,
+    // A policy is enforced by the rollout's egress proxy, never by an open bridge.
+    network: (config.network ?? data.network ?? false) === true,
     labels: { "vf.role": role },
   };
+}
+
+/** The environment that sends a sandbox's HTTP(S) through the session's egress proxy. */
+function proxyEnv(session: GatewaySession, direct: string[]): Record<string, string> {
+  const proxy = `http://vf:${session.proxySecret}@${GATEWAY_ALIAS}:${GATEWAY_PORT}`;
+  const bypass = [GATEWAY_ALIAS, ...direct].join(",");
+  return {
+    HTTP_PROXY: proxy,
+    HTTPS_PROXY: proxy,
+    http_proxy: proxy,
+    https_proxy: proxy,
+    NO_PROXY: bypass,
+    no_proxy: bypass,
+  };
+}
+
+/**
+ * The egress policy of a sandbox: the runtime's and the task's composed (a task allow of `*`
+ * keeps the runtime's list, two lists intersect, blocks add up); null when neither gives a
+ * policy (then `network` is plain on/off). A runtime's explicit `network = false` closes it.
+ * @throws {ConfigError} naming the key of an entry that is not a host
+ */
+export function resolveNetworkPolicy(
+  config: RuntimeConfig,
+  task: Task,
+  where = "env.agent.runtime",
+): NetworkPolicy | null {
+  const r = config.network;
+  const t = task.data.network;
+  const rp = typeof r === "object" && r !== null ? parseNetworkPolicy(r, `${where}.network`) : null;
+  const tp = typeof t === "object" && t !== null
+    ? parseNetworkPolicy(t, `task "${task.key}" network`)
+    : null;
+  if (!rp && !tp) return null;
+  if (r === false) return structuredClone(CLOSED_POLICY);
+  if (rp && tp) return composePolicies(rp, tp);
+  return rp ?? tp;
 }
 
 /** Drop tar entries matching `exclude` globs (at any depth below the artifact's root, as tar). */
@@ -486,6 +540,9 @@ export class TaskRollout {
   #stopList: StopHook[] | null = null;
   #toolbox: Toolbox | null = null;
   #services: ServiceGroup | null = null;
+  #network: RolloutNetwork | null = null;
+  #gateway: GatewayRoute | null = null;
+  #egress: NetworkPolicy | null = null;
 
   get #stops(): StopHook[] {
     return this.#stopList ??= this.#options.task.stopHooks();
@@ -625,6 +682,25 @@ export class TaskRollout {
             `Harness "${policy.harness.id}" runs agent commands on the host (subprocess runtime)`,
           );
         }
+        this.#egress = resolveNetworkPolicy(policy.runtime, task);
+        if (this.#egress && spec.type !== "docker") {
+          throw new ConfigError(
+            `A network policy (allow/block) is enforced on the docker runtime only; the ` +
+              `${spec.type} runtime cannot (task "${task.key}")`,
+          );
+        }
+        if (policy.harness.needsGateway && spec.type !== "docker" && spec.type !== "subprocess") {
+          throw new ConfigError(
+            `Harness "${policy.harness.id}" runs the agent inside the sandbox, which reaches the ` +
+              `model gateway on docker and subprocess runtimes only, not ${spec.type}`,
+          );
+        }
+        if (box && (this.#egress || policy.harness.needsGateway)) {
+          throw new ConfigError(
+            `Task "${task.key}" needs a network of its own (a gateway or a network policy), which ` +
+              `a borrowed sandbox does not have; run it in its own sandbox`,
+          );
+        }
         return spec;
       });
       const retries = box ? 0 : policy.infraRetries ?? 2;
@@ -645,30 +721,7 @@ export class TaskRollout {
                   }
                   this.#agent = box.runtime;
                 } else {
-                  let spec = this.#agentSpec!;
-                  const compose = task.deploymentSpec() ?? this.#options.services ?? null;
-                  if (compose !== null) {
-                    if (spec.type !== "docker") {
-                      throw new ConfigError(
-                        `Task "${task.key}" has services (Compose); the ${spec.type} runtime cannot ` +
-                          `run them; use --env.agent.runtime.type docker`,
-                      );
-                    }
-                    const group = await ServiceGroup.start(await loadServices(compose), {
-                      runId: this.#options.runId,
-                      task: task.key,
-                      internet: spec.network === true,
-                      healthTimeout: this.#timeout("setup"),
-                      signal: s,
-                    });
-                    if (s.aborted) {
-                      // The phase ended (timeout, interrupt) as they came up: nobody else stops them.
-                      await group.stop();
-                      throw s.reason;
-                    }
-                    this.#services = group;
-                    spec = { ...spec, networkName: this.#services.network, aliases: ["agent"] };
-                  }
+                  const spec = await this.#prepareNetwork(this.#agentSpec!, s);
                   await startSandbox(
                     policy,
                     spec,
@@ -696,8 +749,7 @@ export class TaskRollout {
               const stale = this.#agent;
               this.#agent = null;
               if (!box) await stale?.stop().catch(() => {});
-              await this.#services?.stop();
-              this.#services = null;
+              await this.#releaseNetwork();
               if (signal?.aborted || attempt >= retries || !isSandboxInfra(error)) throw error;
               // Back off before asking the backend again: 0.25 s, 0.5 s, 1 s, ... (max 5 s).
               await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * 2 ** attempt)));
@@ -717,6 +769,8 @@ export class TaskRollout {
             : await Toolbox.open(toolsets, ctx);
         });
       }
+      // The agent works under the task's policy (nothing but vf's own routes without one).
+      this.#gateway?.session.setPhase("agent", this.#egress ?? CLOSED_POLICY);
       this.#opened = true;
       return true;
     } catch (raw) {
@@ -776,6 +830,7 @@ export class TaskRollout {
             state: this.state,
             stops: this.#stops,
             toolbox: this.#toolbox ?? undefined,
+            gateway: this.#gateway ?? undefined,
             signal: s,
           };
           return first ? policy.harness.run(ctx) : policy.harness.resume!(ctx, messages!);
@@ -813,6 +868,8 @@ export class TaskRollout {
     const data = task.data;
     const trace = this.trace;
     const timing = trace.timing;
+    // The agent is done: its program gets no more model calls.
+    if (this.#gateway) this.#gateway.session.handler = null;
     try {
       if (this.#opened && !this.#failed && this.#segments === 0) {
         // Closed before the agent ever ran (its Env gave up first): nothing to score.
@@ -866,8 +923,11 @@ export class TaskRollout {
                 "scoring",
                 () =>
                   phase("scoring", this.#timeout("scoring"), signal, async (s) => {
-                    // The agent is done: private tests may be staged in its sandbox now.
+                    // The agent is done: private tests may be staged in its sandbox now
+                    // (under the setup policy), then graded under the grader's.
+                    this.#gateway?.session.setPhase("setup", OPEN_POLICY);
                     await task.stageVerifier(this.#ctx(this.#agent!, s));
+                    this.#gateway?.session.setPhase("grade", this.#graderPolicy());
                     return await task.score(this.#ctx(this.#agent!, s));
                   }),
               ),
@@ -920,9 +980,99 @@ export class TaskRollout {
     const agent = this.#agent;
     this.#agent = null;
     if (agent && agent !== this.#options.box?.runtime) await agent.stop().catch(() => {});
+    await this.#releaseNetwork();
+  }
+
+  /** The grader's egress policy: `scoring.network`, else the agent's. */
+  #graderPolicy(): NetworkPolicy {
+    const own = this.#scoring.network;
+    return own ? parseNetworkPolicy(own, "scoring.network") : this.#egress ?? CLOSED_POLICY;
+  }
+
+  /**
+   * Give the agent's sandbox what it needs around it: a network of its own on Docker when it
+   * has services, a gateway or a network policy; the gateway relay on it (or the gateway on
+   * loopback for a subprocess); the services. Returns the sandbox's spec joined to it.
+   */
+  async #prepareNetwork(spec: RuntimeSpec, signal: AbortSignal): Promise<RuntimeSpec> {
+    const { task, policy, runId, model } = this.#options;
+    const compose = task.deploymentSpec() ?? this.#options.services ?? null;
+    const needsGateway = policy.harness.needsGateway === true;
+    const egress = this.#egress;
+    if (compose === null && !needsGateway && !egress) return spec;
+    if (spec.type === "subprocess" && compose === null && !egress) {
+      const session = Gateway.shared().open(model);
+      const port = await Gateway.shared().listen("127.0.0.1");
+      this.#gateway = { session, url: `http://127.0.0.1:${port}` };
+      return spec;
+    }
+    if (spec.type !== "docker") {
+      throw new ConfigError(
+        `Task "${task.key}" has services (Compose); the ${spec.type} runtime cannot run them; ` +
+          `use --env.agent.runtime.type docker`,
+      );
+    }
+    const network = await RolloutNetwork.create({
+      runId,
+      task: task.key,
+      internet: spec.network === true,
+    });
+    this.#network = network;
+    let env = spec.env ?? {};
+    const services = compose === null ? null : await loadServices(compose);
+    if (needsGateway || egress) {
+      const gateway = Gateway.shared();
+      const host = await evaluatorHost();
+      const port = await gateway.listen(host);
+      const session = gateway.open(model);
+      const url = `http://${GATEWAY_ALIAS}:${GATEWAY_PORT}`;
+      this.#gateway = { session, url };
+      await network.relay(host, port, signal);
+      if (egress) {
+        // Setup is unrestricted (package installs); the agent phase gets the task's policy.
+        session.setPhase("setup", OPEN_POLICY);
+        const proxied = proxyEnv(session, services?.services.map((s) => s.name) ?? []);
+        this.#gateway.proxyUrl = proxied.HTTP_PROXY;
+        env = { ...env, ...proxied };
+      }
+    }
+    if (services) {
+      const group = await ServiceGroup.start(services, {
+        runId,
+        task: task.key,
+        network: network.name,
+        healthTimeout: this.#timeout("setup"),
+        signal,
+      });
+      if (signal.aborted) {
+        // The phase ended (timeout, interrupt) as they came up: nobody else stops them.
+        await group.stop();
+        throw signal.reason;
+      }
+      this.#services = group;
+    }
+    return { ...spec, env, networkName: network.name, aliases: ["agent"] };
+  }
+
+  /** Seal the gateway session (its denials go on the trace), stop services and network. */
+  async #releaseNetwork(): Promise<void> {
+    const route = this.#gateway;
+    this.#gateway = null;
+    if (route) {
+      route.session.close();
+      if (this.#egress || route.session.denials.length) {
+        this.trace.network = {
+          policy: this.#egress ?? CLOSED_POLICY,
+          denied: [...(this.trace.network?.denied ?? []), ...route.session.denials],
+        };
+      }
+    }
     const services = this.#services;
     this.#services = null;
     await services?.stop();
+    const network = this.#network;
+    this.#network = null;
+    await network?.stop();
   }
 
   async #scoreIsolated(): Promise<TaskScores> {
@@ -961,21 +1111,46 @@ export class TaskRollout {
       }
       return spec;
     });
-    return await inPhase(
-      "scoring",
-      () =>
-        this.#timed("scoring", () =>
-          gradeIsolated(
-            graderSpec,
-            artifacts,
-            scoring.retries ?? 2,
-            this.#options,
-            this.trace,
-            (runtime, s) => this.#ctx(runtime, s),
-            this.#timeout("scoring"),
-            signal,
-          )),
-    );
+    // The grading sandbox's egress: `scoring.network`, else its runtime's and the task's.
+    const graderPolicy = await inPhase("scoring", () => {
+      const own = scoring.network;
+      const policy = own
+        ? parseNetworkPolicy(own, "scoring.network")
+        : resolveNetworkPolicy(graderConfig, task, "env.agent.scoring.runtime");
+      if (policy && graderSpec.type !== "docker") {
+        throw new ConfigError(
+          `A network policy is enforced on the docker runtime only; the grading sandbox is ` +
+            `${graderSpec.type} (task "${task.key}")`,
+        );
+      }
+      return Promise.resolve(policy);
+    });
+    const denied: EgressDenial[] = [];
+    try {
+      return await inPhase(
+        "scoring",
+        () =>
+          this.#timed("scoring", () =>
+            gradeIsolated(
+              graderSpec,
+              artifacts,
+              scoring.retries ?? 2,
+              this.#options,
+              this.trace,
+              (runtime, s) => this.#ctx(runtime, s),
+              this.#timeout("scoring"),
+              signal,
+              graderPolicy ? { policy: graderPolicy, denied } : undefined,
+            )),
+      );
+    } finally {
+      if (graderPolicy) {
+        this.trace.network = {
+          policy: this.trace.network?.policy ?? this.#egress ?? CLOSED_POLICY,
+          denied: [...(this.trace.network?.denied ?? []), ...denied],
+        };
+      }
+    }
   }
 }
 
@@ -1206,19 +1381,41 @@ async function gradeIsolated(
   hookContext: (runtime: Runtime, signal: AbortSignal) => TaskHookContext,
   timeoutSeconds: number | undefined,
   signal: AbortSignal | undefined,
+  egress?: { policy: NetworkPolicy; denied: EgressDenial[] },
 ): Promise<TaskScores> {
   const task = options.task;
   let last: unknown;
   for (let attempt = 0; attempt <= retries; attempt++) {
     trace.scoring.attempts = attempt + 1;
     let grader = null as Runtime | null;
+    let network = null as RolloutNetwork | null;
+    let session = null as GatewaySession | null;
     try {
       return await phase("scoring", timeoutSeconds, signal, async (s) => {
-        await startSandbox(options.policy, spec, "grader", options, s, (rt) => (grader = rt));
+        let graderSpec = spec;
+        if (egress && spec.type === "docker") {
+          // A network of its own, out only through the proxy: setup, the restore and
+          // stageVerifier are unrestricted, the rewards run under the grader's policy.
+          network = await RolloutNetwork.create({ runId: options.runId, task: task.key });
+          const gateway = Gateway.shared();
+          const host = await evaluatorHost();
+          const port = await gateway.listen(host);
+          session = gateway.open(options.model);
+          session.setPhase("setup", OPEN_POLICY);
+          await network.relay(host, port, s);
+          graderSpec = {
+            ...spec,
+            env: { ...(spec.env ?? {}), ...proxyEnv(session, []) },
+            networkName: network.name,
+            aliases: ["grader"],
+          };
+        }
+        await startSandbox(options.policy, graderSpec, "grader", options, s, (rt) => (grader = rt));
         const ctx = hookContext(grader!, s);
         await task.setup(ctx);
         await restoreArtifacts(grader!, artifacts);
         await task.stageVerifier(ctx);
+        (session as GatewaySession | null)?.setPhase("grade", egress!.policy);
         return await task.score(ctx);
       });
     } catch (error) {
@@ -1226,6 +1423,11 @@ async function gradeIsolated(
       last = error;
     } finally {
       await grader?.stop().catch(() => {});
+      if (session) {
+        (session as GatewaySession).close();
+        egress!.denied.push(...(session as GatewaySession).denials);
+      }
+      await (network as RolloutNetwork | null)?.stop();
     }
   }
   throw new InfraError(

@@ -16,6 +16,7 @@
  * ```
  * @module
  */
+import type { NetworkPolicyInput } from "../gateway/policy.ts";
 import { createHash } from "node:crypto";
 import { ConfigError } from "../errors.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
@@ -58,7 +59,7 @@ export interface RuntimeConfig {
   /** Memory in GB (number) or a docker-style string ("512m", "2g"). */
   memory?: number | string;
   workdir?: string;
-  network?: boolean;
+  network?: boolean | NetworkPolicyInput;
   env?: Record<string, string>;
 }
 
@@ -72,6 +73,8 @@ export interface ScoringConfig {
   env?: Record<string, string>;
   /** The grading sandbox's own runtime; default the agent's policy. */
   runtime?: RuntimeConfig;
+  /** Where grading may connect (the egress proxy's policy while scoring); default the agent's. */
+  network?: NetworkPolicyInput;
 }
 
 /** Per-phase time limits in seconds. */
@@ -104,8 +107,12 @@ export interface TaskData {
   env?: Record<string, string>;
   timeout?: TaskTimeouts;
   resources?: { cpu?: number; memory?: number | string };
-  /** Network access for the agent sandbox; default false. */
-  network?: boolean;
+  /**
+   * Network access for the agent sandbox; default false. A policy
+   * (`{ allow: ["pypi.org:443"], block: [] }`) lets connections out through the rollout's
+   * egress proxy only where it allows, in the agent phase (setup is unrestricted).
+   */
+  network?: boolean | NetworkPolicyInput;
   [extra: string]: unknown;
 }
 

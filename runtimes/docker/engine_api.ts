@@ -483,6 +483,24 @@ export class DockerEngine {
     return true;
   }
 
+  /** `GET /networks/{id}`; undefined when it does not exist. */
+  async inspectNetwork(id: string): Promise<Record<string, unknown> | undefined> {
+    const response = await this.#request("GET", `/networks/${id}`);
+    const text = await response.body.text();
+    if (response.statusCode === 404) return undefined;
+    if (response.statusCode >= 300) {
+      throw this.#apiError("GET", `/networks/${id}`, response.statusCode, text);
+    }
+    return JSON.parse(text);
+  }
+
+  /** `POST /networks/{id}/connect`: attach a container, reachable there by `aliases`. */
+  async connectNetwork(id: string, container: string, aliases: string[] = []): Promise<void> {
+    await this.#json("POST", `/networks/${id}/connect`, {
+      json: { Container: container, EndpointConfig: { Aliases: aliases } },
+    });
+  }
+
   /** `GET /networks?filters=...`. */
   async listNetworks(
     options: { labels?: string[] } = {},
@@ -659,6 +677,8 @@ export class DockerEngine {
       dockerfile?: string;
       labels?: Record<string, string>;
       signal?: AbortSignal;
+      /** Each line of the build's output as it arrives. */
+      onLog?: (line: string) => void;
     },
   ): Promise<string> {
     const response = await this.#request("POST", "/build", {
@@ -673,10 +693,10 @@ export class DockerEngine {
       contentType: "application/x-tar",
       signal: options.signal,
     });
-    const text = await response.body.text();
     const failed = (detail: string) =>
       new SandboxImageError(options.tag, `Building image "${options.tag}" failed: ${detail}`);
     if (response.statusCode >= 300) {
+      const text = await response.body.text();
       let message = text.trim();
       try {
         message = JSON.parse(text).message ?? message;
@@ -685,25 +705,62 @@ export class DockerEngine {
       }
       throw failed(message);
     }
+    // The output streams as JSON lines: pass each on as it comes, keep the tail for errors.
     const output: string[] = [];
     let id = "";
-    for (const line of text.split("\n")) {
-      if (!line.trim()) continue;
+    let error = "";
+    let pending = "";
+    const decoder = new TextDecoder();
+    const take = (line: string) => {
+      if (!line.trim()) return;
       let event: { stream?: string; error?: string; aux?: { ID?: string } };
       try {
         event = JSON.parse(line);
       } catch {
-        continue;
+        return;
       }
-      if (event.stream) output.push(event.stream);
+      if (event.stream) {
+        output.push(event.stream);
+        if (output.length > 200) output.splice(0, output.length - 200);
+        for (const l of event.stream.replace(/\n$/, "").split("\n")) options.onLog?.(l);
+      }
       if (event.aux?.ID) id = event.aux.ID;
-      if (event.error) {
-        throw failed(
-          `${event.error.trim()}\n${output.join("").trim().split("\n").slice(-10).join("\n")}`,
-        );
+      if (event.error && !error) {
+        error = event.error.trim();
+        options.onLog?.(`error: ${error}`);
       }
+    };
+    for await (const chunk of response.body) {
+      pending += decoder.decode(chunk as Uint8Array, { stream: true });
+      const lines = pending.split("\n");
+      pending = lines.pop() ?? "";
+      for (const line of lines) take(line);
+    }
+    take(pending);
+    if (error) {
+      throw failed(`${error}\n${output.join("").trim().split("\n").slice(-10).join("\n")}`);
     }
     return id || options.tag;
+  }
+
+  /** `GET /images/json?filters=...` (`dangling`, `label`). */
+  async listImages(
+    filters: Record<string, string[]> = {},
+  ): Promise<Array<{ Id: string; RepoTags?: string[] | null; Labels?: Record<string, string> }>> {
+    return (await this.#json<Array<{ Id: string }>>("GET", "/images/json", {
+      query: { filters: JSON.stringify(filters) },
+    }))!;
+  }
+
+  /** `DELETE /images/{id}`; false when it was already gone. */
+  async removeImage(id: string): Promise<boolean> {
+    const response = await this.#request("DELETE", `/images/${encodeURIComponent(id)}`);
+    const text = await response.body.text();
+    if (response.statusCode === 404) return false;
+    if (response.statusCode >= 300) {
+      throw this.#apiError("DELETE", `/images/${id}`, response.statusCode, text);
+    }
+    return true;
   }
 
   /** `GET /images/{name}/json`; undefined when the image is not present. */

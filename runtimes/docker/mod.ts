@@ -228,6 +228,10 @@ export class DockerRuntime implements Runtime {
     await this.#record("created", engine, name);
     this.#checkNotStopped();
     signal?.throwIfAborted();
+    // On a rollout's own network and asked for network access: the default bridge as well.
+    if (spec.networkName && spec.network === true) {
+      await engine.connectNetwork("bridge", this.#id);
+    }
     await engine.startContainer(this.#id, { signal });
     this.#checkNotStopped();
   }

@@ -1,0 +1,490 @@
+/**
+ * The model gateway: one listener on the evaluator that every rollout's sandbox reaches on
+ * its own network. It serves two things, each behind a per-rollout secret:
+ *
+ * - an OpenAI-compatible endpoint (`POST /v1/chat/completions`, streaming too) that a program
+ *   inside the sandbox calls with the rollout's model secret; the rollout's harness answers
+ *   it through the run's real client, so the real key stays on the evaluator, the run's model
+ *   and sampling apply, and every call lands on the trace;
+ * - an HTTP(S) forward proxy (`CONNECT` and absolute-URI requests, `Proxy-Authorization`
+ *   with the egress secret) that lets a connection out only when the rollout's network
+ *   policy for the current phase allows it, and records every refusal.
+ *
+ * SDK retries of a request already answered are replayed, and a retry that arrives while the
+ * first attempt is still running waits for it, so the transcript does not fork. After the
+ * rollout ends its secrets are refused.
+ * @module
+ */
+import net from "node:net";
+import { Buffer } from "node:buffer";
+import { createHash } from "node:crypto";
+import type { Response } from "../types.ts";
+import {
+  type ChatCall,
+  chatCompletionBody,
+  chatCompletionStream,
+  errorBody,
+  GatewayRefusal,
+  parseChatRequest,
+} from "./chat.ts";
+import { CLOSED_POLICY, type NetworkPolicy, policyAllows } from "./policy.ts";
+
+/** A connection the network policy refused. */
+export interface EgressDenial {
+  phase: string;
+  host: string;
+  port: number;
+  /** Unix seconds. */
+  at: number;
+}
+
+/** What answers a rollout's model calls. */
+export interface GatewayHandler {
+  /** A chat-completions call of the program; throw {@link GatewayRefusal} to refuse it. */
+  chat(call: ChatCall): Promise<Response>;
+  /**
+   * One step of vf's shell agent: `output` is what the last command printed (null on the
+   * first step); the reply is the next command, or null when the agent is done.
+   */
+  shellStep?(output: string | null): Promise<string | null>;
+}
+
+function secret(): string {
+  return Buffer.from(crypto.getRandomValues(new Uint8Array(16))).toString("base64url");
+}
+
+interface Served {
+  digest: string;
+  response: Response;
+}
+
+/** One rollout's registration with the gateway. */
+export class GatewaySession {
+  /** Bearer token of the model routes (what the program gets as its API key). */
+  readonly modelSecret: string = secret();
+  /** Password of the egress proxy (`http://vf:<secret>@host:port`). */
+  readonly proxySecret: string = secret();
+  /** Connections the policy refused, in order. */
+  readonly denials: EgressDenial[] = [];
+  /** Answers model calls; set by the harness that runs the program. */
+  handler: GatewayHandler | null = null;
+  #phase = "setup";
+  #policy: NetworkPolicy = CLOSED_POLICY;
+  #sealed = false;
+  #last: Served | null = null;
+  #inflight = new Map<string, Promise<Response>>();
+  readonly #release: () => void;
+
+  constructor(readonly model: string, release: () => void) {
+    this.#release = release;
+  }
+
+  /** The phase whose policy applies now. */
+  get phase(): string {
+    return this.#phase;
+  }
+
+  /** The policy that applies now. */
+  get policy(): NetworkPolicy {
+    return this.#policy;
+  }
+
+  /** Whether the rollout has ended (every call is refused). */
+  get sealed(): boolean {
+    return this.#sealed;
+  }
+
+  /** Switch to `phase`, under `policy`. */
+  setPhase(phase: string, policy: NetworkPolicy): void {
+    this.#phase = phase;
+    this.#policy = policy;
+  }
+
+  /** Whether a connection to `host:port` may leave now; a refusal is recorded. */
+  egress(host: string, port: number): boolean {
+    if (!this.#sealed && policyAllows(this.#policy, host, port)) return true;
+    this.denials.push({ phase: this.#phase, host, port, at: Date.now() / 1000 });
+    return false;
+  }
+
+  /** Answer a chat call once per request body: retries replay, duplicates in flight wait. */
+  async chat(call: ChatCall, digest: string, retry: boolean): Promise<Response> {
+    if (this.#sealed) throw new GatewayRefusal(409, "the rollout has ended");
+    if (retry && this.#last?.digest === digest) return this.#last.response;
+    const pending = this.#inflight.get(digest);
+    if (pending) return await pending;
+    const handler = this.handler;
+    if (!handler) throw new GatewayRefusal(503, "no program is running in this rollout");
+    const promise = handler.chat(call);
+    this.#inflight.set(digest, promise);
+    try {
+      const response = await promise;
+      this.#last = { digest, response };
+      return response;
+    } finally {
+      this.#inflight.delete(digest);
+    }
+  }
+
+  /** End the rollout's access: later calls get 409, later connections are refused. */
+  close(): void {
+    if (this.#sealed) return;
+    this.#sealed = true;
+    this.handler = null;
+    this.#release();
+  }
+}
+
+/** How the sandbox reaches the rollout's gateway. */
+export interface GatewayRoute {
+  session: GatewaySession;
+  /** The gateway's base URL as the sandbox sees it (`http://vf-gateway:8080`). */
+  url: string;
+  /** The egress proxy URL with the rollout's credentials, when egress goes through it. */
+  proxyUrl?: string;
+}
+
+interface Head {
+  method: string;
+  target: string;
+  headers: Map<string, string>;
+  raw: string[];
+}
+
+function parseHead(text: string): Head | null {
+  const lines = text.split("\r\n");
+  const m = /^([A-Z]+) (\S+) HTTP\/1\.[01]$/.exec(lines[0] ?? "");
+  if (!m) return null;
+  const headers = new Map<string, string>();
+  const raw: string[] = [];
+  for (const line of lines.slice(1)) {
+    const i = line.indexOf(":");
+    if (i <= 0) continue;
+    raw.push(line);
+    headers.set(line.slice(0, i).trim().toLowerCase(), line.slice(i + 1).trim());
+  }
+  return { method: m[1], target: m[2], headers, raw };
+}
+
+const MAX_HEAD = 64 * 1024;
+const MAX_BODY = 64 * 1024 * 1024;
+
+const REASONS: Record<number, string> = {
+  200: "OK",
+  400: "Bad Request",
+  401: "Unauthorized",
+  403: "Forbidden",
+  404: "Not Found",
+  407: "Proxy Authentication Required",
+  409: "Conflict",
+  413: "Payload Too Large",
+  502: "Bad Gateway",
+  503: "Service Unavailable",
+};
+
+function reply(
+  socket: net.Socket,
+  status: number,
+  body: string,
+  type = "application/json",
+  extra: string[] = [],
+): void {
+  const bytes = Buffer.from(body, "utf8");
+  socket.end(Buffer.concat([
+    Buffer.from(
+      [
+        `HTTP/1.1 ${status} ${REASONS[status] ?? "Status"}`,
+        `Content-Type: ${type}`,
+        `Content-Length: ${bytes.length}`,
+        "Connection: close",
+        ...extra,
+        "",
+        "",
+      ].join("\r\n"),
+      "latin1",
+    ),
+    bytes,
+  ]));
+  socket.resume(); // read on to the client's end, so the connection closes
+}
+
+function replyJson(socket: net.Socket, status: number, value: unknown): void {
+  reply(socket, status, JSON.stringify(value));
+}
+
+/** Read the rest of a request body (Content-Length or chunked) after its head. */
+function readBody(socket: net.Socket, rest: Buffer, head: Head): Promise<Buffer> {
+  const length = head.headers.get("content-length");
+  const chunked = /chunked/i.test(head.headers.get("transfer-encoding") ?? "");
+  if (!chunked && !length) return Promise.resolve(Buffer.alloc(0));
+  const want = Number(length);
+  if (!chunked && (!Number.isFinite(want) || want > MAX_BODY)) {
+    return Promise.reject(new GatewayRefusal(413, "request body too large"));
+  }
+  return new Promise((resolve, reject) => {
+    let buf = rest;
+    const done = (): Buffer | null => {
+      if (!chunked) return buf.length >= want ? buf.subarray(0, want) : null;
+      // Decode whole chunks; null until the terminating zero-size chunk has arrived.
+      const parts: Buffer[] = [];
+      let at = 0;
+      for (;;) {
+        const eol = buf.indexOf("\r\n", at);
+        if (eol < 0) return null;
+        const size = parseInt(buf.subarray(at, eol).toString("latin1"), 16);
+        if (!Number.isFinite(size)) throw new GatewayRefusal(400, "bad chunked encoding");
+        if (size === 0) return Buffer.concat(parts);
+        if (buf.length < eol + 2 + size + 2) return null;
+        parts.push(buf.subarray(eol + 2, eol + 2 + size));
+        at = eol + 2 + size + 2;
+      }
+    };
+    const check = () => {
+      try {
+        const body = done();
+        if (body) {
+          socket.off("data", onData);
+          socket.off("end", onEnd);
+          resolve(body);
+        } else if (buf.length > MAX_BODY) throw new GatewayRefusal(413, "request body too large");
+      } catch (error) {
+        socket.off("data", onData);
+        reject(error);
+      }
+    };
+    const onData = (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
+      check();
+    };
+    const onEnd = () => reject(new GatewayRefusal(400, "the request body was cut short"));
+    socket.on("data", onData);
+    socket.on("end", onEnd);
+    socket.resume();
+    check();
+  });
+}
+
+/** The gateway: one listener per address, every rollout a session on it. */
+export class Gateway {
+  static #shared: Gateway | null = null;
+  readonly #listeners = new Map<string, Promise<net.Server>>();
+  readonly #byModelSecret = new Map<string, GatewaySession>();
+  readonly #byProxySecret = new Map<string, GatewaySession>();
+  readonly #sockets = new Set<net.Socket>();
+
+  /** The process's gateway (created on first use; it never keeps the process alive). */
+  static shared(): Gateway {
+    return Gateway.#shared ??= new Gateway();
+  }
+
+  /** Sessions currently open. */
+  get sessions(): number {
+    return this.#byModelSecret.size;
+  }
+
+  /** Listen on `host` (once per host) and return the port. */
+  async listen(host: string): Promise<number> {
+    let server = this.#listeners.get(host);
+    if (!server) {
+      server = new Promise<net.Server>((resolve, reject) => {
+        const s = net.createServer((socket) => this.#connection(socket));
+        s.once("error", reject);
+        s.listen(0, host, () => {
+          s.unref();
+          resolve(s);
+        });
+      });
+      this.#listeners.set(host, server);
+      server.catch(() => this.#listeners.delete(host));
+    }
+    const address = (await server).address();
+    return typeof address === "object" && address ? address.port : 0;
+  }
+
+  /** Register a rollout: its secrets are valid until the session is closed. */
+  open(model: string): GatewaySession {
+    const session: GatewaySession = new GatewaySession(model, () => {
+      this.#byModelSecret.delete(session.modelSecret);
+      this.#byProxySecret.delete(session.proxySecret);
+    });
+    this.#byModelSecret.set(session.modelSecret, session);
+    this.#byProxySecret.set(session.proxySecret, session);
+    return session;
+  }
+
+  /** Stop listening (open sessions stay registered but unreachable). */
+  async close(): Promise<void> {
+    const servers = [...this.#listeners.values()];
+    this.#listeners.clear();
+    for (const socket of this.#sockets) socket.destroy();
+    await Promise.all(servers.map(async (p) => {
+      const s = await p.catch(() => null);
+      await new Promise<void>((r) => s ? s.close(() => r()) : r());
+    }));
+  }
+
+  #connection(socket: net.Socket): void {
+    socket.on("error", () => {});
+    this.#sockets.add(socket);
+    socket.on("close", () => this.#sockets.delete(socket));
+    let buf = Buffer.alloc(0);
+    const onData = (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
+      const end = buf.indexOf("\r\n\r\n");
+      if (end < 0) {
+        if (buf.length > MAX_HEAD) reply(socket, 400, "request head too large", "text/plain");
+        return;
+      }
+      socket.off("data", onData);
+      socket.pause();
+      const head = parseHead(buf.subarray(0, end).toString("latin1"));
+      const rest = buf.subarray(end + 4);
+      if (!head) return reply(socket, 400, "malformed request", "text/plain");
+      const handle = head.method === "CONNECT" || /^[a-z]+:\/\//i.test(head.target)
+        ? this.#proxy(socket, head, rest)
+        : this.#serve(socket, head, rest);
+      handle.catch((error) => {
+        if (error instanceof GatewayRefusal) {
+          replyJson(socket, error.status, errorBody(error.message));
+        } else socket.destroy();
+      });
+    };
+    socket.on("data", onData);
+  }
+
+  // deno-lint-ignore require-await
+  async #proxy(socket: net.Socket, head: Head, rest: Buffer): Promise<void> {
+    const auth = head.headers.get("proxy-authorization") ?? "";
+    const m = /^Basic\s+(\S+)$/i.exec(auth);
+    const password = m
+      ? Buffer.from(m[1], "base64").toString("utf8").split(":").slice(1).join(":")
+      : "";
+    const session = this.#byProxySecret.get(password);
+    if (!session) {
+      return reply(socket, 407, "vf egress proxy: credentials required", "text/plain", [
+        'Proxy-Authenticate: Basic realm="vf"',
+      ]);
+    }
+    let host: string;
+    let port: number;
+    let path = "";
+    if (head.method === "CONNECT") {
+      const t = /^(\[[^\]]+\]|[^:]+):(\d+)$/.exec(head.target);
+      if (!t) return reply(socket, 400, "CONNECT needs host:port", "text/plain");
+      host = t[1].replace(/^\[|\]$/g, "");
+      port = Number(t[2]);
+    } else {
+      let url: URL;
+      try {
+        url = new URL(head.target);
+      } catch {
+        return reply(socket, 400, "bad request target", "text/plain");
+      }
+      if (url.protocol !== "http:") {
+        return reply(
+          socket,
+          400,
+          `the proxy forwards http:// only (got ${url.protocol})`,
+          "text/plain",
+        );
+      }
+      host = url.hostname.replace(/^\[|\]$/g, "");
+      port = Number(url.port || 80);
+      path = url.pathname + url.search;
+    }
+    if (!session.egress(host, port)) {
+      return reply(
+        socket,
+        403,
+        `vf egress proxy: ${host}:${port} is not allowed by the network policy (phase ${session.phase})`,
+        "text/plain",
+      );
+    }
+    const upstream = net.connect({ host, port });
+    upstream.on("error", () => {
+      if (!socket.destroyed && socket.bytesWritten === 0) {
+        reply(socket, 502, `vf egress proxy: cannot reach ${host}:${port}`, "text/plain");
+      } else socket.destroy();
+    });
+    socket.on("close", () => upstream.destroy());
+    upstream.on("connect", () => {
+      if (head.method === "CONNECT") {
+        socket.write("HTTP/1.1 200 Connection Established\r\n\r\n");
+      } else {
+        const lines = head.raw.filter((l) => !/^(proxy-[a-z-]+|connection|keep-alive):/i.test(l));
+        upstream.write(
+          `${head.method} ${path} HTTP/1.1\r\n${lines.join("\r\n")}\r\nConnection: close\r\n\r\n`,
+        );
+      }
+      if (rest.length) upstream.write(rest);
+      socket.pipe(upstream);
+      upstream.pipe(socket);
+      socket.resume();
+    });
+  }
+
+  async #serve(socket: net.Socket, head: Head, rest: Buffer): Promise<void> {
+    const path = head.target.split("?")[0];
+    if (head.method === "GET" && path === "/health") return replyJson(socket, 200, { ok: true });
+    const bearer = /^Bearer\s+(\S+)$/i.exec(head.headers.get("authorization") ?? "")?.[1] ??
+      head.headers.get("x-api-key") ?? "";
+    const session = this.#byModelSecret.get(bearer);
+    if (!session) {
+      return replyJson(socket, 401, errorBody("unknown or expired gateway key"));
+    }
+    const body = await readBody(socket, rest, head);
+    if (head.method === "GET" && (path === "/v1/models" || path === "/models")) {
+      return replyJson(socket, 200, {
+        object: "list",
+        data: [{ id: session.model, object: "model", owned_by: "vf" }],
+      });
+    }
+    if (
+      head.method === "POST" && (path === "/v1/chat/completions" || path === "/chat/completions")
+    ) {
+      const raw = body.toString("utf8");
+      let json: unknown;
+      try {
+        json = JSON.parse(raw);
+      } catch {
+        throw new GatewayRefusal(400, "the request body is not JSON");
+      }
+      const call = parseChatRequest(json);
+      const digest = createHash("sha256").update(raw).digest("hex");
+      const retry = Number(head.headers.get("x-stainless-retry-count") ?? 0) > 0;
+      let response: Response;
+      try {
+        response = await session.chat(call, digest, retry);
+      } catch (error) {
+        if (error instanceof GatewayRefusal) throw error;
+        throw new GatewayRefusal(502, `the model call failed: ${(error as Error).message}`);
+      }
+      const model = response.model || session.model;
+      if (call.stream) {
+        return reply(
+          socket,
+          200,
+          chatCompletionStream(response, model, call.includeUsage),
+          "text/event-stream",
+          ["Cache-Control: no-cache"],
+        );
+      }
+      return replyJson(socket, 200, chatCompletionBody(response, model));
+    }
+    if (head.method === "POST" && path === "/vf/shell/step") {
+      if (session.sealed) throw new GatewayRefusal(409, "the rollout has ended");
+      const step = session.handler?.shellStep;
+      if (!step) throw new GatewayRefusal(503, "no shell agent is running in this rollout");
+      const first = new URL(head.target, "http://x").searchParams.get("step") === "1";
+      let next: string | null;
+      try {
+        next = await step(first ? null : body.toString("utf8"));
+      } catch (error) {
+        if (error instanceof GatewayRefusal) throw error;
+        throw new GatewayRefusal(502, `the model call failed: ${(error as Error).message}`);
+      }
+      return reply(socket, 200, next ?? "", "text/plain; charset=utf-8");
+    }
+    return replyJson(socket, 404, errorBody(`no route ${head.method} ${path}`));
+  }
+}

@@ -1,0 +1,218 @@
+/**
+ * The gateway over real sockets on loopback: model calls by secret (retries replayed,
+ * duplicates in flight coalesced, streaming, refusals after the rollout ends) and the egress
+ * proxy (credentials, allow and block per phase, refusals recorded).
+ */
+import assert from "node:assert/strict";
+import net from "node:net";
+import { Gateway } from "./gateway.ts";
+import { composePolicies, parseNetworkPolicy, policyAllows } from "./policy.ts";
+import type { Response } from "../types.ts";
+
+function reply(text: string): Response {
+  return {
+    id: "r1",
+    created: 1,
+    model: "upstream-model",
+    usage: { prompt_tokens: 3, completion_tokens: 2, reasoning_tokens: 0, total_tokens: 5 },
+    message: {
+      role: "assistant",
+      content: text,
+      tool_calls: null,
+      finish_reason: "stop",
+      is_truncated: false,
+    },
+  };
+}
+
+async function serveText(text: string): Promise<Deno.HttpServer<Deno.NetAddr>> {
+  const ready = Promise.withResolvers<void>();
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen: () => ready.resolve() },
+    () => new globalThis.Response(text),
+  );
+  await ready.promise;
+  return server;
+}
+
+/** One raw HTTP/1.1 exchange through `port` (the response text, to the server's close). */
+function raw(port: number, request: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ host: "127.0.0.1", port });
+    let out = "";
+    socket.on("data", (d) => (out += d.toString("latin1")));
+    socket.on("end", () => resolve(out));
+    socket.on("error", reject);
+    socket.write(request);
+  });
+}
+
+Deno.test("gateway: model calls need the rollout's secret; retries replay, duplicates coalesce, streams work, the ended rollout gets 409", async () => {
+  const gateway = new Gateway();
+  try {
+    const port = await gateway.listen("127.0.0.1");
+    const session = gateway.open("m");
+    let calls = 0;
+    const gate = Promise.withResolvers<void>();
+    session.handler = {
+      chat: async (call) => {
+        calls++;
+        await gate.promise;
+        return reply(`echo ${call.messages.at(-1)!.content}`);
+      },
+    };
+    const url = `http://127.0.0.1:${port}/v1/chat/completions`;
+    const body = JSON.stringify({ model: "x", messages: [{ role: "user", content: "hi" }] });
+    const post = (headers: Record<string, string>, text = body) =>
+      fetch(url, {
+        method: "POST",
+        body: text,
+        headers: { "content-type": "application/json", ...headers },
+      });
+
+    const wrong = await post({ authorization: "Bearer nope" });
+    assert.equal(wrong.status, 401);
+    await wrong.body?.cancel();
+
+    const auth = { authorization: `Bearer ${session.modelSecret}` };
+    // An SDK retry of a request still in flight (or just answered): one model call answers
+    // both, whichever way the two arrive.
+    const first = post(auth);
+    const second = post({ ...auth, "x-stainless-retry-count": "1" });
+    gate.resolve();
+    const [a, b] = await Promise.all([(await first).json(), (await second).json()]);
+    assert.equal(calls, 1);
+    assert.equal(a.choices[0].message.content, "echo hi");
+    assert.deepEqual(b, a);
+    assert.equal(a.model, "upstream-model");
+    assert.deepEqual(a.usage, { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 });
+
+    // A transport retry of the request already answered is replayed, not sampled again.
+    const replay = await (await post({ ...auth, "x-stainless-retry-count": "2" })).json();
+    assert.equal(calls, 1);
+    assert.deepEqual(replay, a);
+    // The same body sent fresh (no retry header) is a new call.
+    await (await post({ "x-api-key": session.modelSecret })).json();
+    assert.equal(calls, 2);
+
+    const stream = await post(
+      auth,
+      JSON.stringify({
+        messages: [{ role: "user", content: "s" }],
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
+    );
+    assert.match(stream.headers.get("content-type") ?? "", /text\/event-stream/);
+    const events = (await stream.text()).split("\n\n").filter(Boolean).map((e) => e.slice(6));
+    assert.equal(events.at(-1), "[DONE]");
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e));
+    assert.equal(chunks.map((c) => c.choices[0]?.delta?.content ?? "").join(""), "echo s");
+    assert.equal(chunks.find((c) => c.choices[0]?.finish_reason)?.choices[0].finish_reason, "stop");
+    assert.equal(chunks.at(-1).usage.total_tokens, 5);
+
+    const bad = await post(auth, "{not json");
+    assert.equal(bad.status, 400);
+    assert.match((await bad.json()).error.message, /not JSON/);
+
+    session.close();
+    const late = await post(auth);
+    assert.equal(late.status, 401); // the secret is gone with the session
+    await late.body?.cancel();
+    assert.equal(gateway.sessions, 0);
+  } finally {
+    await gateway.close();
+  }
+});
+
+Deno.test("gateway: the egress proxy lets out only what the phase's policy allows and records every refusal", async () => {
+  const gateway = new Gateway();
+  await using allowed = await serveText("from A");
+  await using other = await serveText("from B");
+  try {
+    const port = await gateway.listen("127.0.0.1");
+    const session = gateway.open("m");
+    const a = allowed.addr.port;
+    const b = other.addr.port;
+    const cred = btoa(`vf:${session.proxySecret}`);
+    const get = (target: number, auth = cred) =>
+      raw(
+        port,
+        `GET http://127.0.0.1:${target}/x HTTP/1.1\r\nHost: 127.0.0.1:${target}\r\n` +
+          `Proxy-Authorization: Basic ${auth}\r\n\r\n`,
+      );
+
+    assert.match(await get(a, btoa("vf:wrong")), /^HTTP\/1\.1 407/);
+
+    session.setPhase("setup", parseNetworkPolicy({}, "t"));
+    assert.match(await get(b), /from B$/);
+
+    session.setPhase("agent", parseNetworkPolicy({ allow: [`127.0.0.1:${a}`] }, "t"));
+    assert.match(await get(a), /^HTTP\/1\.1 200[\s\S]*from A$/);
+    assert.match(
+      await get(b),
+      /^HTTP\/1\.1 403[\s\S]*not allowed by the network policy \(phase agent\)/,
+    );
+    // CONNECT is held to the same rules.
+    const tunnel = await raw(
+      port,
+      `CONNECT 127.0.0.1:${b} HTTP/1.1\r\nHost: 127.0.0.1:${b}\r\nProxy-Authorization: Basic ${cred}\r\n\r\n`,
+    );
+    assert.match(tunnel, /^HTTP\/1\.1 403/);
+
+    session.setPhase("grade", parseNetworkPolicy({ allow: [] }, "t"));
+    assert.match(await get(a), /^HTTP\/1\.1 403/);
+
+    assert.deepEqual(session.denials.map((d) => [d.phase, d.port]), [
+      ["agent", b],
+      ["agent", b],
+      ["grade", a],
+    ]);
+    session.close();
+    assert.match(await get(a), /^HTTP\/1\.1 407/);
+  } finally {
+    await gateway.close();
+  }
+});
+
+Deno.test("network policy: rules, composition and bad entries", () => {
+  const p = parseNetworkPolicy({ allow: ["*.example.org", "api.x.com:443", "https://h.io"] }, "n");
+  assert.ok(policyAllows(p, "a.example.org", 80));
+  assert.ok(!policyAllows(p, "example.org", 80));
+  assert.ok(policyAllows(p, "api.x.com", 443));
+  assert.ok(!policyAllows(p, "api.x.com", 80));
+  assert.ok(policyAllows(p, "h.io", 443));
+  assert.ok(!policyAllows(p, "h.io", 80));
+  assert.deepEqual(parseNetworkPolicy({ allow: [] }, "n"), { allow: [], block: ["*"] });
+  assert.deepEqual(parseNetworkPolicy({ block: ["*"] }, "n"), { allow: [], block: ["*"] });
+  const open = parseNetworkPolicy({ block: ["evil.com"] }, "n");
+  assert.ok(policyAllows(open, "good.com", 1) && !policyAllows(open, "evil.com", 443));
+  assert.throws(
+    () => parseNetworkPolicy({ allow: ["not a host"] }, "env.agent.runtime.network"),
+    /env\.agent\.runtime\.network\.allow: "not a host" is not a host/,
+  );
+  assert.throws(() => parseNetworkPolicy({ allow: ["10.0.0.0/8"] }, "n"), /is not a host/);
+  assert.throws(
+    () => parseNetworkPolicy({ allow: ["a.com"], block: ["b.com"] }, "n"),
+    /cannot be combined/,
+  );
+  assert.throws(() => parseNetworkPolicy({ allo: [] }, "n"), /n\.allo is not a network policy key/);
+  assert.deepEqual(
+    composePolicies(
+      parseNetworkPolicy({ allow: ["a.com", "b.com"] }, "r"),
+      parseNetworkPolicy({ allow: ["b.com", "c.com"] }, "t"),
+    ),
+    { allow: ["b.com"], block: [] },
+  );
+  assert.deepEqual(
+    composePolicies(
+      parseNetworkPolicy({ block: ["x.com"] }, "r"),
+      parseNetworkPolicy({ block: ["y.com"] }, "t"),
+    ),
+    { allow: ["*"], block: ["x.com", "y.com"] },
+  );
+  assert.deepEqual(
+    composePolicies(parseNetworkPolicy({ allow: ["a.com"] }, "r"), parseNetworkPolicy({}, "t")),
+    { allow: ["a.com"], block: [] },
+  );
+});

@@ -1,0 +1,237 @@
+/**
+ * The `program` harness: the agent is a program inside the sandbox (vf's shipped agent, or
+ * any command) that calls the model through the rollout's gateway. It gets
+ * `OPENAI_BASE_URL`/`OPENAI_API_KEY` (and `ANTHROPIC_BASE_URL`/`ANTHROPIC_API_KEY`) naming
+ * the gateway and a per-rollout secret, never the real key; the gateway answers each call
+ * through the run's client, model and sampling, within the rollout's turn limit and stop
+ * conditions, and records it on the trace.
+ * @module
+ */
+import { CommandTimeoutError, ConfigError, TaskError } from "../errors.ts";
+import process from "node:process";
+import { type ChatCall, GatewayRefusal } from "../gateway/chat.ts";
+import { PYTHON_AGENT, SH_AGENT } from "../gateway/agent_programs.ts";
+import type { Messages, Response, Tool } from "../types.ts";
+import {
+  assistantMessage,
+  callModel,
+  type Harness,
+  type HarnessContext,
+  initialMessages,
+  StopFired,
+} from "./harness.ts";
+
+/** `[env.<role>.harness]` keys of the program harness. */
+export interface ProgramHarnessOptions {
+  /** The command (a string runs with `sh -c`); default vf's agent program. */
+  command?: string | string[];
+  /** Which shipped agent runs when no command is given: `python` (default) or `sh`. */
+  agent?: "python" | "sh";
+  /** Extra environment of the program. */
+  env?: Record<string, string>;
+  /** Names of evaluator environment variables passed through to the program. */
+  forward_env?: string[];
+  /** Seconds the program may run; default the rollout's agent timeout. */
+  timeout?: number;
+}
+
+const AGENT_DIR = "/tmp/vf-agent";
+const OUTPUT_LIMIT = 16_000;
+
+const SH_TOOL: Tool = {
+  name: "bash",
+  description: "Run a shell command in the sandbox; returns its exit code and output.",
+  parameters: {
+    type: "object",
+    properties: { command: { type: "string" } },
+    required: ["command"],
+  },
+};
+
+function clip(text: string): string {
+  return text.length > OUTPUT_LIMIT
+    ? `${text.slice(0, OUTPUT_LIMIT / 2)}\n…[cut]…\n${text.slice(-OUTPUT_LIMIT / 2)}`
+    : text;
+}
+
+function userText(messages: Messages): string {
+  const last = [...messages].reverse().find((m) => m.role === "user");
+  const content = last?.content;
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) {
+    return content.map((p) => (p as { text?: string }).text ?? "").join("");
+  }
+  return "";
+}
+
+/** Runs an agent program in the sandbox, its model calls answered by the gateway. */
+export class ProgramHarness implements Harness {
+  readonly id = "program";
+  readonly executesCode = true;
+  readonly needsGateway = true;
+  readonly options: ProgramHarnessOptions;
+
+  constructor(options: ProgramHarnessOptions = {}) {
+    if (options.agent !== undefined && options.agent !== "python" && options.agent !== "sh") {
+      throw new ConfigError(`harness.agent must be "python" or "sh", not "${options.agent}"`);
+    }
+    this.options = options;
+  }
+
+  async run(ctx: HarnessContext): Promise<void> {
+    const route = ctx.gateway;
+    if (!route) {
+      throw new ConfigError(
+        `The program harness needs a route from the sandbox to the model gateway, which the ` +
+          `${ctx.runtime.type} runtime does not provide; use docker or subprocess`,
+      );
+    }
+    const initial = initialMessages(ctx.data);
+    ctx.recorder.messages.push(...initial);
+    const instruction = userText(initial);
+    let modelError: unknown = null;
+
+    const answer = async (messages: Messages, tools: Tool[], sampling: Record<string, unknown>) => {
+      const turn = ctx.recorder.model_calls.length;
+      if (turn >= ctx.maxTurns) {
+        ctx.recorder.stop_condition ??= "max_turns_reached";
+        throw new GatewayRefusal(400, "rollout stopped: max_turns_reached");
+      }
+      if (ctx.recorder.stop_condition) {
+        throw new GatewayRefusal(400, `rollout stopped: ${ctx.recorder.stop_condition}`);
+      }
+      // The program owns the conversation: what it sent is the transcript so far.
+      ctx.recorder.messages.splice(0, ctx.recorder.messages.length, ...structuredClone(messages));
+      let response: Response;
+      try {
+        response = await callModel(
+          { ...ctx, samplingArgs: { ...sampling, ...ctx.samplingArgs } },
+          turn,
+          tools,
+        );
+      } catch (error) {
+        if (error instanceof StopFired) {
+          throw new GatewayRefusal(400, `rollout stopped: ${error.condition}`);
+        }
+        modelError ??= error;
+        throw error;
+      }
+      ctx.recorder.messages.push(assistantMessage(response));
+      return response;
+    };
+
+    // vf's sh agent: the conversation lives here, one command per step.
+    const shell: Messages = [];
+    route.session.handler = {
+      chat: (call: ChatCall) => answer(call.messages, call.tools, call.sampling),
+      shellStep: async (output) => {
+        if (output === null) {
+          shell.splice(0, shell.length, ...structuredClone(initial));
+        } else {
+          const last = shell.at(-1);
+          const id = last?.role === "assistant" ? last.tool_calls?.[0]?.id : undefined;
+          if (id) shell.push({ role: "tool", tool_call_id: id, content: clip(output) });
+        }
+        const response = await answer(shell, [SH_TOOL], {});
+        const message = assistantMessage(response);
+        const call = message.role === "assistant" ? message.tool_calls?.[0] : undefined;
+        if (message.role === "assistant" && message.tool_calls) {
+          message.tool_calls = call ? [call] : [];
+        }
+        shell.push(message);
+        if (!call) return null;
+        try {
+          const args = JSON.parse(call.arguments || "{}");
+          return typeof args.command === "string" ? args.command : "echo 'bash needs a command'";
+        } catch {
+          return "echo 'the bash tool arguments were not JSON'";
+        }
+      },
+    };
+
+    const argv = await this.#argv(ctx);
+    const env: Record<string, string> = {
+      OPENAI_BASE_URL: `${route.url}/v1`,
+      OPENAI_API_KEY: route.session.modelSecret,
+      OPENAI_MODEL: ctx.model,
+      ANTHROPIC_BASE_URL: route.url,
+      ANTHROPIC_API_KEY: route.session.modelSecret,
+      VF_GATEWAY_URL: route.url,
+      VF_INSTRUCTION: instruction,
+      VF_MAX_TURNS: String(ctx.maxTurns),
+      VF_COMMAND_TIMEOUT: String(Math.round(ctx.toolTimeoutMs / 1000)),
+      NO_PROXY: new URL(route.url).hostname,
+      no_proxy: new URL(route.url).hostname,
+    };
+    for (const name of this.options.forward_env ?? []) {
+      const value = process.env[name];
+      if (value === undefined) {
+        throw new ConfigError(`harness.forward_env names "${name}", which is not set`);
+      }
+      env[name] = value;
+    }
+    Object.assign(env, this.options.env ?? {});
+
+    const started = Date.now();
+    const record = {
+      id: "program",
+      name: "program",
+      arguments: JSON.stringify(argv),
+      output: "",
+      duration_ms: 0,
+    } as HarnessContext["recorder"]["tool_calls"][number];
+    ctx.recorder.tool_calls.push(record);
+    try {
+      const r = await ctx.runtime.run(argv, {
+        env,
+        user: ctx.user,
+        cwd: ctx.data.workdir,
+        timeoutMs: this.options.timeout ? this.options.timeout * 1000 : undefined,
+        signal: ctx.signal,
+      });
+      record.exit_code = r.exit_code;
+      record.output = clip(
+        [
+          `exit code: ${r.exit_code}`,
+          r.stdout && `stdout:\n${r.stdout}`,
+          r.stderr && `stderr:\n${r.stderr}`,
+        ]
+          .filter(Boolean).join("\n"),
+      );
+      ctx.recorder.metrics.program_exit_code = r.exit_code;
+      if (modelError) throw modelError;
+      if (ctx.recorder.stop_condition) return; // a limit or stop: the exit code does not matter
+      if (r.exit_code === 126 || r.exit_code === 127) {
+        throw new TaskError(
+          `The agent program could not start (exit ${r.exit_code}): ${
+            (r.stderr || r.stdout).trim().slice(0, 500)
+          }`,
+        );
+      }
+      ctx.recorder.stop_condition = r.exit_code === 0 ? "agent_completed" : "program_failed";
+    } catch (error) {
+      if (error instanceof CommandTimeoutError) {
+        record.error = error.message;
+        if (modelError) throw modelError;
+        ctx.recorder.stop_condition ??= "program_timeout";
+        return;
+      }
+      throw error;
+    } finally {
+      record.duration_ms = Date.now() - started;
+    }
+  }
+
+  async #argv(ctx: HarnessContext): Promise<string[]> {
+    const command = this.options.command;
+    if (typeof command === "string") return ["sh", "-c", command];
+    if (Array.isArray(command) && command.length) return command;
+    const sh = this.options.agent === "sh";
+    const path = `${AGENT_DIR}/${sh ? "agent.sh" : "agent.py"}`;
+    await ctx.runtime.write(path, sh ? SH_AGENT : PYTHON_AGENT, { mode: 0o755 });
+    if (ctx.user) {
+      await ctx.runtime.run(["chmod", "-R", "a+rX", AGENT_DIR]);
+    }
+    return sh ? ["sh", path] : ["python3", path];
+  }
+}

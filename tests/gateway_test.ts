@@ -1,0 +1,308 @@
+/**
+ * The model gateway and egress policy end to end through `vf run` on Docker:
+ * - vf's shipped agent programs (Python on the python image, sh on busybox) run inside the
+ *   sandbox and reach the loopback model only through the gateway; direct connections have no
+ *   route, and the real API key never enters the sandbox;
+ * - a network policy lets setup fetch what it needs, lets the agent and the grader (in the
+ *   agent's sandbox, or in a fresh isolated one) reach only the allowed host (through the
+ *   proxy; a direct connection has no route), and records the refused connections on the
+ *   trace with their phase;
+ * - nothing of the run (sandbox, relay, network) is left on the engine.
+ * @module
+ */
+import assert from "node:assert/strict";
+import { basename, join } from "node:path";
+import { cleanupContainers } from "../mod.ts";
+import { startModelServer, type WireMessage } from "./model_server.ts";
+import { cliCommand, type CliResult, collect, MOD_URL, transcript } from "./_cli.ts";
+
+// deno-lint-ignore no-explicit-any
+type Json = any;
+
+const REAL_KEY = "sk-real-key-never-in-sandbox-5b7e";
+
+async function write(root: string, files: Record<string, string>): Promise<void> {
+  for (const [path, text] of Object.entries(files)) {
+    const full = join(root, path);
+    await Deno.mkdir(join(full, ".."), { recursive: true });
+    await Deno.writeTextFile(full, text);
+  }
+}
+
+async function engineJson(path: string): Promise<Json> {
+  const client = Deno.createHttpClient({
+    proxy: { transport: "unix", path: "/var/run/docker.sock" },
+  });
+  try {
+    return await (await fetch(`http://docker${path}`, { client })).json();
+  } finally {
+    client.close();
+  }
+}
+
+async function leftovers(runId: string): Promise<{ containers: number; networks: number }> {
+  const filters = encodeURIComponent(JSON.stringify({ label: [`vf.run_id=${runId}`] }));
+  const containers = await engineJson(`/containers/json?all=1&filters=${filters}`);
+  const networks = await engineJson(`/networks?filters=${filters}`);
+  return { containers: containers.length, networks: networks.length };
+}
+
+async function run(
+  dir: string,
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<CliResult & { runId: string; runDir: string }> {
+  const res = await collect(cliCommand(args, { cwd: dir, env, registry: false, docker: true }));
+  const runDir = /^Saving traces to (.+)$/m.exec(res.stderr)?.[1] ?? "";
+  return { ...res, runId: runDir ? basename(runDir) : "", runDir };
+}
+
+async function traces(runDir: string): Promise<Json[]> {
+  return (await Deno.readTextFile(join(runDir, "traces.jsonl"))).trim().split("\n")
+    .map((l) => JSON.parse(l));
+}
+
+/** A plain-text HTTP server; `hostname` 0.0.0.0 makes it reachable on every host address. */
+async function serveText(text: string, hostname = "127.0.0.1") {
+  const ready = Promise.withResolvers<void>();
+  const server = Deno.serve(
+    { hostname, port: 0, onListen: () => ready.resolve() },
+    () => new Response(text),
+  );
+  await ready.promise;
+  return server;
+}
+
+function toolOutputs(trace: Json): string {
+  return trace.messages.filter((m: Json) => m.role === "tool").map((m: Json) => m.content).join(
+    "\n",
+  );
+}
+
+Deno.test("program harness: vf's agent programs run inside Docker and reach the model only through the gateway; the real key never enters the sandbox", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_gateway_" });
+  const runIds: string[] = [];
+  await using host = await serveText("host service", "0.0.0.0");
+  try {
+    await write(join(dir, "bench"), {
+      "add/instruction.md": "In /app/add.py, define add(a, b) returning a + b.\n",
+      "add/task.toml": "[verifier]\ntimeout_sec = 60.0\n",
+      "add/environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
+      "add/tests/test.sh":
+        '#!/bin/sh\ncd /app && python3 -c "from add import add; assert add(2, 3) == 5" && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n',
+    });
+    await write(join(dir, "shell"), {
+      "hello/instruction.md": "Write the word hello to /app/out.txt.\n",
+      "hello/task.toml": "[verifier]\ntimeout_sec = 30.0\n",
+      "hello/environment/Dockerfile": "FROM busybox:latest\nWORKDIR /app\n",
+      "hello/tests/test.sh":
+        '#!/bin/sh\n[ "$(cat /app/out.txt)" = hello ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n',
+    });
+    const probe = `import socket
+for addr in [("172.17.0.1", ${host.addr.port}), ("1.1.1.1", 443)]:
+    try:
+        socket.create_connection(addr, 3); print("REACHED", addr)
+    except OSError as e:
+        print("NO ROUTE", addr[0])
+`;
+    // The key split in two, so the command itself (in the sh agent's files) does not hold it.
+    const GREP_KEY = `env; k=${REAL_KEY.slice(0, 8)}; grep -rls "\${k}${
+      REAL_KEY.slice(8)
+    }" /app /tmp /root /etc; echo grep=$?`;
+    const seen: string[] = [];
+    await using model = await startModelServer({
+      apiKey: REAL_KEY,
+      responder: ({ body }) => {
+        seen.push(body.model);
+        const turn = body.messages.filter((m: WireMessage) => m.role === "assistant").length;
+        const prompt = JSON.stringify(body.messages);
+        const python = prompt.includes("add.py");
+        const commands = python
+          ? [
+            GREP_KEY,
+            `python3 -c '${probe}'`,
+            "printf 'def add(a, b):\\n    return a + b\\n' > /app/add.py",
+          ]
+          : [
+            GREP_KEY,
+            `wget -q -O- http://172.17.0.1:${host.addr.port}/ || echo NO ROUTE`,
+            "echo hello > /app/out.txt",
+          ];
+        return turn < commands.length
+          ? {
+            content: null,
+            tool_calls: [{ name: "bash", arguments: { command: commands[turn] } }],
+          }
+          : { content: "Done." };
+      },
+    });
+    const env = { VF_TEST_REAL_KEY: REAL_KEY };
+    const common = ["-m", "agent-model", "-b", model.url, "-k", "VF_TEST_REAL_KEY", "-o", "out"];
+    const py = await run(
+      dir,
+      ["run", "./bench", ...common, "--env.agent.harness.id", "program"],
+      env,
+    );
+    runIds.push(py.runId);
+    assert.equal(py.code, 0, transcript(py));
+    const sh = await run(dir, [
+      "run",
+      "./shell",
+      ...common,
+      "--env.agent.harness.id",
+      "program",
+      "--env.agent.harness.agent",
+      "sh",
+    ], env);
+    runIds.push(sh.runId);
+    assert.equal(sh.code, 0, transcript(sh));
+
+    for (const [res, turns] of [[py, 4], [sh, 4]] as const) {
+      const [t] = await traces(res.runDir);
+      assert.equal(t.reward, 1, JSON.stringify(t.error));
+      assert.equal(t.harness, "program");
+      assert.equal(t.stop_condition, "agent_completed");
+      // Every call went through the gateway onto the trace, with the run's model.
+      assert.equal(t.model_calls.length, turns);
+      const out = toolOutputs(t);
+      assert.match(out, /OPENAI_BASE_URL=http:\/\/vf-gateway:8080\/v1/);
+      assert.doesNotMatch(out, new RegExp(REAL_KEY));
+      assert.match(out, /grep=1/); // no file holds the key
+      assert.match(out, /NO ROUTE/);
+      assert.doesNotMatch(out, /REACHED|host service/);
+      assert.equal(t.tool_calls.at(-1).name, "program");
+      assert.equal(t.tool_calls.at(-1).exit_code, 0);
+      assert.deepEqual(await leftovers(res.runId), { containers: 0, networks: 0 });
+    }
+    assert.ok(seen.length >= 8 && seen.every((m) => m === "agent-model"));
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("network policy: setup fetches freely, the agent and the grader reach only the allowed host, and refusals are on the trace with their phase", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_egress_" });
+  const runIds: string[] = [];
+  await using allowed = await serveText("A");
+  await using other = await serveText("B");
+  await using open = await serveText("OPEN", "0.0.0.0");
+  const a = allowed.addr.port;
+  const b = other.addr.port;
+  try {
+    await Deno.writeTextFile(
+      join(dir, "net.ts"),
+      `
+import { metric, reward, Task, Taskset } from "${MOD_URL}";
+const fetch = (runtime, port) =>
+  runtime.run(["sh", "-c", "wget -q -O- http://127.0.0.1:" + port + "/ || echo REFUSED"]);
+class NetTask extends Task {
+  static override NEEDS_CONTAINER = true;
+  // Setup runs before the policy applies: a package-install stand-in from the other host.
+  override async setup({ runtime }) {
+    const r = await fetch(runtime, ${b});
+    await runtime.write("/tmp/setup.txt", r.stdout);
+  }
+  graded = reward(async ({ runtime }) => ((await fetch(runtime, ${a})).stdout.trim() === "A" ? 1 : 0));
+  grader_refused = metric(async ({ runtime }) =>
+    ((await fetch(runtime, ${b})).stdout.includes("REFUSED") ? 1 : 0));
+}
+class Nets extends Taskset {
+  get id() { return "nets"; }
+  *load() {
+    yield new NetTask({
+      id: "net",
+      prompt: "Fetch things.",
+      image: "busybox:latest",
+      network: { allow: ["127.0.0.1:${a}"] },
+    });
+  }
+}
+export function loadTaskset(config) { return new Nets(config); }
+`,
+    );
+    await using model = await startModelServer({
+      responder: ({ body }) => {
+        const turn = body.messages.filter((m: WireMessage) => m.role === "assistant").length;
+        const command = [
+          "cat /tmp/setup.txt; echo",
+          `wget -q -O- http://127.0.0.1:${a}/; echo`,
+          `wget -q -O- http://127.0.0.1:${b}/ || echo REFUSED`,
+          `wget -Y off -q -O- http://172.17.0.1:${open.addr.port}/ || echo NO ROUTE`,
+        ][turn];
+        return command
+          ? { content: null, tool_calls: [{ name: "bash", arguments: { command } }] }
+          : { content: "Done." };
+      },
+    });
+    const res = await run(dir, ["run", "./net.ts", "-m", "m", "-b", model.url, "-o", "out"]);
+    runIds.push(res.runId);
+    assert.equal(res.code, 0, transcript(res));
+    const [t] = await traces(res.runDir);
+    assert.equal(t.error, null);
+    const outputs = t.tool_calls.map((c: Json) => c.output);
+    assert.match(outputs[0], /stdout:\nB/); // setup reached the other host
+    assert.match(outputs[1], /stdout:\nA/); // the agent reaches the allowed one
+    assert.match(outputs[2], /REFUSED/); // and not the other
+    assert.match(outputs[3], /NO ROUTE/); // nor anything directly
+    assert.doesNotMatch(outputs[3], /OPEN/);
+    assert.equal(t.reward, 1); // the grader reaches the allowed host
+    assert.equal(t.metrics.grader_refused, 1); // and not the other
+    assert.deepEqual(t.network.policy, { allow: [`127.0.0.1:${a}`], block: [] });
+    assert.deepEqual(
+      t.network.denied.map((d: Json) => [d.phase, d.host, d.port]),
+      [["agent", "127.0.0.1", b], ["grade", "127.0.0.1", b]],
+    );
+    assert.deepEqual(await leftovers(res.runId), { containers: 0, networks: 0 });
+
+    // Isolated grading: a fresh grading sandbox on a network of its own, under the same policy.
+    const iso = await run(dir, [
+      "run",
+      "./net.ts",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-o",
+      "out",
+      "--env.agent.scoring.mode",
+      "isolated",
+    ]);
+    runIds.push(iso.runId);
+    assert.equal(iso.code, 0, transcript(iso));
+    const [u] = await traces(iso.runDir);
+    assert.equal(u.error, null);
+    assert.equal(u.scoring.mode, "isolated");
+    assert.equal(u.reward, 1);
+    assert.equal(u.metrics.grader_refused, 1);
+    assert.deepEqual(
+      u.network.denied.map((d: Json) => [d.phase, d.port]),
+      [["agent", b], ["grade", b]],
+    );
+    assert.deepEqual(await leftovers(iso.runId), { containers: 0, networks: 0 });
+
+    // An allow entry that is not a host names its key; a policy on a runtime that cannot
+    // enforce it is refused.
+    const bad = await run(dir, [
+      "run",
+      "./net.ts",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-o",
+      "out",
+      "--env.agent.runtime.network.allow",
+      '["10.0.0.0/8"]',
+    ]);
+    runIds.push(bad.runId);
+    assert.notEqual(bad.code, 0);
+    assert.match(
+      bad.stdout + bad.stderr,
+      /env\.agent\.runtime\.network\.allow: "10\.0\.0\.0\/8" is not a host/,
+    );
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
