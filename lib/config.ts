@@ -251,6 +251,8 @@ export const AgentTable = z.strictObject({
     runtime: RuntimeTable.optional(),
     /** Where grading may connect; default the agent's policy. */
     network: NetworkPolicyTable.optional(),
+    /** Isolated grading: the task's services, started fresh for the grading sandbox. */
+    services: z.boolean().optional(),
   }).optional(),
   max_turns: z.number().int().min(1).optional(),
   /** Per-phase limits in seconds that beat the task's own. */

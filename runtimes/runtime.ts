@@ -106,6 +106,10 @@ export interface DockerRuntimeSpec {
   networkName?: string;
   /** DNS names of the container on `networkName`. */
   aliases?: string[];
+  /** More networks the container joins before it starts, each with its DNS names. */
+  extraNetworks?: Array<{ name: string; aliases?: string[] }>;
+  /** Volumes and bind mounts (a service's Compose `volumes`). */
+  mounts?: Array<{ type: "volume" | "bind"; source: string; target: string; readOnly?: boolean }>;
   /**
    * What the container runs: by default `sleep infinity` (a sandbox commands are executed
    * in); `null` runs the image's own entrypoint and command; a list replaces the image's

@@ -57,7 +57,7 @@ services:
 `;
 
 const TASKSET = `
-import { reward, Task, Taskset } from "${MOD_URL}";
+import { metric, reward, Task, Taskset } from "${MOD_URL}";
 class AppTask extends Task {
   static override NEEDS_CONTAINER = true;
   override deploymentSpec() { return this.config.compose ?? "compose.yaml"; }
@@ -65,6 +65,10 @@ class AppTask extends Task {
   stored = reward(async ({ runtime }) => {
     const r = await runtime.run(["wget", "-qO-", "http://app:8080/state.txt"]);
     return r.stdout.trim() === "hello 42" ? 1 : 0;
+  });
+  app_up = metric(async ({ runtime }) => {
+    const r = await runtime.run(["wget", "-qO-", "http://app:8080/index.html"]);
+    return r.stdout.trim() === "ok" ? 1 : 0;
   });
 }
 class Apps extends Taskset {
@@ -137,6 +141,32 @@ Deno.test("services: a two-service Compose task on Docker; the agent reaches the
     assert.deepEqual(await leftovers(res.runId), { containers: 0, networks: 0 });
 
     // A key outside the subset is refused before anything starts, naming the key.
+    // Isolated grading with the services asked for: the grader gets its own, fresh ones (the
+    // app is up, and holds none of what the agent stored).
+    const iso = await run(dir, [
+      "run",
+      "./apps.ts",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-o",
+      "out",
+      "--env.agent.scoring.mode",
+      "isolated",
+      "--env.agent.scoring.services",
+      "true",
+    ]);
+    runIds.push(iso.runId);
+    assert.equal(iso.code, 0, transcript(iso));
+    const [graded] = (await Deno.readTextFile(join(iso.runDir, "traces.jsonl"))).trim()
+      .split("\n").map((l) => JSON.parse(l));
+    assert.equal(graded.error, null);
+    assert.equal(graded.scoring.mode, "isolated");
+    assert.deepEqual(graded.rewards, { stored: 0 });
+    assert.equal(graded.metrics.app_up, 1);
+    assert.deepEqual(await leftovers(iso.runId), { containers: 0, networks: 0 });
+
     await Deno.writeTextFile(
       join(dir, "bad.yaml"),
       'services:\n  app:\n    image: busybox:latest\n    volumes: ["data:/data"]\n',
@@ -157,7 +187,7 @@ Deno.test("services: a two-service Compose task on Docker; the agent reaches the
     assert.equal(bad.code, 1, transcript(bad));
     assert.match(
       bad.stderr + JSON.stringify(bad.stdout),
-      /services\.app\.volumes: not supported yet/,
+      /services\.app\.volumes\[0\]: volume "data" is not declared under the top-level volumes/,
     );
 
     // A service that never becomes healthy: an infrastructure error, never reward 0.
@@ -373,6 +403,105 @@ Deno.test("image builds: the build log streams to a file, an unchanged folder is
     assert.ok(await engine.inspectImage(tag));
   } finally {
     for (const image of made) await engine.removeImage(image).catch(() => {});
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+const LAYERED = `
+services:
+  writer:
+    image: busybox:latest
+    command: ["sh", "-c", "echo from-volume > /data/v.txt && exec sleep 600"]
+    volumes: ["shared:/data"]
+    networks: [backend]
+    healthcheck:
+      test: ["CMD", "test", "-f", "/data/v.txt"]
+      interval: 200ms
+      retries: 50
+  web:
+    image: busybox:latest
+    depends_on:
+      writer: { condition: service_healthy }
+    command: ["httpd", "-f", "-p", "8080", "-h", "/srv"]
+    volumes:
+      - shared:/srv/data:ro
+      - type: bind
+        source: ./static
+        target: /srv/static
+        read_only: true
+    networks:
+      default: {}
+      backend: { aliases: [frontend] }
+volumes:
+  shared: {}
+networks:
+  backend: {}
+`;
+
+const LAYERED_TASKSET = `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class Layered extends Task {
+  static override NEEDS_CONTAINER = true;
+  override deploymentSpec() { return "layered.yaml"; }
+  served = reward(async ({ runtime }) => {
+    const get = async (path) => (await runtime.run(["wget", "-qO-", "http://web:8080/" + path])).stdout.trim();
+    return (await get("data/v.txt")) === "from-volume" && (await get("static/hello.txt")) === "from-folder" ? 1 : 0;
+  });
+}
+class Set extends Taskset {
+  get id() { return "layered"; }
+  *load() { yield new Layered({ id: "layered", prompt: "Look around.", image: "busybox:latest" }); }
+}
+export function loadTaskset(config) { return new Set(config); }
+`;
+
+Deno.test("services: Compose volumes (named, fresh per rollout, and binds within the task folder) and networks (a service off the agent's network is out of its reach); nothing is left after", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_services_layers_" });
+  const runIds: string[] = [];
+  try {
+    await Deno.mkdir(join(dir, "static"));
+    await Deno.writeTextFile(join(dir, "static/hello.txt"), "from-folder\n");
+    await Deno.writeTextFile(join(dir, "layered.yaml"), LAYERED);
+    await Deno.writeTextFile(join(dir, "layered.ts"), LAYERED_TASKSET);
+    await using model = await startModelServer({
+      responder: ({ body }) => {
+        const turn = body.messages.filter((m) => m.role === "assistant").length;
+        const command = [
+          "wget -qO- http://web:8080/data/v.txt; wget -qO- http://web:8080/static/hello.txt",
+          "wget -qO- http://writer:8080/ 2>&1 || echo UNREACHABLE",
+        ][turn];
+        return command
+          ? { content: null, tool_calls: [{ name: "bash", arguments: { command } }] }
+          : { content: "Done." };
+      },
+    });
+    const res = await run(dir, ["run", "./layered.ts", "-m", "m", "-b", model.url, "-o", "out"]);
+    runIds.push(res.runId);
+    assert.equal(res.code, 0, transcript(res));
+    const [trace] = (await Deno.readTextFile(join(res.runDir, "traces.jsonl"))).trim()
+      .split("\n").map((l) => JSON.parse(l));
+    assert.equal(trace.error, null);
+    assert.equal(trace.reward, 1);
+    assert.match(trace.tool_calls[0].output, /from-volume\nfrom-folder/);
+    assert.match(trace.tool_calls[1].output, /UNREACHABLE/);
+    assert.deepEqual(await leftovers(res.runId), { containers: 0, networks: 0 });
+    const filters = encodeURIComponent(JSON.stringify({ label: [`vf.run_id=${res.runId}`] }));
+    assert.deepEqual((await engineJson(`/volumes?filters=${filters}`)).Volumes ?? [], []);
+
+    // A bind mount from outside the task folder is refused, naming the key.
+    await Deno.writeTextFile(
+      join(dir, "layered.yaml"),
+      'services:\n  web:\n    image: busybox:latest\n    volumes: ["../../etc:/x"]\n',
+    );
+    const bad = await run(dir, ["run", "./layered.ts", "-m", "m", "-b", model.url, "-o", "out"]);
+    runIds.push(bad.runId);
+    assert.notEqual(bad.code, 0);
+    assert.match(
+      bad.stderr + bad.stdout,
+      /services\.web\.volumes\[0\]: "\.\.\/\.\.\/etc" is outside the task folder/,
+    );
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
     await Deno.remove(dir, { recursive: true });
   }
 });

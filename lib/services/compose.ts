@@ -2,9 +2,11 @@
  * The Compose subset a task's services may use: `services.<name>` with `image` or `build`
  * (a folder within the Compose file's, with its Dockerfile), `command`,
  * `environment`, `healthcheck` (`test`, `interval`, `timeout`, `retries`, `start_period`),
- * `depends_on` (a list, or `condition: service_started | service_healthy`) and `ports`
- * (accepted: services are reached by name on the rollout's network, nothing is published).
- * Anything else is an error naming the key.
+ * `depends_on` (a list, or `condition: service_started | service_healthy`), `ports`
+ * (accepted: services are reached by name on the rollout's network, nothing is published),
+ * `volumes` (named volumes declared at the top level, fresh per rollout, and bind mounts of
+ * folders within the task folder) and `networks` (declared at the top level; `default` is the
+ * network the agent is on). Anything else is an error naming the key.
  * @module
  */
 import { readFile } from "node:fs/promises";
@@ -30,15 +32,51 @@ export interface ServiceSpec {
   };
   /** Services this one waits for, and whether each must be healthy first. */
   dependsOn: Array<{ name: string; healthy: boolean }>;
+  /** Named volumes (by their Compose name) and bind mounts (absolute host folders). */
+  volumes: Array<{ type: "volume" | "bind"; source: string; target: string; readOnly: boolean }>;
+  /** The networks it joins (Compose names; `default` is the agent's), with extra aliases. */
+  networks: Array<{ name: string; aliases: string[] }>;
 }
 
 /** A task's services, in an order that starts every dependency first. */
 export interface ServicesSpec {
   services: ServiceSpec[];
+  /** Named volumes, created fresh for each rollout. */
+  volumes?: string[];
+  /** Networks besides `default`, created for each rollout (internal). */
+  networks?: string[];
 }
 
-const KEYS = ["image", "build", "command", "environment", "healthcheck", "depends_on", "ports"];
-const LATER = ["volumes", "networks"];
+const KEYS = [
+  "image",
+  "build",
+  "command",
+  "environment",
+  "healthcheck",
+  "depends_on",
+  "ports",
+  "volumes",
+  "networks",
+];
+
+function within(root: string, path: string): boolean {
+  return path === root || path.startsWith(root + "/");
+}
+
+function declared(value: unknown, what: string, at: (p: string) => string): string[] {
+  if (value === undefined) return [];
+  if (!value || typeof value !== "object" || Array.isArray(value)) {
+    throw new ConfigError(at(`${what}: expected a table of names`));
+  }
+  for (const [name, v] of Object.entries(value)) {
+    if (v !== null && (typeof v !== "object" || Object.keys(v).length > 0)) {
+      throw new ConfigError(
+        at(`${what}.${name}: options are not supported (declare it empty: "${name}: {}")`),
+      );
+    }
+  }
+  return Object.keys(value);
+}
 
 /** Split a command line as a POSIX shell would: quotes and backslashes, no expansion. */
 export function shellSplit(line: string, at: string): string[] {
@@ -108,10 +146,15 @@ export function checkCompose(doc: unknown, source: string, baseDir = "."): Servi
     throw new ConfigError(at("services: a Compose file needs a services table"));
   }
   for (const key of Object.keys(top)) {
-    if (key !== "services" && key !== "version" && !key.startsWith("x-")) {
-      throw new ConfigError(at(`${key}: not in the supported Compose subset (services only)`));
+    if (!["services", "version", "volumes", "networks"].includes(key) && !key.startsWith("x-")) {
+      throw new ConfigError(
+        at(`${key}: not in the supported Compose subset (services, volumes, networks)`),
+      );
     }
   }
+  const namedVolumes = declared(top.volumes, "volumes", at);
+  const namedNetworks = declared(top.networks, "networks", at).filter((n) => n !== "default");
+  const root = resolve(baseDir);
   const raw = top.services as Record<string, Record<string, unknown>>;
   const services: ServiceSpec[] = [];
   for (const [name, s] of Object.entries(raw)) {
@@ -123,11 +166,6 @@ export function checkCompose(doc: unknown, source: string, baseDir = "."): Servi
     }
     if (!s || typeof s !== "object") throw new ConfigError(at(`${p}: expected a table`));
     for (const key of Object.keys(s)) {
-      if (LATER.includes(key)) {
-        throw new ConfigError(
-          at(`${p}.${key}: not supported yet (supported: ${KEYS.join(", ")})`),
-        );
-      }
       if (!KEYS.includes(key) && !key.startsWith("x-")) {
         throw new ConfigError(
           at(`${p}.${key}: not in the supported Compose subset (${KEYS.join(", ")})`),
@@ -149,9 +187,8 @@ export function checkCompose(doc: unknown, source: string, baseDir = "."): Servi
       if (typeof b.context !== "string" || !b.context) {
         throw new ConfigError(at(`${p}.build.context: the folder to build from`));
       }
-      const root = resolve(baseDir);
       const context = resolve(root, b.context);
-      if (context !== root && !context.startsWith(root + "/")) {
+      if (!within(root, context)) {
         throw new ConfigError(at(`${p}.build.context: "${b.context}" is outside the task folder`));
       }
       build = { context, dockerfile: typeof b.dockerfile === "string" ? b.dockerfile : undefined };
@@ -220,6 +257,89 @@ export function checkCompose(doc: unknown, source: string, baseDir = "."): Servi
     } else if (s.depends_on !== undefined) {
       throw new ConfigError(at(`${p}.depends_on: expected a list or a table`));
     }
+    const volumes: ServiceSpec["volumes"] = [];
+    if (s.volumes !== undefined) {
+      if (!Array.isArray(s.volumes)) throw new ConfigError(at(`${p}.volumes: expected a list`));
+      s.volumes.forEach((v: unknown, i: number) => {
+        const vp = `${p}.volumes[${i}]`;
+        let type: string | undefined;
+        let source: string;
+        let target: string;
+        let readOnly = false;
+        if (typeof v === "string") {
+          const parts = v.split(":");
+          if (parts.length < 2 || parts.length > 3 || (parts[2] && !/^(ro|rw)$/.test(parts[2]))) {
+            throw new ConfigError(
+              at(`${vp}: "${v}" is not source:target[:ro] (anonymous volumes are not supported)`),
+            );
+          }
+          [source, target] = parts;
+          readOnly = parts[2] === "ro";
+          type = /^[./~]/.test(source) ? "bind" : "volume";
+        } else if (v && typeof v === "object") {
+          const o = v as Record<string, unknown>;
+          for (const key of Object.keys(o)) {
+            if (!["type", "source", "target", "read_only"].includes(key)) {
+              throw new ConfigError(at(`${vp}.${key}: not in the supported Compose subset`));
+            }
+          }
+          type = String(o.type ?? "volume");
+          source = String(o.source ?? "");
+          target = String(o.target ?? "");
+          readOnly = o.read_only === true;
+        } else {
+          throw new ConfigError(at(`${vp}: expected "source:target" or a table`));
+        }
+        if (!target.startsWith("/")) {
+          throw new ConfigError(at(`${vp}: the target "${target}" must be an absolute path`));
+        }
+        if (type === "bind") {
+          const full = resolve(root, source);
+          if (!within(root, full)) {
+            throw new ConfigError(at(`${vp}: "${source}" is outside the task folder`));
+          }
+          volumes.push({ type: "bind", source: full, target, readOnly });
+        } else if (type === "volume") {
+          if (!namedVolumes.includes(source)) {
+            throw new ConfigError(
+              at(`${vp}: volume "${source}" is not declared under the top-level volumes`),
+            );
+          }
+          volumes.push({ type: "volume", source, target, readOnly });
+        } else {
+          throw new ConfigError(at(`${vp}.type: "${type}" is not volume or bind`));
+        }
+      });
+    }
+    let networks: ServiceSpec["networks"] = [{ name: "default", aliases: [] }];
+    if (s.networks !== undefined) {
+      const entries: Array<[string, unknown]> = Array.isArray(s.networks)
+        ? strings(s.networks, at(`${p}.networks`)).map((n) => [n, null])
+        : s.networks && typeof s.networks === "object"
+        ? Object.entries(s.networks)
+        : (() => {
+          throw new ConfigError(at(`${p}.networks: expected a list or a table`));
+        })();
+      networks = entries.map(([n, o]) => {
+        if (n !== "default" && !namedNetworks.includes(n)) {
+          throw new ConfigError(
+            at(`${p}.networks: network "${n}" is not declared under the top-level networks`),
+          );
+        }
+        const opts = (o ?? {}) as Record<string, unknown>;
+        for (const key of Object.keys(opts)) {
+          if (key !== "aliases") {
+            throw new ConfigError(at(`${p}.networks.${n}.${key}: not in the supported subset`));
+          }
+        }
+        return {
+          name: n,
+          aliases: opts.aliases === undefined
+            ? []
+            : strings(opts.aliases, at(`${p}.networks.${n}.aliases`)),
+        };
+      });
+    }
     services.push({
       name,
       image: typeof s.image === "string" ? s.image : "",
@@ -228,6 +348,8 @@ export function checkCompose(doc: unknown, source: string, baseDir = "."): Servi
       env,
       healthcheck,
       dependsOn,
+      volumes,
+      networks,
     });
   }
   for (const s of services) {
@@ -263,7 +385,7 @@ export function checkCompose(doc: unknown, source: string, baseDir = "."): Servi
     ordered.push(s);
   };
   for (const s of services) visit(s, []);
-  return { services: ordered };
+  return { services: ordered, volumes: namedVolumes, networks: namedNetworks };
 }
 
 /**

@@ -8,7 +8,9 @@
  */
 import { DockerEngine } from "../../runtimes/docker/engine_api.ts";
 import { DockerRuntime } from "../../runtimes/docker/mod.ts";
+import { ownerLabels } from "../../runtimes/owner.ts";
 import { InfraError } from "../errors.ts";
+import { RolloutNetwork } from "./network.ts";
 import type { ServicesSpec } from "./compose.ts";
 import { buildImage } from "./build.ts";
 
@@ -16,6 +18,8 @@ import { buildImage } from "./build.ts";
 export class ServiceGroup {
   readonly #engine: DockerEngine;
   readonly #containers: DockerRuntime[] = [];
+  readonly #networks: RolloutNetwork[] = [];
+  readonly #volumes: string[] = [];
 
   private constructor(engine: DockerEngine) {
     this.#engine = engine;
@@ -42,6 +46,29 @@ export class ServiceGroup {
     const engine = DockerEngine.shared();
     const group = new ServiceGroup(engine);
     try {
+      // Named volumes and extra networks, fresh for this rollout and labelled with it.
+      const suffix = [...crypto.getRandomValues(new Uint8Array(4))]
+        .map((b) => b.toString(16).padStart(2, "0")).join("");
+      const volumes = new Map<string, string>();
+      for (const name of spec.volumes ?? []) {
+        const real = await engine.createVolume({
+          Name: `vf-vol-${suffix}-${name}`,
+          Labels: {
+            "vf.managed": "1",
+            "vf.run_id": options.runId,
+            "vf.task": options.task,
+            ...ownerLabels(),
+          },
+        });
+        group.#volumes.push(real);
+        volumes.set(name, real);
+      }
+      const networks = new Map<string, string>([["default", options.network]]);
+      for (const name of spec.networks ?? []) {
+        const network = await RolloutNetwork.create({ runId: options.runId, task: options.task });
+        group.#networks.push(network);
+        networks.set(name, network.name);
+      }
       const started = new Map<string, DockerRuntime>();
       // Built images first (a tag already present is reused).
       const images = new Map<string, string>();
@@ -60,12 +87,21 @@ export class ServiceGroup {
         for (const d of s.dependsOn.filter((d) => d.healthy)) {
           await group.#healthy(d.name, started.get(d.name)!, options);
         }
+        const joined = (s.networks ?? [{ name: "default", aliases: [] }]).map((n) => ({
+          name: networks.get(n.name)!,
+          aliases: [s.name, ...n.aliases],
+        }));
         const runtime = new DockerRuntime({
           type: "docker",
           image: images.get(s.name) ?? s.image,
           env: s.env,
-          networkName: options.network,
-          aliases: [s.name],
+          networkName: joined[0].name,
+          aliases: joined[0].aliases,
+          extraNetworks: joined.slice(1),
+          mounts: (s.volumes ?? []).map((v) => ({
+            ...v,
+            source: v.type === "volume" ? volumes.get(v.source)! : v.source,
+          })),
           command: s.command,
           healthcheck: s.healthcheck,
           labels: { "vf.role": "service", "vf.service": s.name },
@@ -119,8 +155,12 @@ export class ServiceGroup {
     );
   }
 
-  /** Remove the services. Idempotent. */
+  /** Remove the services, then their volumes and extra networks. Idempotent. */
   async stop(): Promise<void> {
     await Promise.all(this.#containers.splice(0).map((c) => c.stop().catch(() => {})));
+    await Promise.all(this.#networks.splice(0).map((n) => n.stop()));
+    await Promise.all(
+      this.#volumes.splice(0).map((v) => this.#engine.removeVolume(v).catch(() => false)),
+    );
   }
 }

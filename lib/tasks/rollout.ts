@@ -55,15 +55,9 @@ import type { Messages, SamplingArgs } from "../types.ts";
 import { type Judge, judgeUsage } from "../scoring/judges/judge.ts";
 import { MessageGraph, type MessageNode } from "./graph.ts";
 import { Toolbox } from "../tools/toolbox.ts";
-import { loadServices } from "../services/compose.ts";
-import { ServiceGroup } from "../services/docker.ts";
-import { evaluatorHost, GATEWAY_ALIAS, GATEWAY_PORT, RolloutNetwork } from "../services/network.ts";
-import {
-  type EgressDenial,
-  Gateway,
-  type GatewayRoute,
-  type GatewaySession,
-} from "../gateway/gateway.ts";
+import { loadServices, type ServicesSpec } from "../services/compose.ts";
+import type { EgressDenial, GatewayRoute } from "../gateway/gateway.ts";
+import { Enclosure } from "./enclosure.ts";
 import {
   CLOSED_POLICY,
   composePolicies,
@@ -304,20 +298,6 @@ export function resolveRuntimeSpec(
   };
 }
 
-/** The environment that sends a sandbox's HTTP(S) through the session's egress proxy. */
-function proxyEnv(session: GatewaySession, direct: string[]): Record<string, string> {
-  const proxy = `http://vf:${session.proxySecret}@${GATEWAY_ALIAS}:${GATEWAY_PORT}`;
-  const bypass = [GATEWAY_ALIAS, ...direct].join(",");
-  return {
-    HTTP_PROXY: proxy,
-    HTTPS_PROXY: proxy,
-    http_proxy: proxy,
-    https_proxy: proxy,
-    NO_PROXY: bypass,
-    no_proxy: bypass,
-  };
-}
-
 /**
  * The egress policy of a sandbox: the runtime's and the task's composed (a task allow of `*`
  * keeps the runtime's list, two lists intersect, blocks add up); null when neither gives a
@@ -539,8 +519,7 @@ export class TaskRollout {
   #agentMs = 0;
   #stopList: StopHook[] | null = null;
   #toolbox: Toolbox | null = null;
-  #services: ServiceGroup | null = null;
-  #network: RolloutNetwork | null = null;
+  #enclosure: Enclosure | null = null;
   #gateway: GatewayRoute | null = null;
   #egress: NetworkPolicy | null = null;
 
@@ -990,89 +969,45 @@ export class TaskRollout {
   }
 
   /**
-   * Give the agent's sandbox what it needs around it: a network of its own on Docker when it
-   * has services, a gateway or a network policy; the gateway relay on it (or the gateway on
-   * loopback for a subprocess); the services. Returns the sandbox's spec joined to it.
+   * Give the agent's sandbox what it needs around it (its {@link Enclosure}): a network of its
+   * own with the task's services, the gateway relay for an agent program or a network policy.
+   * Returns the sandbox's spec joined to it.
    */
   async #prepareNetwork(spec: RuntimeSpec, signal: AbortSignal): Promise<RuntimeSpec> {
     const { task, policy, runId, model } = this.#options;
     const compose = task.deploymentSpec() ?? this.#options.services ?? null;
-    const needsGateway = policy.harness.needsGateway === true;
-    const egress = this.#egress;
-    if (compose === null && !needsGateway && !egress) return spec;
-    if (spec.type === "subprocess" && compose === null && !egress) {
-      const session = Gateway.shared().open(model);
-      const port = await Gateway.shared().listen("127.0.0.1");
-      this.#gateway = { session, url: `http://127.0.0.1:${port}` };
-      return spec;
-    }
-    if (spec.type !== "docker") {
-      throw new ConfigError(
-        `Task "${task.key}" has services (Compose); the ${spec.type} runtime cannot run them; ` +
-          `use --env.agent.runtime.type docker`,
-      );
-    }
-    const network = await RolloutNetwork.create({
+    const needs = {
       runId,
       task: task.key,
-      internet: spec.network === true,
-    });
-    this.#network = network;
-    let env = spec.env ?? {};
-    const services = compose === null ? null : await loadServices(compose);
-    if (needsGateway || egress) {
-      const gateway = Gateway.shared();
-      const host = await evaluatorHost();
-      const port = await gateway.listen(host);
-      const session = gateway.open(model);
-      const url = `http://${GATEWAY_ALIAS}:${GATEWAY_PORT}`;
-      this.#gateway = { session, url };
-      await network.relay(host, port, signal);
-      if (egress) {
-        // Setup is unrestricted (package installs); the agent phase gets the task's policy.
-        session.setPhase("setup", OPEN_POLICY);
-        const proxied = proxyEnv(session, services?.services.map((s) => s.name) ?? []);
-        this.#gateway.proxyUrl = proxied.HTTP_PROXY;
-        env = { ...env, ...proxied };
-      }
-    }
-    if (services) {
-      const group = await ServiceGroup.start(services, {
-        runId,
-        task: task.key,
-        network: network.name,
-        healthTimeout: this.#timeout("setup"),
-        signal,
-      });
-      if (signal.aborted) {
-        // The phase ended (timeout, interrupt) as they came up: nobody else stops them.
-        await group.stop();
-        throw signal.reason;
-      }
-      this.#services = group;
-    }
-    return { ...spec, env, networkName: network.name, aliases: ["agent"] };
+      model,
+      services: compose === null ? null : await loadServices(compose),
+      gateway: policy.harness.needsGateway === true,
+      egress: this.#egress !== null,
+      alias: "agent",
+      healthTimeout: this.#timeout("setup"),
+      signal,
+    };
+    if (!Enclosure.needed(needs)) return spec;
+    const opened = await Enclosure.open(spec, needs);
+    this.#enclosure = opened.enclosure;
+    this.#gateway = opened.enclosure.route;
+    return opened.spec;
   }
 
-  /** Seal the gateway session (its denials go on the trace), stop services and network. */
+  /** Seal the gateway session (its refusals go on the trace), stop services and network. */
   async #releaseNetwork(): Promise<void> {
-    const route = this.#gateway;
+    const enclosure = this.#enclosure;
+    this.#enclosure = null;
     this.#gateway = null;
-    if (route) {
-      route.session.close();
-      if (this.#egress || route.session.denials.length) {
-        this.trace.network = {
-          policy: this.#egress ?? CLOSED_POLICY,
-          denied: [...(this.trace.network?.denied ?? []), ...route.session.denials],
-        };
-      }
-    }
-    const services = this.#services;
-    this.#services = null;
-    await services?.stop();
-    const network = this.#network;
-    this.#network = null;
-    await network?.stop();
+    const denied = await enclosure?.close() ?? [];
+    if (this.#egress || denied.length) this.#recordDenials(denied);
+  }
+
+  #recordDenials(denied: EgressDenial[]): void {
+    this.trace.network = {
+      policy: this.trace.network?.policy ?? this.#egress ?? CLOSED_POLICY,
+      denied: [...(this.trace.network?.denied ?? []), ...denied],
+    };
   }
 
   async #scoreIsolated(): Promise<TaskScores> {
@@ -1125,6 +1060,11 @@ export class TaskRollout {
       }
       return Promise.resolve(policy);
     });
+    // Services for the grader, fresh, when the task asks (`scoring.services`).
+    const compose = task.deploymentSpec() ?? this.#options.services ?? null;
+    const graderServices = scoring.services && compose !== null
+      ? await inPhase("scoring", () => loadServices(compose))
+      : null;
     const denied: EgressDenial[] = [];
     try {
       return await inPhase(
@@ -1140,16 +1080,14 @@ export class TaskRollout {
               (runtime, s) => this.#ctx(runtime, s),
               this.#timeout("scoring"),
               signal,
-              graderPolicy ? { policy: graderPolicy, denied } : undefined,
+              {
+                egress: graderPolicy ? { policy: graderPolicy, denied } : undefined,
+                services: graderServices,
+              },
             )),
       );
     } finally {
-      if (graderPolicy) {
-        this.trace.network = {
-          policy: this.trace.network?.policy ?? this.#egress ?? CLOSED_POLICY,
-          denied: [...(this.trace.network?.denied ?? []), ...denied],
-        };
-      }
+      if (graderPolicy) this.#recordDenials(denied);
     }
   }
 }
@@ -1381,41 +1319,46 @@ async function gradeIsolated(
   hookContext: (runtime: Runtime, signal: AbortSignal) => TaskHookContext,
   timeoutSeconds: number | undefined,
   signal: AbortSignal | undefined,
-  egress?: { policy: NetworkPolicy; denied: EgressDenial[] },
+  surround: {
+    /** The grader's network policy, and where its refusals go. */
+    egress?: { policy: NetworkPolicy; denied: EgressDenial[] };
+    /** Services started fresh for each grading sandbox. */
+    services: ServicesSpec | null;
+  } = { services: null },
 ): Promise<TaskScores> {
   const task = options.task;
   let last: unknown;
   for (let attempt = 0; attempt <= retries; attempt++) {
     trace.scoring.attempts = attempt + 1;
     let grader = null as Runtime | null;
-    let network = null as RolloutNetwork | null;
-    let session = null as GatewaySession | null;
+    let enclosure = null as Enclosure | null;
     try {
       return await phase("scoring", timeoutSeconds, signal, async (s) => {
         let graderSpec = spec;
-        if (egress && spec.type === "docker") {
-          // A network of its own, out only through the proxy: setup, the restore and
+        const needs = {
+          runId: options.runId,
+          task: task.key,
+          model: options.model,
+          services: surround.services,
+          gateway: false,
+          egress: surround.egress !== undefined,
+          alias: "grader",
+          healthTimeout: timeoutSeconds,
+          signal: s,
+        };
+        if (Enclosure.needed(needs)) {
+          // Fresh services, and a network out only through the proxy: setup, the restore and
           // stageVerifier are unrestricted, the rewards run under the grader's policy.
-          network = await RolloutNetwork.create({ runId: options.runId, task: task.key });
-          const gateway = Gateway.shared();
-          const host = await evaluatorHost();
-          const port = await gateway.listen(host);
-          session = gateway.open(options.model);
-          session.setPhase("setup", OPEN_POLICY);
-          await network.relay(host, port, s);
-          graderSpec = {
-            ...spec,
-            env: { ...(spec.env ?? {}), ...proxyEnv(session, []) },
-            networkName: network.name,
-            aliases: ["grader"],
-          };
+          const opened = await Enclosure.open(spec, needs);
+          enclosure = opened.enclosure;
+          graderSpec = opened.spec;
         }
         await startSandbox(options.policy, graderSpec, "grader", options, s, (rt) => (grader = rt));
         const ctx = hookContext(grader!, s);
         await task.setup(ctx);
         await restoreArtifacts(grader!, artifacts);
         await task.stageVerifier(ctx);
-        (session as GatewaySession | null)?.setPhase("grade", egress!.policy);
+        if (surround.egress) enclosure?.route?.session.setPhase("grade", surround.egress.policy);
         return await task.score(ctx);
       });
     } catch (error) {
@@ -1423,11 +1366,8 @@ async function gradeIsolated(
       last = error;
     } finally {
       await grader?.stop().catch(() => {});
-      if (session) {
-        (session as GatewaySession).close();
-        egress!.denied.push(...(session as GatewaySession).denials);
-      }
-      await (network as RolloutNetwork | null)?.stop();
+      const denied = await (enclosure as Enclosure | null)?.close() ?? [];
+      surround.egress?.denied.push(...denied);
     }
   }
   throw new InfraError(

@@ -75,6 +75,8 @@ export interface ScoringConfig {
   runtime?: RuntimeConfig;
   /** Where grading may connect (the egress proxy's policy while scoring); default the agent's. */
   network?: NetworkPolicyInput;
+  /** Isolated grading: start the task's services fresh for the grading sandbox too. */
+  services?: boolean;
 }
 
 /** Per-phase time limits in seconds. */

@@ -511,6 +511,38 @@ export class DockerEngine {
     }))!;
   }
 
+  // -- volumes ---------------------------------------------------------------------------
+
+  /** `POST /volumes/create`; returns the name. */
+  async createVolume(body: { Name: string; Labels?: Record<string, string> }): Promise<string> {
+    const result = await this.#json<{ Name: string }>("POST", "/volumes/create", { json: body });
+    return result!.Name;
+  }
+
+  /** `DELETE /volumes/{name}`; false when it was already gone. */
+  async removeVolume(name: string): Promise<boolean> {
+    const response = await this.#request("DELETE", `/volumes/${encodeURIComponent(name)}`);
+    const text = await response.body.text();
+    if (response.statusCode === 404) return false;
+    if (response.statusCode >= 300) {
+      throw this.#apiError("DELETE", `/volumes/${name}`, response.statusCode, text);
+    }
+    return true;
+  }
+
+  /** `GET /volumes?filters=...`. */
+  async listVolumes(
+    options: { labels?: string[] } = {},
+  ): Promise<Array<{ Name: string; CreatedAt?: string; Labels?: Record<string, string> }>> {
+    const filters = options.labels?.length ? JSON.stringify({ label: options.labels }) : undefined;
+    const result = await this.#json<{ Volumes?: Array<{ Name: string }> | null }>(
+      "GET",
+      "/volumes",
+      { query: { filters } },
+    );
+    return result?.Volumes ?? [];
+  }
+
   // -- exec ------------------------------------------------------------------------------
 
   /** `POST /containers/{id}/exec`; returns the exec id. */

@@ -188,6 +188,14 @@ export class DockerRuntime implements Runtime {
       NetworkMode: spec.networkName ?? (spec.network ? "bridge" : "none"),
       Init: true,
     };
+    if (spec.mounts?.length) {
+      hostConfig.Mounts = spec.mounts.map((m) => ({
+        Type: m.type,
+        Source: m.source,
+        Target: m.target,
+        ReadOnly: m.readOnly ?? false,
+      }));
+    }
     if (spec.cpu !== undefined) hostConfig.NanoCpus = Math.round(spec.cpu * 1e9);
     if (spec.memory !== undefined) hostConfig.Memory = parseMemory(spec.memory);
     const name = `vf-${randomHex(6)}`;
@@ -231,6 +239,9 @@ export class DockerRuntime implements Runtime {
     // On a rollout's own network and asked for network access: the default bridge as well.
     if (spec.networkName && spec.network === true) {
       await engine.connectNetwork("bridge", this.#id);
+    }
+    for (const extra of spec.extraNetworks ?? []) {
+      await engine.connectNetwork(extra.name, this.#id, extra.aliases ?? []);
     }
     await engine.startContainer(this.#id, { signal });
     this.#checkNotStopped();
@@ -659,6 +670,16 @@ export async function cleanupContainers(
       if (reason !== undefined) return;
     }
     await engine.removeNetwork(String(n.Id)).catch(() => {});
+  }));
+  // Services' named volumes likewise, once no container holds them.
+  const volumes = await engine.listVolumes({ labels }).catch(() => []);
+  await Promise.all(volumes.map(async (v) => {
+    const created = Date.parse(String(v.CreatedAt));
+    if (Number.isFinite(created) && created > cutoff) return;
+    if (filter.owners && keepReason(ownerFromLabels(v.Labels ?? {}), created, filter.owners)) {
+      return;
+    }
+    await engine.removeVolume(v.Name).catch(() => {});
   }));
   return removed;
 }
