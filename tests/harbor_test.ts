@@ -176,3 +176,78 @@ Deno.test("Harbor folders: bad input names the path, a failed build shows its lo
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("Harbor folders: a docker-compose task (main is the agent, the rest sidecars) validates, and vf's sh agent solves it through the model gateway", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_compose_" });
+  const runIds: string[] = [];
+  try {
+    await write(join(dir, "bench"), {
+      "api/instruction.md":
+        "Fetch http://api:8080/secret.txt and write its content to /app/out.txt.\n",
+      "api/task.toml": "[verifier]\ntimeout_sec = 30.0\n",
+      "api/environment/Dockerfile": "FROM busybox:latest\nWORKDIR /app\n",
+      "api/environment/seed/secret.txt": "sidecar-says-hi\n",
+      "api/environment/docker-compose.yaml": `services:
+  main:
+    image: \${MAIN_IMAGE_NAME}
+    depends_on: [api]
+    environment:
+      API_URL: http://api:8080
+  api:
+    image: busybox:latest
+    command: ["httpd", "-f", "-p", "8080", "-h", "/www"]
+    volumes:
+      - ./seed:/www:ro
+    expose: ["8080"]
+    healthcheck:
+      test: ["CMD", "wget", "-q", "-O", "/dev/null", "http://127.0.0.1:8080/secret.txt"]
+      interval: 200ms
+      retries: 50
+`,
+      "api/tests/test.sh":
+        '#!/bin/sh\n[ "$(cat /app/out.txt)" = sidecar-says-hi ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n',
+      "api/solution/solve.sh": '#!/bin/sh\nwget -qO /app/out.txt "$API_URL/secret.txt"\n',
+    });
+    const validate = await run(dir, ["validate", "./bench"]);
+    assert.equal(validate.code, 0, transcript(validate));
+
+    await using model = await startModelServer({
+      responder: ({ body }) => {
+        const turn = body.messages.filter((m: WireMessage) => m.role === "assistant").length;
+        return turn === 0
+          ? {
+            content: null,
+            tool_calls: [{
+              name: "bash",
+              arguments: { command: "wget -qO /app/out.txt http://api:8080/secret.txt" },
+            }],
+          }
+          : { content: "Done." };
+      },
+    });
+    const res = await run(dir, [
+      "run",
+      "./bench",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-o",
+      "out",
+      "--env.agent.harness.id",
+      "program",
+      "--env.agent.harness.agent",
+      "sh",
+    ]);
+    runIds.push(res.runId);
+    assert.equal(res.code, 0, transcript(res));
+    const [t] = (await Deno.readTextFile(join(res.runDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.equal(t.reward, 1, JSON.stringify(t.error));
+    assert.equal(t.harness, "program");
+    assert.equal(t.model_calls.length, 2);
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -2,7 +2,8 @@
  * Harbor task folders as a taskset (the format Terminal-Bench and other terminal-agent
  * benchmarks ship): `instruction.md` is the prompt; `task.toml` gives timeouts, cpus, memory
  * and network, and the verifier's env; `environment/Dockerfile` is built into the agent's
- * image (or `[environment] docker_image` names one); `tests/` reaches the sandbox only when
+ * image (or `[environment] docker_image` names one), and `environment/docker-compose.yaml`
+ * adds sidecar services beside it (service `main` is the agent's); `tests/` reaches the sandbox only when
  * grading starts, after the agent is done, as `/tests`, where `test.sh` runs and writes
  * `/logs/verifier/reward.txt` (a number) or `reward.json` (named rewards); `solution/solve.sh`
  * is the gold answer `vf validate` checks.
@@ -14,6 +15,7 @@
 import { existsSync, readdirSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
 import { basename, join, resolve } from "node:path";
+import process from "node:process";
 import { parse as parseToml } from "npm:smol-toml@^1.4.0";
 import { ConfigError, TaskError } from "../errors.ts";
 import { buildImage, folderEntries } from "../services/build.ts";
@@ -158,10 +160,23 @@ export class HarborTask extends Task {
   readonly folder: string;
   readonly settings: HarborSettings;
 
-  constructor(data: TaskData, folder: string, settings: HarborSettings) {
+  readonly #sidecars: Record<string, unknown> | null;
+
+  constructor(
+    data: TaskData,
+    folder: string,
+    settings: HarborSettings,
+    sidecars: Record<string, unknown> | null = null,
+  ) {
     super(data);
     this.folder = folder;
     this.settings = settings;
+    this.#sidecars = sidecars;
+  }
+
+  /** The sidecars of `environment/docker-compose.yaml` (services other than `main`). */
+  override deploymentSpec(): Record<string, unknown> | null {
+    return this.#sidecars;
   }
 
   /**
@@ -268,25 +283,18 @@ export async function loadHarborTask(folder: string): Promise<HarborTask> {
   if (!existsSync(join(folder, "tests", "test.sh"))) {
     throw new ConfigError(`${join(folder, "tests", "test.sh")}: missing; the verifier runs it`);
   }
-  let image = settings.environment.image;
+  const envDir = join(folder, "environment");
+  const compose = await readHarborCompose(envDir);
+  let image = compose?.main.image ?? settings.environment.image;
   if (!image) {
-    const envDir = join(folder, "environment");
-    if (
-      existsSync(join(envDir, "docker-compose.yaml")) ||
-      existsSync(join(envDir, "docker-compose.yml"))
-    ) {
+    const context = compose?.main.build ?? envDir;
+    if (!existsSync(join(context, "Dockerfile"))) {
       throw new ConfigError(
-        `${envDir}: Harbor tasks with a docker-compose file are not supported yet; give ` +
-          `[environment] docker_image or a Dockerfile`,
-      );
-    }
-    if (!existsSync(join(envDir, "Dockerfile"))) {
-      throw new ConfigError(
-        `${join(envDir, "Dockerfile")}: missing, and task.toml names no docker_image`,
+        `${join(context, "Dockerfile")}: missing, and task.toml names no docker_image`,
       );
     }
     const timeout = settings.environment.buildTimeout;
-    image = await buildImage(`harbor-${name}`, envDir, {
+    image = await buildImage(`harbor-${name}`, context, {
       signal: timeout ? AbortSignal.timeout(timeout * 1000) : undefined,
     });
   }
@@ -308,10 +316,89 @@ export async function loadHarborTask(folder: string): Promise<HarborTask> {
         scoring: settings.verifier.timeout ? settings.verifier.timeout + 60 : undefined,
       },
       scoring: { mode: "shared" },
+      ...(compose && Object.keys(compose.main.env).length ? { env: compose.main.env } : {}),
     },
     resolve(folder),
     settings,
+    compose?.sidecars ?? null,
   );
+}
+
+/** What a Harbor task's `environment/docker-compose.yaml` says. */
+interface HarborCompose {
+  /** Overrides of the agent's service `main`: its image or build folder, its environment. */
+  main: { image?: string; build?: string; env: Record<string, string> };
+  /** The other services, as a Compose document for the rollout (null: none). */
+  sidecars: Record<string, unknown> | null;
+}
+
+const MAIN_KEYS = ["image", "build", "environment", "depends_on"];
+
+/**
+ * Read `environment/docker-compose.yaml` (or `.yml`) when there is one. As in Harbor, it is
+ * laid over the task's base: service `main` is the agent's sandbox (its image from
+ * `${MAIN_IMAGE_NAME}`, the Dockerfile, unless it names another), every other service a
+ * sidecar on the rollout's network. `${VAR}` and `${VAR:-default}` are filled from the
+ * environment.
+ * @throws {ConfigError} naming the file and key
+ */
+async function readHarborCompose(envDir: string): Promise<HarborCompose | null> {
+  const path = ["docker-compose.yaml", "docker-compose.yml"].map((f) => join(envDir, f))
+    .find((p) => existsSync(p));
+  if (!path) return null;
+  const text = (await readFile(path, "utf8")).replace(
+    /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}/g,
+    (_m, name: string, fallback: string | undefined) =>
+      name === "MAIN_IMAGE_NAME" ? _m : process.env[name] ?? fallback ?? "",
+  );
+  let doc: Record<string, unknown>;
+  try {
+    const { parse: parseYaml } = await import("npm:yaml@^2.9.1");
+    doc = parseYaml(text) ?? {};
+  } catch (error) {
+    throw new ConfigError(`${path}: not valid YAML: ${(error as Error).message}`);
+  }
+  const services = { ...(doc.services ?? {}) as Record<string, Record<string, unknown>> };
+  const raw = services.main ?? {};
+  delete services.main;
+  for (const key of Object.keys(raw)) {
+    if (!MAIN_KEYS.includes(key)) {
+      const note = `${path}: services.main.${key} is not read by vf (ignored)`;
+      if (!warned.has(note)) {
+        warned.add(note);
+        console.warn(note);
+      }
+    }
+  }
+  const main: HarborCompose["main"] = { env: {} };
+  if (typeof raw.image === "string" && raw.image !== "${MAIN_IMAGE_NAME}") main.image = raw.image;
+  if (raw.build !== undefined) {
+    const context = typeof raw.build === "string"
+      ? raw.build
+      : (raw.build as Record<string, unknown>)?.context;
+    if (typeof context !== "string") {
+      throw new ConfigError(`${path}: services.main.build: give the folder to build from`);
+    }
+    main.build = resolve(envDir, context);
+  }
+  if (Array.isArray(raw.environment)) {
+    for (const item of raw.environment.map(String)) {
+      const eq = item.indexOf("=");
+      if (eq > 0) main.env[item.slice(0, eq)] = item.slice(eq + 1);
+    }
+  } else if (raw.environment && typeof raw.environment === "object") {
+    for (const [k, v] of Object.entries(raw.environment)) main.env[k] = v === null ? "" : String(v);
+  }
+  // The sidecars start before the agent anyway; a dependency on main would never be met.
+  for (const s of Object.values(services)) {
+    const d = s?.depends_on;
+    if (Array.isArray(d)) s.depends_on = d.filter((n) => n !== "main");
+    else if (d && typeof d === "object") delete (d as Record<string, unknown>).main;
+  }
+  const sidecars = Object.keys(services).length
+    ? { ...doc, services, "x-vf-dir": envDir, "x-vf-source": path }
+    : null;
+  return { main, sidecars };
 }
 
 /** The task folders under `path`: itself when it is one, else its subfolders that are. */

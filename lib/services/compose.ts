@@ -48,6 +48,7 @@ export interface ServicesSpec {
 }
 
 const KEYS = [
+  "expose",
   "image",
   "build",
   "command",
@@ -398,7 +399,10 @@ export async function loadServices(
   baseDir = ".",
 ): Promise<ServicesSpec & { dir: string }> {
   if (typeof spec !== "string") {
-    return { ...checkCompose(spec, "compose", baseDir), dir: resolve(baseDir) };
+    // A document may say where it came from (`x-vf-dir`, `x-vf-source`: a Harbor task's).
+    const dir = typeof spec["x-vf-dir"] === "string" ? spec["x-vf-dir"] : baseDir;
+    const source = typeof spec["x-vf-source"] === "string" ? spec["x-vf-source"] : "compose";
+    return { ...checkCompose(spec, source, dir), dir: resolve(dir) };
   }
   const path = resolve(baseDir, spec);
   let text: string;

@@ -17,7 +17,14 @@ import {
   type Taskset,
   type TraceView,
 } from "./task.ts";
-import { type AgentPolicy, resolveRuntimeSpec, type TaskTrace } from "./rollout.ts";
+import {
+  type AgentPolicy,
+  resolveNetworkPolicy,
+  resolveRuntimeSpec,
+  type TaskTrace,
+} from "./rollout.ts";
+import { Enclosure } from "./enclosure.ts";
+import { loadServices } from "../services/compose.ts";
 import { VERSION } from "../version.ts";
 
 /** Aggregates of a task run. */
@@ -266,7 +273,39 @@ export async function validateTaskset(
   );
   for (const task of tasks) requireRewards(task);
   const check = async (task: Task, gold: boolean): Promise<number> => {
-    const spec = resolveRuntimeSpec(options.runtime, task, "agent");
+    let spec = resolveRuntimeSpec(options.runtime, task, "agent");
+    // The task's services and network policy, as a rollout would have them.
+    const compose = task.deploymentSpec();
+    const egress = resolveNetworkPolicy(options.runtime, task);
+    const needs = {
+      runId: options.runId,
+      task: task.key,
+      model: "validate",
+      services: compose === null ? null : await loadServices(compose),
+      gateway: false,
+      egress: egress !== null,
+      alias: "agent",
+      signal: options.signal ?? new AbortController().signal,
+    };
+    let enclosure: Enclosure | null = null;
+    if (Enclosure.needed(needs)) {
+      const opened = await Enclosure.open(spec, needs);
+      enclosure = opened.enclosure;
+      spec = opened.spec;
+    }
+    try {
+      return await checkIn(task, gold, spec, enclosure, egress);
+    } finally {
+      await enclosure?.close();
+    }
+  };
+  const checkIn = async (
+    task: Task,
+    gold: boolean,
+    spec: ReturnType<typeof resolveRuntimeSpec>,
+    enclosure: Enclosure | null,
+    egress: ReturnType<typeof resolveNetworkPolicy>,
+  ): Promise<number> => {
     await using runtime = createRuntime(spec, { runId: options.runId, task: task.key });
     const view: TraceView = { info: {}, messages: [], artifacts: new Map() };
     const ctx: TaskHookContext = {
@@ -280,6 +319,8 @@ export async function validateTaskset(
     };
     await runtime.start({ signal: options.signal });
     await task.setup(ctx);
+    const session = enclosure?.route?.session;
+    if (egress) session?.setPhase("agent", egress);
     // As the seed has it: validate never stages private tests or moves artifacts by itself; a
     // task graded in isolation returns gradeSubmission(ctx) from its validate hook.
     if (gold) {
@@ -287,6 +328,7 @@ export async function validateTaskset(
       if (v === false) throw new Error("validate() returned false");
       if (v && typeof v === "object") return v.reward;
     }
+    if (egress) session?.setPhase("grade", egress);
     return (await task.score(ctx)).reward;
   };
   const out: ValidationResult[] = new Array(tasks.length);
