@@ -11,6 +11,7 @@ import { VERSION } from "./lib/version.ts";
 import { cmdCleanup } from "./lib/cli/cleanup.ts";
 import { cmdDemo } from "./lib/cli/demo.ts";
 import { cmdEval } from "./lib/cli/eval.ts";
+import { cmdExport, cmdImport } from "./lib/cli/exchange.ts";
 import { cmdInit } from "./lib/cli/init.ts";
 import { cmdRun } from "./lib/cli/run.ts";
 import { cmdServe } from "./lib/cli/serve.ts";
@@ -25,7 +26,9 @@ Usage:
   vf eval @ <config.toml> [opts] evaluate from a TOML config (flags override it)
   vf run <taskset> [options]     run an agent on sandboxed tasks (see vf run --help)
   vf validate <taskset> [-n N]   check gold answers score 1.0 and untouched workspaces 0.0
-  vf cleanup [--run ID] [--older-than 1h] [--force]  remove sandboxes of ended runs
+  vf cleanup [--run ID] [--older-than 1h] [--force] [--images]  remove sandboxes of ended runs
+  vf export --format atif <run-dir>      write a run's rollouts as ATIF trajectories
+  vf import --format harbor <job-dir>    read a Harbor job's trials into vf's run layout
   vf init <name> [--kind taskset|environment]  scaffold an environment package
   vf demo [env]                  evaluate a built-in environment against vf's scripted
                                  local demo model (no API key, no network)
@@ -68,6 +71,10 @@ export async function main(argv: string[]): Promise<number> {
         return await cmdInit(rest);
       case "serve":
         return await cmdServe(rest);
+      case "export":
+        return await cmdExport(rest);
+      case "import":
+        return await cmdImport(rest);
       default:
         process.stderr.write(`error: unknown command "${command}"; run vf --help\n`);
         return 2;

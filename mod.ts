@@ -169,6 +169,14 @@ export {
 } from "./lib/harbor/taskset.ts";
 export type { HarborSettings } from "./lib/harbor/taskset.ts";
 export {
+  type AtifStep,
+  atifToMessages,
+  type AtifToolCall,
+  type AtifTrajectory,
+  importHarborJob,
+  traceToAtif,
+} from "./lib/harbor/atif.ts";
+export {
   assistantMessage,
   BashHarness,
   callModel,

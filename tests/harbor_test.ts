@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { basename, join } from "node:path";
 import { cleanupContainers } from "../mod.ts";
+import { atifToMessages } from "../lib/harbor/atif.ts";
 import { startModelServer, type WireMessage } from "./model_server.ts";
 import { cliCommand, type CliResult, collect, transcript } from "./_cli.ts";
 
@@ -73,7 +74,7 @@ async function run(
   return { ...res, runId: runDir ? basename(runDir) : "", runDir };
 }
 
-Deno.test("Harbor folders: vf validate checks gold and no-op; vf run solves them with the bash harness and the agent never sees tests/", async () => {
+Deno.test("Harbor folders: vf validate checks gold and no-op; vf run solves them with the bash harness and the agent never sees tests/; the run exports to ATIF and a Harbor job imports back", async () => {
   const dir = await Deno.makeTempDir({ prefix: "vf_harbor_" });
   const runIds: string[] = [];
   try {
@@ -121,6 +122,72 @@ Deno.test("Harbor folders: vf validate checks gold and no-op; vf run solves them
           : "Write the word hello to /app/out.txt.\n",
       );
     }
+
+    // The run as ATIF trajectories, and back: a Harbor job folder of them imports into
+    // vf's layout, where a trial that raised or has no verifier result is never a 0.
+    const exported = await collect(cliCommand(
+      ["export", "--format", "atif", res.runDir, "-o", join(dir, "atif")],
+      { cwd: dir, env: {}, registry: false },
+    ));
+    assert.equal(exported.code, 0, transcript(exported));
+    assert.match(exported.stdout, /wrote 2 ATIF trajectories/);
+    const files = [...Deno.readDirSync(join(dir, "atif"))].map((e) => e.name).sort();
+    assert.equal(files.length, 2);
+    const job = join(dir, "job");
+    for (const [i, t] of traces.entries()) {
+      const file = files.find((f) => f.startsWith(`${t.task.key}-0-${t.trace_id}`))!;
+      const atif = JSON.parse(await Deno.readTextFile(join(dir, "atif", file)));
+      assert.equal(atif.schema_version, "ATIF-v1.6");
+      assert.equal(atif.agent.model_name, "m");
+      assert.deepEqual(
+        atif.steps.map((s: Json) => s.step_id),
+        atif.steps.map((_: Json, j: number) => j + 1),
+      );
+      const firstAgent = atif.steps.find((s: Json) => s.source === "agent");
+      assert.deepEqual(firstAgent.tool_calls[0].arguments, { command: "ls /tests; ls /solution" });
+      assert.equal(firstAgent.observation.results[0].content, t.tool_calls[0].output);
+      assert.equal(atif.extra.reward, 1);
+      assert.equal(atif.final_metrics.total_prompt_tokens, t.usage.input_tokens);
+      assert.deepEqual(atifToMessages(atif, file), t.messages);
+      await write(job, {
+        [`${t.task.key}__t${i}/result.json`]: JSON.stringify({
+          id: `trial-${i}`,
+          task_name: t.task.key,
+          agent_info: { name: "terminus-2", model_info: { name: "m", provider: "local" } },
+          agent_result: { n_input_tokens: 10, n_output_tokens: 5 },
+          verifier_result: { rewards: { reward: 1.0 } },
+          started_at: "2026-12-01T00:00:00Z",
+        }),
+        [`${t.task.key}__t${i}/agent/trajectory.json`]: JSON.stringify(atif),
+      });
+    }
+    await write(job, {
+      "hello__t2/result.json": JSON.stringify({
+        task_name: "hello",
+        agent_info: { name: "terminus-2", model_info: { name: "m" } },
+        exception_info: { exception_type: "AgentTimeoutError", exception_message: "timed out" },
+        verifier_result: null,
+      }),
+      "hello__t3/result.json": JSON.stringify({ task_name: "hello", agent_info: {} }),
+    });
+    const imported = await collect(cliCommand(
+      ["import", "--format", "harbor", job, "-o", join(dir, "imported")],
+      { cwd: dir, env: {}, registry: false },
+    ));
+    assert.equal(imported.code, 0, transcript(imported));
+    const importDir = /into (.+)$/m.exec(imported.stdout)![1];
+    const meta = JSON.parse(await Deno.readTextFile(join(importDir, "metadata.json")));
+    assert.equal(meta.num_rollouts, 4);
+    assert.equal(meta.avg_reward, 1); // the two failed trials are errors, not zeros
+    assert.equal(meta.num_errors, 2);
+    const back = (await Deno.readTextFile(join(importDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    const timedOut = back.find((t: Json) => t.info.harbor_trial === "hello__t2");
+    assert.equal(timedOut.reward, null);
+    assert.equal(timedOut.error.error, "AgentTimeoutError");
+    const passed = back.find((t: Json) => t.info.harbor_trial === "hello__t1") ??
+      back.find((t: Json) => t.info.harbor_trial === "hello__t0");
+    assert.deepEqual(passed.messages, traces.find((t: Json) => t.task.key === "hello").messages);
   } finally {
     for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
     await Deno.remove(dir, { recursive: true });

@@ -232,6 +232,7 @@ export function parseArgs(argv: string[]) {
       "R",
       "resume",
       "server",
+      "format",
     ],
     number: [
       "n",
