@@ -53,6 +53,16 @@ export interface RuntimeCapabilities {
 }
 
 /** A sandbox that runs commands and holds files. Stop it, or `await using` it. */
+/** A process kept running in a sandbox, its stdin open (an MCP server over stdio). */
+export interface RuntimeProcess {
+  /** Writes to its stdin. */
+  write(data: Uint8Array): void;
+  /** Resolves when it has exited (or its stream was cut). */
+  readonly exited: Promise<void>;
+  /** Ends it: stdin closed, its process tree killed. Idempotent. */
+  kill(): Promise<void>;
+}
+
 export interface Runtime extends AsyncDisposable {
   /** `"docker"`, `"subprocess"`, ... */
   readonly type: string;
@@ -82,6 +92,17 @@ export interface Runtime extends AsyncDisposable {
   archiveIn(dir: string, tar: Uint8Array): Promise<void>;
   /** Removes the sandbox. Idempotent. */
   stop(): Promise<void>;
+  /**
+   * Starts `argv` and keeps it running with its stdin open; `onStdout`/`onStderr` get its
+   * output as it comes. Runtimes that cannot hold a process open leave this out.
+   */
+  spawn?(
+    argv: string[],
+    options: Pick<RunOptions, "env" | "cwd" | "user"> & {
+      onStdout: (chunk: Uint8Array) => void;
+      onStderr?: (chunk: Uint8Array) => void;
+    },
+  ): Promise<RuntimeProcess>;
 }
 
 /** A Docker container runtime. */

@@ -335,3 +335,131 @@ shared = ${shared}
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+/** A stdio MCP server in Python's standard library: what an image with python3 can run. */
+const PY_SERVER = String.raw`import json, os, sys
+STATE = "/tmp/vault.json"
+def load():
+    return json.load(open(STATE)) if os.path.exists(STATE) else {}
+TOOLS = [
+    {"name": "put", "description": "Store a value", "inputSchema": {"type": "object",
+     "properties": {"key": {"type": "string"}, "value": {"type": "string"}}, "required": ["key", "value"]}},
+    {"name": "get", "description": "Read a value", "inputSchema": {"type": "object",
+     "properties": {"key": {"type": "string"}}, "required": ["key"]}},
+]
+def call(name, args):
+    vault = load()
+    if name == "put":
+        vault[args["key"]] = args["value"]
+        json.dump(vault, open(STATE, "w"))
+        return "stored", False
+    if args["key"] not in vault:
+        return "no key " + args["key"], True
+    return vault[args["key"]], False
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, params = msg.get("method"), msg.get("params") or {}
+    if method == "initialize":
+        result = {"protocolVersion": params.get("protocolVersion"), "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "vault", "version": "1", "pid": os.getpid()}}
+    elif method == "tools/list":
+        result = {"tools": TOOLS}
+    elif method == "tools/call":
+        text, error = call(params["name"], params.get("arguments") or {})
+        result = {"content": [{"type": "text", "text": text}], "isError": error}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+`;
+
+const VAULT_TASKSET = `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class VaultTask extends Task {
+  static override HARNESS = "null";
+  static override NEEDS_CONTAINER = true;
+  // The server ships with the task: setup puts it in the sandbox before the toolsets open.
+  override async setup({ runtime }) {
+    await runtime.write("/opt/vault/server.py", ${JSON.stringify(PY_SERVER)});
+  }
+  // The tool state lives in the sandbox: read it there, and through the tool.
+  kept = reward(async ({ runtime, tools }) => {
+    const file = JSON.parse((await runtime.run(["cat", "/tmp/vault.json"])).stdout);
+    const got = (await tools.call("vault_get", { key: "a" })).text;
+    return file.a === "42" && got === "42" ? 1 : 0;
+  });
+}
+class Vaults extends Taskset {
+  get id() { return "vaults"; }
+  *load() { yield new VaultTask({ id: "v", prompt: "Store 42 under a.", image: "python:3.11-slim" }); }
+}
+export function loadTaskset(config) { return new Vaults(config); }
+`;
+
+Deno.test("toolsets: colocated = true runs a stdio MCP server inside the agent's Docker sandbox; the agent calls it, errors go back to the model, a reward reads its state there", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_tools_colocated_" });
+  try {
+    const plan = [["vault_put", { key: "a", value: "42" }], ["vault_get", { key: "zzz" }]] as const;
+    await using model = await startModelServer({
+      responder: ({ body }) => {
+        const turn = body.messages.filter((m: WireMessage) => m.role === "assistant").length;
+        if (turn < plan.length) {
+          const [name, args] = plan[turn];
+          return { content: null, tool_calls: [{ name, arguments: args }] };
+        }
+        return { content: "Stored." };
+      },
+    });
+    await Deno.writeTextFile(join(dir, "vaults.ts"), VAULT_TASKSET);
+    await Deno.writeTextFile(
+      join(dir, "run.toml"),
+      `model = "m"
+[client]
+base_url = "${model.url}"
+[env.taskset]
+id = "./vaults.ts"
+[[env.toolsets]]
+name = "vault"
+command = "python3"
+args = ["-u", "/opt/vault/server.py"]
+cwd = "/opt/vault"
+colocated = true
+timeout = 30
+`,
+    );
+    const res = await collect(
+      cliCommand(["eval", "@", "run.toml", "-o", "out"], {
+        cwd: dir,
+        env: {},
+        registry: false,
+        docker: true,
+      }),
+    );
+    assert.equal(res.code, 0, transcript(res));
+    const runDir = /^Saving traces to (.+)$/m.exec(res.stderr)![1];
+    const [trace] = (await Deno.readTextFile(join(runDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.equal(trace.ok, true, JSON.stringify(trace.error));
+    assert.deepEqual(trace.tool_calls.map((c: Json) => [c.name, c.output]), [
+      ["vault_put", "stored"],
+      ["vault_get", "Error: no key zzz"],
+    ]);
+    assert.deepEqual(trace.rewards, { kept: 1 });
+
+    // Only a command can be colocated.
+    await Deno.writeTextFile(
+      join(dir, "run.toml"),
+      `model = "m"\n[client]\nbase_url = "${model.url}"\n[env.taskset]\nid = "./vaults.ts"\n` +
+        `[[env.toolsets]]\nname = "web"\nurl = "http://127.0.0.1:9/mcp"\ncolocated = true\n`,
+    );
+    const bad = await collect(
+      cliCommand(["eval", "@", "run.toml", "-o", "out"], { cwd: dir, env: {}, registry: false }),
+    );
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.stderr, /env\.toolsets\[0\]\.colocated: only a command/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -742,7 +742,12 @@ export class TaskRollout {
       const shared = this.#options.sharedTools;
       if (toolsets.length || shared) {
         await inPhase("setup", async () => {
-          const ctx = { state: this.state, signal };
+          const ctx = {
+            state: this.state,
+            runtime: this.#agent ?? undefined,
+            user: data.agent_user,
+            signal,
+          };
           this.#toolbox = shared
             ? await shared.with(toolsets, ctx)
             : await Toolbox.open(toolsets, ctx);

@@ -10,7 +10,18 @@ import { ConfigError } from "../errors.ts";
 import { checkToolsets } from "./toolbox.ts";
 import type { ToolsetSpec } from "./toolset.ts";
 
-const KEYS = ["name", "command", "args", "env", "cwd", "url", "module", "timeout", "shared"];
+const KEYS = [
+  "name",
+  "command",
+  "args",
+  "env",
+  "cwd",
+  "url",
+  "module",
+  "timeout",
+  "shared",
+  "colocated",
+];
 
 /**
  * The toolsets a config lists, loaded (modules imported from `baseDir`) and checked.
@@ -53,12 +64,18 @@ export async function loadToolsets(
     if (e.shared !== undefined && typeof e.shared !== "boolean") {
       throw new ConfigError(`${at}.shared: expected true or false`);
     }
+    if (e.colocated !== undefined && typeof e.colocated !== "boolean") {
+      throw new ConfigError(`${at}.colocated: expected true or false`);
+    }
+    const colocated = e.colocated === true;
     let spec: ToolsetSpec = {
       name: str("name") as string,
       command: str("command"),
       args: e.args as string[] | undefined,
       env: e.env as Record<string, string> | undefined,
-      cwd: str("cwd") ? resolve(baseDir, str("cwd")!) : undefined,
+      // A colocated server's folder is a path in the sandbox; otherwise one here.
+      cwd: str("cwd") ? (colocated ? str("cwd") : resolve(baseDir, str("cwd")!)) : undefined,
+      colocated: colocated || undefined,
       url: str("url"),
       timeout: e.timeout as number | undefined,
       shared: e.shared as boolean | undefined,

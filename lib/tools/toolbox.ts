@@ -10,6 +10,18 @@ import type { Client } from "npm:@modelcontextprotocol/sdk@^1.32.0/client/index.
 import { ConfigError, InfraError } from "../errors.ts";
 import type { Tool } from "../types.ts";
 import { TOOLSET_NAME, type ToolsetSpec } from "./toolset.ts";
+import type { Runtime } from "../../runtimes/runtime.ts";
+import { SandboxStdioTransport } from "./sandbox_stdio.ts";
+
+/** What opening a toolbox needs: the rollout's state, and its sandbox for colocated servers. */
+export interface ToolboxContext {
+  state: Record<string, unknown>;
+  /** The agent's sandbox, where colocated servers run. */
+  runtime?: Runtime;
+  /** The user colocated servers run as. */
+  user?: string;
+  signal?: AbortSignal;
+}
 
 /** A tool call's result as the model sees it. */
 export interface ToolResult {
@@ -47,6 +59,17 @@ export function checkToolsets(specs: ToolsetSpec[], field = "toolsets"): void {
     if (sources !== 1) {
       throw new ConfigError(
         `${at}: give exactly one of command (a stdio MCP server), url (streamable HTTP) or tools`,
+      );
+    }
+    if (s.colocated && s.command === undefined) {
+      throw new ConfigError(
+        `${at}.colocated: only a command (a stdio MCP server the image can run) runs inside the ` +
+          `sandbox; url and TypeScript toolsets run on the evaluator`,
+      );
+    }
+    if (s.colocated && s.shared) {
+      throw new ConfigError(
+        `${at}: a colocated toolset runs in each rollout's sandbox, so it cannot be shared`,
       );
     }
     if (s.timeout !== undefined && !(s.timeout > 0)) {
@@ -87,7 +110,7 @@ export class Toolbox {
    */
   async with(
     specs: ToolsetSpec[],
-    ctx: { state: Record<string, unknown>; signal?: AbortSignal },
+    ctx: ToolboxContext,
   ): Promise<Toolbox> {
     const shared = [...this.#shared, ...this.#open];
     const clash = specs.find((s) => shared.some((o) => o.spec.name === s.name));
@@ -107,7 +130,7 @@ export class Toolbox {
    */
   static async open(
     specs: ToolsetSpec[],
-    ctx: { state: Record<string, unknown>; signal?: AbortSignal },
+    ctx: ToolboxContext,
   ): Promise<Toolbox> {
     checkToolsets(specs);
     const opened: Open[] = [];
@@ -117,7 +140,7 @@ export class Toolbox {
     const results = await Promise.allSettled(specs.map(async (spec) => {
       const client = new Client({ name: "vf", version: "1" });
       try {
-        await connect(client, spec, ctx.state);
+        await connect(client, spec, ctx);
         const listed: Array<{ name: string; description?: string; inputSchema?: unknown }> = [];
         let cursor: string | undefined;
         do {
@@ -194,7 +217,27 @@ export class Toolbox {
   }
 }
 
-async function connect(client: Client, spec: ToolsetSpec, state: Record<string, unknown>) {
+async function connect(client: Client, spec: ToolsetSpec, ctx: ToolboxContext) {
+  const state = ctx.state;
+  if (spec.command !== undefined && spec.colocated) {
+    if (!ctx.runtime) {
+      throw new ConfigError(
+        `Toolset "${spec.name}" is colocated, but there is no sandbox to run it in`,
+      );
+    }
+    const transport = new SandboxStdioTransport(ctx.runtime, [spec.command, ...(spec.args ?? [])], {
+      env: spec.env,
+      cwd: spec.cwd,
+      user: ctx.user,
+    });
+    try {
+      await client.connect(transport);
+    } catch (error) {
+      const stderr = transport.stderr.trim();
+      throw stderr ? new Error(`${(error as Error).message} (server stderr: ${stderr})`) : error;
+    }
+    return;
+  }
   if (spec.command !== undefined) {
     const { StdioClientTransport } = await import(
       "npm:@modelcontextprotocol/sdk@^1.32.0/client/stdio.js"

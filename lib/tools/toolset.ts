@@ -48,6 +48,12 @@ export interface ToolsetSpec {
   args?: string[];
   env?: Record<string, string>;
   cwd?: string;
+  /**
+   * Run the stdio server inside the agent's sandbox instead of on the evaluator: `command`
+   * (which the image must be able to run: a binary, `python3 server.py`, ...) starts there,
+   * with `env` and `cwd` (a sandbox path), as the agent's user. Default false.
+   */
+  colocated?: boolean;
   /** A streamable-HTTP MCP server. */
   url?: string;
   /** Tools written in TypeScript, served in-process. */

@@ -84,6 +84,10 @@ export interface ExecStream {
   readonly done: Promise<void>;
   /** Cuts the stream. */
   destroy(): void;
+  /** With `stdin: "open"`: writes to the process's stdin. */
+  write(data: Uint8Array): void;
+  /** With `stdin: "open"`: closes the process's stdin. */
+  end(): void;
 }
 
 /** Callbacks for {@linkcode DockerEngine.startExec}. */
@@ -561,7 +565,8 @@ export class DockerEngine {
   async startExec(
     execId: string,
     handlers: ExecHandlers,
-    options: { stdin?: Uint8Array } = {},
+    /** All of stdin at once, or `"open"` to write it as the process runs. */
+    options: { stdin?: Uint8Array | "open" } = {},
   ): Promise<ExecStream> {
     const prefix = await this.apiPrefix();
     let socket: Duplex;
@@ -603,8 +608,13 @@ export class DockerEngine {
       socket.once("end", () => resolve());
       socket.once("error", () => resolve());
     });
-    if (options.stdin) socket.end(options.stdin);
-    return { done, destroy: () => socket.destroy() };
+    if (options.stdin instanceof Uint8Array) socket.end(options.stdin);
+    return {
+      done,
+      destroy: () => socket.destroy(),
+      write: (data) => void socket.write(data),
+      end: () => void socket.end(),
+    };
   }
 
   /** `GET /exec/{id}/json`. */

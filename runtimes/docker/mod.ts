@@ -42,6 +42,7 @@ import type {
   RunResult,
   Runtime,
   RuntimeCapabilities,
+  RuntimeProcess,
 } from "../runtime.ts";
 import { DockerEngine, isDirectoryMode } from "./engine_api.ts";
 
@@ -408,6 +409,62 @@ export class DockerRuntime implements Runtime {
       await sleep(attempt < 10 ? 5 : 20);
     }
     throw new SandboxError(`Exec "${execId.slice(0, 12)}" did not report an exit code`);
+  }
+
+  /** A process kept running with its stdin open (see {@link Runtime.spawn}). */
+  async spawn(
+    argv: string[],
+    options: Pick<RunOptions, "env" | "cwd" | "user"> & {
+      onStdout: (chunk: Uint8Array) => void;
+      onStderr?: (chunk: Uint8Array) => void;
+    },
+  ): Promise<RuntimeProcess> {
+    const id = this.#requireRunning();
+    requireArgv(argv);
+    const execId = await this.#createExec(id, {
+      Cmd: ["/bin/sh", "-c", PID_WRAPPER, "vf", ...argv],
+      AttachStdin: true,
+      AttachStdout: true,
+      AttachStderr: true,
+      Tty: false,
+      Env: envList(options.env),
+      WorkingDir: options.cwd === undefined ? undefined : this.#resolve(options.cwd),
+      User: options.user,
+    });
+    let head: Uint8Array | undefined = new Uint8Array(0);
+    let reportPid!: (pid: number | undefined) => void;
+    const pid = new Promise<number | undefined>((resolve) => (reportPid = resolve));
+    const stream = await this.#engine.startExec(execId, {
+      onStdout: options.onStdout,
+      onStderr: (chunk) => {
+        if (head === undefined) return options.onStderr?.(chunk);
+        // The wrapper's first stderr line is its pid.
+        const buf = concatBytes([head, chunk]);
+        const newline = buf.indexOf(10);
+        if (newline < 0) {
+          head = buf;
+          return;
+        }
+        head = undefined;
+        const value = Number(new TextDecoder().decode(buf.subarray(0, newline)));
+        reportPid(Number.isInteger(value) && value > 1 ? value : undefined);
+        if (newline + 1 < buf.length) options.onStderr?.(buf.slice(newline + 1));
+      },
+    }, { stdin: "open" });
+    stream.done.then(() => reportPid(undefined));
+    let killed: Promise<void> | undefined;
+    return {
+      write: (data) => stream.write(data),
+      exited: stream.done,
+      kill: () =>
+        killed ??= (async () => {
+          stream.end();
+          const known = await within(pid, 2_000);
+          if (known !== undefined) await this.#killTree(id, known).catch(() => {});
+          await within(stream.done, 2_000);
+          stream.destroy();
+        })(),
+    };
   }
 
   async #killTree(id: string, pid: number): Promise<void> {
