@@ -306,3 +306,58 @@ export function loadTaskset(config) { return new Nets(config); }
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("program harness: a given command gets env and forwarded variables, and one past its timeout is killed with its process tree and still scored", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_program_" });
+  const runIds: string[] = [];
+  try {
+    await write(join(dir, "bench"), {
+      "hello/instruction.md": "Write the word hello to /app/out.txt.\n",
+      "hello/task.toml": "[verifier]\ntimeout_sec = 30.0\n",
+      "hello/environment/Dockerfile": "FROM busybox:latest\nWORKDIR /app\n",
+      "hello/tests/test.sh":
+        '#!/bin/sh\n[ "$(cat /app/out.txt)" = hello ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n',
+    });
+    await using model = await startModelServer({ responder: () => ({ content: "unused" }) });
+    const base = ["run", "./bench", "-m", "m", "-b", model.url, "-o", "out"];
+    const ok = await run(dir, [
+      ...base,
+      "--env.agent.harness.id",
+      "program",
+      "--env.agent.harness.command",
+      'echo "$GREETING" > /app/out.txt; echo "forwarded=$VF_TEST_FORWARDED"',
+      "--env.agent.harness.env",
+      '{"GREETING": "hello"}',
+      "--env.agent.harness.forward_env",
+      '["VF_TEST_FORWARDED"]',
+    ], { VF_TEST_FORWARDED: "from-evaluator" });
+    runIds.push(ok.runId);
+    assert.equal(ok.code, 0, transcript(ok));
+    const [t] = await traces(ok.runDir);
+    assert.equal(t.reward, 1);
+    assert.equal(t.stop_condition, "agent_completed");
+    assert.match(t.tool_calls[0].output, /forwarded=from-evaluator/);
+    assert.equal(t.model_calls.length, 0);
+
+    // Past its timeout: killed (the marker never appears), the rollout still scored.
+    const slow = await run(dir, [
+      ...base,
+      "--env.agent.harness.id",
+      "program",
+      "--env.agent.harness.command",
+      "sh -c 'sleep 300; echo hello > /app/out.txt' & wait",
+      "--env.agent.harness.timeout",
+      "2",
+    ]);
+    runIds.push(slow.runId);
+    assert.equal(slow.code, 0, transcript(slow));
+    const [u] = await traces(slow.runDir);
+    assert.equal(u.error, null);
+    assert.equal(u.stop_condition, "program_timeout");
+    assert.equal(u.reward, 0); // scored: the work was not done
+    assert.match(u.tool_calls[0].error, /process tree was killed/);
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
