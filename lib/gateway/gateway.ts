@@ -2,8 +2,9 @@
  * The model gateway: one listener on the evaluator that every rollout's sandbox reaches on
  * its own network. It serves two things, each behind a per-rollout secret:
  *
- * - an OpenAI-compatible endpoint (`POST /v1/chat/completions`, streaming too) that a program
- *   inside the sandbox calls with the rollout's model secret; the rollout's harness answers
+ * - model endpoints in three dialects, chosen by the route the program posts to: chat
+ *   completions (`POST /v1/chat/completions`), Responses (`POST /v1/responses`) and Anthropic
+ *   Messages (`POST /v1/messages`), each streaming too, called with the rollout's model secret; the rollout's harness answers
  *   it through the run's real client, so the real key stays on the evaluator, the run's model
  *   and sampling apply, and every call lands on the trace;
  * - an HTTP(S) forward proxy (`CONNECT` and absolute-URI requests, `Proxy-Authorization`
@@ -28,6 +29,14 @@ import {
   parseChatRequest,
 } from "./chat.ts";
 import { CLOSED_POLICY, type NetworkPolicy, policyAllows } from "./policy.ts";
+import {
+  anthropicError,
+  estimateTokens,
+  messagesBody,
+  messagesStream,
+  parseMessagesRequest,
+} from "./anthropic.ts";
+import { parseResponsesRequest, responsesBody, responsesStream } from "./responses.ts";
 
 /** A connection the network policy refused. */
 export interface EgressDenial {
@@ -142,6 +151,48 @@ export interface GatewayRoute {
   url: string;
   /** The egress proxy URL with the rollout's credentials, when egress goes through it. */
   proxyUrl?: string;
+}
+
+/** One wire format a program may speak: chosen by the route it posts to. */
+interface Dialect {
+  parse(body: unknown): ChatCall;
+  body(response: Response, model: string): Record<string, unknown>;
+  stream(response: Response, model: string, includeUsage: boolean): string;
+  error(message: string): Record<string, unknown>;
+}
+
+const CHAT: Dialect = {
+  parse: parseChatRequest,
+  body: chatCompletionBody,
+  stream: chatCompletionStream,
+  error: errorBody,
+};
+const ANTHROPIC: Dialect = {
+  parse: parseMessagesRequest,
+  body: messagesBody,
+  stream: (r, model) => messagesStream(r, model),
+  error: anthropicError,
+};
+const RESPONSES: Dialect = {
+  parse: parseResponsesRequest,
+  body: responsesBody,
+  stream: (r, model) => responsesStream(r, model),
+  error: errorBody,
+};
+const DIALECTS: Record<string, Dialect> = {
+  "/v1/chat/completions": CHAT,
+  "/chat/completions": CHAT,
+  "/v1/messages": ANTHROPIC,
+  "/v1/responses": RESPONSES,
+  "/responses": RESPONSES,
+};
+
+function parseJson(body: Buffer): unknown {
+  try {
+    return JSON.parse(body.toString("utf8"));
+  } catch {
+    throw new GatewayRefusal(400, "the request body is not JSON");
+  }
 }
 
 interface Head {
@@ -439,37 +490,40 @@ export class Gateway {
         data: [{ id: session.model, object: "model", owned_by: "vf" }],
       });
     }
-    if (
-      head.method === "POST" && (path === "/v1/chat/completions" || path === "/chat/completions")
-    ) {
-      const raw = body.toString("utf8");
-      let json: unknown;
+    if (head.method === "POST" && (path === "/v1/messages/count_tokens")) {
+      // An estimate, not recorded: the upstream is a chat-completions endpoint.
+      const call = parseMessagesRequest(parseJson(body));
+      return replyJson(socket, 200, { input_tokens: estimateTokens(call) });
+    }
+    const dialect = head.method === "POST" ? DIALECTS[path] : undefined;
+    if (dialect) {
       try {
-        json = JSON.parse(raw);
-      } catch {
-        throw new GatewayRefusal(400, "the request body is not JSON");
-      }
-      const call = parseChatRequest(json);
-      const digest = createHash("sha256").update(raw).digest("hex");
-      const retry = Number(head.headers.get("x-stainless-retry-count") ?? 0) > 0;
-      let response: Response;
-      try {
-        response = await session.chat(call, digest, retry);
+        const raw = body.toString("utf8");
+        const call = dialect.parse(parseJson(body));
+        const digest = createHash("sha256").update(raw).digest("hex");
+        const retry = Number(head.headers.get("x-stainless-retry-count") ?? 0) > 0;
+        let response: Response;
+        try {
+          response = await session.chat(call, digest, retry);
+        } catch (error) {
+          if (error instanceof GatewayRefusal) throw error;
+          throw new GatewayRefusal(502, `the model call failed: ${(error as Error).message}`);
+        }
+        const model = response.model || session.model;
+        if (call.stream) {
+          return reply(
+            socket,
+            200,
+            dialect.stream(response, model, call.includeUsage),
+            "text/event-stream",
+            ["Cache-Control: no-cache"],
+          );
+        }
+        return replyJson(socket, 200, dialect.body(response, model));
       } catch (error) {
-        if (error instanceof GatewayRefusal) throw error;
-        throw new GatewayRefusal(502, `the model call failed: ${(error as Error).message}`);
+        if (!(error instanceof GatewayRefusal)) throw error;
+        return replyJson(socket, error.status, dialect.error(error.message));
       }
-      const model = response.model || session.model;
-      if (call.stream) {
-        return reply(
-          socket,
-          200,
-          chatCompletionStream(response, model, call.includeUsage),
-          "text/event-stream",
-          ["Cache-Control: no-cache"],
-        );
-      }
-      return replyJson(socket, 200, chatCompletionBody(response, model));
     }
     if (head.method === "POST" && path === "/vf/shell/step") {
       if (session.sealed) throw new GatewayRefusal(409, "the rollout has ended");

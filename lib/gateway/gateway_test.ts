@@ -47,7 +47,7 @@ function raw(port: number, request: string): Promise<string> {
   });
 }
 
-Deno.test("gateway: model calls need the rollout's secret; retries replay, duplicates coalesce, streams work, the ended rollout gets 409", async () => {
+Deno.test("gateway: model calls need the rollout's secret; retries replay, duplicates coalesce, streams work, an ended rollout's secret is refused", async () => {
   const gateway = new Gateway();
   try {
     const port = await gateway.listen("127.0.0.1");
@@ -215,4 +215,144 @@ Deno.test("network policy: rules, composition and bad entries", () => {
     composePolicies(parseNetworkPolicy({ allow: ["a.com"] }, "r"), parseNetworkPolicy({}, "t")),
     { allow: ["a.com"], block: [] },
   );
+});
+
+Deno.test("gateway: the Anthropic Messages and Responses dialects map to vf's messages and back, streaming too", async () => {
+  const gateway = new Gateway();
+  try {
+    const port = await gateway.listen("127.0.0.1");
+    const session = gateway.open("m");
+    const seen: Array<{ messages: unknown; tools: unknown; sampling: unknown }> = [];
+    session.handler = {
+      chat: (call) => {
+        seen.push({ messages: call.messages, tools: call.tools, sampling: call.sampling });
+        return Promise.resolve({
+          ...reply(""),
+          message: {
+            role: "assistant",
+            content: "Running it.",
+            tool_calls: [{ id: "call_9", name: "bash", arguments: '{"command":"ls"}' }],
+            finish_reason: "tool_calls",
+            is_truncated: false,
+          },
+        });
+      },
+    };
+    const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
+      fetch(`http://127.0.0.1:${port}${path}`, {
+        method: "POST",
+        body: typeof body === "string" ? body : JSON.stringify(body),
+        headers: { "content-type": "application/json", ...headers },
+      });
+    const bash = { type: "object", properties: { command: { type: "string" } } };
+
+    // Anthropic: x-api-key auth, system, tool_use and tool_result blocks.
+    const anthropic = {
+      model: "claude-x",
+      max_tokens: 64,
+      temperature: 0.9,
+      system: [{ type: "text", text: "Be brief." }],
+      tools: [{ name: "bash", description: "Run", input_schema: bash }],
+      messages: [
+        { role: "user", content: "List files." },
+        {
+          role: "assistant",
+          content: [{ type: "text", text: "Sure." }, {
+            type: "tool_use",
+            id: "tu_1",
+            name: "bash",
+            input: { command: "pwd" },
+          }],
+        },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: "tu_1", content: "/app" }] },
+      ],
+    };
+    const a = await (await post("/v1/messages", anthropic, { "x-api-key": session.modelSecret }))
+      .json();
+    assert.deepEqual(seen[0].messages, [
+      { role: "system", content: "Be brief." },
+      { role: "user", content: "List files." },
+      {
+        role: "assistant",
+        content: "Sure.",
+        tool_calls: [{ id: "tu_1", name: "bash", arguments: '{"command":"pwd"}' }],
+      },
+      { role: "tool", tool_call_id: "tu_1", content: "/app" },
+    ]);
+    assert.deepEqual(seen[0].tools, [{ name: "bash", description: "Run", parameters: bash }]);
+    // The program's temperature is dropped (the run's applies); its max_tokens is kept.
+    assert.deepEqual(seen[0].sampling, { max_tokens: 64 });
+    assert.equal(a.type, "message");
+    assert.equal(a.stop_reason, "tool_use");
+    assert.deepEqual(a.content, [
+      { type: "text", text: "Running it." },
+      { type: "tool_use", id: "call_9", name: "bash", input: { command: "ls" } },
+    ]);
+    const aStream = await (await post("/v1/messages", { ...anthropic, stream: true }, {
+      "x-api-key": session.modelSecret,
+    })).text();
+    const types = [...aStream.matchAll(/^event: (\S+)$/gm)].map((m) => m[1]);
+    assert.deepEqual(types, [
+      "message_start",
+      "content_block_start",
+      "content_block_delta",
+      "content_block_stop",
+      "content_block_start",
+      "content_block_delta",
+      "content_block_stop",
+      "message_delta",
+      "message_stop",
+    ]);
+    assert.match(aStream, /"partial_json":"\{\\"command\\":\\"ls\\"\}"/);
+    const aBad = await post("/v1/messages", "{", { "x-api-key": session.modelSecret });
+    assert.equal(aBad.status, 400);
+    assert.equal((await aBad.json()).type, "error");
+    const counted = await (await post("/v1/messages/count_tokens", anthropic, {
+      "x-api-key": session.modelSecret,
+    })).json();
+    assert.ok(counted.input_tokens > 0);
+    assert.equal(seen.length, 2); // counting tokens is not a model call
+
+    // Responses: instructions, function_call and function_call_output items.
+    const auth = { authorization: `Bearer ${session.modelSecret}` };
+    const responses = {
+      model: "gpt-x",
+      instructions: "Be brief.",
+      max_output_tokens: 32,
+      tools: [{ type: "function", name: "bash", parameters: bash }, { type: "web_search" }],
+      input: [
+        { role: "user", content: [{ type: "input_text", text: "List files." }] },
+        { type: "function_call", call_id: "c1", name: "bash", arguments: '{"command":"pwd"}' },
+        { type: "function_call_output", call_id: "c1", output: "/app" },
+      ],
+    };
+    const r = await (await post("/v1/responses", responses, auth)).json();
+    assert.deepEqual(seen[2].messages, [
+      { role: "system", content: "Be brief." },
+      { role: "user", content: "List files." },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{ id: "c1", name: "bash", arguments: '{"command":"pwd"}' }],
+      },
+      { role: "tool", tool_call_id: "c1", content: "/app" },
+    ]);
+    assert.deepEqual(seen[2].sampling, { max_tokens: 32 });
+    assert.equal((seen[2].tools as unknown[]).length, 1); // provider-side tools are not offered
+    assert.equal(r.object, "response");
+    assert.deepEqual(r.output.map((o: { type: string }) => o.type), ["message", "function_call"]);
+    assert.equal(r.output[1].call_id, "call_9");
+    const rStream = await (await post("/v1/responses", { ...responses, stream: true }, auth))
+      .text();
+    const rTypes = [...rStream.matchAll(/^event: (\S+)$/gm)].map((m) => m[1]);
+    assert.equal(rTypes[0], "response.created");
+    assert.equal(rTypes.at(-1), "response.completed");
+    assert.ok(rTypes.includes("response.output_text.delta"));
+    assert.ok(rTypes.includes("response.function_call_arguments.done"));
+    const chained = await post("/v1/responses", { ...responses, previous_response_id: "x" }, auth);
+    assert.equal(chained.status, 400);
+    assert.match((await chained.json()).error.message, /previous_response_id/);
+  } finally {
+    await gateway.close();
+  }
 });
