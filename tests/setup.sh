@@ -228,6 +228,28 @@ build_python() {
   log "built image python:3.11-slim from Debian bookworm"
 }
 
+# -- a real agent CLI ------------------------------------------------------------------------
+# OpenAI's Codex CLI ships its static linux binary inside the npm package, so it installs from
+# the npm registry with no download at run time; tests/agent_cli_test.ts runs it in a sandbox.
+CODEX_TGZ="$CACHE/openai-codex-0.169.0-linux-x64.tgz"
+fetch_codex() {
+  if [ -s "$CODEX_TGZ" ]; then
+    log "codex package already cached"
+    return
+  fi
+  command -v npm >/dev/null 2>&1 || { log "npm is missing: cannot fetch the codex package"; return; }
+  mkdir -p "$CACHE"
+  local tmp
+  tmp=$(mktemp -d /tmp/vf-codex.XXXXXX)
+  if (cd "$tmp" && npm pack --silent @openai/codex@0.169.0-linux-x64 >/dev/null 2>&1); then
+    mv "$tmp"/openai-codex-0.169.0-linux-x64.tgz "$CODEX_TGZ"
+    log "cached the codex package (npm)"
+  else
+    log "could not fetch @openai/codex@0.169.0-linux-x64 from npm"
+  fi
+  rm -rf "$tmp"
+}
+
 # -- main ---------------------------------------------------------------------------------
 # One run at a time: concurrent test runs would race to start dockerd or import images.
 if [ "$(id -u)" = 0 ] && command -v flock >/dev/null 2>&1; then
@@ -242,6 +264,7 @@ if is_debian_root; then
   start_dockerd
   build_busybox
   build_python
+  fetch_codex
   log "done in $(($(date +%s) - START))s"
 else
   log "not root on Debian: cannot install packages, start dockerd or build images"
