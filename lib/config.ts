@@ -255,6 +255,10 @@ export const AgentTable = z.strictObject({
     services: z.boolean().optional(),
   }).optional(),
   max_turns: z.number().int().min(1).optional(),
+  /** Token budgets over a rollout, checked before each model call (soft by one call). */
+  max_input_tokens: z.number().int().min(1).optional(),
+  max_output_tokens: z.number().int().min(1).optional(),
+  max_total_tokens: z.number().int().min(1).optional(),
   /** Per-phase limits in seconds that beat the task's own. */
   timeout: z.strictObject({
     setup: positive,

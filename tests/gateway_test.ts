@@ -307,7 +307,7 @@ export function loadTaskset(config) { return new Nets(config); }
   }
 });
 
-Deno.test("program harness: a given command gets env and forwarded variables, and one past its timeout is killed with its process tree and still scored", async () => {
+Deno.test("program harness: a given command gets env and forwarded variables; a token budget stops the program cleanly; one past its timeout is killed with its process tree and still scored", async () => {
   const dir = await Deno.makeTempDir({ prefix: "vf_program_" });
   const runIds: string[] = [];
   try {
@@ -338,6 +338,38 @@ Deno.test("program harness: a given command gets env and forwarded variables, an
     assert.equal(t.stop_condition, "agent_completed");
     assert.match(t.tool_calls[0].output, /forwarded=from-evaluator/);
     assert.equal(t.model_calls.length, 0);
+
+    // A token budget: the call after it is spent is refused, the program stops, and the
+    // rollout ends cleanly with the limit as its stop condition, still scored.
+    await using chatty = await startModelServer({
+      responder: () => ({
+        content: null,
+        tool_calls: [{ name: "bash", arguments: { command: "echo hello > /app/out.txt" } }],
+      }),
+    });
+    const capped = await run(dir, [
+      "run",
+      "./bench",
+      "-m",
+      "m",
+      "-b",
+      chatty.url,
+      "-o",
+      "out",
+      "--env.agent.harness.id",
+      "program",
+      "--env.agent.harness.agent",
+      "sh",
+      "--env.agent.max_total_tokens",
+      "1",
+    ]);
+    runIds.push(capped.runId);
+    assert.equal(capped.code, 0, transcript(capped));
+    const [c] = await traces(capped.runDir);
+    assert.equal(c.error, null);
+    assert.equal(c.stop_condition, "max_total_tokens");
+    assert.equal(c.model_calls.length, 1);
+    assert.equal(c.reward, 1); // the one command it got ran
 
     // Past its timeout: killed (the marker never appears), the rollout still scored.
     const slow = await run(dir, [

@@ -239,6 +239,13 @@ export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
         runtime: config.runtime ?? {},
         scoring: config.scoring,
         maxTurns: config.harness?.max_turns ?? config.max_turns,
+        tokenLimits: config.max_input_tokens || config.max_output_tokens || config.max_total_tokens
+          ? {
+            max_input_tokens: config.max_input_tokens,
+            max_output_tokens: config.max_output_tokens,
+            max_total_tokens: config.max_total_tokens,
+          }
+          : undefined,
         toolTimeoutSeconds: config.harness?.tool_timeout,
         timeouts: config.timeout,
         sandboxes: options.sandboxes,

@@ -66,6 +66,8 @@ export interface HarnessContext {
   recorder: HarnessRecorder;
   /** Model turns at most; default 30. */
   maxTurns: number;
+  /** Token budgets over the rollout: checked before each model call (soft by one call). */
+  tokenLimits?: TokenLimits;
   /** Per tool command limit in ms; default 600 000. */
   toolTimeoutMs: number;
   /** The user commands run as (`agent_user`), if any. */
@@ -79,6 +81,32 @@ export interface HarnessContext {
   /** How the sandbox reaches the model gateway; given to harnesses with `needsGateway`. */
   gateway?: GatewayRoute;
   signal?: AbortSignal;
+}
+
+/** Token budgets of a rollout (`[env.<role>] max_input_tokens`, ...). */
+export interface TokenLimits {
+  max_input_tokens?: number;
+  max_output_tokens?: number;
+  max_total_tokens?: number;
+}
+
+/** The first token budget `usage` has reached, if any. */
+export function tokenLimitReached(
+  usage: { input_tokens: number; output_tokens: number },
+  limits: TokenLimits | undefined,
+): keyof TokenLimits | null {
+  if (!limits) return null;
+  if (limits.max_input_tokens !== undefined && usage.input_tokens >= limits.max_input_tokens) {
+    return "max_input_tokens";
+  }
+  if (limits.max_output_tokens !== undefined && usage.output_tokens >= limits.max_output_tokens) {
+    return "max_output_tokens";
+  }
+  const total = usage.input_tokens + usage.output_tokens;
+  if (limits.max_total_tokens !== undefined && total >= limits.max_total_tokens) {
+    return "max_total_tokens";
+  }
+  return null;
 }
 
 /** A task's stop condition threw: the task's failure (phase `stop`), never the agent's. */
@@ -186,6 +214,12 @@ export async function callModel(
   turn: number,
   tools: Tool[],
 ): Promise<Response> {
+  const limit = tokenLimitReached(ctx.recorder.usage, ctx.tokenLimits);
+  if (limit) {
+    ctx.recorder.graph?.commitPrompt(ctx.recorder.messages);
+    ctx.recorder.stop_condition = limit;
+    throw new StopFired(limit);
+  }
   for (const s of ctx.stops ?? []) {
     let fired: boolean;
     try {

@@ -57,6 +57,9 @@ import { MessageGraph, type MessageNode } from "./graph.ts";
 import { Toolbox } from "../tools/toolbox.ts";
 import { loadServices, type ServicesSpec } from "../services/compose.ts";
 import type { EgressDenial, GatewayRoute } from "../gateway/gateway.ts";
+import type { TokenLimits } from "./harness.ts";
+
+const tokenLimitNames = new Set(["max_input_tokens", "max_output_tokens", "max_total_tokens"]);
 import { Enclosure } from "./enclosure.ts";
 import {
   CLOSED_POLICY,
@@ -81,6 +84,8 @@ export interface AgentPolicy {
   /** Overrides merged over each task's `scoring`. */
   scoring?: ScoringConfig;
   maxTurns?: number;
+  /** Token budgets over the whole rollout (soft by one call); none by default. */
+  tokenLimits?: TokenLimits;
   toolTimeoutSeconds?: number;
   /** Per-phase limits in seconds that beat the task's own `timeout`. */
   timeouts?: TaskTimeouts;
@@ -809,6 +814,7 @@ export class TaskRollout {
             samplingArgs: this.#options.samplingArgs ?? {},
             recorder,
             maxTurns: policy.maxTurns ?? 30,
+            tokenLimits: policy.tokenLimits,
             toolTimeoutMs: (policy.toolTimeoutSeconds ?? 600) * 1000,
             user: task.data.agent_user,
             state: this.state,
@@ -833,6 +839,7 @@ export class TaskRollout {
     const added = recorder.messages.slice(before);
     const replied = added.some((m) => m.role === "assistant");
     const stopped = recorder.stop_condition === "max_turns_reached" ||
+      tokenLimitNames.has(recorder.stop_condition ?? "") ||
       this.#stops.some((s) => s.name === recorder.stop_condition);
     return {
       messages: added,
