@@ -8,6 +8,7 @@ import { BUILTINS } from "./environments/mod.ts";
 import { setAppHandlesSignals, stopAllRuntimes } from "./runtimes/registry.ts";
 import { ConfigError, describeError } from "./lib/errors.ts";
 import { VERSION } from "./lib/version.ts";
+import { cmdCache } from "./lib/cli/cache.ts";
 import { cmdCleanup } from "./lib/cli/cleanup.ts";
 import { cmdDemo } from "./lib/cli/demo.ts";
 import { cmdEval } from "./lib/cli/eval.ts";
@@ -27,6 +28,7 @@ Usage:
   vf run <taskset> [options]     run an agent on sandboxed tasks (see vf run --help)
   vf validate <taskset> [-n N]   check gold answers score 1.0 and untouched workspaces 0.0
   vf cleanup [--run ID] [--older-than 1h] [--force] [--images]  remove sandboxes of ended runs
+  vf cache stats|clear           the model-call cache (vf eval/run --cache)
   vf export --format atif <run-dir>      write a run's rollouts as ATIF trajectories
   vf import --format harbor <job-dir>    read a Harbor job's trials into vf's run layout
   vf init <name> [--kind taskset|environment]  scaffold an environment package
@@ -71,6 +73,8 @@ export async function main(argv: string[]): Promise<number> {
         return await cmdInit(rest);
       case "serve":
         return await cmdServe(rest);
+      case "cache":
+        return await cmdCache(rest);
       case "export":
         return await cmdExport(rest);
       case "import":

@@ -19,6 +19,12 @@ export const ClientSection = z.strictObject({
   headers: z.record(z.string(), z.string()).optional(),
   /** "auto" (default): plain-http endpoints use vf's HTTP/1.1 pool; "fetch": always fetch. */
   transport: z.enum(["auto", "fetch"]).optional(),
+  /** Answer repeated calls from the model-call cache (`--cache`). */
+  cache: z.boolean().optional(),
+  /** Let the `-r` repeats of one example share cached answers (default: each its own). */
+  cache_repeats: z.boolean().optional(),
+  /** The cache database; default `$VF_CACHE_DB`, else `~/.cache/vf/model-cache.sqlite`. */
+  cache_path: z.string().optional(),
 });
 
 /** One evaluation's settings (the file's top level, after CLI overrides). */

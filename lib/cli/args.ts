@@ -76,6 +76,10 @@ export function flagsToConfig(flags: Record<string, unknown>): Record<string, un
       value = [value].flat().flatMap((v) => String(v).split(",")).filter(Boolean);
     }
     if (key === "resume" && value === "") value = true;
+    if (key === "cache" && typeof value === "boolean") {
+      setDotted(out, "client.cache", value);
+      continue;
+    }
     if (key === "sandbox" && typeof value === "boolean") {
       setDotted(out, "sandbox.enabled", value);
       continue;
@@ -201,6 +205,7 @@ export function parseArgs(argv: string[]) {
       "force",
       "probe",
       "images",
+      "cache",
     ],
     string: [
       "run",
@@ -233,6 +238,7 @@ export function parseArgs(argv: string[]) {
       "resume",
       "server",
       "format",
+      "path",
     ],
     number: [
       "n",

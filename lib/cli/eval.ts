@@ -18,7 +18,14 @@ import { RemoteEnvironment, startSandboxHost } from "../sandbox/remote.ts";
 import { ProgressDisplay, renderSummary } from "../eval/progress.ts";
 import { loadMetadata, loadOutputs, writeJsonAtomic } from "../eval/results.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
-import { env, lockFileFor, resolveClient, sandboxPermissions, wantsSandbox } from "./resolve.ts";
+import {
+  env,
+  lockFileFor,
+  recordCacheCounts,
+  resolveClient,
+  sandboxPermissions,
+  wantsSandbox,
+} from "./resolve.ts";
 import { onInterrupt } from "./interrupt.ts";
 import { runOutcome } from "./outcome.ts";
 import { runTasks } from "./run.ts";
@@ -102,7 +109,7 @@ async function resolveEval(config: EvalConfig, source: string) {
       `${source}: no environment given; pass one (vf eval gsm8k) or set env_id`,
     );
   }
-  const { client, model, baseUrl, keyVar } = await resolveClient(config);
+  const { client, model, baseUrl, keyVar, cache } = await resolveClient(config);
   let environmentTyped: Environment;
   let defaults: { num_examples?: number; rollouts_per_example?: number } = {};
   let id: string;
@@ -152,6 +159,7 @@ async function resolveEval(config: EvalConfig, source: string) {
     env: environmentTyped,
     envId: environmentTyped.envId || id,
     client,
+    cache,
     model,
     baseUrl,
     keyVar,
@@ -296,6 +304,12 @@ export async function cmdEval(argv: string[]): Promise<number> {
     });
     display?.finish();
     process.stdout.write(renderSummary(result.metadata, result.outputs) + "\n");
+    if (run.cache) {
+      await recordCacheCounts(runDir ?? undefined, run.cache);
+      process.stdout.write(
+        `cache: ${run.cache.counts.hits} hits, ${run.cache.counts.misses} misses\n`,
+      );
+    }
     if (runDir) process.stdout.write(`results: ${join(runDir, "results.jsonl")}\n`);
     const errors = result.outputs.filter((o) => o.error).length;
     const outcome = runOutcome(errors, result.outputs.length, config.max_error_rate);

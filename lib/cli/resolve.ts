@@ -7,9 +7,12 @@
 
 import process from "node:process";
 import { existsSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { TASKSETS } from "../../environments/mod.ts";
 import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
+import { CachedChatClient, defaultCachePath, ModelCache } from "../model/cache.ts";
+import { writeJsonAtomic } from "../eval/results.ts";
 import type { EvalConfig } from "../config.ts";
 import { loadEndpoints, RoundRobinClient } from "../model/endpoints.ts";
 import { ConfigError } from "../errors.ts";
@@ -114,7 +117,26 @@ export async function resolveClient(config: EvalConfig) {
   baseUrl ??= env("OPENAI_BASE_URL") ?? "https://api.openai.com/v1";
   keyVar ??= "OPENAI_API_KEY";
   client ??= new OpenAIChatClient({ base_url: baseUrl, api_key_var: keyVar, ...clientOpts });
-  return { client, model, baseUrl, keyVar };
+  // The model-call cache, when asked for (a cache that cannot be opened warns and is skipped).
+  let cache: CachedChatClient | null = null;
+  if (config.client?.cache) {
+    const db = await ModelCache.open(config.client.cache_path ?? defaultCachePath());
+    if (db) {
+      client = cache = new CachedChatClient(client, db, { repeats: config.client.cache_repeats });
+    }
+  }
+  return { client, model, baseUrl, keyVar, cache };
+}
+
+/** Add the cache's hits and misses to a run's metadata.json. */
+export async function recordCacheCounts(
+  runDir: string | undefined,
+  cache: CachedChatClient | null,
+): Promise<void> {
+  if (!runDir || !cache) return;
+  const path = join(runDir, "metadata.json");
+  const metadata = JSON.parse(await readFile(path, "utf8").catch(() => "{}"));
+  await writeJsonAtomic(path, { ...metadata, cache: { ...cache.counts, path: cache.cache.path } });
 }
 
 /**

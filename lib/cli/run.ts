@@ -27,7 +27,14 @@ import { deepMerge, type EvalConfig, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
-import { judgeEndpointResolver, loadTasksetFor, resolveClient, wantsSandbox } from "./resolve.ts";
+import {
+  judgeEndpointResolver,
+  loadTasksetFor,
+  recordCacheCounts,
+  resolveClient,
+  wantsSandbox,
+} from "./resolve.ts";
+import type { CachedChatClient } from "../model/cache.ts";
 import { onInterrupt } from "./interrupt.ts";
 import { runOutcome } from "./outcome.ts";
 
@@ -77,7 +84,7 @@ export async function runTasks(
   if (typeof rawTaskset?.id !== "string" || !rawTaskset.id) {
     throw new ConfigError(`${source}: env.taskset.id: the taskset to run is required`);
   }
-  const { client, model, baseUrl, keyVar } = await resolveClient(config);
+  const { client, model, baseUrl, keyVar, cache } = await resolveClient(config);
   // Sandboxes come through the limits and the warm pool; model calls through their own limit.
   const sandboxLimits = sandboxLimitsFromConfig(config.limits);
   // One pool serves every role; it keeps the largest size any role asks for.
@@ -182,6 +189,7 @@ export async function runTasks(
       keyVar,
       runId,
       resumeDir,
+      cache,
     });
   } finally {
     await sandboxes?.close();
@@ -204,6 +212,7 @@ async function runEnv(
     keyVar: string;
     runId: string;
     resumeDir: string | null;
+    cache: CachedChatClient | null;
   },
 ): Promise<number> {
   const { config, model } = o;
@@ -279,6 +288,10 @@ async function runEnv(
       },
     });
     process.stdout.write(renderTaskSummary(summary) + "\n");
+    if (o.cache) {
+      await recordCacheCounts(runDir ?? undefined, o.cache);
+      process.stdout.write(`cache: ${o.cache.counts.hits} hits, ${o.cache.counts.misses} misses\n`);
+    }
     if (runDir) process.stdout.write(`traces: ${join(runDir, "traces.jsonl")}\n`);
     const outcome = runOutcome(summary.num_errors, summary.num_rollouts, config.max_error_rate);
     if (outcome.message) process.stderr.write(`error: ${outcome.message}\n`);

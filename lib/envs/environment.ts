@@ -2,6 +2,7 @@
  * Environments: the dataset sources, the rollout loop and its stop conditions.
  * @module
  */
+import { withCacheSalt } from "../model/cache.ts";
 import type { ChatClient } from "../model/client.ts";
 import { EndpointUnreachableError } from "../model/client.ts";
 import { Dataset } from "../data/dataset.ts";
@@ -340,8 +341,11 @@ export abstract class Environment {
     model: string,
     options: RolloutOptions & { independentScoring?: boolean } = {},
   ): Promise<State[]> {
+    // Each rollout of the group tells its calls which one it is (the cache keeps them apart).
     const states = await Promise.all(
-      inputs.map((input) => this.rollout(input, client, model, options)),
+      inputs.map((input, i) =>
+        this.rollout(input, withCacheSalt(client, String(i)), model, options)
+      ),
     );
     await this.scoreStates(states, options.independentScoring ?? false);
     return states;

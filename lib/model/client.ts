@@ -55,6 +55,8 @@ export interface ChatRequestOptions {
   samplingArgs?: SamplingArgs;
   headers?: Record<string, string>;
   signal?: AbortSignal;
+  /** Which rollout of its group the call belongs to (the model-call cache keys by it). */
+  cacheSalt?: string;
 }
 
 /** Anything that answers chat prompts. */

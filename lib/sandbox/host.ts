@@ -84,6 +84,7 @@ class ProxyClient implements ChatClient {
       tools: options.tools,
       sampling_args: options.samplingArgs,
       headers: options.headers,
+      cache_salt: options.cacheSalt,
     }, { signal: options.signal });
   }
 }

@@ -283,6 +283,7 @@ export class SandboxHost {
         tools: p.tools as never,
         samplingArgs: p.sampling_args as SamplingArgs,
         headers: p.headers as Record<string, string>,
+        ...(typeof p.cache_salt === "string" ? { cacheSalt: p.cache_salt } : {}),
         signal,
       });
     }

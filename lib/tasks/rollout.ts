@@ -18,6 +18,7 @@ import { createRuntime } from "../../runtimes/create.ts";
 import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
 import { excludeMatcher, packTar, readTar, type TarEntry } from "../../runtimes/_tar.ts";
 import type { ChatClient } from "../model/client.ts";
+import { withCacheSalt } from "../model/cache.ts";
 import { resolveTemplate } from "../config.ts";
 import {
   ConfigError,
@@ -809,7 +810,7 @@ export class TaskRollout {
             task,
             data: first && promptless ? { ...task.data, prompt: messages! } : task.data,
             runtime: this.#agent!,
-            client: this.#options.client,
+            client: withCacheSalt(this.#options.client, String(this.#options.rolloutIndex ?? 0)),
             model: this.#options.model,
             samplingArgs: this.#options.samplingArgs ?? {},
             recorder,
