@@ -10,6 +10,7 @@ import { ConfigError, describeError } from "./lib/errors.ts";
 import { VERSION } from "./lib/version.ts";
 import { cmdCache } from "./lib/cli/cache.ts";
 import { cmdCleanup } from "./lib/cli/cleanup.ts";
+import { cmdCompare } from "./lib/cli/compare.ts";
 import { cmdDemo } from "./lib/cli/demo.ts";
 import { cmdEval } from "./lib/cli/eval.ts";
 import { cmdExport, cmdImport } from "./lib/cli/exchange.ts";
@@ -29,6 +30,7 @@ Usage:
   vf validate <taskset> [-n N]   check gold answers score 1.0 and untouched workspaces 0.0
   vf cleanup [--run ID] [--older-than 1h] [--force] [--images]  remove sandboxes of ended runs
   vf cache stats|clear           the model-call cache (vf eval/run --cache)
+  vf compare <runA> <runB> [--fail-if-worse D]  paired per-example comparison of two runs
   vf export --format atif <run-dir>      write a run's rollouts as ATIF trajectories
   vf import --format harbor <job-dir>    read a Harbor job's trials into vf's run layout
   vf init <name> [--kind taskset|environment]  scaffold an environment package
@@ -75,6 +77,8 @@ export async function main(argv: string[]): Promise<number> {
         return await cmdServe(rest);
       case "cache":
         return await cmdCache(rest);
+      case "compare":
+        return await cmdCompare(rest);
       case "export":
         return await cmdExport(rest);
       case "import":

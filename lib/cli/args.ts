@@ -239,6 +239,8 @@ export function parseArgs(argv: string[]) {
       "server",
       "format",
       "path",
+      "fail-if-worse",
+      "top",
     ],
     number: [
       "n",

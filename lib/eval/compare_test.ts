@@ -1,0 +1,32 @@
+import assert from "node:assert/strict";
+import { pairedComparison, type RewardsByExample } from "./compare.ts";
+
+const runOf = (rows: Array<[string, number[]]>): RewardsByExample => new Map(rows);
+
+Deno.test("pairedComparison: the mean difference over paired examples, a seeded interval that holds it, and the examples left out", () => {
+  const a = runOf([["1", [1, 0]], ["2", [1]], ["3", [0, 0]], ["4", [1, 1]], ["only-a", [1]]]);
+  const b = runOf([["1", [1, 1]], ["2", [0]], ["3", [0, 1]], ["4", [1, 1]], ["only-b", [0]]]);
+  const r = pairedComparison(a, b, { seed: 7 });
+  assert.equal(r.paired, 4);
+  assert.equal(r.onlyA, 1);
+  assert.equal(r.onlyB, 1);
+  assert.equal(r.meanA, (0.5 + 1 + 0 + 1) / 4);
+  assert.equal(r.meanB, (1 + 0 + 0.5 + 1) / 4);
+  assert.equal(r.delta, (0.5 - 1 + 0.5 + 0) / 4);
+  assert.ok(r.ci[0] <= r.delta && r.delta <= r.ci[1], JSON.stringify(r.ci));
+  assert.deepEqual([r.better, r.worse, r.ties], [2, 1, 1]);
+  assert.deepEqual(r.perExample[0], { example: "2", a: 1, b: 0, delta: -1 });
+  assert.deepEqual(pairedComparison(a, b, { seed: 7 }).ci, r.ci); // same seed, same interval
+  assert.throws(() => pairedComparison(runOf([["x", [1]]]), runOf([["y", [1]]])), RangeError);
+});
+
+Deno.test("pairedComparison: a consistent drop has an interval wholly below zero; identical runs have [0, 0]", () => {
+  const rows = Array.from({ length: 40 }, (_, i) => String(i));
+  const a = runOf(rows.map((k) => [k, [1]]));
+  const b = runOf(rows.map((k, i) => [k, [i % 4 === 0 ? 1 : 0]]));
+  const worse = pairedComparison(a, b);
+  assert.equal(worse.delta, -0.75);
+  assert.ok(worse.ci[1] < -0.5, JSON.stringify(worse.ci));
+  const same = pairedComparison(a, a);
+  assert.deepEqual([same.delta, ...same.ci], [0, 0, 0]);
+});
