@@ -77,6 +77,16 @@ export const EvalConfig = z.strictObject({
   limits: z.lazy(() => LimitsSection).optional(),
   /** Run rollouts on this env server (`vf serve`) instead of loading the environment here. */
   server: z.string().optional(),
+  /** Prices per model id, in USD per million tokens (`[models."gpt-x"]`). */
+  models: z.record(
+    z.string(),
+    z.strictObject({
+      input_per_mtok: z.number().min(0),
+      output_per_mtok: z.number().min(0),
+    }),
+  ).optional(),
+  /** Stop starting rollouts once this many USD would be spent (`--max-cost`). */
+  max_cost: z.number().positive().optional(),
 });
 
 /** A validated evaluation config. */

@@ -11,6 +11,7 @@ import { ConfigError, EnvError, serializeError } from "../errors.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import { Toolbox } from "../tools/toolbox.ts";
+import type { StartGate } from "../eval/evaluate.ts";
 import { readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
 import { requireRewards, type Task, type Taskset } from "../tasks/task.ts";
 import type { AgentPolicy, TaskTrace } from "../tasks/rollout.ts";
@@ -73,6 +74,8 @@ export interface RunTasksetOptions {
   /** Called with each episode as it is written (`done` counts episodes). */
   onEpisode?: (episode: Episode, done: number, total: number) => void;
   signal?: AbortSignal;
+  /** Asked before each episode starts (`--max-cost`); told when one finishes. */
+  gate?: StartGate;
 }
 
 /**
@@ -223,6 +226,8 @@ export async function runTaskset(
   let next = 0;
   const worker = async () => {
     while (next < jobs.length && !controller.signal.aborted) {
+      // A budget (--max-cost) may refuse to start more; what runs finishes.
+      if (options.gate && !options.gate.allows()) return;
       const job = jobs[next++];
       let episode: Episode;
       try {
@@ -242,6 +247,8 @@ export async function runTaskset(
           controller.abort(error);
         }
         return;
+      } finally {
+        options.gate?.finished();
       }
       const modelError = episode.traces.find((t) =>
         t.error?.error && FATAL_MODEL_ERRORS.includes(t.error.error)

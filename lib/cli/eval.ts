@@ -19,11 +19,13 @@ import { ProgressDisplay, renderSummary } from "../eval/progress.ts";
 import { loadMetadata, loadOutputs, writeJsonAtomic } from "../eval/results.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
 import {
+  budgetOf,
   env,
   lockFileFor,
-  recordCacheCounts,
+  recordRunCosts,
   resolveClient,
   sandboxPermissions,
+  seedCosts,
   wantsSandbox,
 } from "./resolve.ts";
 import { onInterrupt } from "./interrupt.ts";
@@ -109,7 +111,7 @@ async function resolveEval(config: EvalConfig, source: string) {
       `${source}: no environment given; pass one (vf eval gsm8k) or set env_id`,
     );
   }
-  const { client, model, baseUrl, keyVar, cache } = await resolveClient(config);
+  const { client, model, baseUrl, keyVar, cache, meter } = await resolveClient(config);
   let environmentTyped: Environment;
   let defaults: { num_examples?: number; rollouts_per_example?: number } = {};
   let id: string;
@@ -160,6 +162,8 @@ async function resolveEval(config: EvalConfig, source: string) {
     envId: environmentTyped.envId || id,
     client,
     cache,
+    meter,
+    budget: budgetOf(config, meter),
     model,
     baseUrl,
     keyVar,
@@ -286,6 +290,7 @@ export async function cmdEval(argv: string[]): Promise<number> {
     await writeJsonAtomic(join(runDir, "config.json"), resolved);
     process.stderr.write(`Saving results to ${runDir}\n`);
   }
+  if (resume && runDir) await seedCosts(run.meter, runDir);
   try {
     const result = await evaluate(run.env, run.client, run.model, {
       numExamples: run.numExamples,
@@ -301,14 +306,21 @@ export async function cmdEval(argv: string[]): Promise<number> {
       signal: interrupt.signal,
       onProgress: display ? (p) => display.update(p) : undefined,
       metadataExtra: runDir ? { run_dir: runDir } : {},
+      gate: run.budget ?? undefined,
     });
     display?.finish();
     process.stdout.write(renderSummary(result.metadata, result.outputs) + "\n");
-    if (run.cache) {
-      await recordCacheCounts(runDir ?? undefined, run.cache);
-      process.stdout.write(
-        `cache: ${run.cache.counts.hits} hits, ${run.cache.counts.misses} misses\n`,
+    for (const line of await recordRunCosts(runDir ?? undefined, run)) {
+      process.stdout.write(line + "\n");
+    }
+    if (run.budget?.stopped) {
+      process.stderr.write(
+        `Stopped at the cost budget ($${run.budget.maxUsd}): ${result.outputs.length} rollouts ` +
+          `done${
+            runDir ? `; finish with: vf eval ... --resume ${runDir} (and a larger --max-cost)` : ""
+          }\n`,
       );
+      return 1;
     }
     if (runDir) process.stdout.write(`results: ${join(runDir, "results.jsonl")}\n`);
     const errors = result.outputs.filter((o) => o.error).length;

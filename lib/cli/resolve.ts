@@ -12,6 +12,7 @@ import { dirname, join, resolve } from "node:path";
 import { TASKSETS } from "../../environments/mod.ts";
 import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
 import { CachedChatClient, defaultCachePath, ModelCache } from "../model/cache.ts";
+import { CostBudget, CostMeter, type ModelPrice } from "../model/cost.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import type { EvalConfig } from "../config.ts";
 import { loadEndpoints, RoundRobinClient } from "../model/endpoints.ts";
@@ -82,6 +83,7 @@ export async function loadTasksetFor(
 /** Resolve the model endpoint: registry aliases, flags, `[client]`, defaults. */
 export async function resolveClient(config: EvalConfig) {
   let model = config.model ?? "gpt-4.1-mini";
+  const requested = model;
   let baseUrl = config.base_url ?? config.api_base_url ?? config.client?.base_url;
   let keyVar = config.api_key_var ?? config.client?.api_key_var;
   const headers = { ...(config.client?.headers ?? {}), ...(config.headers ?? {}) };
@@ -117,6 +119,14 @@ export async function resolveClient(config: EvalConfig) {
   baseUrl ??= env("OPENAI_BASE_URL") ?? "https://api.openai.com/v1";
   keyVar ??= "OPENAI_API_KEY";
   client ??= new OpenAIChatClient({ base_url: baseUrl, api_key_var: keyVar, ...clientOpts });
+  // What the calls cost (real calls only: the meter sits under the cache).
+  const prices: Record<string, ModelPrice> = {};
+  for (const r of registryPath ? (await loadEndpoints(registryPath)).get(requested) ?? [] : []) {
+    if (r.price) prices[r.model] = r.price;
+  }
+  Object.assign(prices, config.models ?? {});
+  const meter = new CostMeter(client, prices);
+  client = meter;
   // The model-call cache, when asked for (a cache that cannot be opened warns and is skipped).
   let cache: CachedChatClient | null = null;
   if (config.client?.cache) {
@@ -125,18 +135,67 @@ export async function resolveClient(config: EvalConfig) {
       client = cache = new CachedChatClient(client, db, { repeats: config.client.cache_repeats });
     }
   }
-  return { client, model, baseUrl, keyVar, cache };
+  return { client, model, baseUrl, keyVar, cache, meter };
 }
 
-/** Add the cache's hits and misses to a run's metadata.json. */
-export async function recordCacheCounts(
+/**
+ * After a run: the cache's hits and misses and the model spend go into its metadata.json, and
+ * lines of the summary say them. Returns those lines.
+ */
+export async function recordRunCosts(
   runDir: string | undefined,
-  cache: CachedChatClient | null,
-): Promise<void> {
-  if (!runDir || !cache) return;
-  const path = join(runDir, "metadata.json");
-  const metadata = JSON.parse(await readFile(path, "utf8").catch(() => "{}"));
-  await writeJsonAtomic(path, { ...metadata, cache: { ...cache.counts, path: cache.cache.path } });
+  o: { cache: CachedChatClient | null; meter: CostMeter; budget: CostBudget | null },
+): Promise<string[]> {
+  const lines: string[] = [];
+  const extra: Record<string, unknown> = {};
+  if (o.cache) {
+    extra.cache = { ...o.cache.counts, path: o.cache.cache.path };
+    lines.push(`cache: ${o.cache.counts.hits} hits, ${o.cache.counts.misses} misses`);
+  }
+  const s = o.meter.summary;
+  const priced = Object.keys(o.meter.prices).length > 0;
+  if (priced || o.budget) {
+    extra.cost = {
+      ...s,
+      usd: Math.round(s.usd * 1e6) / 1e6,
+      ...(o.budget ? { max_cost: o.budget.maxUsd, stopped_at_budget: o.budget.stopped } : {}),
+    };
+    lines.push(
+      `cost: $${s.usd.toFixed(4)} over ${s.calls} model calls` +
+        (s.unpriced_calls ? ` (${s.unpriced_calls} of a model without a price)` : "") +
+        (o.budget ? ` (budget $${o.budget.maxUsd})` : ""),
+    );
+  }
+  if (runDir && Object.keys(extra).length) {
+    const path = join(runDir, "metadata.json");
+    const metadata = JSON.parse(await readFile(path, "utf8").catch(() => "{}"));
+    await writeJsonAtomic(path, { ...metadata, ...extra });
+  }
+  return lines;
+}
+
+/** A resumed run's spend so far (from its metadata.json) counts toward its total and budget. */
+export async function seedCosts(meter: CostMeter, runDir: string): Promise<void> {
+  const metadata = JSON.parse(
+    await readFile(join(runDir, "metadata.json"), "utf8").catch(() => "{}"),
+  );
+  const c = metadata.cost;
+  if (!c || typeof c !== "object") return;
+  for (const k of ["usd", "input_tokens", "output_tokens", "calls", "unpriced_calls"] as const) {
+    if (typeof c[k] === "number") meter.summary[k] += c[k];
+  }
+}
+
+/** The `--max-cost` gate of a run, when one is asked for. */
+export function budgetOf(config: EvalConfig, meter: CostMeter): CostBudget | null {
+  if (config.max_cost === undefined) return null;
+  if (Object.keys(meter.prices).length === 0) {
+    throw new ConfigError(
+      `--max-cost needs prices: give [models."<model>"] input_per_mtok and output_per_mtok ` +
+        `(or input_per_mtok/output_per_mtok in the endpoint registry)`,
+    );
+  }
+  return new CostBudget(meter, config.max_cost);
 }
 
 /**

@@ -28,13 +28,16 @@ import { ConfigError } from "../errors.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
 import {
+  budgetOf,
   judgeEndpointResolver,
   loadTasksetFor,
-  recordCacheCounts,
+  recordRunCosts,
   resolveClient,
+  seedCosts,
   wantsSandbox,
 } from "./resolve.ts";
 import type { CachedChatClient } from "../model/cache.ts";
+import type { CostBudget, CostMeter } from "../model/cost.ts";
 import { onInterrupt } from "./interrupt.ts";
 import { runOutcome } from "./outcome.ts";
 
@@ -84,7 +87,8 @@ export async function runTasks(
   if (typeof rawTaskset?.id !== "string" || !rawTaskset.id) {
     throw new ConfigError(`${source}: env.taskset.id: the taskset to run is required`);
   }
-  const { client, model, baseUrl, keyVar, cache } = await resolveClient(config);
+  const { client, model, baseUrl, keyVar, cache, meter } = await resolveClient(config);
+  const budget = budgetOf(config, meter);
   // Sandboxes come through the limits and the warm pool; model calls through their own limit.
   const sandboxLimits = sandboxLimitsFromConfig(config.limits);
   // One pool serves every role; it keeps the largest size any role asks for.
@@ -190,6 +194,8 @@ export async function runTasks(
       runId,
       resumeDir,
       cache,
+      meter,
+      budget,
     });
   } finally {
     await sandboxes?.close();
@@ -213,6 +219,8 @@ async function runEnv(
     runId: string;
     resumeDir: string | null;
     cache: CachedChatClient | null;
+    meter: CostMeter;
+    budget: CostBudget | null;
   },
 ): Promise<number> {
   const { config, model } = o;
@@ -239,6 +247,7 @@ async function runEnv(
   if (o.resumeDir) {
     runDir = o.resumeDir;
     resume = true;
+    await seedCosts(o.meter, runDir);
   } else if (config.resume === true) {
     throw new ConfigError("Resuming a taskset run needs the run directory: --resume <dir>");
   }
@@ -280,6 +289,7 @@ async function runEnv(
         k in ((o.rawEnv.taskset as { task?: Record<string, unknown> } | undefined)?.task ?? {})
       ),
       signal: interrupt.signal,
+      gate: o.budget ?? undefined,
       onEpisode: quiet ? undefined : (e, done, total) => {
         const rate = done / Math.max(0.001, (Date.now() - started) / 1000);
         process.stderr.write(
@@ -288,9 +298,17 @@ async function runEnv(
       },
     });
     process.stdout.write(renderTaskSummary(summary) + "\n");
-    if (o.cache) {
-      await recordCacheCounts(runDir ?? undefined, o.cache);
-      process.stdout.write(`cache: ${o.cache.counts.hits} hits, ${o.cache.counts.misses} misses\n`);
+    for (const line of await recordRunCosts(runDir ?? undefined, o)) {
+      process.stdout.write(line + "\n");
+    }
+    if (o.budget?.stopped) {
+      process.stderr.write(
+        `Stopped at the cost budget ($${o.budget.maxUsd}): ${summary.num_rollouts} rollouts ` +
+          `done${
+            runDir ? `; finish with: vf run ... --resume ${runDir} (and a larger --max-cost)` : ""
+          }\n`,
+      );
+      return 1;
     }
     if (runDir) process.stdout.write(`traces: ${join(runDir, "traces.jsonl")}\n`);
     const outcome = runOutcome(summary.num_errors, summary.num_rollouts, config.max_error_rate);

@@ -62,6 +62,14 @@ export interface GenerateOptions {
   metadataExtra?: Record<string, unknown>;
   /** Keep outputs in memory for the return value. Default true. */
   keepOutputs?: boolean;
+  /** Asked before each group starts (`--max-cost`); told when one finishes. */
+  gate?: StartGate;
+}
+
+/** Decides whether more work may start (a budget): what already runs always finishes. */
+export interface StartGate {
+  allows(): boolean;
+  finished(): void;
 }
 
 /** What {@link generate} returns. */
@@ -239,6 +247,7 @@ export async function generate(
   let next = 0;
   const worker = async () => {
     while (next < pending.length && !controller.signal.aborted) {
+      if (options.gate && !options.gate.allows()) return;
       const group = pending[next++];
       try {
         await runOne(group);
@@ -246,6 +255,8 @@ export async function generate(
         if (controller.signal.aborted && !isFatalError(error)) return;
         stop(error);
         return;
+      } finally {
+        options.gate?.finished();
       }
     }
   };

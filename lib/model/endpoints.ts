@@ -15,6 +15,8 @@ export interface Endpoint {
   url: string;
   key: string;
   headers?: Record<string, string>;
+  /** USD per million tokens, when the registry gives prices. */
+  price?: { input_per_mtok: number; output_per_mtok: number };
 }
 
 const Entry = z.strictObject({
@@ -27,6 +29,8 @@ const Entry = z.strictObject({
   type: z.literal("openai_chat_completions").optional(),
   api_client_type: z.literal("openai_chat_completions").optional(),
   headers: z.record(z.string(), z.string()).optional(),
+  input_per_mtok: z.number().min(0).optional(),
+  output_per_mtok: z.number().min(0).optional(),
   extra_headers: z.record(z.string(), z.string()).optional(),
 });
 
@@ -60,6 +64,12 @@ export async function loadEndpoints(path: string): Promise<Map<string, Endpoint[
     if (!url) throw new ConfigError(`${path}: endpoint[${i}].url: required`);
     if (!key) throw new ConfigError(`${path}: endpoint[${i}].key: required`);
     const entry: Endpoint = { model: e.model, url, key, headers: e.headers ?? e.extra_headers };
+    if (e.input_per_mtok !== undefined || e.output_per_mtok !== undefined) {
+      entry.price = {
+        input_per_mtok: e.input_per_mtok ?? 0,
+        output_per_mtok: e.output_per_mtok ?? 0,
+      };
+    }
     const replicas = out.get(e.endpoint_id) ?? [];
     if (replicas.length && replicas[0].model !== entry.model) {
       throw new ConfigError(
