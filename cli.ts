@@ -18,6 +18,7 @@ import { cmdInit } from "./lib/cli/init.ts";
 import { cmdRun } from "./lib/cli/run.ts";
 import { cmdServe } from "./lib/cli/serve.ts";
 import { cmdValidate } from "./lib/cli/validate.ts";
+import { cmdView } from "./lib/cli/view.ts";
 import { registerBunImports } from "./lib/envs/_bun_imports.ts";
 import * as vf from "./mod.ts";
 
@@ -29,6 +30,7 @@ Usage:
   vf run <taskset> [options]     run an agent on sandboxed tasks (see vf run --help)
   vf validate <taskset> [-n N]   check gold answers score 1.0 and untouched workspaces 0.0
   vf cleanup [--run ID] [--older-than 1h] [--force] [--images]  remove sandboxes of ended runs
+  vf view [outputs-dir] [--port N]  browse runs in a local web page
   vf cache stats|clear           the model-call cache (vf eval/run --cache)
   vf compare <runA> <runB> [--fail-if-worse D]  paired per-example comparison of two runs
   vf export --format atif <run-dir>      write a run's rollouts as ATIF trajectories
@@ -79,6 +81,8 @@ export async function main(argv: string[]): Promise<number> {
         return await cmdCache(rest);
       case "compare":
         return await cmdCompare(rest);
+      case "view":
+        return await cmdView(rest);
       case "export":
         return await cmdExport(rest);
       case "import":

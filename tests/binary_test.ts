@@ -273,3 +273,53 @@ Deno.test("dist/vf refuses a URL environment without deno on PATH, and runs it s
     }
   });
 });
+
+Deno.test("dist/vf eval --cache then dist/vf view: the SQLite cache and the viewer work from the binary", async () => {
+  const answers = new Map<string, string>();
+  for (const row of loadExampleDataset("gsm8k-sample", { split: "test" })) {
+    answers.set(String(row.question), String(row.answer));
+  }
+  await using server = await startModelServer({
+    responder: demoResponder({ answers, accuracy: 1 }),
+  });
+  await withTempDir(async (dir) => {
+    const args = ["eval", "gsm8k", "-m", "m", "-b", server.url, "-n", "2", "-r", "1", "--cache"];
+    const first = await vf(args, dir);
+    assert.equal(first.code, 0, transcript(first));
+    const second = await vf(args, dir);
+    assert.equal(second.code, 0, transcript(second));
+    assert.match(second.stdout, /cache: 2 hits, 0 misses/);
+    assert.equal(server.requests.length, 2);
+
+    await ensureBinary();
+    const child = new Deno.Command(VF, {
+      args: ["view", join(dir, "outputs"), "--port", "0"],
+      cwd: dir,
+      env: { PATH: join(dir, "empty-bin"), HOME: dir, NO_COLOR: "1" },
+      clearEnv: true,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    try {
+      const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+      let out = "";
+      while (!/http:\/\/127\.0\.0\.1:\d+\//.test(out)) {
+        const { value, done } = await reader.read();
+        if (done) throw new Error(`vf view ended: ${out}`);
+        out += value;
+      }
+      reader.releaseLock();
+      const url = /http:\/\/127\.0\.0\.1:\d+\//.exec(out)![0];
+      const runs = await (await fetch(`${url}api/runs`)).json();
+      assert.equal(runs.runs.length, 2);
+      assert.ok(runs.runs.every((r: { rollouts: number }) => r.rollouts === 2));
+      assert.match(await (await fetch(url)).text(), /<title>vf view<\/title>/);
+    } finally {
+      child.kill("SIGTERM");
+      await child.status;
+      await child.stdout.cancel().catch(() => {});
+      await child.stderr.cancel().catch(() => {});
+    }
+  });
+});

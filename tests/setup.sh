@@ -12,7 +12,7 @@ set -euo pipefail
 
 SOCK="${VF_DOCKER_SOCK:-/var/run/docker.sock}"
 CACHE=/var/cache/vf-images
-PACKAGES=(docker.io busybox-static debootstrap iproute2 openssh-server curl openssl)
+PACKAGES=(docker.io busybox-static debootstrap iproute2 openssh-server curl openssl chromium)
 START=$(date +%s)
 
 log() { printf 'setup: %s\n' "$*"; }

@@ -241,6 +241,7 @@ export function parseArgs(argv: string[]) {
       "path",
       "fail-if-worse",
       "top",
+      "host",
     ],
     number: [
       "n",
