@@ -15,6 +15,7 @@ import { cmdDemo } from "./lib/cli/demo.ts";
 import { cmdEval } from "./lib/cli/eval.ts";
 import { cmdExport, cmdImport } from "./lib/cli/exchange.ts";
 import { cmdInit } from "./lib/cli/init.ts";
+import { cmdReplay } from "./lib/cli/replay.ts";
 import { cmdRun } from "./lib/cli/run.ts";
 import { cmdServe } from "./lib/cli/serve.ts";
 import { cmdValidate } from "./lib/cli/validate.ts";
@@ -31,6 +32,8 @@ Usage:
   vf validate <taskset> [-n N]   check gold answers score 1.0 and untouched workspaces 0.0
   vf cleanup [--run ID] [--older-than 1h] [--force] [--images]  remove sandboxes of ended runs
   vf view [outputs-dir] [--port N]  browse runs in a local web page
+  vf replay <run-dir>            re-run a vf eval run offline from its record (same rewards)
+  vf rescore <run-dir>           re-apply the current rubric to a run's saved completions
   vf cache stats|clear           the model-call cache (vf eval/run --cache)
   vf compare <runA> <runB> [--fail-if-worse D]  paired per-example comparison of two runs
   vf export --format atif <run-dir>      write a run's rollouts as ATIF trajectories
@@ -83,6 +86,10 @@ export async function main(argv: string[]): Promise<number> {
         return await cmdCompare(rest);
       case "view":
         return await cmdView(rest);
+      case "replay":
+        return await cmdReplay(rest, "replay");
+      case "rescore":
+        return await cmdReplay(rest, "rescore");
       case "export":
         return await cmdExport(rest);
       case "import":

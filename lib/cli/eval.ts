@@ -5,6 +5,7 @@
 
 import process from "node:process";
 import { readdir, stat } from "node:fs/promises";
+import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { BUILTINS } from "../../environments/mod.ts";
 import type { ChatClient } from "../model/client.ts";
@@ -104,7 +105,7 @@ async function connectEnvServer(config: EvalConfig, envSpec: string, client: Cha
 }
 
 /** Resolve everything `vf eval` needs from the merged config. */
-async function resolveEval(config: EvalConfig, source: string) {
+export async function resolveEval(config: EvalConfig, source: string) {
   const envSpec = config.env_id ?? (config.env?.id as string | undefined) ?? config.server;
   if (!envSpec) {
     throw new ConfigError(
@@ -206,6 +207,11 @@ async function findResumable(
   return candidates[0]?.dir ?? null;
 }
 
+/** An environment spec as saved with a run: a local path made absolute, anything else as is. */
+function envSource(spec: string): string {
+  return /^[./]/.test(spec) && existsSync(spec) ? resolve(spec) : spec;
+}
+
 export async function cmdEval(argv: string[]): Promise<number> {
   const flags = parseArgs(argv);
   if (flags.help || flags.h) {
@@ -286,6 +292,8 @@ export async function cmdEval(argv: string[]): Promise<number> {
       rollouts_per_example: run.rollouts,
       max_concurrent: run.maxConcurrent,
       sampling_args: run.sampling,
+      // What was asked for (a local module's path made absolute): vf replay loads it again.
+      env_source: envSource(config.env_id ?? (config.env?.id as string | undefined) ?? run.envId),
     };
     await writeJsonAtomic(join(runDir, "config.json"), resolved);
     process.stderr.write(`Saving results to ${runDir}\n`);

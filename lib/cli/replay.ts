@@ -1,0 +1,127 @@
+/**
+ * `vf replay <run-dir>` and `vf rescore <run-dir>`: re-run a `vf eval` run from its record,
+ * offline. Replay answers every model call with the reply the run got, so the rewards come
+ * out the same; rescore does the same to re-apply the environment's current rubric (changed
+ * code, changed judges) to the saved completions. Either writes a new run beside the source
+ * that names it (`replayed_from` / `rescored_from`).
+ * @module
+ */
+import process from "node:process";
+import { existsSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
+import { ConfigError } from "../errors.ts";
+import { loadOutputs, writeJsonAtomic } from "../eval/results.ts";
+import { evaluate } from "../eval/evaluate.ts";
+import { ReplayClient } from "../eval/replay.ts";
+import { renderSummary } from "../eval/progress.ts";
+import { validateEvalConfig } from "../config.ts";
+import { parseArgs } from "./args.ts";
+import { resolveEval } from "./eval.ts";
+
+const HELP = {
+  replay: `vf replay <run-dir> [-o <dir>]
+
+Re-run a vf eval run offline from its record: every model call is answered with the reply the
+run got at the same place (prompt, rollout, turn), so the rewards come out the same. Writes a
+new run beside the source (or under -o) whose metadata names it (replayed_from), and says how
+many rewards match. Runs of vf run (traces.jsonl) are not replayed yet: their sandbox I/O is not
+recorded.
+`,
+  rescore: `vf rescore <run-dir> [-o <dir>]
+
+Re-apply the environment's current rubric (changed reward code, judges) to a vf eval run's saved
+completions without calling the agent model. Writes a new run beside the source (or under -o)
+whose metadata names it (rescored_from).
+`,
+};
+
+export async function cmdReplay(argv: string[], mode: "replay" | "rescore"): Promise<number> {
+  const flags = parseArgs(argv);
+  if (flags.help || flags.h) {
+    process.stdout.write(HELP[mode]);
+    return 0;
+  }
+  const source = flags._.map(String)[0];
+  if (!source) {
+    throw new ConfigError(`vf ${mode} needs a run folder; usage: ${HELP[mode].split("\n")[0]}`);
+  }
+  const runDir = resolve(source);
+  if (existsSync(join(runDir, "traces.jsonl"))) {
+    throw new ConfigError(
+      `${source}: a vf run (traces.jsonl); vf ${mode} handles vf eval runs (results.jsonl): a ` +
+        `task run's sandbox I/O is not recorded`,
+    );
+  }
+  if (!existsSync(join(runDir, "results.jsonl"))) {
+    throw new ConfigError(`${source}: not a run folder (no results.jsonl)`);
+  }
+  const configPath = join(runDir, "config.json");
+  let saved: Record<string, unknown>;
+  try {
+    saved = JSON.parse(await readFile(configPath, "utf8"));
+  } catch {
+    throw new ConfigError(`${configPath}: missing or not JSON; vf ${mode} needs the run's config`);
+  }
+  delete saved.format_version;
+  delete saved.resume;
+  // The environment as it was asked for (a local module by its path), not its id.
+  if (typeof saved.env_source === "string") saved.env_id = saved.env_source;
+  delete saved.env_source;
+  const config = validateEvalConfig(saved, configPath);
+  const outputs = await loadOutputs(runDir);
+  const run = await resolveEval(config, configPath);
+  const client = new ReplayClient(outputs);
+  const id = crypto.randomUUID().slice(0, 8);
+  const outDir = flags.o ?? flags["output-dir"];
+  const target = outDir ? resolve(String(outDir), id) : join(dirname(runDir), id);
+  const link = mode === "replay" ? "replayed_from" : "rescored_from";
+  await writeJsonAtomic(join(target, "config.json"), {
+    ...saved,
+    format_version: 1,
+    [link]: runDir,
+  });
+  process.stderr.write(`Saving results to ${target}\n`);
+  try {
+    const result = await evaluate(run.env, client, run.model, {
+      numExamples: run.numExamples,
+      rolloutsPerExample: run.rollouts,
+      maxConcurrent: run.maxConcurrent,
+      samplingArgs: run.sampling,
+      independentScoring: config.independent_scoring,
+      stateColumns: config.state_columns,
+      shuffleSeed: config.shuffle_seed ?? null,
+      resultsDir: target,
+      metadataExtra: { [link]: runDir },
+    });
+    process.stdout.write(renderSummary(result.metadata, result.outputs) + "\n");
+    // Reward by example and place in its group, before and after.
+    const keyed = (list: typeof outputs) => {
+      const seen = new Map<number, number>();
+      return new Map(list.map((o) => {
+        const n = seen.get(o.example_id) ?? 0;
+        seen.set(o.example_id, n + 1);
+        return [`${o.example_id}#${n}`, o.error ? null : o.reward] as const;
+      }));
+    };
+    const before = keyed(outputs);
+    const after = keyed(result.outputs);
+    const same = [...after].filter(([k, v]) => before.has(k) && before.get(k) === v).length;
+    process.stdout.write(
+      `${
+        mode === "replay" ? "replayed" : "rescored"
+      } ${result.outputs.length} rollouts from ${runDir}: ` +
+        `${same} of ${after.size} rewards as before; ${client.served} replies from the record, ` +
+        `${client.missed} missing\n`,
+    );
+    if (mode === "replay" && (client.missed || same !== after.size)) {
+      process.stderr.write(
+        `error: the replay did not reproduce the run (${after.size - same} rewards differ)\n`,
+      );
+      return 1;
+    }
+    return 0;
+  } finally {
+    await run.env.teardown().catch(() => {});
+  }
+}

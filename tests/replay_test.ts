@@ -1,0 +1,141 @@
+/**
+ * `vf replay` and `vf rescore` on a finished `vf eval` run with the model server stopped:
+ * replay reproduces every reward from the record; rescore re-applies an environment's changed
+ * reward to the saved completions; both write a new run naming its source, and neither asks
+ * the model anything.
+ * @module
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { loadExampleDataset } from "../lib/data/examples.ts";
+import { lastUserText, startModelServer } from "./model_server.ts";
+import { cliCommand, collect, MOD_URL, tempDir, transcript } from "./_cli.ts";
+
+// deno-lint-ignore no-explicit-any
+type Json = any;
+
+const ANSWERS = new Map(
+  (loadExampleDataset("gsm8k-sample", { split: "test" }).toList() as Array<
+    { question: string; answer: string }
+  >).map((r) => [r.question, r.answer]),
+);
+
+async function rows(dir: string): Promise<Json[]> {
+  return (await Deno.readTextFile(join(dir, "results.jsonl"))).trim().split("\n")
+    .map((l) => JSON.parse(l));
+}
+
+/** Rewards by example and place in its group. */
+function rewards(list: Json[]): Map<string, number> {
+  const seen = new Map<number, number>();
+  return new Map(list.map((o) => {
+    const n = seen.get(o.example_id) ?? 0;
+    seen.set(o.example_id, n + 1);
+    return [`${o.example_id}#${n}`, o.reward];
+  }));
+}
+
+const ENV = (scoring: string) => `
+import { Rubric, SingleTurnEnv } from "${MOD_URL}";
+export function loadEnvironment() {
+  return new SingleTurnEnv({
+    envId: "words",
+    evalDataset: ["alpha", "beta", "gamma"].map((w) => ({ question: "Say " + w, answer: w })),
+    rubric: new Rubric({ funcs: [function score({ completion, answer }) {
+      const text = String(completion.at(-1)?.content ?? "");
+      return ${scoring};
+    }] }),
+  });
+}
+`;
+
+Deno.test("vf replay reproduces a run's rewards offline; vf rescore applies a changed reward to the saved completions", async () => {
+  await using tmp = await tempDir("vf_replay_");
+  const run = (args: string[]) =>
+    collect(cliCommand(args, { cwd: tmp.path, env: {}, registry: false }));
+  const saving = (stderr: string) => /^Saving results to (.+)$/m.exec(stderr)![1];
+
+  // A run whose answers are right or wrong by question and attempt: varied rewards.
+  let source: string;
+  let words: string;
+  {
+    let n = 0;
+    await using model = await startModelServer({
+      responder: (request) => {
+        const q = lastUserText(request);
+        const answer = ANSWERS.get(q);
+        n++;
+        if (answer === undefined) return { content: q.replace("Say ", n % 2 ? "" : "maybe ") };
+        return { content: `\\boxed{${n % 3 === 0 ? "0" : answer}}` };
+      },
+    });
+    const first = await run([
+      "eval",
+      "gsm8k",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-n",
+      "4",
+      "-r",
+      "2",
+      "-o",
+      "out",
+    ]);
+    assert.equal(first.code, 0, transcript(first));
+    source = saving(first.stderr);
+    await Deno.writeTextFile(join(tmp.path, "words.ts"), ENV("text === answer ? 1 : 0"));
+    const second = await run([
+      "eval",
+      "./words.ts",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-n",
+      "3",
+      "-r",
+      "2",
+      "-o",
+      "out",
+    ]);
+    assert.equal(second.code, 0, transcript(second));
+    words = saving(second.stderr);
+  } // the model server is gone from here on
+
+  const original = await rows(source);
+  assert.ok(new Set(original.map((r) => r.reward)).size > 1, "the run has varied rewards");
+  const replay = await run(["replay", source]);
+  assert.equal(replay.code, 0, transcript(replay));
+  assert.match(
+    replay.stdout,
+    /replayed 8 rollouts .*: 8 of 8 rewards as before; 8 replies from the record, 0 missing/,
+  );
+  const replayed = saving(replay.stderr);
+  assert.deepEqual(rewards(await rows(replayed)), rewards(original));
+  assert.deepEqual(
+    (await rows(replayed)).map((r) => r.completion[0].content).sort(),
+    original.map((r) => r.completion[0].content).sort(),
+  );
+  const meta = JSON.parse(await Deno.readTextFile(join(replayed, "metadata.json")));
+  assert.equal(meta.replayed_from, source);
+
+  // The reward changes: now any answer that names the word counts.
+  const before = await rows(words);
+  assert.deepEqual(before.map((r) => r.reward).sort(), [0, 0, 0, 1, 1, 1]);
+  await Deno.writeTextFile(join(tmp.path, "words.ts"), ENV("text.includes(answer) ? 1 : 0"));
+  const rescore = await run(["rescore", words]);
+  assert.equal(rescore.code, 0, transcript(rescore));
+  const rescored = saving(rescore.stderr);
+  const after = await rows(rescored);
+  assert.deepEqual(after.map((r) => r.reward), after.map(() => 1));
+  assert.equal(
+    JSON.parse(await Deno.readTextFile(join(rescored, "metadata.json"))).rescored_from,
+    words,
+  );
+
+  const bad = await run(["replay", join(tmp.path, "nowhere")]);
+  assert.notEqual(bad.code, 0);
+  assert.match(bad.stderr, /nowhere: not a run folder/);
+});
