@@ -25,6 +25,8 @@ export interface AcquireOptions {
   task?: string;
   /** `grader` sandboxes are always fresh. Default `agent`. */
   role?: "agent" | "grader";
+  /** The rollout's index in its group (a replay finds its record by it). */
+  rollout?: number;
   signal?: AbortSignal;
 }
 

@@ -139,3 +139,63 @@ Deno.test("vf replay reproduces a run's rewards offline; vf rescore applies a ch
   assert.notEqual(bad.code, 0);
   assert.match(bad.stderr, /nowhere: not a run folder/);
 });
+
+Deno.test("vf replay re-runs a vf run (file-sum in Docker) from its record with the model and the Docker engine both out of reach, and gets the same rewards", async () => {
+  await using tmp = await tempDir("vf_replay_tasks_");
+  let source: string;
+  {
+    await using model = await startModelServer({
+      responder: ({ body }) => {
+        const turn = body.messages.filter((m) => m.role === "assistant").length;
+        const commands = [
+          "cat /app/input.txt",
+          // A wrong sum for one task, so the rewards differ between tasks.
+          "if grep -q '^1$' /app/input.txt; then echo 0; else awk '{ s += $1 } END { print s }' /app/input.txt; fi > /app/output/answer.txt",
+        ];
+        return turn < commands.length
+          ? {
+            content: null,
+            tool_calls: [{ name: "bash", arguments: { command: commands[turn] } }],
+          }
+          : { content: "Done." };
+      },
+    });
+    const first = await collect(cliCommand(
+      ["run", "file-sum", "-m", "m", "-b", model.url, "-n", "3", "-r", "2", "-o", "out"],
+      { cwd: tmp.path, env: {}, registry: false, docker: true },
+    ));
+    assert.equal(first.code, 0, transcript(first));
+    source = /^Saving traces to (.+)$/m.exec(first.stderr)![1];
+  }
+  const traces = (await Deno.readTextFile(join(source, "traces.jsonl"))).trim().split("\n")
+    .map((l) => JSON.parse(l));
+  const records = (await Deno.readTextFile(join(source, "record.jsonl"))).trim().split("\n")
+    .map((l) => JSON.parse(l));
+  assert.equal(records.length, traces.length);
+  assert.ok(
+    records.every((r) => r.sandboxes.some((s: Json) => s.ops.some((o: Json) => o.op === "run"))),
+  );
+
+  // Neither the model nor a Docker engine can be reached now.
+  const replay = await collect(cliCommand(["replay", source], {
+    cwd: tmp.path,
+    env: { DOCKER_HOST: `unix://${join(tmp.path, "no-engine.sock")}` },
+    registry: false,
+  }));
+  assert.equal(replay.code, 0, transcript(replay));
+  assert.match(
+    replay.stdout,
+    /replayed 6 rollouts .*: 6 of 6 rewards as before; 18 replies from the record, 0 missing/,
+  );
+  const target = /^Saving traces to (.+)$/m.exec(replay.stderr)![1];
+  const again = (await Deno.readTextFile(join(target, "traces.jsonl"))).trim().split("\n")
+    .map((l) => JSON.parse(l));
+  const byKey = (list: Json[]) =>
+    new Map(list.map((t) => [`${t.task.key}#${t.rollout_index}`, t.reward]));
+  assert.deepEqual(byKey(again), byKey(traces));
+  assert.ok(new Set(traces.map((t) => t.reward)).size > 1, "the run has varied rewards");
+  assert.equal(
+    JSON.parse(await Deno.readTextFile(join(target, "metadata.json"))).replayed_from,
+    source,
+  );
+});

@@ -14,6 +14,7 @@ import { Toolbox } from "../tools/toolbox.ts";
 import type { StartGate } from "../eval/evaluate.ts";
 import { readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
 import { requireRewards, type Task, type Taskset } from "../tasks/task.ts";
+import { SANDBOX_RECORDS } from "../tasks/rollout.ts";
 import type { AgentPolicy, TaskTrace } from "../tasks/rollout.ts";
 import {
   modelRetries,
@@ -215,7 +216,26 @@ export async function runTaskset(
     for (const t of episode.traces) t.model_retries = modelRetries(t);
     const line = (env.flat ? flatTrace(episode) : null) ?? episode;
     if (!tracesPath) return Promise.resolve();
-    const write = writeQueue.then(() => appendFile(tracesPath, JSON.stringify(line) + "\n"));
+    // What a replay needs of each rollout's sandboxes goes beside the traces.
+    const records = episode.traces.flatMap((t) => {
+      const sandboxes = SANDBOX_RECORDS.get(t);
+      return sandboxes?.length
+        ? [JSON.stringify({
+          format_version: 1,
+          trace_id: t.trace_id,
+          task: t.task.key,
+          rollout_index: t.rollout_index,
+          role: t.role,
+          sandboxes,
+        })]
+        : [];
+    });
+    const write = writeQueue.then(async () => {
+      if (records.length) {
+        await appendFile(join(options.runDir!, "record.jsonl"), records.join("\n") + "\n");
+      }
+      await appendFile(tracesPath, JSON.stringify(line) + "\n");
+    });
     writeQueue = write.catch(() => {});
     return write;
   };

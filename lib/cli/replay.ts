@@ -18,6 +18,10 @@ import { renderSummary } from "../eval/progress.ts";
 import { validateEvalConfig } from "../config.ts";
 import { parseArgs } from "./args.ts";
 import { resolveEval } from "./eval.ts";
+import { runTasks } from "./run.ts";
+import { loadTraces } from "../agents/run.ts";
+import { ReplaySandboxSource, type RolloutRecord } from "../tasks/record.ts";
+import type { TaskTrace } from "../tasks/rollout.ts";
 
 const HELP = {
   replay: `vf replay <run-dir> [-o <dir>]
@@ -47,12 +51,7 @@ export async function cmdReplay(argv: string[], mode: "replay" | "rescore"): Pro
     throw new ConfigError(`vf ${mode} needs a run folder; usage: ${HELP[mode].split("\n")[0]}`);
   }
   const runDir = resolve(source);
-  if (existsSync(join(runDir, "traces.jsonl"))) {
-    throw new ConfigError(
-      `${source}: a vf run (traces.jsonl); vf ${mode} handles vf eval runs (results.jsonl): a ` +
-        `task run's sandbox I/O is not recorded`,
-    );
-  }
+  if (existsSync(join(runDir, "traces.jsonl"))) return await replayTasks(runDir, flags, mode);
   if (!existsSync(join(runDir, "results.jsonl"))) {
     throw new ConfigError(`${source}: not a run folder (no results.jsonl)`);
   }
@@ -124,4 +123,79 @@ export async function cmdReplay(argv: string[], mode: "replay" | "rescore"): Pro
   } finally {
     await run.env.teardown().catch(() => {});
   }
+}
+
+/** Rewards of a task run by task and rollout index. */
+function taskRewards(traces: TaskTrace[]): Map<string, number | null> {
+  return new Map(
+    traces.map((t) => [`${t.task.key}#${t.rollout_index}`, t.error ? null : t.reward]),
+  );
+}
+
+/**
+ * Replay a `vf run` from its record: the model's replies from the traces, every sandbox
+ * operation from `record.jsonl`; no engine and no model are touched.
+ */
+async function replayTasks(
+  runDir: string,
+  flags: ReturnType<typeof parseArgs>,
+  mode: "replay" | "rescore",
+): Promise<number> {
+  if (mode === "rescore") {
+    throw new ConfigError(
+      `${runDir}: vf rescore handles vf eval runs; a task run's rewards run in its sandbox, so ` +
+        `re-apply changed rewards with vf replay (same sandbox answers) or rescoreTrace for offline hooks`,
+    );
+  }
+  const recordPath = join(runDir, "record.jsonl");
+  if (!existsSync(recordPath)) {
+    throw new ConfigError(
+      `${recordPath}: missing; the run was made before vf recorded sandbox I/O, so it cannot be replayed`,
+    );
+  }
+  const records = (await readFile(recordPath, "utf8")).trim().split("\n").filter(Boolean)
+    .map((l) => JSON.parse(l) as RolloutRecord);
+  const traces = await loadTraces(runDir);
+  const client = new ReplayClient(traces.map((t) => {
+    const first = t.messages.findIndex((m) => m.role === "assistant");
+    const cut = first < 0 ? t.messages.length : first;
+    return {
+      prompt: t.messages.slice(0, cut),
+      completion: t.messages.slice(cut),
+      index: t.rollout_index,
+    };
+  }));
+  const configPath = join(runDir, "config.json");
+  let saved: Record<string, unknown>;
+  try {
+    saved = JSON.parse(await readFile(configPath, "utf8"));
+  } catch {
+    throw new ConfigError(`${configPath}: missing or not JSON; vf replay needs the run's config`);
+  }
+  delete saved.format_version;
+  delete saved.resume;
+  const config = validateEvalConfig(saved, configPath);
+  const id = crypto.randomUUID().slice(0, 8);
+  const outDir = flags.o ?? flags["output-dir"];
+  const target = outDir ? resolve(String(outDir), id) : join(dirname(runDir), id);
+  const code = await runTasks(config, saved, configPath, {
+    client,
+    sandboxes: new ReplaySandboxSource(records),
+    runDir: target,
+    link: { replayed_from: runDir },
+  });
+  const before = taskRewards(traces);
+  const after = taskRewards(await loadTraces(target));
+  const same = [...after].filter(([k, v]) => before.has(k) && before.get(k) === v).length;
+  process.stdout.write(
+    `replayed ${after.size} rollouts from ${runDir}: ${same} of ${after.size} rewards as before; ` +
+      `${client.served} replies from the record, ${client.missed} missing\n`,
+  );
+  if (code !== 0 || same !== after.size || client.missed) {
+    process.stderr.write(
+      `error: the replay did not reproduce the run (${after.size - same} rewards differ)\n`,
+    );
+    return 1;
+  }
+  return 0;
 }

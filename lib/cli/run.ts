@@ -38,6 +38,7 @@ import {
 } from "./resolve.ts";
 import type { CachedChatClient } from "../model/cache.ts";
 import type { CostBudget, CostMeter } from "../model/cost.ts";
+import type { SandboxSource } from "../../runtimes/pool.ts";
 import { onInterrupt } from "./interrupt.ts";
 import { runOutcome } from "./outcome.ts";
 
@@ -81,13 +82,22 @@ export async function runTasks(
   config: EvalConfig,
   merged: Record<string, unknown>,
   source: string,
+  /** A replay's: its model client, its sandboxes, the run folder and what it links to. */
+  inject: {
+    client?: ChatClient;
+    sandboxes?: SandboxSource;
+    runDir?: string;
+    link?: Record<string, unknown>;
+  } = {},
 ): Promise<number> {
   const rawEnv = (config.env ?? {}) as Record<string, unknown>;
   const rawTaskset = rawEnv.taskset as Record<string, unknown> | undefined;
   if (typeof rawTaskset?.id !== "string" || !rawTaskset.id) {
     throw new ConfigError(`${source}: env.taskset.id: the taskset to run is required`);
   }
-  const { client, model, baseUrl, keyVar, cache, meter } = await resolveClient(config);
+  const resolved = await resolveClient(config);
+  const { model, baseUrl, keyVar, cache, meter } = resolved;
+  const client = inject.client ?? resolved.client;
   const budget = budgetOf(config, meter);
   // Sandboxes come through the limits and the warm pool; model calls through their own limit.
   const sandboxLimits = sandboxLimitsFromConfig(config.limits);
@@ -100,13 +110,14 @@ export async function runTasks(
   );
   const runId = crypto.randomUUID().slice(0, 8);
   const resumeDir = typeof config.resume === "string" ? resolve(config.resume) : null;
-  const sandboxes = sandboxLimits || warmPool > 0
+  const pooled = sandboxLimits || warmPool > 0
     ? new WarmPool({
       size: warmPool,
       runId: resumeDir ? resumeDir.split("/").pop()! : runId,
       limits: sandboxLimits,
     })
     : undefined;
+  const sandboxes = inject.sandboxes ?? pooled;
   // Relative paths in a TOML config (rubrics, judge prompts, hooks, toolsets, Compose) are
   // read from its folder; on the command line, from the cwd.
   const baseDir = source.endsWith(".toml") ? dirname(resolve(source)) : undefined;
@@ -196,6 +207,7 @@ export async function runTasks(
       cache,
       meter,
       budget,
+      inject,
     });
   } finally {
     await sandboxes?.close();
@@ -221,6 +233,7 @@ async function runEnv(
     cache: CachedChatClient | null;
     meter: CostMeter;
     budget: CostBudget | null;
+    inject: { runDir?: string; link?: Record<string, unknown> };
   },
 ): Promise<number> {
   const { config, model } = o;
@@ -242,7 +255,7 @@ async function runEnv(
     "evals",
     `${taskset.id}--${model.replaceAll("/", "--")}`,
   );
-  let runDir: string | null = save ? join(base, o.runId) : null;
+  let runDir: string | null = o.inject.runDir ?? (save ? join(base, o.runId) : null);
   let resume = false;
   if (o.resumeDir) {
     runDir = o.resumeDir;
@@ -298,6 +311,11 @@ async function runEnv(
       },
     });
     process.stdout.write(renderTaskSummary(summary) + "\n");
+    if (runDir && o.inject.link) {
+      const path = join(runDir, "metadata.json");
+      const metadata = JSON.parse(await readFile(path, "utf8"));
+      await writeJsonAtomic(path, { ...metadata, ...o.inject.link });
+    }
     for (const line of await recordRunCosts(runDir ?? undefined, o)) {
       process.stdout.write(line + "\n");
     }

@@ -26,12 +26,16 @@ export class ReplayClient implements ChatClient {
   readonly #replies = new Map<string, Message[]>();
   readonly #prefixLengths = new Set<number>();
 
-  constructor(outputs: RolloutOutput[]) {
+  /**
+   * From saved rollouts: each its prompt, its completion, and its index in its group (by
+   * default the order it was saved in among the rollouts of the same prompt).
+   */
+  constructor(outputs: Array<Pick<RolloutOutput, "prompt" | "completion"> & { index?: number }>) {
     const seen = new Map<string, number>();
     for (const o of outputs) {
       const prompt = keyOf(o.prompt);
       // The n-th saved rollout of an example was the n-th of its group.
-      const index = seen.get(prompt) ?? 0;
+      const index = o.index ?? seen.get(prompt) ?? 0;
       seen.set(prompt, index + 1);
       this.#replies.set(`${prompt}#${index}`, o.completion.filter((m) => m.role === "assistant"));
       this.#prefixLengths.add(o.prompt.length);

@@ -62,6 +62,7 @@ import type { TokenLimits } from "./harness.ts";
 
 const tokenLimitNames = new Set(["max_input_tokens", "max_output_tokens", "max_total_tokens"]);
 import { Enclosure } from "./enclosure.ts";
+import { recordingRuntime, type SandboxRecord } from "./record.ts";
 import {
   CLOSED_POLICY,
   composePolicies,
@@ -304,6 +305,9 @@ export function resolveRuntimeSpec(
   };
 }
 
+/** The sandbox operations of each finished trace (the run writes them to `record.jsonl`). */
+export const SANDBOX_RECORDS: WeakMap<TaskTrace, SandboxRecord[]> = new WeakMap();
+
 /**
  * The egress policy of a sandbox: the runtime's and the task's composed (a task allow of `*`
  * keeps the runtime's list, two lists intersect, blocks add up); null when neither gives a
@@ -526,6 +530,8 @@ export class TaskRollout {
   #stopList: StopHook[] | null = null;
   #toolbox: Toolbox | null = null;
   #enclosure: Enclosure | null = null;
+  /** Every sandbox's operations, in order (what `record.jsonl` keeps for vf replay). */
+  readonly sandboxRecords: SandboxRecord[] = [];
   #gateway: GatewayRoute | null = null;
   #egress: NetworkPolicy | null = null;
 
@@ -714,6 +720,7 @@ export class TaskRollout {
                     this.#options,
                     s,
                     (rt) => (this.#agent = rt),
+                    this.sandboxRecords,
                   );
                 }
                 ready = true;
@@ -735,6 +742,8 @@ export class TaskRollout {
               this.#agent = null;
               if (!box) await stale?.stop().catch(() => {});
               await this.#releaseNetwork();
+              // The failed attempt's sandbox is not what a replay should serve.
+              this.sandboxRecords.splice(0);
               if (signal?.aborted || attempt >= retries || !isSandboxInfra(error)) throw error;
               // Back off before asking the backend again: 0.25 s, 0.5 s, 1 s, ... (max 5 s).
               await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * 2 ** attempt)));
@@ -956,6 +965,7 @@ export class TaskRollout {
       const graph = this.#recorder.graph!;
       if (graph.leaves().length > 1) trace.nodes = graph.nodes;
       timing.total_ms = Math.round(performance.now() - this.#t0);
+      if (this.sandboxRecords.length) SANDBOX_RECORDS.set(trace, this.sandboxRecords);
     }
     return trace;
   }
@@ -1096,6 +1106,7 @@ export class TaskRollout {
               {
                 egress: graderPolicy ? { policy: graderPolicy, denied } : undefined,
                 services: graderServices,
+                records: this.sandboxRecords,
               },
             )),
       );
@@ -1304,23 +1315,43 @@ async function startSandbox(
   options: TaskRolloutOptions,
   signal: AbortSignal,
   hold: (runtime: Runtime) => void,
+  records?: SandboxRecord[],
 ): Promise<Runtime> {
   const labels = { runId: options.runId, task: options.task.key };
+  // Every operation on it is recorded, for vf replay.
+  const recorded = (runtime: Runtime) => {
+    if (!records) return runtime;
+    const record: SandboxRecord = {
+      role,
+      type: runtime.type,
+      capabilities: runtime.capabilities,
+      ops: [],
+    };
+    records.push(record);
+    const wrapped = recordingRuntime(runtime, record);
+    hold(wrapped);
+    return wrapped;
+  };
   // A sandbox on a rollout's own services network is made for it, never pooled.
   if (!policy.sandboxes || (spec.type === "docker" && spec.networkName)) {
     const runtime = createRuntime(spec, labels);
     hold(runtime);
     await runtime.start({ signal });
-    return runtime;
+    return recorded(runtime);
   }
-  const runtime = await policy.sandboxes.acquire(spec, { ...labels, role, signal });
+  const runtime = await policy.sandboxes.acquire(spec, {
+    ...labels,
+    role,
+    rollout: options.rolloutIndex ?? 0,
+    signal,
+  });
   if (signal.aborted) {
     // The phase is over (timeout, interrupt): nobody will use or stop this one.
     await runtime.stop().catch(() => {});
     throw signal.reason;
   }
   hold(runtime);
-  return runtime;
+  return recorded(runtime);
 }
 
 async function gradeIsolated(
@@ -1337,12 +1368,17 @@ async function gradeIsolated(
     egress?: { policy: NetworkPolicy; denied: EgressDenial[] };
     /** Services started fresh for each grading sandbox. */
     services: ServicesSpec | null;
+    /** Where the grading sandboxes' operations are recorded. */
+    records?: SandboxRecord[];
   } = { services: null },
 ): Promise<TaskScores> {
   const task = options.task;
+  const records = surround.records;
   let last: unknown;
   for (let attempt = 0; attempt <= retries; attempt++) {
     trace.scoring.attempts = attempt + 1;
+    // A failed attempt's grading sandbox is not what a replay should serve.
+    const mark = records?.length ?? 0;
     let grader = null as Runtime | null;
     let enclosure = null as Enclosure | null;
     try {
@@ -1366,7 +1402,15 @@ async function gradeIsolated(
           enclosure = opened.enclosure;
           graderSpec = opened.spec;
         }
-        await startSandbox(options.policy, graderSpec, "grader", options, s, (rt) => (grader = rt));
+        await startSandbox(
+          options.policy,
+          graderSpec,
+          "grader",
+          options,
+          s,
+          (rt) => (grader = rt),
+          records,
+        );
         const ctx = hookContext(grader!, s);
         await task.setup(ctx);
         await restoreArtifacts(grader!, artifacts);
@@ -1377,6 +1421,7 @@ async function gradeIsolated(
     } catch (error) {
       if (signal?.aborted) throw error;
       last = error;
+      if (records) records.length = mark;
     } finally {
       await grader?.stop().catch(() => {});
       const denied = await (enclosure as Enclosure | null)?.close() ?? [];
