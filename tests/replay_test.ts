@@ -199,3 +199,73 @@ Deno.test("vf replay re-runs a vf run (file-sum in Docker) from its record with 
     source,
   );
 });
+
+const CAPITALS = (check: string) => `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class Capital extends Task {
+  static override HARNESS = "null";
+  said = reward(({ trace }) => {
+    const text = String(trace.messages.at(-1)?.content ?? "");
+    return ${check} ? 1 : 0;
+  }, { offline: true });
+}
+class Capitals extends Taskset {
+  get id() { return "capitals"; }
+  *load() {
+    yield new Capital({ id: "fr", prompt: "Capital of France?" });
+    yield new Capital({ id: "it", prompt: "Capital of Italy?" });
+  }
+}
+export function loadTaskset(config) { return new Capitals(config); }
+`;
+
+Deno.test("vf rescore re-applies a task run's changed offline reward to its saved traces, with the model stopped", async () => {
+  await using tmp = await tempDir("vf_rescore_tasks_");
+  await Deno.writeTextFile(
+    join(tmp.path, "capitals.ts"),
+    CAPITALS('text.includes("Paris") || text.includes("Rome")'),
+  );
+  let source: string;
+  {
+    await using model = await startModelServer({
+      responder: ({ body }) => ({
+        content: JSON.stringify(body.messages).includes("France") ? "It is PARIS." : "It is Rome.",
+      }),
+    });
+    const first = await collect(cliCommand(
+      [
+        "run",
+        "./capitals.ts",
+        "-m",
+        "m",
+        "-b",
+        model.url,
+        "-o",
+        "out",
+        "--env.agent.runtime.type",
+        "subprocess",
+      ],
+      { cwd: tmp.path, env: {}, registry: false },
+    ));
+    assert.equal(first.code, 0, transcript(first));
+    source = /^Saving traces to (.+)$/m.exec(first.stderr)![1];
+  }
+  const rewards = async (dir: string) =>
+    new Map(
+      (await Deno.readTextFile(join(dir, "traces.jsonl"))).trim().split("\n")
+        .map((l) => JSON.parse(l)).map((t: Json) => [t.task.key, t.reward]),
+    );
+  assert.deepEqual(await rewards(source), new Map([["fr", 0], ["it", 1]]));
+
+  // The reward changes: case no longer matters.
+  await Deno.writeTextFile(join(tmp.path, "capitals.ts"), CAPITALS("/paris|rome/i.test(text)"));
+  const rescore = await collect(
+    cliCommand(["rescore", source], { cwd: tmp.path, env: {}, registry: false }),
+  );
+  assert.equal(rescore.code, 0, transcript(rescore));
+  const target = /^Saving traces to (.+)$/m.exec(rescore.stderr)![1];
+  assert.deepEqual(await rewards(target), new Map([["fr", 1], ["it", 1]]));
+  const meta = JSON.parse(await Deno.readTextFile(join(target, "metadata.json")));
+  assert.equal(meta.rescored_from, source);
+  assert.equal(meta.avg_reward, 1);
+});

@@ -1,42 +1,45 @@
 /**
- * `vf replay <run-dir>` and `vf rescore <run-dir>`: re-run a `vf eval` run from its record,
- * offline. Replay answers every model call with the reply the run got, so the rewards come
- * out the same; rescore does the same to re-apply the environment's current rubric (changed
- * code, changed judges) to the saved completions. Either writes a new run beside the source
- * that names it (`replayed_from` / `rescored_from`).
+ * `vf replay <run-dir>` and `vf rescore <run-dir>`: re-run a run from its record, offline.
+ * Replay answers every model call with the reply the run got (and, for a task run, every
+ * sandbox operation from `record.jsonl`), so the rewards come out the same; rescore re-applies
+ * changed scoring (an eval's rubric, a task's offline rewards and judges) to what was saved.
+ * Either writes a new run beside the source that names it (`replayed_from` / `rescored_from`).
  * @module
  */
 import process from "node:process";
 import { existsSync } from "node:fs";
-import { readFile } from "node:fs/promises";
+import { readFile, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
 import { loadOutputs, writeJsonAtomic } from "../eval/results.ts";
 import { evaluate } from "../eval/evaluate.ts";
 import { ReplayClient } from "../eval/replay.ts";
 import { renderSummary } from "../eval/progress.ts";
-import { validateEvalConfig } from "../config.ts";
+import { deepMerge, readToml, validateEvalConfig } from "../config.ts";
 import { parseArgs } from "./args.ts";
 import { resolveEval } from "./eval.ts";
 import { runTasks } from "./run.ts";
 import { loadTraces } from "../agents/run.ts";
+import { rescoreTrace, type TaskTrace } from "../tasks/rollout.ts";
+import { renderTaskSummary, summarizeTraces } from "../tasks/run.ts";
 import { ReplaySandboxSource, type RolloutRecord } from "../tasks/record.ts";
-import type { TaskTrace } from "../tasks/rollout.ts";
 
 const HELP = {
   replay: `vf replay <run-dir> [-o <dir>]
 
-Re-run a vf eval run offline from its record: every model call is answered with the reply the
-run got at the same place (prompt, rollout, turn), so the rewards come out the same. Writes a
-new run beside the source (or under -o) whose metadata names it (replayed_from), and says how
-many rewards match. Runs of vf run (traces.jsonl) are not replayed yet: their sandbox I/O is not
-recorded.
+Re-run a run offline from its record: every model call is answered with the reply the run got
+at the same place (prompt, rollout, turn), and for a vf run every sandbox operation from its
+record.jsonl, so neither a model nor a Docker engine is needed and the rewards come out the
+same. Writes a new run beside the source (or under -o) whose metadata names it
+(replayed_from), says how many rewards match, and exits 1 when one differs.
 `,
-  rescore: `vf rescore <run-dir> [-o <dir>]
+  rescore: `vf rescore <run-dir> [@ config.toml] [-o <dir>]
 
-Re-apply the environment's current rubric (changed reward code, judges) to a vf eval run's saved
-completions without calling the agent model. Writes a new run beside the source (or under -o)
-whose metadata names it (rescored_from).
+Re-apply changed scoring without calling the agent model. A vf eval run: the environment's
+current rubric runs on the saved completions. A vf run: the task's offline rewards (those that
+read only the trace) and the judges run on the saved traces; a TOML after @ is laid over the
+run's config (new judges, say); rewards that need the sandbox are skipped and named. Writes a
+new run beside the source (or under -o) whose metadata names it (rescored_from).
 `,
 };
 
@@ -141,12 +144,7 @@ async function replayTasks(
   flags: ReturnType<typeof parseArgs>,
   mode: "replay" | "rescore",
 ): Promise<number> {
-  if (mode === "rescore") {
-    throw new ConfigError(
-      `${runDir}: vf rescore handles vf eval runs; a task run's rewards run in its sandbox, so ` +
-        `re-apply changed rewards with vf replay (same sandbox answers) or rescoreTrace for offline hooks`,
-    );
-  }
+  if (mode === "rescore") return await rescoreTasks(runDir, flags);
   const recordPath = join(runDir, "record.jsonl");
   if (!existsSync(recordPath)) {
     throw new ConfigError(
@@ -198,4 +196,83 @@ async function replayTasks(
     return 1;
   }
   return 0;
+}
+
+/**
+ * Rescore a `vf run` offline: the task's rewards marked `offline` (they read only the trace)
+ * and the judges, as the taskset and config say now (a TOML after `@` is laid over the run's
+ * config: new judges, say); rewards that need the sandbox are skipped and named.
+ */
+async function rescoreTasks(runDir: string, flags: ReturnType<typeof parseArgs>): Promise<number> {
+  const configPath = join(runDir, "config.json");
+  let saved: Record<string, unknown>;
+  try {
+    saved = JSON.parse(await readFile(configPath, "utf8"));
+  } catch {
+    throw new ConfigError(`${configPath}: missing or not JSON; vf rescore needs the run's config`);
+  }
+  delete saved.format_version;
+  delete saved.resume;
+  const positional = flags._.map(String);
+  const at = positional.indexOf("@");
+  let source = configPath;
+  if (at >= 0) {
+    if (!positional[at + 1]) throw new ConfigError("vf rescore <run-dir> @ needs a TOML file");
+    source = positional[at + 1];
+    saved = deepMerge(saved, await readToml(source));
+  }
+  const config = validateEvalConfig(saved, source);
+  const traces = await loadTraces(runDir);
+  const id = crypto.randomUUID().slice(0, 8);
+  const outDir = flags.o ?? flags["output-dir"];
+  const target = outDir ? resolve(String(outDir), id) : join(dirname(runDir), id);
+  return await runTasks(config, saved, source, {
+    rescore: async (taskset, judges) => {
+      const tasks = new Map((await taskset.tasks(-1)).map((t) => [t.key, t]));
+      const out: TaskTrace[] = [];
+      for (const t of traces) {
+        const task = tasks.get(t.task.key);
+        if (!task) {
+          throw new ConfigError(`${runDir}: task "${t.task.key}" is not in the taskset any more`);
+        }
+        if (t.error) {
+          out.push({ ...t, run_id: id });
+          continue;
+        }
+        const { scores, info } = await rescoreTrace(task, t, { judges });
+        out.push({
+          ...t,
+          run_id: id,
+          reward: scores.reward,
+          rewards: scores.rewards,
+          metrics: { ...t.metrics, ...scores.metrics },
+          info,
+        });
+      }
+      await writeJsonAtomic(join(target, "config.json"), {
+        ...saved,
+        format_version: 1,
+        rescored_from: runDir,
+      });
+      await writeFile(
+        join(target, "traces.jsonl"),
+        out.map((t) => JSON.stringify(t)).join("\n") + "\n",
+      );
+      const perTask = new Map<string, number>();
+      for (const t of out) perTask.set(t.task.key, (perTask.get(t.task.key) ?? 0) + 1);
+      const summary = summarizeTraces(out, {
+        run_id: id,
+        taskset: taskset.id,
+        model: String(saved.model ?? ""),
+        env_id: "single-agent",
+        num_tasks: perTask.size,
+        rollouts_per_task: Math.max(1, ...perTask.values()),
+      });
+      await writeJsonAtomic(join(target, "metadata.json"), { ...summary, rescored_from: runDir });
+      process.stderr.write(`Saving traces to ${target}\n`);
+      process.stdout.write(renderTaskSummary(summary) + "\n");
+      process.stdout.write(`rescored ${out.length} rollouts from ${runDir} into ${target}\n`);
+      return 0;
+    },
+  });
 }

@@ -88,6 +88,8 @@ export async function runTasks(
     sandboxes?: SandboxSource;
     runDir?: string;
     link?: Record<string, unknown>;
+    /** vf rescore: given the loaded taskset and judges, does its work instead of a run. */
+    rescore?: (taskset: Taskset, judges: Judge[]) => Promise<number>;
   } = {},
 ): Promise<number> {
   const rawEnv = (config.env ?? {}) as Record<string, unknown>;
@@ -191,6 +193,7 @@ export async function runTasks(
       config,
       source,
     );
+    if (inject.rescore) return await inject.rescore(taskset, judges);
     return await runEnv(env, taskset, {
       config,
       merged,
