@@ -1,4 +1,3 @@
-/// <reference lib="dom" />
 /**
  * `vf view` in a real headless Chromium (Debian's `chromium`, driven by puppeteer-core; tests/
  * setup.sh installs it): the runs list, a 10k-rollout run paged from its on-disk index and
@@ -18,6 +17,9 @@ import { cliCommand, collect, tempDir, transcript } from "./_cli.ts";
 
 // deno-lint-ignore no-explicit-any
 type Json = any;
+/** The page's objects, seen from this (DOM-less) program. */
+// deno-lint-ignore no-explicit-any
+type Dom = any;
 
 const CHROMIUM = "/usr/bin/chromium";
 
@@ -160,7 +162,7 @@ Deno.test("vf view in headless Chromium: runs list, a 10k-rollout run filtered t
   try {
     const page = await browser.newPage();
     const base = `http://127.0.0.1:${server.port}/`;
-    const textOf = (sel: string) => page.$eval(sel, (el) => (el as HTMLElement).innerText);
+    const textOf = (sel: string) => page.$eval(sel, (el) => (el as Dom).innerText);
 
     // The runs list: every run, with the rollouts its file holds.
     await page.goto(base, { waitUntil: "networkidle0" });
@@ -172,7 +174,7 @@ Deno.test("vf view in headless Chromium: runs list, a 10k-rollout run filtered t
           r,
         ) => [
           r.getAttribute("data-id"),
-          (r.querySelector('[data-testid="run-rollouts"]') as HTMLElement).innerText,
+          (r.querySelector('[data-testid="run-rollouts"]') as Dom).innerText,
         ]),
     );
     assert.deepEqual(
@@ -187,10 +189,10 @@ Deno.test("vf view in headless Chromium: runs list, a 10k-rollout run filtered t
     // A screenshot of it is not blank: many distinct colours.
     const png = await page.screenshot({ encoding: "base64" }) as string;
     const colours = await page.evaluate(async (b64: string) => {
-      const img = new Image();
+      const img = new (globalThis as Dom).Image();
       img.src = "data:image/png;base64," + b64;
       await img.decode();
-      const canvas = document.createElement("canvas");
+      const canvas = (globalThis as Dom).document.createElement("canvas");
       canvas.width = img.width;
       canvas.height = img.height;
       const ctx = canvas.getContext("2d")!;
@@ -213,15 +215,16 @@ Deno.test("vf view in headless Chromium: runs list, a 10k-rollout run filtered t
     await page.click("#filters button");
     await page.waitForFunction(
       (n: number) =>
-        document.querySelector('[data-testid="matching"]')?.textContent?.startsWith(
-          `${n} matching`,
-        ),
+        (globalThis as Dom).document.querySelector('[data-testid="matching"]')?.textContent
+          ?.startsWith(
+            `${n} matching`,
+          ),
       {},
       errorsInFile,
     );
     const errorCells = await page.$$eval(
       '[data-testid="rollouts"] tr[data-line] td.err',
-      (tds) => tds.map((t) => (t as HTMLElement).innerText),
+      (tds) => tds.map((t) => (t as Dom).innerText),
     );
     assert.ok(
       errorCells.every((t) => t === "InfraError" || t === "corrupt line"),
@@ -240,7 +243,7 @@ Deno.test("vf view in headless Chromium: runs list, a 10k-rollout run filtered t
     assert.equal((await page.$$('[data-testid="message"]')).length, TRACE.messages.length);
     const calls = await page.$$eval(
       '[data-testid="tool-call"] b',
-      (bs) => bs.map((b) => (b as HTMLElement).innerText),
+      (bs) => bs.map((b) => (b as Dom).innerText),
     );
     assert.deepEqual(calls, ["bash", "edit"]);
     assert.equal(
@@ -263,7 +266,8 @@ Deno.test("vf view in headless Chromium: runs list, a 10k-rollout run filtered t
       append: true,
     });
     await page.waitForFunction(
-      () => document.querySelector('[data-testid="count"]')?.textContent === "3025",
+      () =>
+        (globalThis as Dom).document.querySelector('[data-testid="count"]')?.textContent === "3025",
       { timeout: 30_000 },
     );
 
