@@ -221,6 +221,11 @@ const SandboxLimitTable = z.strictObject({
 export const LimitsSection = SandboxLimitTable.extend({
   /** Model requests in flight at once. */
   max_model_connections: z.number().int().min(1).optional(),
+  /**
+   * Find how much runs at once instead of fixing it: start low, grow while healthy, halve on
+   * infrastructure errors or rising latency, never past the configured concurrency.
+   */
+  adaptive: z.boolean().optional(),
   runtime: z.record(z.string(), SandboxLimitTable).optional(),
 });
 

@@ -246,10 +246,16 @@ export async function runTaskset(
   let next = 0;
   const worker = async () => {
     while (next < jobs.length && !controller.signal.aborted) {
-      // A budget (--max-cost) may refuse to start more; what runs finishes.
-      if (options.gate && !options.gate.allows()) return;
+      // A budget (--max-cost) may refuse to start more, an adaptive limit make this wait;
+      // what runs finishes.
+      const gate = options.gate;
+      if (gate && !(await gate.allows())) return;
+      if (next >= jobs.length || controller.signal.aborted) {
+        gate?.finished(null);
+        return;
+      }
       const job = jobs[next++];
-      let episode: Episode;
+      let episode: Episode | undefined;
       try {
         episode = await runEpisode(env, job.task, {
           tasksetId: options.taskset.id,
@@ -268,7 +274,15 @@ export async function runTaskset(
         }
         return;
       } finally {
-        options.gate?.finished();
+        // Infrastructure errors and slow sandbox starts tell an adaptive limit to back off.
+        const traces = episode?.traces ?? [];
+        const starts = traces.map((t) => t.timing?.sandbox_ms).filter((n): n is number =>
+          typeof n === "number"
+        );
+        gate?.finished({
+          ok: episode !== undefined && !traces.some((t) => t.error?.infra),
+          latencyMs: starts.length ? Math.max(...starts) : undefined,
+        });
       }
       const modelError = episode.traces.find((t) =>
         t.error?.error && FATAL_MODEL_ERRORS.includes(t.error.error)

@@ -3,6 +3,7 @@
  * @module
  */
 
+import { AdaptiveController, allGates } from "../eval/adaptive.ts";
 import process from "node:process";
 import { readdir, stat } from "node:fs/promises";
 import { existsSync } from "node:fs";
@@ -165,6 +166,18 @@ export async function resolveEval(config: EvalConfig, source: string) {
     cache,
     meter,
     budget: budgetOf(config, meter),
+    // One slot per group in flight: the controller limits groups.
+    adaptive: config.limits?.adaptive
+      ? new AdaptiveController({
+        max: Math.max(
+          1,
+          Math.ceil(
+            (config.max_concurrent ?? 32) /
+              Math.max(1, config.rollouts_per_example ?? defaults.rollouts_per_example ?? 3),
+          ),
+        ),
+      })
+      : null,
     model,
     baseUrl,
     keyVar,
@@ -314,7 +327,7 @@ export async function cmdEval(argv: string[]): Promise<number> {
       signal: interrupt.signal,
       onProgress: display ? (p) => display.update(p) : undefined,
       metadataExtra: runDir ? { run_dir: runDir } : {},
-      gate: run.budget ?? undefined,
+      gate: allGates([run.budget, run.adaptive]),
     });
     display?.finish();
     process.stdout.write(renderSummary(result.metadata, result.outputs) + "\n");

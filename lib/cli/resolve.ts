@@ -13,6 +13,7 @@ import { TASKSETS } from "../../environments/mod.ts";
 import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
 import { CachedChatClient, defaultCachePath, ModelCache } from "../model/cache.ts";
 import { CostBudget, CostMeter, type ModelPrice } from "../model/cost.ts";
+import type { AdaptiveController } from "../eval/adaptive.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import type { EvalConfig } from "../config.ts";
 import { loadEndpoints, RoundRobinClient } from "../model/endpoints.ts";
@@ -144,10 +145,23 @@ export async function resolveClient(config: EvalConfig) {
  */
 export async function recordRunCosts(
   runDir: string | undefined,
-  o: { cache: CachedChatClient | null; meter: CostMeter; budget: CostBudget | null },
+  o: {
+    cache: CachedChatClient | null;
+    meter: CostMeter;
+    budget: CostBudget | null;
+    adaptive?: AdaptiveController | null;
+  },
 ): Promise<string[]> {
   const lines: string[] = [];
   const extra: Record<string, unknown> = {};
+  if (o.adaptive) {
+    const a = o.adaptive.stats();
+    extra.adaptive = a;
+    lines.push(
+      `adaptive concurrency: ended at ${a.limit} of ${a.max} (highest ${a.highest}; ` +
+        `${a.increases} increases, ${a.backoffs} back-offs)`,
+    );
+  }
   if (o.cache) {
     extra.cache = { ...o.cache.counts, path: o.cache.cache.path };
     lines.push(`cache: ${o.cache.counts.hits} hits, ${o.cache.counts.misses} misses`);

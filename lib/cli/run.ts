@@ -3,6 +3,7 @@
  * @module
  */
 
+import { AdaptiveController, allGates } from "../eval/adaptive.ts";
 import process from "node:process";
 import { readFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
@@ -101,6 +102,9 @@ export async function runTasks(
   const { model, baseUrl, keyVar, cache, meter } = resolved;
   const client = inject.client ?? resolved.client;
   const budget = budgetOf(config, meter);
+  const adaptive = config.limits?.adaptive
+    ? new AdaptiveController({ max: config.max_concurrent ?? 4 })
+    : null;
   // Sandboxes come through the limits and the warm pool; model calls through their own limit.
   const sandboxLimits = sandboxLimitsFromConfig(config.limits);
   // One pool serves every role; it keeps the largest size any role asks for.
@@ -210,6 +214,7 @@ export async function runTasks(
       cache,
       meter,
       budget,
+      adaptive,
       inject,
     });
   } finally {
@@ -236,6 +241,7 @@ async function runEnv(
     cache: CachedChatClient | null;
     meter: CostMeter;
     budget: CostBudget | null;
+    adaptive: AdaptiveController | null;
     inject: { runDir?: string; link?: Record<string, unknown> };
   },
 ): Promise<number> {
@@ -305,11 +311,12 @@ async function runEnv(
         k in ((o.rawEnv.taskset as { task?: Record<string, unknown> } | undefined)?.task ?? {})
       ),
       signal: interrupt.signal,
-      gate: o.budget ?? undefined,
+      gate: allGates([o.budget, o.adaptive]),
       onEpisode: quiet ? undefined : (e, done, total) => {
         const rate = done / Math.max(0.001, (Date.now() - started) / 1000);
         process.stderr.write(
-          `${taskset.id} ${done}/${total} ${rate.toFixed(2)}/s ${describeEpisode(e)}\n`,
+          `${taskset.id} ${done}/${total} ${rate.toFixed(2)}/s ${describeEpisode(e)}` +
+            (o.adaptive ? ` (concurrency ${o.adaptive.limit}/${o.adaptive.max})` : "") + "\n",
         );
       },
     });

@@ -15,6 +15,7 @@ export type EnvironmentHandle = Pick<
 >;
 import { ConfigError } from "../errors.ts";
 import {
+  isUnscoredOutput,
   loadMetadata,
   loadOutputs,
   MetadataBuilder,
@@ -66,10 +67,13 @@ export interface GenerateOptions {
   gate?: StartGate;
 }
 
-/** Decides whether more work may start (a budget): what already runs always finishes. */
+/**
+ * Decides whether more work may start (a budget, an adaptive limit): what already runs always
+ * finishes. `finished` hears how a unit went (null: it was let start but never ran).
+ */
 export interface StartGate {
-  allows(): boolean;
-  finished(): void;
+  allows(): boolean | Promise<boolean>;
+  finished(outcome?: { ok: boolean; latencyMs?: number } | null): void;
 }
 
 /** What {@link generate} returns. */
@@ -208,7 +212,7 @@ export async function generate(
   if (writer) await writer.writeMetadata(builder.build());
   const buildMetadata = () => builder.build();
 
-  const runOne = async (group: Row[]): Promise<void> => {
+  const runOne = async (group: Row[]): Promise<"ok" | "infra" | void> => {
     let outputs: RolloutOutput[] = [];
     const retries = options.maxRetries ?? 0;
     for (let attempt = 0; attempt <= retries; attempt++) {
@@ -223,6 +227,8 @@ export async function generate(
       await sleep(Math.min(1000 * 2 ** attempt, 60_000) * (0.5 + Math.random() / 2));
     }
     errors += outputs.filter((o) => o.error).length;
+    // An error nobody scored (the endpoint, the engine) tells an adaptive limit to back off.
+    const infra = outputs.some((o) => isUnscoredOutput(o));
     builder.add(outputs);
     if (keep) all.push(...outputs);
     const progress: Progress = {
@@ -233,7 +239,10 @@ export async function generate(
       elapsedMs: Date.now() - started,
       newOutputs: outputs,
     };
-    if (!writer) return options.onProgress?.(progress);
+    if (!writer) {
+      options.onProgress?.(progress);
+      return infra ? "infra" : "ok";
+    }
     // Rollouts go on while their lines reach the disk; progress is reported once they are
     // there, and a write error ends the run. When the disk falls behind by MAX_UNWRITTEN
     // outputs, workers wait for it, so memory stays flat.
@@ -241,22 +250,30 @@ export async function generate(
     written.then(() => options.onProgress?.(progress)).catch(stop);
     writer.writeMetadata(buildMetadata).catch(stop);
     if (writer.unwritten > MAX_UNWRITTEN) await written;
+    return infra ? "infra" : "ok";
   };
 
   // A fixed pool of workers pulling groups keeps memory flat for huge runs.
   let next = 0;
   const worker = async () => {
     while (next < pending.length && !controller.signal.aborted) {
-      if (options.gate && !options.gate.allows()) return;
+      const gate = options.gate;
+      if (gate && !(await gate.allows())) return;
+      if (next >= pending.length || controller.signal.aborted) {
+        gate?.finished(null); // others took the rest while this one waited
+        return;
+      }
       const group = pending[next++];
+      const t0 = performance.now();
+      let outcome: { ok: boolean; latencyMs?: number } = { ok: false };
       try {
-        await runOne(group);
+        outcome = { ok: (await runOne(group)) !== "infra", latencyMs: performance.now() - t0 };
       } catch (error) {
         if (controller.signal.aborted && !isFatalError(error)) return;
         stop(error);
         return;
       } finally {
-        options.gate?.finished();
+        gate?.finished(outcome);
       }
     }
   };

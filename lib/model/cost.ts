@@ -99,8 +99,9 @@ export class CostBudget {
     return true;
   }
 
-  /** A unit finished. */
-  finished(): void {
-    this.#finished++;
+  /** A unit finished (null: it was let start but never ran). */
+  finished(outcome?: unknown): void {
+    if (outcome === null) this.#started--;
+    else this.#finished++;
   }
 }
