@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { startModelServer } from "./model_server.ts";
 import { cliCommand, collect, tempDir, transcript } from "./_cli.ts";
+import { makeCertificates } from "./_remote_docker.ts";
 
 /** The CLI with a bare environment: no keys or OPENAI_* variables leak in from the machine. */
 function cli(args: string[], cwd: string, env: Record<string, string> = {}): Deno.Command {
@@ -102,4 +103,101 @@ Deno.test("vf eval --server names the URL when no server is listening", async ()
   const out = await collect(cli(evalViaServer("gsm8k", url, "http://127.0.0.1:1/v1"), tmp.path));
   assert.equal(out.code, 1);
   assert.match(out.stderr, new RegExp(`Cannot reach the env server at "${url}"`));
+});
+
+Deno.test("vf serve --workers: one HTTPS port with a token in front of worker processes, a second added under load; vf eval runs through it", async () => {
+  await using tmp = await tempDir("vf_serve_workers_");
+  await makeCertificates(tmp.path);
+  await using model = await startModelServer({
+    responder: async () => {
+      await new Promise((r) => setTimeout(r, 200)); // slow enough that groups queue
+      return { content: "So \\boxed{18}" };
+    },
+  });
+  const port = freePort();
+  const url = `https://127.0.0.1:${port}`;
+  const env = { VF_SERVER_TOKEN: "tok-123", DENO_CERT: join(tmp.path, "ca.pem") };
+  const server = cli(
+    [
+      "serve",
+      "gsm8k",
+      "--workers",
+      "2",
+      "--port",
+      String(port),
+      "-c",
+      "1",
+      "--tls-cert",
+      join(tmp.path, "server-cert.pem"),
+      "--tls-key",
+      join(tmp.path, "server-key.pem"),
+    ],
+    tmp.path,
+    env,
+  ).spawn();
+  const client = Deno.createHttpClient({
+    caCerts: [await Deno.readTextFile(join(tmp.path, "ca.pem"))],
+  });
+  const get = (path: string, headers: Record<string, string> = {}) =>
+    fetch(`${url}${path}`, { client, headers });
+  try {
+    const end = Date.now() + 60_000;
+    let health: Record<string, unknown> | null = null;
+    while (!health && Date.now() < end) {
+      try {
+        const res = await get("/health");
+        if (res.ok) health = await res.json();
+        else await res.body?.cancel();
+      } catch {
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+    assert.ok(health, "the front never answered /health");
+    assert.equal((health.workers as unknown[]).length, 1);
+    assert.equal(health.max_workers, 2);
+
+    const refused = await get("/info");
+    assert.equal(refused.status, 401);
+    await refused.body?.cancel();
+    const info = await (await get("/info", { authorization: "Bearer tok-123" })).json();
+    assert.equal(info.env_id, "gsm8k");
+
+    // Eight groups at once against workers that run one group each: the front adds a worker.
+    const evalRun = await collect(cli(
+      [
+        "eval",
+        "gsm8k",
+        "--server",
+        url,
+        "-m",
+        "m",
+        "-b",
+        model.url,
+        "-n",
+        "8",
+        "-r",
+        "1",
+        "-c",
+        "16",
+        "-o",
+        tmp.path,
+      ],
+      tmp.path,
+      env,
+    ));
+    assert.equal(evalRun.code, 0, transcript(evalRun));
+    const base = join(tmp.path, "evals", "gsm8k--m");
+    const [dir] = [...Deno.readDirSync(base)].map((e) => e.name);
+    const rows = Deno.readTextFileSync(join(base, dir, "results.jsonl")).trim().split("\n");
+    assert.equal(rows.length, 8);
+    const after = await (await get("/health")).json();
+    assert.equal(after.workers.length, 2, JSON.stringify(after));
+  } finally {
+    client.close();
+    server.kill("SIGTERM");
+    const out = await collect(server);
+    assert.equal(out.code, 0, out.stderr);
+    assert.match(out.stdout, /up to 2 workers at https:\/\/127\.0\.0\.1/);
+    assert.match(out.stderr, /SIGTERM: stopping the env server and its workers/);
+  }
 });

@@ -10,6 +10,8 @@ import type { Environment } from "../envs/environment.ts";
 import { ConfigError, describeError } from "../errors.ts";
 import { loadEnvironment } from "../envs/load.ts";
 import { startEnvServer } from "../serve/server.ts";
+import { startWorkerFront } from "../serve/workers.ts";
+import { readFile } from "node:fs/promises";
 import { flagsToConfig } from "./args.ts";
 import { env } from "./resolve.ts";
 
@@ -26,6 +28,10 @@ Evaluate through it with: vf eval <env> --server http://HOST:PORT -m <model> -b 
   --timeout <seconds>         wall-clock limit per rollout
   --allow-key-var <NAME>      a variable requests may name as client.api_key_var to use this
                               server's key (repeatable; by default none is ever read)
+  --workers <n>               up to n worker processes behind the one port (default 1: none):
+                              starts with one, adds one whenever every worker has groups
+                              waiting; GET /health reports each worker's load
+  --tls-cert <pem> --tls-key <pem>  serve HTTPS (with --workers: at the front)
 Requests carry the model endpoint and its API key: keep the server on loopback, or behind
 TLS on a trusted network. When VF_SERVER_TOKEN is set, requests must send it as a bearer
 token (vf eval --server sends $VF_SERVER_TOKEN). Runs until SIGINT or SIGTERM.
@@ -39,8 +45,8 @@ export async function cmdServe(argv: string[]): Promise<number> {
       "parse-positional-numbers": false,
     },
     boolean: ["help", "h"],
-    string: ["host", "env-args", "x", "extra-env-kwargs", "allow-key-var"],
-    number: ["port", "c", "max-concurrent", "timeout"],
+    string: ["host", "env-args", "x", "extra-env-kwargs", "allow-key-var", "tls-cert", "tls-key"],
+    number: ["port", "c", "max-concurrent", "timeout", "workers"],
   });
   if (flags.help || flags.h) {
     process.stdout.write(SERVE_HELP);
@@ -61,6 +67,53 @@ export async function cmdServe(argv: string[]): Promise<number> {
     throw new ConfigError(`-c/--max-concurrent must be an integer ≥ 1, got ${maxConcurrent}`);
   }
   const hostname = String(last(flags.host) ?? "127.0.0.1");
+  const certPath = last(flags["tls-cert"]);
+  const keyPath = last(flags["tls-key"]);
+  if (Boolean(certPath) !== Boolean(keyPath)) {
+    throw new ConfigError("--tls-cert and --tls-key go together");
+  }
+  const tls = certPath
+    ? {
+      cert: await readFile(String(certPath), "utf8"),
+      key: await readFile(String(keyPath), "utf8"),
+    }
+    : undefined;
+  const workers = Number(last(flags.workers) ?? 1);
+  if (!Number.isInteger(workers) || workers < 1) {
+    throw new ConfigError(`--workers must be an integer ≥ 1, got ${last(flags.workers)}`);
+  }
+  if (workers > 1) {
+    // The front: the workers load the environment; each serves it on a loopback port.
+    const workerArgs = argv.filter((_, i, all) => {
+      const flag = all[i];
+      const prev = all[i - 1];
+      const drop = ["--workers", "--port", "--host", "--tls-cert", "--tls-key"];
+      return !drop.includes(flag) && !drop.includes(prev) &&
+        !drop.some((d) => flag.startsWith(`${d}=`));
+    });
+    const token = env("VF_SERVER_TOKEN") || undefined;
+    const front = await startWorkerFront({
+      workerArgs,
+      maxWorkers: workers,
+      port,
+      hostname,
+      token,
+      tls,
+    });
+    process.stdout.write(`vf serve: up to ${workers} workers at ${front.url}\n`);
+    const stop = Promise.withResolvers<string>();
+    const onSignal = (sig: string) => stop.resolve(sig);
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
+    try {
+      process.stderr.write(`${await stop.promise}: stopping the env server and its workers\n`);
+    } finally {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+      await front.close();
+    }
+    return 0;
+  }
   const loaded = await loadEnvironment(
     positional[0],
     (config.env_args ?? {}) as Record<string, unknown>,
@@ -88,6 +141,7 @@ export async function cmdServe(argv: string[]): Promise<number> {
     evalDefaults: loaded.module.evalDefaults ?? null,
     token,
     allowKeyVars: [flags["allow-key-var"] ?? []].flat().map(String),
+    tls,
   });
   const loopback = ["127.0.0.1", "localhost", "::1"].includes(hostname);
   if (!loopback && !token) {

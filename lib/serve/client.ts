@@ -90,7 +90,12 @@ function reason(error: unknown): string {
 
 /** The endpoint config to forward for `client`, with the API key resolved on this side. */
 export function forwardableConfig(client: ChatClient): ClientConfig {
-  const config = (client as { config?: ClientConfig }).config;
+  // Through wrappers (the cost meter, the cache) to the client that holds the endpoint.
+  let inner: ChatClient | undefined = client;
+  let config: ClientConfig | undefined;
+  while (inner && !(config = (inner as { config?: ClientConfig }).config)) {
+    inner = (inner as { inner?: ChatClient }).inner;
+  }
   if (!config) {
     throw new ConfigError(
       `The model client for "${client.baseUrl}" has no endpoint config to send to the env server; ` +

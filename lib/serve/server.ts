@@ -62,6 +62,8 @@ export interface EnvServerOptions {
   allowKeyVars?: string[];
   /** Milliseconds of silence on a stream before a heartbeat line; default 15000. */
   heartbeatMs?: number;
+  /** Serve HTTPS with this certificate chain and key (PEM text). */
+  tls?: { cert: string; key: string };
   /** Closes the server when aborted. */
   signal?: AbortSignal;
 }
@@ -437,7 +439,11 @@ export async function startEnvServer(
   app.notFound((c) => json(404, { error: `No route for ${c.req.method} ${c.req.path}` }));
   app.onError((error) => json(500, { error: `${errorName(error)}: ${errorMessage(error)}` }));
 
-  const listener = await serveHttp(app.fetch, { port: options.port, hostname: options.hostname });
+  const listener = await serveHttp(app.fetch, {
+    port: options.port,
+    hostname: options.hostname,
+    tls: options.tls,
+  });
   const host = options.hostname ?? "127.0.0.1";
   const urlHost = host.includes(":") ? `[${host}]` : host;
   let closed: Promise<void> | undefined;
@@ -450,7 +456,7 @@ export async function startEnvServer(
   };
   options.signal?.addEventListener("abort", () => void close(), { once: true });
   return {
-    url: `http://${urlHost}:${listener.port}`,
+    url: `${options.tls ? "https" : "http"}://${urlHost}:${listener.port}`,
     port: listener.port,
     get inFlight() {
       return slots.inFlight;
