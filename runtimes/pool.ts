@@ -36,6 +36,16 @@ export interface SandboxSource {
   acquire(spec: RuntimeSpec, options?: AcquireOptions): Promise<Runtime>;
   /** Stops what the source still holds. */
   close(): Promise<void>;
+  /**
+   * A replay's source: its sandboxes answer from a record, so what surrounds a sandbox
+   * (networks, services, relays) is not built again.
+   */
+  readonly replaying?: boolean;
+  /** A replay's recorded toolset calls of a rollout (`tools` and `calls`), if any. */
+  recordedTools?(
+    task: string,
+    rollout: number,
+  ): { tools: unknown[]; calls: unknown[] } | null;
 }
 
 /** Builds a runtime (not started); default `createRuntime`. */

@@ -269,3 +269,98 @@ Deno.test("vf rescore re-applies a task run's changed offline reward to its save
   assert.equal(meta.rescored_from, source);
   assert.equal(meta.avg_reward, 1);
 });
+
+const COUNTER_SERVER = `
+import { McpServer } from "npm:@modelcontextprotocol/sdk@^1.32.0/server/mcp.js";
+import { StdioServerTransport } from "npm:@modelcontextprotocol/sdk@^1.32.0/server/stdio.js";
+import { z } from "npm:zod@^4.6.0";
+const server = new McpServer({ name: "counter", version: "1" });
+let count = 0;
+server.registerTool("inc", { description: "Add", inputSchema: { by: z.number() } },
+  ({ by }) => ({ content: [{ type: "text", text: String(count += by) }] }));
+server.registerTool("get", { description: "Read", inputSchema: {} },
+  () => ({ content: [{ type: "text", text: String(count) }] }));
+await server.connect(new StdioServerTransport());
+`;
+
+const COUNTS = `
+import { defineToolset, reward, Task, Taskset } from "${MOD_URL}";
+import { z } from "npm:zod@^4.6.0";
+class CountTask extends Task {
+  static override HARNESS = "null";
+  override initialState() { return { notes: [] }; }
+  override toolsets() {
+    return [defineToolset({
+      name: "notes",
+      tools: { add: { description: "Note", parameters: { text: z.string() },
+        run: ({ text }, { state }) => { state.notes.push(text); return "noted"; } } },
+    })];
+  }
+  counted = reward(async ({ tools }) => (await tools.call("counter_get", {})).text === "5" ? 1 : 0);
+  noted = reward(({ state }) => (state.notes[0] === "five" ? 1 : 0));
+}
+class Counts extends Taskset {
+  get id() { return "counts"; }
+  *load() { yield new CountTask({ id: "c", prompt: "Count to five." }); }
+}
+export function loadTaskset(config) { return new Counts(config); }
+`;
+
+Deno.test("vf replay answers a stdio MCP toolset from the record (its server is gone) and runs TypeScript tools again", async () => {
+  await using tmp = await tempDir("vf_replay_tools_");
+  await Deno.writeTextFile(join(tmp.path, "server.ts"), COUNTER_SERVER);
+  await Deno.writeTextFile(join(tmp.path, "counts.ts"), COUNTS);
+  await Deno.writeTextFile(
+    join(tmp.path, "run.toml"),
+    `model = "m"\n[env.taskset]\nid = "./counts.ts"\n[env.agent.runtime]\ntype = "subprocess"\n` +
+      `[[env.toolsets]]\nname = "counter"\ncommand = "${Deno.execPath()}"\n` +
+      `args = ["run", "-A", "server.ts"]\ncwd = "."\n`,
+  );
+  const plan = [["counter_inc", { by: 2 }], ["counter_inc", { by: 3 }], ["notes_add", {
+    text: "five",
+  }]] as const;
+  let source: string;
+  {
+    await using model = await startModelServer({
+      responder: ({ body }) => {
+        const turn = body.messages.filter((m) => m.role === "assistant").length;
+        if (turn < plan.length) {
+          const [name, args] = plan[turn];
+          return { content: null, tool_calls: [{ name, arguments: args }] };
+        }
+        return { content: "Counted." };
+      },
+    });
+    const first = await collect(cliCommand(
+      ["eval", "@", "run.toml", "-b", model.url, "-o", "out"],
+      { cwd: tmp.path, env: {}, registry: false },
+    ));
+    assert.equal(first.code, 0, transcript(first));
+    source = /^Saving traces to (.+)$/m.exec(first.stderr)![1];
+  }
+  const [t] = (await Deno.readTextFile(join(source, "traces.jsonl"))).trim().split("\n").map((l) =>
+    JSON.parse(l)
+  );
+  assert.deepEqual(t.rewards, { counted: 1, noted: 1 });
+  const [record] = (await Deno.readTextFile(join(source, "record.jsonl"))).trim().split("\n").map((
+    l,
+  ) => JSON.parse(l));
+  assert.deepEqual(record.tools.calls.map((c: Json) => c.name), [
+    "counter_inc",
+    "counter_inc",
+    "counter_get",
+  ]);
+
+  // The server is gone: a live toolset could not start. The replay needs only the record.
+  await Deno.remove(join(tmp.path, "server.ts"));
+  const replay = await collect(
+    cliCommand(["replay", source], { cwd: tmp.path, env: {}, registry: false }),
+  );
+  assert.equal(replay.code, 0, transcript(replay));
+  assert.match(replay.stdout, /1 of 1 rewards as before/);
+  const target = /^Saving traces to (.+)$/m.exec(replay.stderr)![1];
+  const [u] = (await Deno.readTextFile(join(target, "traces.jsonl"))).trim().split("\n").map((l) =>
+    JSON.parse(l)
+  );
+  assert.deepEqual(u.rewards, { counted: 1, noted: 1 });
+});

@@ -218,15 +218,16 @@ export async function runTaskset(
     if (!tracesPath) return Promise.resolve();
     // What a replay needs of each rollout's sandboxes goes beside the traces.
     const records = episode.traces.flatMap((t) => {
-      const sandboxes = SANDBOX_RECORDS.get(t);
-      return sandboxes?.length
+      const record = SANDBOX_RECORDS.get(t);
+      return record
         ? [JSON.stringify({
           format_version: 1,
           trace_id: t.trace_id,
           task: t.task.key,
           rollout_index: t.rollout_index,
           role: t.role,
-          sandboxes,
+          sandboxes: record.sandboxes,
+          tools: record.tools,
         })]
         : [];
     });

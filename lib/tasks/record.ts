@@ -18,6 +18,7 @@ import type {
   RuntimeSpec,
 } from "../../runtimes/runtime.ts";
 import { CommandTimeoutError, InfraError } from "../errors.ts";
+import type { ToolboxRecord } from "../tools/toolbox.ts";
 import {
   SandboxFileNotFoundError,
   SandboxFileTooLargeError,
@@ -49,10 +50,12 @@ const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
 const unb64 = (text: string) => new Uint8Array(Buffer.from(text, "base64"));
 
 function runArgs(argv: string[], o: RunOptions = {}): unknown {
-  const { signal: _s, stdin, ...rest } = o;
+  const { signal: _s, stdin, env, ...rest } = o;
   return {
     argv,
     ...rest,
+    // Names only: values may be per-run secrets (a gateway key) that differ in a re-run.
+    ...(env ? { env: Object.keys(env).sort() } : {}),
     ...(stdin === undefined ? {} : { stdin: typeof stdin === "string" ? stdin : b64(stdin) }),
   };
 }
@@ -245,6 +248,8 @@ export interface RolloutRecord {
   rollout_index: number;
   role: string;
   sandboxes: SandboxRecord[];
+  /** Its toolsets' tools and calls, when it had any. */
+  tools?: ToolboxRecord | null;
 }
 
 /**
@@ -252,14 +257,22 @@ export interface RolloutRecord {
  * role) answers from the n-th one it recorded.
  */
 export class ReplaySandboxSource implements SandboxSource {
+  readonly replaying = true;
   readonly #records = new Map<string, SandboxRecord[]>();
+  readonly #tools = new Map<string, ToolboxRecord>();
   readonly #taken = new Map<string, number>();
 
   constructor(records: RolloutRecord[]) {
     for (const r of records) {
       // A later attempt of the same rollout replaces an earlier one.
       this.#records.set(`${r.task}#${r.rollout_index}`, r.sandboxes);
+      if (r.tools) this.#tools.set(`${r.task}#${r.rollout_index}`, r.tools);
     }
+  }
+
+  /** The rollout's recorded toolset calls, if it had toolsets. */
+  recordedTools(task: string, rollout: number): ToolboxRecord | null {
+    return this.#tools.get(`${task}#${rollout}`) ?? null;
   }
 
   acquire(_spec: RuntimeSpec, options: AcquireOptions = {}): Promise<Runtime> {

@@ -55,7 +55,7 @@ import {
 import type { Messages, SamplingArgs } from "../types.ts";
 import { type Judge, judgeUsage } from "../scoring/judges/judge.ts";
 import { MessageGraph, type MessageNode } from "./graph.ts";
-import { Toolbox } from "../tools/toolbox.ts";
+import { Toolbox, type ToolboxRecord } from "../tools/toolbox.ts";
 import { loadServices, type ServicesSpec } from "../services/compose.ts";
 import type { EgressDenial, GatewayRoute } from "../gateway/gateway.ts";
 import type { TokenLimits } from "./harness.ts";
@@ -305,8 +305,14 @@ export function resolveRuntimeSpec(
   };
 }
 
-/** The sandbox operations of each finished trace (the run writes them to `record.jsonl`). */
-export const SANDBOX_RECORDS: WeakMap<TaskTrace, SandboxRecord[]> = new WeakMap();
+/**
+ * What each finished trace's sandboxes and toolsets did (the run writes it to `record.jsonl`
+ * for `vf replay`).
+ */
+export const SANDBOX_RECORDS: WeakMap<
+  TaskTrace,
+  { sandboxes: SandboxRecord[]; tools: ToolboxRecord | null }
+> = new WeakMap();
 
 /**
  * The egress policy of a sandbox: the runtime's and the task's composed (a task allow of `*`
@@ -532,6 +538,7 @@ export class TaskRollout {
   #enclosure: Enclosure | null = null;
   /** Every sandbox's operations, in order (what `record.jsonl` keeps for vf replay). */
   readonly sandboxRecords: SandboxRecord[] = [];
+  #toolRecord: ToolboxRecord | null = null;
   #gateway: GatewayRoute | null = null;
   #egress: NetworkPolicy | null = null;
 
@@ -763,9 +770,24 @@ export class TaskRollout {
             user: data.agent_user,
             signal,
           };
+          // A replay answers the toolsets from the record; a run keeps a record of its calls.
+          const recorded = policy.sandboxes?.recordedTools?.(
+            task.key,
+            this.#options.rolloutIndex ?? 0,
+          ) as ToolboxRecord | null | undefined;
+          if (recorded) {
+            // Servers in other processes answer from the record; TypeScript tools run again.
+            this.#toolbox = await Toolbox.fromRecord(recorded).with(
+              toolsets.filter((t) => t.tools !== undefined),
+              ctx,
+            );
+            return;
+          }
           this.#toolbox = shared
             ? await shared.with(toolsets, ctx)
             : await Toolbox.open(toolsets, ctx);
+          this.#toolRecord = { tools: this.#toolbox.externalTools, calls: [] };
+          this.#toolbox.record = this.#toolRecord;
         });
       }
       // The agent works under the task's policy (nothing but vf's own routes without one).
@@ -965,7 +987,9 @@ export class TaskRollout {
       const graph = this.#recorder.graph!;
       if (graph.leaves().length > 1) trace.nodes = graph.nodes;
       timing.total_ms = Math.round(performance.now() - this.#t0);
-      if (this.sandboxRecords.length) SANDBOX_RECORDS.set(trace, this.sandboxRecords);
+      if (this.sandboxRecords.length || this.#toolRecord) {
+        SANDBOX_RECORDS.set(trace, { sandboxes: this.sandboxRecords, tools: this.#toolRecord });
+      }
     }
     return trace;
   }
@@ -1011,6 +1035,20 @@ export class TaskRollout {
       signal,
     };
     if (!Enclosure.needed(needs)) return spec;
+    if (policy.sandboxes?.replaying) {
+      // A replay's sandboxes answer from the record: no network, relay or services to build;
+      // a program harness still gets a gateway route (on loopback), which nothing will call.
+      if (needs.gateway) {
+        const opened = await Enclosure.open({ type: "subprocess" }, {
+          ...needs,
+          services: null,
+          egress: false,
+        });
+        this.#enclosure = opened.enclosure;
+        this.#gateway = opened.enclosure.route;
+      }
+      return spec;
+    }
     const opened = await Enclosure.open(spec, needs);
     this.#enclosure = opened.enclosure;
     this.#gateway = opened.enclosure.route;

@@ -23,6 +23,12 @@ export interface ToolboxContext {
   signal?: AbortSignal;
 }
 
+/** A toolbox's tools and every call made through it, in order (what a replay answers from). */
+export interface ToolboxRecord {
+  tools: Tool[];
+  calls: Array<{ name: string; args: Record<string, unknown>; result: ToolResult }>;
+}
+
 /** A tool call's result as the model sees it. */
 export interface ToolResult {
   text: string;
@@ -208,7 +214,73 @@ export class Toolbox {
     );
     const content = (result.content ?? []) as Array<{ type: string; text?: string }>;
     const text = content.map((c) => (c.type === "text" ? c.text ?? "" : `[${c.type}]`)).join("\n");
-    return { text, isError: result.isError === true };
+    const out = { text, isError: result.isError === true };
+    if (this.record?.tools.some((t) => t.name === name)) {
+      this.record.calls.push({ name, args, result: out });
+    }
+    return out;
+  }
+
+  /** Where this toolbox's calls are kept for a replay (set by the rollout). */
+  record: ToolboxRecord | null = null;
+
+  /**
+   * The tools served by other processes (stdio commands, URLs): what a replay answers from
+   * its record. TypeScript tools run in this process and run again in a replay.
+   */
+  get externalTools(): Tool[] {
+    return [...this.#shared, ...this.#open].filter((o) => o.spec.tools === undefined)
+      .flatMap((o) => o.tools);
+  }
+
+  /**
+   * A toolbox that answers from a record: its tools are the recorded ones, and each call gets
+   * the recorded result of the same call, in order.
+   * @throws {InfraError} (from `call`) when the re-run calls something else
+   */
+  static fromRecord(record: ToolboxRecord): Toolbox {
+    let next = 0;
+    const spec = { name: "replay" } as ToolsetSpec;
+    const client = {
+      callTool: ({ name, arguments: args }: { name: string; arguments: unknown }) => {
+        const entry = record.calls[next];
+        const full = entry?.name;
+        if (
+          !entry || !full.endsWith(`_${name}`) ||
+          JSON.stringify(entry.args) !== JSON.stringify(args)
+        ) {
+          return Promise.reject(
+            new InfraError(
+              `Replay of the toolsets diverged at call ${next + 1}: the re-run called ${name} ` +
+                `${JSON.stringify(args).slice(0, 200)}, the record has ${
+                  entry
+                    ? `${entry.name} ${JSON.stringify(entry.args).slice(0, 200)}`
+                    : "nothing more"
+                }`,
+            ),
+          );
+        }
+        next++;
+        return Promise.resolve({
+          content: [{ type: "text", text: entry.result.text }],
+          isError: entry.result.isError,
+        });
+      },
+      close: () => Promise.resolve(),
+    } as unknown as Client;
+    // Each recorded tool keeps its full name: the toolset part is everything before the last
+    // `<server>_` split the live toolbox made, so one synthetic toolset per server name.
+    const byServer = new Map<string, Tool[]>();
+    for (const t of record.tools) {
+      const server = t.name.slice(0, t.name.indexOf("_"));
+      byServer.set(server, [...(byServer.get(server) ?? []), t]);
+    }
+    const opens = [...byServer].map(([server, tools]) => ({
+      spec: { ...spec, name: server },
+      client,
+      tools,
+    }));
+    return new Toolbox(opens);
   }
 
   /** Close this toolbox's own toolsets (stops stdio servers); shared ones stay. Idempotent. */
