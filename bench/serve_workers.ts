@@ -4,7 +4,7 @@
  * gives each rollout real CPU work) against the loopback model. Both servers run as
  * `vf serve` child processes; a warm-up lets the front add its second worker first.
  *
- * `deno run -A bench/serve_workers.ts [--rollouts 400] [--concurrency 64] [--reps 3]`
+ * `deno run -A bench/serve_workers.ts [--rollouts 400] [--per-example 2] [--concurrency 64] [--reps 3]`
  * @module
  */
 import process from "node:process";
@@ -74,8 +74,9 @@ async function serve(workers: number): Promise<{ url: string; stop: () => Promis
   };
 }
 
-const examples = Math.min(answers.size, rollouts);
-const perExample = Math.max(1, Math.round(rollouts / examples));
+// Small groups, so the in-flight limit is many groups (each worker runs 8 at once).
+const perExample = Number(flag("per-example", "2"));
+const examples = Math.min(answers.size, Math.ceil(rollouts / perExample));
 
 async function measure(url: string): Promise<number> {
   const env = await ServerEnvironment.connect(url);

@@ -20,6 +20,7 @@ interface Worker {
   active: number;
   queued: number;
   inFlight: number;
+  maxConcurrent: number;
 }
 
 /** Options of {@link startWorkerFront}. */
@@ -75,7 +76,7 @@ async function startWorker(args: string[]): Promise<Worker> {
     );
   });
   child.stdout!.resume();
-  return { child, url, active: 0, queued: 0, inFlight: 0 };
+  return { child, url, active: 0, queued: 0, inFlight: 0, maxConcurrent: Infinity };
 }
 
 /** Start the front and its first worker. */
@@ -108,9 +109,12 @@ export async function startWorkerFront(options: WorkerFrontOptions): Promise<Wor
         const h = await (await fetch(`${w.url}/health`)).json();
         w.queued = Number(h.queued ?? 0);
         w.inFlight = Number(h.in_flight ?? 0);
+        w.maxConcurrent = Number(h.max_concurrent ?? Infinity);
       } catch { /* a worker that does not answer keeps its last numbers */ }
     }));
-    if (!adding && workers.length < options.maxWorkers && workers.every((w) => w.queued > 0)) {
+    // Busy: groups waiting, or every slot taken.
+    const busy = (w: Worker) => w.queued > 0 || w.inFlight >= w.maxConcurrent;
+    if (!adding && workers.length < options.maxWorkers && workers.every(busy)) {
       adding = startWorker(options.workerArgs)
         .then((w) => void workers.push(w))
         .catch((error) => console.warn(`warning: could not add a worker: ${error.message}`))
@@ -145,7 +149,13 @@ export async function startWorkerFront(options: WorkerFrontOptions): Promise<Wor
       in_flight: workers.reduce((a, w) => a + w.inFlight, 0),
       queued: workers.reduce((a, w) => a + w.queued, 0),
     }));
-  app.get("/info", (c) => forward(workers[0], c.req.raw, "/info"));
+  app.get("/info", async (c) => {
+    // Clients size their load by max_concurrent: offer what all the workers can take.
+    const res = await fetch(`${workers[0].url}/info`, { headers: headersOf(c.req.raw) });
+    if (!res.ok) return new Response(res.body, { status: res.status, headers: res.headers });
+    const info = await res.json();
+    return c.json({ ...info, max_concurrent: Number(info.max_concurrent) * options.maxWorkers });
+  });
   app.post("/dataset", async (c) => forward(workers[0], c.req.raw, "/dataset", await c.req.text()));
   app.post("/rollouts", async (c) => {
     const body = await c.req.text();
