@@ -185,7 +185,12 @@ Deno.test("network policy: setup fetches freely, the agent and the grader reach 
   const dir = await Deno.makeTempDir({ prefix: "vf_egress_" });
   const runIds: string[] = [];
   await using allowed = await serveText("A");
-  await using other = await serveText("B");
+  // The other host is this machine on a non-loopback address: loopback is reachable only when
+  // a rule names it, so setup's open policy reaches B there, not on 127.0.0.1.
+  await using other = await serveText("B", "0.0.0.0");
+  const hostIp =
+    Deno.networkInterfaces().find((i) => i.family === "IPv4" && !i.address.startsWith("127."))!
+      .address;
   await using open = await serveText("OPEN", "0.0.0.0");
   const a = allowed.addr.port;
   const b = other.addr.port;
@@ -194,18 +199,18 @@ Deno.test("network policy: setup fetches freely, the agent and the grader reach 
       join(dir, "net.ts"),
       `
 import { metric, reward, Task, Taskset } from "${MOD_URL}";
-const fetch = (runtime, port) =>
-  runtime.run(["sh", "-c", "wget -q -O- http://127.0.0.1:" + port + "/ || echo REFUSED"]);
+const fetch = (runtime, port, host = "127.0.0.1") =>
+  runtime.run(["sh", "-c", "wget -q -O- http://" + host + ":" + port + "/ || echo REFUSED"]);
 class NetTask extends Task {
   static override NEEDS_CONTAINER = true;
   // Setup runs before the policy applies: a package-install stand-in from the other host.
   override async setup({ runtime }) {
-    const r = await fetch(runtime, ${b});
+    const r = await fetch(runtime, ${b}, "${hostIp}");
     await runtime.write("/tmp/setup.txt", r.stdout);
   }
   graded = reward(async ({ runtime }) => ((await fetch(runtime, ${a})).stdout.trim() === "A" ? 1 : 0));
   grader_refused = metric(async ({ runtime }) =>
-    ((await fetch(runtime, ${b})).stdout.includes("REFUSED") ? 1 : 0));
+    ((await fetch(runtime, ${b}, "${hostIp}")).stdout.includes("REFUSED") ? 1 : 0));
 }
 class Nets extends Taskset {
   get id() { return "nets"; }
@@ -227,7 +232,7 @@ export function loadTaskset(config) { return new Nets(config); }
         const command = [
           "cat /tmp/setup.txt; echo",
           `wget -q -O- http://127.0.0.1:${a}/; echo`,
-          `wget -q -O- http://127.0.0.1:${b}/ || echo REFUSED`,
+          `wget -q -O- http://${hostIp}:${b}/ || echo REFUSED`,
           `wget -Y off -q -O- http://172.17.0.1:${open.addr.port}/ || echo NO ROUTE`,
         ][turn];
         return command
@@ -251,7 +256,7 @@ export function loadTaskset(config) { return new Nets(config); }
     assert.deepEqual(t.network.policy, { allow: [`127.0.0.1:${a}`], block: [] });
     assert.deepEqual(
       t.network.denied.map((d: Json) => [d.phase, d.host, d.port]),
-      [["agent", "127.0.0.1", b], ["grade", "127.0.0.1", b]],
+      [["agent", hostIp, b], ["grade", hostIp, b]],
     );
     assert.deepEqual(await leftovers(res.runId), { containers: 0, networks: 0 });
 

@@ -28,7 +28,15 @@ import {
   GatewayRefusal,
   parseChatRequest,
 } from "./chat.ts";
-import { CLOSED_POLICY, type NetworkPolicy, policyAllows } from "./policy.ts";
+import {
+  canonicalHost,
+  CLOSED_POLICY,
+  isReservedAddress,
+  namedByAllow,
+  type NetworkPolicy,
+  policyAllows,
+} from "./policy.ts";
+import { lookup } from "node:dns/promises";
 import {
   anthropicError,
   estimateTokens,
@@ -103,24 +111,55 @@ export class GatewaySession {
     return this.#sealed;
   }
 
-  /** Switch to `phase`, under `policy`. */
+  /** Connections the proxy let out and still holds open (cut when the phase changes). */
+  readonly #tunnels = new Set<{ destroy(): void }>();
+  /** Refusals past the first 1000 are counted, not kept. */
+  deniedBeyond = 0;
+
+  /** Switch to `phase`, under `policy`; connections opened under the old one are cut. */
   setPhase(phase: string, policy: NetworkPolicy): void {
     this.#phase = phase;
     this.#policy = policy;
+    this.#cut();
+  }
+
+  #cut(): void {
+    for (const t of this.#tunnels) t.destroy();
+    this.#tunnels.clear();
+  }
+
+  /** Keep `socket` until it closes, or until the phase changes or the session ends. */
+  hold(socket: { destroy(): void; once(event: "close", fn: () => void): unknown }): void {
+    this.#tunnels.add(socket);
+    socket.once("close", () => this.#tunnels.delete(socket));
   }
 
   /** Whether a connection to `host:port` may leave now; a refusal is recorded. */
   egress(host: string, port: number): boolean {
     if (!this.#sealed && policyAllows(this.#policy, host, port)) return true;
-    this.denials.push({ phase: this.#phase, host, port, at: Date.now() / 1000 });
+    this.refuse(host, port);
     return false;
+  }
+
+  /** Whether the current policy names `host` itself in an allow rule. */
+  names(host: string): boolean {
+    return namedByAllow(this.#policy, host);
+  }
+
+  /** Record a refused connection. */
+  refuse(host: string, port: number): void {
+    if (this.denials.length < 1000) {
+      this.denials.push({ phase: this.#phase, host, port, at: Date.now() / 1000 });
+    } else this.deniedBeyond++;
   }
 
   /** Answer a chat call once per request body: retries replay, duplicates in flight wait. */
   async chat(call: ChatCall, digest: string, retry: boolean): Promise<Response> {
     if (this.#sealed) throw new GatewayRefusal(409, "the rollout has ended");
     if (retry && this.#last?.digest === digest) return this.#last.response;
-    const pending = this.#inflight.get(digest);
+    // Only an SDK's retry waits for the first attempt: identical requests sent on purpose
+    // (n samples in parallel) each get their own answer.
+    const pending = retry ? this.#inflight.get(digest) : undefined;
     if (pending) return await pending;
     const handler = this.handler;
     if (!handler) throw new GatewayRefusal(503, "no program is running in this rollout");
@@ -140,6 +179,7 @@ export class GatewaySession {
     if (this.#sealed) return;
     this.#sealed = true;
     this.handler = null;
+    this.#cut();
     this.#release();
   }
 }
@@ -151,6 +191,8 @@ export interface GatewayRoute {
   url: string;
   /** The egress proxy URL with the rollout's credentials, when egress goes through it. */
   proxyUrl?: string;
+  /** Hosts reached directly, not through the proxy (`NO_PROXY`): the gateway, the services. */
+  noProxy?: string;
 }
 
 /** One wire format a program may speak: chosen by the route it posts to. */
@@ -274,16 +316,31 @@ function readBody(socket: net.Socket, rest: Buffer, head: Head): Promise<Buffer>
   }
   return new Promise((resolve, reject) => {
     let buf = rest;
+    // Chunks are kept as they come and joined once (joining on every read is quadratic).
+    const pending: Buffer[] = [];
+    let pendingBytes = 0;
+    const join = () => {
+      if (pending.length) {
+        buf = Buffer.concat([buf, ...pending.splice(0)]);
+        pendingBytes = 0;
+      }
+    };
     const done = (): Buffer | null => {
-      if (!chunked) return buf.length >= want ? buf.subarray(0, want) : null;
+      if (!chunked) {
+        if (buf.length + pendingBytes < want) return null;
+        join();
+        return buf.subarray(0, want);
+      }
+      join();
       // Decode whole chunks; null until the terminating zero-size chunk has arrived.
       const parts: Buffer[] = [];
       let at = 0;
       for (;;) {
         const eol = buf.indexOf("\r\n", at);
         if (eol < 0) return null;
-        const size = parseInt(buf.subarray(at, eol).toString("latin1"), 16);
-        if (!Number.isFinite(size)) throw new GatewayRefusal(400, "bad chunked encoding");
+        const line = buf.subarray(at, eol).toString("latin1").split(";")[0].trim();
+        if (!/^[0-9a-f]{1,8}$/i.test(line)) throw new GatewayRefusal(400, "bad chunked encoding");
+        const size = parseInt(line, 16);
         if (size === 0) return Buffer.concat(parts);
         if (buf.length < eol + 2 + size + 2) return null;
         parts.push(buf.subarray(eol + 2, eol + 2 + size));
@@ -297,14 +354,17 @@ function readBody(socket: net.Socket, rest: Buffer, head: Head): Promise<Buffer>
           socket.off("data", onData);
           socket.off("end", onEnd);
           resolve(body);
-        } else if (buf.length > MAX_BODY) throw new GatewayRefusal(413, "request body too large");
+        } else if (buf.length + pendingBytes > MAX_BODY) {
+          throw new GatewayRefusal(413, "request body too large");
+        }
       } catch (error) {
         socket.off("data", onData);
         reject(error);
       }
     };
     const onData = (chunk: Buffer) => {
-      buf = Buffer.concat([buf, chunk]);
+      pending.push(chunk);
+      pendingBytes += chunk.length;
       check();
     };
     const onEnd = () => reject(new GatewayRefusal(400, "the request body was cut short"));
@@ -403,7 +463,6 @@ export class Gateway {
     socket.on("data", onData);
   }
 
-  // deno-lint-ignore require-await
   async #proxy(socket: net.Socket, head: Head, rest: Buffer): Promise<void> {
     const auth = head.headers.get("proxy-authorization") ?? "";
     const m = /^Basic\s+(\S+)$/i.exec(auth);
@@ -443,6 +502,7 @@ export class Gateway {
       port = Number(url.port || 80);
       path = url.pathname + url.search;
     }
+    host = canonicalHost(host);
     if (!session.egress(host, port)) {
       return reply(
         socket,
@@ -451,7 +511,27 @@ export class Gateway {
         "text/plain",
       );
     }
-    const upstream = net.connect({ host, port });
+    // The address the name leads to: loopback and link-local (the evaluator itself, cloud
+    // metadata) only when a rule names the host itself, never through a wildcard.
+    let address: string;
+    try {
+      address = net.isIP(host) ? host : (await lookup(host)).address;
+    } catch {
+      return reply(socket, 502, `vf egress proxy: cannot resolve ${host}`, "text/plain");
+    }
+    if (isReservedAddress(canonicalHost(address)) && !session.names(host)) {
+      session.refuse(host, port);
+      return reply(
+        socket,
+        403,
+        `vf egress proxy: ${host}:${port} is a loopback or link-local address; name it in ` +
+          `network.allow to reach it (phase ${session.phase})`,
+        "text/plain",
+      );
+    }
+    const upstream = net.connect({ host: address, port });
+    session.hold(socket);
+    session.hold(upstream);
     upstream.on("error", () => {
       if (!socket.destroyed && socket.bytesWritten === 0) {
         reply(socket, 502, `vf egress proxy: cannot reach ${host}:${port}`, "text/plain");
@@ -462,10 +542,15 @@ export class Gateway {
       if (head.method === "CONNECT") {
         socket.write("HTTP/1.1 200 Connection Established\r\n\r\n");
       } else {
-        const lines = head.raw.filter((l) => !/^(proxy-[a-z-]+|connection|keep-alive):/i.test(l));
-        upstream.write(
-          `${head.method} ${path} HTTP/1.1\r\n${lines.join("\r\n")}\r\nConnection: close\r\n\r\n`,
+        // The Host header is the checked one, whatever the client sent.
+        const lines = head.raw.filter((l) =>
+          !/^(proxy-[a-z-]+|connection|keep-alive|host):/i.test(l)
         );
+        const hostHeader = `${host.includes(":") ? `[${host}]` : host}${
+          port === 80 ? "" : `:${port}`
+        }`;
+        const headers = [`Host: ${hostHeader}`, ...lines, "Connection: close"];
+        upstream.write(`${head.method} ${path} HTTP/1.1\r\n${headers.join("\r\n")}\r\n\r\n`);
       }
       if (rest.length) upstream.write(rest);
       socket.pipe(upstream);

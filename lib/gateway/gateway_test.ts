@@ -144,7 +144,16 @@ Deno.test("gateway: the egress proxy lets out only what the phase's policy allow
 
     assert.match(await get(a, btoa("vf:wrong")), /^HTTP\/1\.1 407/);
 
+    // Everything allowed, but loopback only when a rule names it (the evaluator itself, or
+    // cloud metadata, is never reached through a wildcard), whatever spelling it comes in.
     session.setPhase("setup", parseNetworkPolicy({}, "t"));
+    assert.match(await get(b), /^HTTP\/1\.1 403[\s\S]*loopback or link-local/);
+    const numeric = await raw(
+      port,
+      `GET http://2130706433:${b}/x HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic ${cred}\r\n\r\n`,
+    );
+    assert.match(numeric, /^HTTP\/1\.1 403/);
+    session.setPhase("setup", parseNetworkPolicy({ allow: [`127.0.0.1:${b}`] }, "t"));
     assert.match(await get(b), /from B$/);
 
     session.setPhase("agent", parseNetworkPolicy({ allow: [`127.0.0.1:${a}`] }, "t"));
@@ -163,10 +172,12 @@ Deno.test("gateway: the egress proxy lets out only what the phase's policy allow
     session.setPhase("grade", parseNetworkPolicy({ allow: [] }, "t"));
     assert.match(await get(a), /^HTTP\/1\.1 403/);
 
-    assert.deepEqual(session.denials.map((d) => [d.phase, d.port]), [
-      ["agent", b],
-      ["agent", b],
-      ["grade", a],
+    assert.deepEqual(session.denials.map((d) => [d.phase, d.host, d.port]), [
+      ["setup", "127.0.0.1", b],
+      ["setup", "127.0.0.1", b],
+      ["agent", "127.0.0.1", b],
+      ["agent", "127.0.0.1", b],
+      ["grade", "127.0.0.1", a],
     ]);
     session.close();
     assert.match(await get(a), /^HTTP\/1\.1 407/);
@@ -203,6 +214,14 @@ Deno.test("network policy: rules, composition and bad entries", () => {
       parseNetworkPolicy({ allow: ["b.com", "c.com"] }, "t"),
     ),
     { allow: ["b.com"], block: [] },
+  );
+  // Blocks survive a concrete allow list.
+  assert.deepEqual(
+    composePolicies(
+      parseNetworkPolicy({ block: ["evil.example.com"] }, "r"),
+      parseNetworkPolicy({ allow: ["*.example.com"] }, "t"),
+    ),
+    { allow: ["*.example.com"], block: ["evil.example.com"] },
   );
   assert.deepEqual(
     composePolicies(

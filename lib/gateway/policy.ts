@@ -112,7 +112,8 @@ export function composePolicies(runtime: NetworkPolicy, task: NetworkPolicy): Ne
     : task.allow.filter((a) => runtime.allow.includes(a));
   const block = [...new Set([...runtime.block, ...task.block])];
   if (allow.length === 0 || block.includes("*")) return structuredClone(CLOSED_POLICY);
-  return { allow: [...allow], block: allow.includes("*") ? block : [] };
+  // Blocks stay with a concrete allow list too: they are checked first.
+  return { allow: [...allow], block };
 }
 
 function matches(rule: Rule, host: string, port: number): boolean {
@@ -128,4 +129,41 @@ export function policyAllows(policy: NetworkPolicy, host: string, port: number):
   const rules = (list: string[]) => list.map(parseRule).filter((r): r is Rule => r !== null);
   if (rules(policy.block).some((r) => matches(r, h, port))) return false;
   return rules(policy.allow).some((r) => matches(r, h, port));
+}
+
+/** Whether an allow rule names `host` itself (not through `*` or a `*.domain` glob). */
+export function namedByAllow(policy: NetworkPolicy, host: string): boolean {
+  const h = host.toLowerCase().replace(/^\[|\]$/g, "");
+  return policy.allow.map(parseRule).some((r) => r !== null && r.host === h);
+}
+
+/**
+ * A host as the network sees it: numeric IPv4 spellings (`2130706433`, `0x7f000001`,
+ * `127.1`) and IPv4-mapped IPv6 become dotted IPv4, names are lower-cased.
+ */
+export function canonicalHost(raw: string): string {
+  const bare = raw.replace(/^\[|\]$/g, "");
+  let host = bare.toLowerCase();
+  try {
+    host = new URL(`http://${bare.includes(":") ? `[${bare}]` : bare}`).hostname
+      .replace(/^\[|\]$/g, "");
+  } catch { /* not a host the URL parser takes: kept, and refused by the rules */ }
+  const mapped = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(host);
+  if (mapped) {
+    const hi = parseInt(mapped[1], 16);
+    const lo = parseInt(mapped[2], 16);
+    host = [hi >> 8, hi & 255, lo >> 8, lo & 255].join(".");
+  }
+  return host;
+}
+
+/** Loopback, link-local (cloud metadata) and unspecified addresses: never by a wildcard. */
+export function isReservedAddress(ip: string): boolean {
+  const v4 = /^(\d+)\.(\d+)\.\d+\.\d+$/.exec(ip);
+  if (v4) {
+    const [a, b] = [Number(v4[1]), Number(v4[2])];
+    return a === 127 || a === 0 || (a === 169 && b === 254);
+  }
+  const v6 = ip.toLowerCase();
+  return v6 === "::1" || v6 === "::" || /^fe[89ab][0-9a-f]:/.test(v6);
 }

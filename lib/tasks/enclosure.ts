@@ -37,6 +37,7 @@ function proxyEnv(route: GatewayRoute, direct: string[]): Record<string, string>
   const proxy = `http://vf:${route.session.proxySecret}@${GATEWAY_ALIAS}:${GATEWAY_PORT}`;
   route.proxyUrl = proxy;
   const bypass = [GATEWAY_ALIAS, ...direct].join(",");
+  route.noProxy = bypass;
   return {
     HTTP_PROXY: proxy,
     HTTPS_PROXY: proxy,

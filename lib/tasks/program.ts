@@ -160,8 +160,9 @@ export class ProgramHarness implements Harness {
       VF_INSTRUCTION: instruction,
       VF_MAX_TURNS: String(ctx.maxTurns),
       VF_COMMAND_TIMEOUT: String(Math.round(ctx.toolTimeoutMs / 1000)),
-      NO_PROXY: new URL(route.url).hostname,
-      no_proxy: new URL(route.url).hostname,
+      // The gateway and the rollout's services are reached directly, never via the proxy.
+      NO_PROXY: route.noProxy ?? new URL(route.url).hostname,
+      no_proxy: route.noProxy ?? new URL(route.url).hostname,
     };
     for (const name of this.options.forward_env ?? []) {
       const value = process.env[name];

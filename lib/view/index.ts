@@ -139,6 +139,7 @@ export class RunIndex {
         turns, tokens, corrupt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     let added = 0;
+    const linesBefore = this.#lines;
     try {
       this.#db.exec("BEGIN");
       let offset = this.#indexed;
@@ -190,6 +191,7 @@ export class RunIndex {
       this.#db.exec("COMMIT");
     } catch (error) {
       this.#db.exec("ROLLBACK");
+      this.#lines = linesBefore; // nothing of this pass was kept
       throw error;
     } finally {
       closeSync(fd);
