@@ -59,6 +59,46 @@ export const MANAGED_LABEL = "vf.managed";
 const PID_WRAPPER = 'echo $$ >&2; exec "$@"';
 
 /**
+ * Takes the PID wrapper's first stderr line (the command's pid, for killing its process
+ * tree) off a command's stderr and passes the rest on. Inactive, it passes everything on.
+ */
+class PidLine {
+  readonly pid: Promise<number | undefined>;
+  #report!: (pid: number | undefined) => void;
+  #head: Uint8Array | undefined;
+
+  constructor(active: boolean, readonly onStderr: (chunk: Uint8Array) => void) {
+    this.pid = new Promise((resolve) => (this.#report = resolve));
+    this.#head = active ? new Uint8Array(0) : undefined;
+  }
+
+  feed(chunk: Uint8Array): void {
+    if (this.#head === undefined) return this.onStderr(chunk);
+    const buf = concatBytes([this.#head, chunk]);
+    const newline = buf.indexOf(10);
+    if (newline < 0) {
+      this.#head = buf;
+      return;
+    }
+    this.#head = undefined;
+    const value = Number(new TextDecoder().decode(buf.subarray(0, newline)));
+    this.#report(Number.isInteger(value) && value > 1 ? value : undefined);
+    if (newline + 1 < buf.length) this.onStderr(buf.slice(newline + 1));
+  }
+
+  /**
+   * The stream ended: no pid will come. Returns what arrived without the newline (the
+   * command's own output, when the wrapper never ran), if anything.
+   */
+  unfinished(): Uint8Array | undefined {
+    this.#report(undefined);
+    const head = this.#head;
+    this.#head = undefined;
+    return head?.length ? head : undefined;
+  }
+}
+
+/**
  * Kills the process tree rooted at $1: freezes its group, walks /proc for descendants that
  * left the group (by PPid), then SIGKILLs all of them. Shell builtins only, so it works in
  * busybox and Debian images alike.
@@ -306,28 +346,11 @@ export class DockerRuntime implements Runtime {
 
     const stdout: Uint8Array[] = [];
     const stderr: Uint8Array[] = [];
-    let head: Uint8Array | undefined = guarded ? new Uint8Array(0) : undefined;
-    let reportPid!: (pid: number | undefined) => void;
-    const pid = new Promise<number | undefined>((resolve) => (reportPid = resolve));
+    const pidLine = new PidLine(guarded, (chunk) => stderr.push(chunk));
+    const pid = pidLine.pid;
     const stream = await this.#engine.startExec(execId, {
       onStdout: (chunk) => stdout.push(chunk),
-      onStderr: (chunk) => {
-        if (head === undefined) {
-          stderr.push(chunk);
-          return;
-        }
-        // The wrapper's first stderr line is its pid; strip it from the output.
-        const buf = concatBytes([head, chunk]);
-        const newline = buf.indexOf(10);
-        if (newline < 0) {
-          head = buf;
-          return;
-        }
-        head = undefined;
-        const value = Number(new TextDecoder().decode(buf.subarray(0, newline)));
-        reportPid(Number.isInteger(value) && value > 1 ? value : undefined);
-        if (newline + 1 < buf.length) stderr.push(buf.slice(newline + 1));
-      },
+      onStderr: (chunk) => pidLine.feed(chunk),
     }, { stdin });
 
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -355,8 +378,8 @@ export class DockerRuntime implements Runtime {
         { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
       );
     }
-    if (head !== undefined && head.length) stderr.unshift(head);
-    reportPid(undefined);
+    const unfinished = pidLine.unfinished();
+    if (unfinished) stderr.unshift(unfinished);
     let exitCode = await this.#exitCode(execId);
     let out = decodeChunks(stdout);
     let err = decodeChunks(stderr);
@@ -431,27 +454,13 @@ export class DockerRuntime implements Runtime {
       WorkingDir: options.cwd === undefined ? undefined : this.#resolve(options.cwd),
       User: options.user,
     });
-    let head: Uint8Array | undefined = new Uint8Array(0);
-    let reportPid!: (pid: number | undefined) => void;
-    const pid = new Promise<number | undefined>((resolve) => (reportPid = resolve));
+    const pidLine = new PidLine(true, (chunk) => options.onStderr?.(chunk));
+    const pid = pidLine.pid;
     const stream = await this.#engine.startExec(execId, {
       onStdout: options.onStdout,
-      onStderr: (chunk) => {
-        if (head === undefined) return options.onStderr?.(chunk);
-        // The wrapper's first stderr line is its pid.
-        const buf = concatBytes([head, chunk]);
-        const newline = buf.indexOf(10);
-        if (newline < 0) {
-          head = buf;
-          return;
-        }
-        head = undefined;
-        const value = Number(new TextDecoder().decode(buf.subarray(0, newline)));
-        reportPid(Number.isInteger(value) && value > 1 ? value : undefined);
-        if (newline + 1 < buf.length) options.onStderr?.(buf.slice(newline + 1));
-      },
+      onStderr: (chunk) => pidLine.feed(chunk),
     }, { stdin: "open" });
-    stream.done.then(() => reportPid(undefined));
+    stream.done.then(() => pidLine.unfinished());
     let killed: Promise<void> | undefined;
     return {
       write: (data) => stream.write(data),
