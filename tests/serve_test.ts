@@ -108,9 +108,16 @@ Deno.test("vf eval --server names the URL when no server is listening", async ()
 Deno.test("vf serve --workers: one HTTPS port with a token in front of worker processes, a second added under load; vf eval runs through it", async () => {
   await using tmp = await tempDir("vf_serve_workers_");
   await makeCertificates(tmp.path);
+  // The model holds every answer until the front reports its second worker, so the load
+  // lasts as long as scaling up takes on a busy machine (a fixed delay raced the worker's
+  // start-up: the eval could end first). A cap keeps a front that never scales from hanging.
+  let scaled!: () => void;
+  const scaledUp = new Promise<void>((resolve) => (scaled = resolve));
   await using model = await startModelServer({
     responder: async () => {
-      await new Promise((r) => setTimeout(r, 200)); // slow enough that groups queue
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([scaledUp, new Promise((r) => (timer = setTimeout(r, 120_000)))]);
+      clearTimeout(timer);
       return { content: "So \\boxed{18}" };
     },
   });
@@ -163,6 +170,14 @@ Deno.test("vf serve --workers: one HTTPS port with a token in front of worker pr
     assert.equal(info.env_id, "gsm8k");
 
     // Eight groups at once against workers that run one group each: the front adds a worker.
+    let watching = true;
+    const watch = (async () => {
+      while (watching) {
+        const h = await (await get("/health")).json();
+        if (h.workers.length === 2) return scaled();
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    })();
     const evalRun = await collect(cli(
       [
         "eval",
@@ -185,6 +200,8 @@ Deno.test("vf serve --workers: one HTTPS port with a token in front of worker pr
       tmp.path,
       env,
     ));
+    watching = false;
+    await watch;
     assert.equal(evalRun.code, 0, transcript(evalRun));
     const base = join(tmp.path, "evals", "gsm8k--m");
     const [dir] = [...Deno.readDirSync(base)].map((e) => e.name);
