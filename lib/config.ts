@@ -176,7 +176,20 @@ const NetworkPolicyTable = z.strictObject({
 });
 
 export const RuntimeTable = z.strictObject({
-  type: z.enum(["docker", "subprocess", "ssh", "prime"]).optional(),
+  type: z.enum(["docker", "subprocess", "ssh", "prime", "kubernetes"]).optional(),
+  /** kubernetes: kubeconfig and context (default $KUBECONFIG or ~/.kube/config, its current context), or the pod's service account. */
+  kubeconfig: z.string().optional(),
+  context: z.string().optional(),
+  in_cluster: z.boolean().optional(),
+  /** kubernetes: namespace (default the context's), scheduling and sandboxing of the pods. */
+  namespace: z.string().optional(),
+  node_selector: z.record(z.string(), z.string()).optional(),
+  tolerations: z.array(z.record(z.string(), z.unknown())).optional(),
+  runtime_class_name: z.string().optional(),
+  service_account_name: z.string().optional(),
+  image_pull_policy: z.enum(["Always", "IfNotPresent", "Never"]).optional(),
+  /** kubernetes: seconds a pod may take to start running (default 300). */
+  start_timeout: z.number().positive().optional(),
   /** ssh: the host, port, login user and credentials. */
   host: z.string().optional(),
   port: z.number().int().positive().optional(),

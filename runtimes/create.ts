@@ -6,13 +6,14 @@
 
 import { ConfigError } from "../lib/errors.ts";
 import { DockerRuntime } from "./docker/mod.ts";
+import { KubernetesRuntime } from "./k8s/mod.ts";
 import { PrimeRuntime } from "./prime/runtime.ts";
 import type { Runtime, RuntimeSpec } from "./runtime.ts";
 import { SshRuntime } from "./ssh/runtime.ts";
 import { SubprocessRuntime } from "./subprocess.ts";
 
 /** The runtime types {@linkcode createRuntime} knows. */
-export const RUNTIME_TYPES = ["docker", "subprocess", "ssh", "prime"] as const;
+export const RUNTIME_TYPES = ["docker", "subprocess", "ssh", "prime", "kubernetes"] as const;
 
 /**
  * Builds a runtime (not started) from its spec.
@@ -34,6 +35,8 @@ export function createRuntime(
       return new SshRuntime(spec, options);
     case "prime":
       return new PrimeRuntime(spec, options);
+    case "kubernetes":
+      return new KubernetesRuntime(spec, options);
     default: {
       const type = (spec as { type?: unknown }).type;
       throw new ConfigError(

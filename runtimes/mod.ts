@@ -18,6 +18,7 @@
 export type {
   ArchiveOutOptions,
   DockerRuntimeSpec,
+  KubernetesRuntimeSpec,
   PrimeRuntimeSpec,
   RunOptions,
   RunResult,
@@ -49,6 +50,18 @@ export {
   type PrimeRuntimeOptions,
   type PrimeSandbox,
 } from "./prime/mod.ts";
+export {
+  cleanupPods,
+  closeKubeClients,
+  KubeApiError,
+  type KubeCleanupFilter,
+  KubeClient,
+  KubernetesRuntime,
+  type KubernetesRuntimeOptions,
+  type KubeTarget,
+  type KubeTargetOptions,
+  loadKubeTarget,
+} from "./k8s/mod.ts";
 export {
   CommandTimeoutError,
   SandboxApiError,

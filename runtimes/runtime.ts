@@ -237,9 +237,48 @@ export interface PrimeRuntimeSpec {
   };
 }
 
+/** A pod on a Kubernetes cluster, created through its API server. */
+export interface KubernetesRuntimeSpec {
+  type: "kubernetes";
+  /** Container image. */
+  image: string;
+  /** Namespace of the pod; default the context's (or the service account's). */
+  namespace?: string;
+  /** kubeconfig file; default `$KUBECONFIG`, then `~/.kube/config`. */
+  kubeconfig?: string;
+  /** Context in the kubeconfig; default its `current-context`. */
+  context?: string;
+  /** Use the pod's service account (vf running in the cluster); default when no kubeconfig exists and `KUBERNETES_SERVICE_HOST` is set. */
+  inCluster?: boolean;
+  /** CPU cores, requested and limited. */
+  cpu?: number;
+  /** Memory, requested and limited: bytes or `"512m"`, `"2g"`. */
+  memory?: string;
+  /** Node labels the pod must be scheduled on. */
+  nodeSelector?: Record<string, string>;
+  /** Tolerations, as the Pod API spells them. */
+  tolerations?: Array<Record<string, unknown>>;
+  /** RuntimeClass (e.g. `gvisor`, `kata`). */
+  runtimeClassName?: string;
+  /** Service account of the pod (its token is never mounted). */
+  serviceAccountName?: string;
+  imagePullPolicy?: "Always" | "IfNotPresent" | "Never";
+  /** Extra pod labels (values are cleaned to the label syntax). */
+  labels?: Record<string, string>;
+  /** Working directory, created at start; default `/`. */
+  workdir?: string;
+  /** Environment of the container. */
+  env?: Record<string, string>;
+  /** Network access; default false: a NetworkPolicy denies the pod all traffic. */
+  network?: boolean;
+  /** Give up when the pod is not running after this long; default 5 min. */
+  startTimeoutMs?: number;
+}
+
 /** A runtime spec, tagged by `type`. */
 export type RuntimeSpec =
   | DockerRuntimeSpec
   | SubprocessRuntimeSpec
   | SshRuntimeSpec
-  | PrimeRuntimeSpec;
+  | PrimeRuntimeSpec
+  | KubernetesRuntimeSpec;

@@ -1,8 +1,10 @@
 /**
  * One conformance suite run against every runtime: Docker (busybox and python:3.11-slim, on
- * the real engine that tests/setup.sh starts), subprocess, and ssh (a real sshd test host in
- * its own network namespace, tests/_sshd_hosts.ts). Behaviour a runtime may lack is asked
- * for through `capabilities`, never through `type`.
+ * the real engine that tests/setup.sh starts), subprocess, ssh (a real sshd test host in
+ * its own network namespace, tests/_sshd_hosts.ts), and kubernetes against the loopback
+ * stand-in API server of tests/_k8s_standin.ts (pods backed by real containers; one stand-in
+ * speaks exec v5, one only v4). Behaviour a runtime may lack is asked for through
+ * `capabilities`, never through `type`.
  */
 
 import assert from "node:assert/strict";
@@ -30,10 +32,29 @@ import { ConfigError } from "../lib/errors.ts";
 import { readTar } from "../runtimes/_tar.ts";
 import { ownerLabels } from "../runtimes/owner.ts";
 import { startSshdHost } from "./_sshd_hosts.ts";
+import { startKubeStandin } from "./_k8s_standin.ts";
+import { makeCertificates } from "./_remote_docker.ts";
+import { closeKubeClients } from "../runtimes/k8s/mod.ts";
 
 // The ssh target's host: a real sshd in a network namespace, removed by the last test.
 const sshHost = await startSshdHost();
 globalThis.addEventListener("unload", () => sshHost.closeSync());
+
+// The kubernetes targets' API servers: stand-ins over TLS with a token, closed by the last test.
+const kubeDir = Deno.makeTempDirSync({ prefix: "vf_k8s_conformance_" });
+await makeCertificates(kubeDir);
+const kubeTls = {
+  cert: Deno.readTextFileSync(`${kubeDir}/server-cert.pem`),
+  key: Deno.readTextFileSync(`${kubeDir}/server-key.pem`),
+};
+const kubeV5 = await startKubeStandin({ token: "conformance-token", tls: kubeTls });
+const kubeV4 = await startKubeStandin({
+  token: "conformance-token",
+  tls: kubeTls,
+  protocols: ["v4.channel.k8s.io"],
+});
+kubeV5.kubeconfig(`${kubeDir}/v5.yaml`, { ca: `${kubeDir}/ca.pem`, namespace: "evals" });
+kubeV4.kubeconfig(`${kubeDir}/v4.yaml`, { ca: `${kubeDir}/ca.pem` });
 
 const RUN_ID = `conformance-${crypto.randomUUID().slice(0, 8)}`;
 const SPEC_ENV = { VF_SPEC_VAR: "from the spec" };
@@ -61,6 +82,26 @@ const TARGETS: Array<{ name: string; spec: RuntimeSpec }> = [
       env: SPEC_ENV,
     },
   },
+  {
+    name: "kubernetes (stand-in API server, exec v5, busybox)",
+    spec: {
+      type: "kubernetes",
+      image: "busybox",
+      kubeconfig: `${kubeDir}/v5.yaml`,
+      workdir: "/workspace",
+      env: SPEC_ENV,
+    },
+  },
+  {
+    name: "kubernetes (stand-in API server, exec v4 only, python:3.11-slim)",
+    spec: {
+      type: "kubernetes",
+      image: "python:3.11-slim",
+      kubeconfig: `${kubeDir}/v4.yaml`,
+      workdir: "/workspace",
+      env: SPEC_ENV,
+    },
+  },
 ];
 
 const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
@@ -83,6 +124,7 @@ function closingEngines(fn: (t: Deno.TestContext) => Promise<void>) {
     } finally {
       await DockerEngine.closeShared();
       await sshConnectionsClosed();
+      await closeKubeClients();
     }
   };
 }
@@ -94,6 +136,14 @@ function closingEngines(fn: (t: Deno.TestContext) => Promise<void>) {
 async function assertRemoved(target: { spec: RuntimeSpec }, id: string): Promise<void> {
   if (target.spec.type === "docker") {
     assert.equal(await DockerEngine.shared().inspectContainer(id), undefined);
+  } else if (target.spec.type === "kubernetes") {
+    const standin = target.spec.kubeconfig!.endsWith("v5.yaml") ? kubeV5 : kubeV4;
+    assert.ok(!standin.pods().some((p) => p.endsWith(`/${id}`)), `pod ${id} was deleted`);
+    const left = await DockerEngine.shared().listContainers({
+      all: true,
+      labels: [`vf.k8s-pod`],
+    });
+    assert.ok(!left.some((c) => String(c.Names).includes(id)), `the container of ${id} is gone`);
   } else if (target.spec.type === "ssh") {
     await sshConnectionsClosed();
     let open = await sshHost.connectionCount();
@@ -535,7 +585,7 @@ Deno.test("createRuntime() names the known types for an unknown one", () => {
     (error: unknown) =>
       error instanceof ConfigError &&
       error.message ===
-        'Unknown runtime type "firecracker"; known types: "docker", "subprocess", "ssh", "prime"',
+        'Unknown runtime type "firecracker"; known types: "docker", "subprocess", "ssh", "prime", "kubernetes"',
   );
 });
 
@@ -586,6 +636,19 @@ Deno.test(
     assert.deepEqual(await cleanupContainers({ runId: RUN_ID }), []);
   }),
 );
+
+Deno.test("kubernetes: the stand-ins checked every body against the schema and are closed", async () => {
+  for (const standin of [kubeV5, kubeV4]) {
+    const posts = standin.requests.filter((r) => r.method === "POST");
+    assert.ok(posts.length >= 4, `${posts.length} creations`);
+    assert.deepEqual(posts.filter((r) => r.validated !== "ok"), []);
+    assert.ok(standin.requests.some((r) => r.path.includes("/exec?")));
+    assert.deepEqual(standin.pods(), []);
+    await standin.close();
+  }
+  assert.ok(kubeV5.requests.some((r) => r.path.startsWith("/api/v1/namespaces/evals/pods")));
+  Deno.removeSync(kubeDir, { recursive: true });
+});
 
 Deno.test("ssh: the sshd test host is removed", async () => {
   await sshConnectionsClosed();

@@ -5,6 +5,7 @@
 
 import process from "node:process";
 import { cleanupContainers } from "../../runtimes/docker/mod.ts";
+import { cleanupPods } from "../../runtimes/k8s/mod.ts";
 import { cleanupLedger, defaultLedger } from "../../runtimes/ledger.ts";
 import { removeDanglingBuilds } from "../services/build.ts";
 import { SandboxUnavailableError } from "../../runtimes/errors.ts";
@@ -12,6 +13,7 @@ import { describeError } from "../errors.ts";
 import { parseArgs, parseDuration } from "./args.ts";
 
 const CLEANUP_HELP = `vf cleanup [--run ID] [--older-than 30m] [--force] [--images]
+           [--kubernetes [--kubeconfig PATH] [--context NAME] [--namespace NS]]
 
 Remove sandboxes vf left behind: Docker containers labelled vf.managed=1 on DOCKER_HOST,
 and every sandbox the local ledger (VF_LEDGER, default ~/.cache/vf/ledger.jsonl) still lists
@@ -28,6 +30,11 @@ owner cannot be checked (another host, or made by an older vf) are removed only 
                     (asks first on a terminal)
   --images          also remove dangling images of vf's builds (older builds of a task
                     folder whose tag moved on); tagged images stay
+  --kubernetes      also delete pods (and their NetworkPolicies) labelled vf.managed=1 in a
+                    namespace of a cluster, found by label selector; the cluster is the
+                    kubeconfig's (--kubeconfig, default $KUBECONFIG or ~/.kube/config;
+                    --context, default its current one), the namespace the context's unless
+                    --namespace names one
 `;
 
 /** Asks on the terminal; true when the answer starts with y. */
@@ -84,6 +91,19 @@ export async function cmdCleanup(argv: string[]): Promise<number> {
     if (!(error instanceof SandboxUnavailableError)) throw error;
     dockerError = error;
   }
+  let pods: string[] = [];
+  if (flags.kubernetes === true) {
+    const text = (v: unknown) => (v === undefined ? undefined : String(v));
+    pods = await cleanupPods({
+      kubeconfig: text(flags.kubeconfig),
+      context: text(flags.context),
+      namespace: text(flags.namespace),
+      runId,
+      olderThanMs: older,
+      owners,
+      onKept: (name, reason) => kept.push(`pod ${name}: ${reason}`),
+    });
+  }
   const ledger = await cleanupLedger({ runId, olderThanMs: older, owners });
   // Docker sandboxes kept by the owner check were reported from their labels already.
   for (const k of ledger.kept) {
@@ -91,6 +111,10 @@ export async function cmdCleanup(argv: string[]): Promise<number> {
   }
   process.stdout.write(`removed ${removed.length} container${removed.length === 1 ? "" : "s"}\n`);
   for (const id of removed) process.stdout.write(`  ${id.slice(0, 12)}\n`);
+  if (flags.kubernetes === true) {
+    process.stdout.write(`removed ${pods.length} pod${pods.length === 1 ? "" : "s"}\n`);
+    for (const name of pods) process.stdout.write(`  ${name}\n`);
+  }
   if (ledger.removed.length) {
     process.stdout.write(
       `removed ${ledger.removed.length} more sandbox${

@@ -280,9 +280,9 @@ export function resolveRuntimeSpec(
       },
     };
   }
-  if (type !== "docker") {
+  if (type !== "docker" && type !== "kubernetes") {
     throw new ConfigError(
-      `Unknown runtime type "${type}"; known: "docker", "subprocess", "ssh", "prime"`,
+      `Unknown runtime type "${type}"; known: "docker", "subprocess", "ssh", "prime", "kubernetes"`,
     );
   }
   const image = config.image ?? data.image;
@@ -291,6 +291,28 @@ export function resolveRuntimeSpec(
       `Task "${task.key}" has no image for its ${role} sandbox; set TaskData.image or ` +
         `--env.agent.runtime.image`,
     );
+  }
+  if (type === "kubernetes") {
+    return {
+      type: "kubernetes",
+      image,
+      kubeconfig: config.kubeconfig,
+      context: config.context,
+      inCluster: config.in_cluster,
+      namespace: config.namespace,
+      nodeSelector: config.node_selector,
+      tolerations: config.tolerations,
+      runtimeClassName: config.runtime_class_name,
+      serviceAccountName: config.service_account_name,
+      imagePullPolicy: config.image_pull_policy,
+      startTimeoutMs: config.start_timeout === undefined ? undefined : config.start_timeout * 1000,
+      cpu: config.cpu ?? data.resources?.cpu,
+      memory: memoryString(config.memory ?? data.resources?.memory),
+      workdir: config.workdir ?? data.workdir,
+      env,
+      network: (config.network ?? data.network ?? false) === true,
+      labels: { "vf.role": role },
+    };
   }
   return {
     type: "docker",

@@ -36,7 +36,19 @@ export interface Artifact {
 
 /** A runtime as configured in TOML (`[env.agent.runtime]`, `[env.agent.scoring.runtime]`). */
 export interface RuntimeConfig {
-  type?: "docker" | "subprocess" | "ssh" | "prime";
+  type?: "docker" | "subprocess" | "ssh" | "prime" | "kubernetes";
+  /** kubernetes: kubeconfig, context or in-cluster auth; namespace and pod scheduling. */
+  kubeconfig?: string;
+  context?: string;
+  in_cluster?: boolean;
+  namespace?: string;
+  node_selector?: Record<string, string>;
+  tolerations?: Array<Record<string, unknown>>;
+  runtime_class_name?: string;
+  service_account_name?: string;
+  image_pull_policy?: "Always" | "IfNotPresent" | "Never";
+  /** kubernetes: seconds a pod may take to start running; default 300. */
+  start_timeout?: number;
   /** ssh: host, port, login and credentials; `dedicated` marks a host used only by this run. */
   host?: string;
   port?: number;
