@@ -196,7 +196,7 @@ export class WarmPool implements SandboxSource {
     let bucket = this.#buckets.get(key);
     if (!bucket) {
       const labels = { ...(spec as { labels?: Record<string, string> }).labels, "vf.pool": "1" };
-      const pooled = (spec.type === "docker" || "labels" in spec)
+      const pooled = (spec.type === "docker" || spec.type === "kubernetes" || "labels" in spec)
         ? { ...spec, labels } as RuntimeSpec
         : spec;
       bucket = {

@@ -23,6 +23,7 @@ import {
   loadKubeTarget,
 } from "../runtimes/k8s/mod.ts";
 import { SandboxImageError } from "../runtimes/errors.ts";
+import { WarmPool } from "../runtimes/pool.ts";
 import type { KubernetesRuntimeSpec } from "../runtimes/runtime.ts";
 import { type KubeStandin, startKubeStandin } from "./_k8s_standin.ts";
 import { makeCertificates } from "./_remote_docker.ts";
@@ -298,6 +299,28 @@ Deno.test("kubernetes: cleanup by label selector removes a run's leftover pods a
   assert.match(res.stdout, new RegExp(`removed 1 pod\\n  ${other.id}\\n`));
   assert.deepEqual(c.standin.pods(), []);
   for (const rt of [...mine, other]) await rt.stop();
+});
+
+Deno.test("kubernetes: a warm pool keeps a started pod ready, hands it out, starts a replacement, and close() deletes the spare", async () => {
+  await using c = await cluster();
+  const pool = new WarmPool({ size: 1, runId: "pooled-run" });
+  const first = await pool.acquire(c.spec(), { task: "t1" });
+  assert.equal((await first.run(["echo", "ok"])).stdout, "ok\n");
+  // The replacement is started in the background: wait until the pool holds it ready.
+  for (let i = 0; i < 200 && pool.stats.ready < 1; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(pool.stats.ready, 1, JSON.stringify(pool.stats));
+  const second = await pool.acquire(c.spec(), { task: "t2" });
+  assert.deepEqual([pool.stats.hits, pool.stats.misses], [2, 0], JSON.stringify(pool.stats));
+  assert.equal((await second.run(["echo", "warm"])).stdout, "warm\n");
+  const posted = c.standin.requests.filter((r) => r.method === "POST" && r.path.endsWith("/pods"))
+    .map((r) => (r.body as { metadata: { labels: Record<string, string> } }).metadata.labels);
+  assert.ok(posted.some((l) => l["vf.pool"] === "1" && l["vf.run_id"] === "pooled-run"));
+  await first.stop();
+  await second.stop();
+  await pool.close();
+  assert.deepEqual(c.standin.pods(), []);
 });
 
 Deno.test("vf run file-sum on kubernetes: the agent works in a pod, grading runs in a fresh pod, every pod is deleted", async () => {
