@@ -64,4 +64,6 @@ Deno.test("adaptive concurrency: a model that turns away load above 3 makes the 
   if (turnedAway > 0) assert.ok(meta.adaptive.backoffs >= 1, JSON.stringify(meta.adaptive));
   assert.ok(turnedAway > 0, "the controller never went past the model's capacity of 3");
   assert.match(res.stdout, /adaptive concurrency: ended at \d+ of 16/);
+  // The progress lines show the limit as it moves.
+  assert.match(res.stderr, /gsm8k \d+\/40 .* concurrency \d+\/16\n/);
 });

@@ -290,7 +290,12 @@ export async function cmdEval(argv: string[]): Promise<number> {
     write: (t: string) => process.stderr.write(t),
     isTTY: Boolean(process.stderr.isTTY),
   };
-  const display = quiet ? null : new ProgressDisplay(out, run.envId);
+  const adaptive = run.adaptive;
+  const display = quiet ? null : new ProgressDisplay(
+    out,
+    run.envId,
+    adaptive ? () => ` concurrency ${adaptive.limit}/${adaptive.max}` : undefined,
+  );
   using interrupt = onInterrupt();
 
   if (runDir) {

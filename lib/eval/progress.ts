@@ -28,9 +28,13 @@ export class ProgressDisplay {
   #lastPlain = -1;
   #lastLen = 0;
 
-  constructor(out: Output, label: string) {
+  #suffix: (() => string) | undefined;
+
+  /** @param suffix more to show at the end of each line (the adaptive limit, say) */
+  constructor(out: Output, label: string, suffix?: () => string) {
     this.#out = out;
     this.#label = label;
+    this.#suffix = suffix;
   }
 
   /** Render one progress event. */
@@ -40,7 +44,7 @@ export class ProgressDisplay {
     const frac = p.total ? p.done / p.total : 1;
     const stats = `${p.done}/${p.total} ${rate.toFixed(1)}/s ETA ${fmtDuration(eta)} reward ${
       p.avgReward.toFixed(3)
-    }${p.errors ? ` errors ${p.errors}` : ""}`;
+    }${p.errors ? ` errors ${p.errors}` : ""}${this.#suffix?.() ?? ""}`;
     if (this.#out.isTTY) {
       const width = 24;
       const filled = Math.round(frac * width);
