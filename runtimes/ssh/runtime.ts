@@ -75,6 +75,41 @@ import {
   shellQuote,
 } from "./shell.ts";
 
+/**
+ * Workdirs waiting to be removed, per connection. Sandboxes on one host tend to stop
+ * together (a run's end, a wave of rollouts); one `rm` per sandbox then queues hundreds of
+ * execs behind the connection's few channels (the 1,000-sandbox run left 174 workdirs when
+ * those queues outlasted the cleanup deadline). So removals are batched: while one `rm` runs
+ * on a connection, the workdirs of sandboxes stopping meanwhile gather for the next one.
+ */
+const pendingRemovals = new WeakMap<SshConnection, { dirs: string[]; done: Promise<boolean> }>();
+const running = new WeakMap<SshConnection, Promise<unknown>>();
+
+/** Removes `dir` on the connection's host in the next batch; true when it is gone. */
+function removeWorkdir(connection: SshConnection, dir: string): Promise<boolean> {
+  const waiting = pendingRemovals.get(connection);
+  if (waiting && waiting.dirs.length < 500) {
+    waiting.dirs.push(dir);
+    return waiting.done;
+  }
+  const batch = { dirs: [dir], done: Promise.resolve(false) };
+  pendingRemovals.set(connection, batch);
+  const before = running.get(connection) ?? Promise.resolve();
+  batch.done = before.then(async () => {
+    // This batch runs now: later removals start the next one.
+    if (pendingRemovals.get(connection) === batch) pendingRemovals.delete(connection);
+    const out: Uint8Array[] = [];
+    const handle = await connection.exec(shCommand('exec rm -rf -- "$@"', batch.dirs), {
+      onStdout: (c) => out.push(c),
+      onStderr: (c) => out.push(c),
+    });
+    const exit = await handle.done;
+    return exit.code === 0;
+  }).catch(() => false);
+  running.set(connection, batch.done);
+  return batch.done;
+}
+
 /** The runtime holding each dedicated host (`user@host:port`) of this process. */
 const dedicatedHolders = new Map<string, SshRuntime>();
 
@@ -623,7 +658,7 @@ export class SshRuntime implements Runtime {
       const connection = this.#connection;
       if (!connection) return;
       try {
-        await within(this.#cleanupRemote(), 15_000);
+        await within(this.#cleanupRemote(), 60_000);
       } finally {
         this.#connection = undefined;
         release(connection);
@@ -641,10 +676,7 @@ export class SshRuntime implements Runtime {
     if (groups.length) await this.#killGroups(groups).catch(() => {});
     if (this.#options.disposable) return;
     if (this.#created && this.#ownsWorkdir && this.#workdir.startsWith("/tmp/vf-")) {
-      const removed = await this.#capture(shCommand('rm -rf -- "$1"', [this.#workdir])).then(
-        (r) => r.code === 0,
-        () => false,
-      );
+      const removed = await removeWorkdir(this.#connection!, this.#workdir);
       // The host went away (sshd killed, network down): the workdir stays live in the ledger,
       // so `vf cleanup` removes it once this run has ended, instead of it leaking unrecorded.
       if (!removed) return;
