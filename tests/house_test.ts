@@ -195,3 +195,20 @@ Deno.test("mod.ts exports exactly the names and kinds listed in tests/public_api
       }`,
   );
 });
+
+Deno.test("the benchmarks and the chaos run type-check (nothing else compiles them)", async () => {
+  const root = new URL("..", import.meta.url).pathname;
+  const files = ["bench", "chaos"].flatMap((dir) =>
+    [...Deno.readDirSync(`${root}${dir}`)]
+      .filter((e) => e.isFile && e.name.endsWith(".ts"))
+      .map((e) => `${dir}/${e.name}`)
+  );
+  assert.ok(files.includes("bench/scale.ts"), files.join(" "));
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["check", "--quiet", ...files],
+    cwd: root,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+});
