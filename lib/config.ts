@@ -201,6 +201,8 @@ export const RuntimeTable = z.strictObject({
   trust_on_first_use: z.boolean().optional(),
   /** ssh: the host is dedicated to this run (a VM), so it may serve as an isolated sandbox. */
   dedicated: z.boolean().optional(),
+  /** ssh: channels per connection the host allows (sshd's MaxSessions; default 10). */
+  max_sessions: z.number().int().min(3).optional(),
   /** prime: GPU type/count, disk GB, provider-side time-to-live, API base and key variable. */
   gpu: z.string().optional(),
   disk: z.number().positive().optional(),

@@ -253,6 +253,7 @@ export function resolveRuntimeSpec(
       sshConfigPath: config.ssh_config_path === "" ? null : config.ssh_config_path,
       trustOnFirstUse: config.trust_on_first_use,
       dedicated: config.dedicated,
+      maxSessions: config.max_sessions,
       workdir: config.workdir ?? data.workdir,
       env,
     };

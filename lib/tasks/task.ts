@@ -59,6 +59,8 @@ export interface RuntimeConfig {
   ssh_config_path?: string;
   trust_on_first_use?: boolean;
   dedicated?: boolean;
+  /** ssh: channels per connection the host allows (sshd's `MaxSessions`); default 10. */
+  max_sessions?: number;
   /** prime: accelerator, disk GB, provider-side time-to-live, API base and key variable. */
   gpu?: string;
   disk?: number;
