@@ -149,6 +149,12 @@ export interface DockerRuntimeSpec {
   labels?: Record<string, string>;
   /** Default user of commands; default the image's. */
   user?: string;
+  /**
+   * Run commands (and small file reads and writes) through one long-lived shell in the
+   * sandbox instead of an exec each; default true. Off, or where the image has no `/bin/sh`
+   * and writable `/tmp`, every command is an exec of its own.
+   */
+  execChannel?: boolean;
 }
 
 /** A local temp directory and host processes: no isolation, for development. */

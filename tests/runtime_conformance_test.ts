@@ -28,7 +28,7 @@ import {
   SandboxUnsupportedError,
   sshConnectionsClosed,
 } from "../runtimes/mod.ts";
-import { ConfigError } from "../lib/errors.ts";
+import { ConfigError, InfraError } from "../lib/errors.ts";
 import { readTar } from "../runtimes/_tar.ts";
 import { ownerLabels } from "../runtimes/owner.ts";
 import { startSshdHost } from "./_sshd_hosts.ts";
@@ -63,6 +63,16 @@ const TARGETS: Array<{ name: string; spec: RuntimeSpec }> = [
   {
     name: "docker busybox",
     spec: { type: "docker", image: "busybox", workdir: "/workspace", env: SPEC_ENV },
+  },
+  {
+    name: "docker busybox, plain execs (no command channel)",
+    spec: {
+      type: "docker",
+      image: "busybox",
+      workdir: "/workspace",
+      env: SPEC_ENV,
+      execChannel: false,
+    },
   },
   {
     name: "docker python:3.11-slim",
@@ -211,6 +221,48 @@ for (const target of TARGETS) {
         assert.equal(result.stdout.length, size);
         assert.ok(/^a+$/.test(result.stdout));
         assert.equal(result.stderr.length, 100_000);
+      });
+
+      await t.step("concurrent commands in one sandbox each get their own output", async () => {
+        const results = await Promise.all(
+          Array.from(
+            { length: 12 },
+            (_, i) =>
+              rt.run([
+                "sh",
+                "-c",
+                `sleep 0.$((${i} % 3)); echo out${i}; echo err${i} >&2; exit ${i}`,
+              ], {
+                stdin: i % 2 ? `in${i}` : undefined,
+              }),
+          ),
+        );
+        results.forEach((r, i) => {
+          assert.deepEqual([r.exit_code, r.stdout, r.stderr], [i, `out${i}\n`, `err${i}\n`]);
+        });
+      });
+
+      await t.step("run() collects 50 MB of output", async () => {
+        const size = 50_000_000;
+        const result = await rt.run(["sh", "-c", `head -c ${size} /dev/zero | tr '\\0' z`]);
+        assert.equal(result.exit_code, 0);
+        assert.equal(result.stdout.length, size);
+        assert.equal(result.stdout.slice(-3), "zzz");
+      });
+
+      await t.step("a command that leaves a daemon behind returns when it ends", async () => {
+        const marker = 3000 + Math.floor(Math.random() * 6000);
+        const result = await rt.run(
+          ["sh", "-c", `sleep ${marker} </dev/null >/dev/null 2>&1 & echo started`],
+          { timeoutMs: 20_000 },
+        );
+        assert.deepEqual([result.exit_code, result.stdout], [0, "started\n"]);
+        assert.equal((await processesMatching(rt, `sleep ${marker}`)).length, 1);
+        const stop =
+          `for d in /proc/[0-9]*; do case "$(tr '\\0' ' ' <$d/cmdline 2>/dev/null)" in ` +
+          `"sleep ${marker} "*) kill -9 "\${d#/proc/}" ;; esac; done; true`;
+        await rt.run(["sh", "-c", stop]);
+        assert.deepEqual(await processesMatching(rt, `sleep ${marker}`), []);
       });
 
       await t.step("run() passes the spec's and the call's env", async () => {
@@ -655,3 +707,40 @@ Deno.test("ssh: the sshd test host is removed", async () => {
   await sshHost.close();
   assert.equal(existsSync(sshHost.dir), false);
 });
+
+Deno.test(
+  "docker: a command channel whose supervisor is killed mid-command fails that command as an infrastructure error; later commands use plain execs",
+  closingEngines(async () => {
+    await using rt = new DockerRuntime({ type: "docker", image: "busybox" }, { runId: RUN_ID });
+    await rt.start();
+    assert.equal(rt.channelOpen, true);
+    assert.equal((await rt.run(["echo", "on the channel"])).stdout, "on the channel\n");
+    const running = rt.run(["sleep", "30"], { timeoutMs: 60_000 }).then(() => null, (e) => e);
+    // Kill every supervisor from outside, with an exec of our own (the pattern is bracketed
+    // so this script's own command line does not match it).
+    const engine = DockerEngine.shared();
+    const kill = `for d in /proc/[0-9]*; do case "$(tr '\\0' ' ' <$d/cmdline 2>/dev/null)" in ` +
+      `*vf-std[i]n*) kill -9 "\${d#/proc/}" ;; esac; done`;
+    for (let i = 0; i < 50; i++) {
+      const found = await rt.run(["sh", "-c", "ps 2>/dev/null | grep -c 'sleep 3[0]' || true"]);
+      if (Number(found.stdout.trim()) > 0) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const execId = await engine.createExec(rt.id, {
+      Cmd: ["sh", "-c", kill],
+      AttachStdout: true,
+      AttachStderr: true,
+    });
+    const stream = await engine.startExec(execId, { onStdout() {}, onStderr() {} });
+    await stream.done;
+    const error = await running;
+    assert.ok(error instanceof SandboxUnavailableError, `got ${error}`);
+    assert.ok(error instanceof InfraError, "an infrastructure error, never a result");
+    assert.match(error.message, /command channel of container .* broke/);
+    assert.equal(rt.channelOpen, false);
+    const after = await rt.run(["echo", "after"]);
+    assert.deepEqual([after.exit_code, after.stdout], [0, "after\n"]);
+    await rt.write("/tmp/f.txt", "through the archive API");
+    assert.equal(text(await rt.read("/tmp/f.txt")), "through the archive API");
+  }),
+);

@@ -45,6 +45,7 @@ import type {
   RuntimeProcess,
 } from "../runtime.ts";
 import { DockerEngine, isDirectoryMode } from "./engine_api.ts";
+import { ExecChannel } from "./channel.ts";
 
 export { DockerEngine } from "./engine_api.ts";
 
@@ -124,6 +125,30 @@ kill -KILL -- "-$p" 2>/dev/null
 for n in $all; do kill -KILL "$n" 2>/dev/null; done
 exit 0`;
 
+/**
+ * Kills every process below $1 (a channel supervisor, which runs one command at a time), but
+ * not $1: walks /proc by PPid, stops each descendant as it is found, then SIGKILLs them all.
+ */
+const KILL_BELOW = `p=$1
+all=" $p "
+kids=
+changed=1
+while [ "$changed" = 1 ]; do
+  changed=0
+  for d in /proc/[0-9]*; do
+    n=\${d#/proc/}
+    case "$all" in *" $n "*) continue ;; esac
+    [ -r "$d/status" ] || continue
+    pp=
+    while read -r k v rest; do
+      if [ "$k" = "PPid:" ]; then pp=$v; break; fi
+    done 2>/dev/null <"$d/status"
+    case "$all" in *" $pp "*) all="$all$n "; kids="$kids $n"; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac
+  done
+done
+for n in $kids; do kill -KILL "$n" 2>/dev/null; done
+exit 0`;
+
 /** Parses `"512m"`, `"2g"`, `"1024k"`, `"1.5g"` or a byte count. */
 export function parseMemory(value: string): number {
   const match = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$/i.exec(value);
@@ -167,6 +192,8 @@ export class DockerRuntime implements Runtime {
   #ledger: Ledger | null;
   #recorded = false;
   #labels: Record<string, string> = {};
+  /** The persistent command channel; null when it is off, cannot run, or not started. */
+  #channel: ExecChannel | null = null;
 
   constructor(spec: DockerRuntimeSpec, options: DockerRuntimeOptions = {}) {
     if (!spec.image) throw new TypeError("A docker runtime needs an image");
@@ -286,6 +313,16 @@ export class DockerRuntime implements Runtime {
     }
     await engine.startContainer(this.#id, { signal });
     this.#checkNotStopped();
+    // A sandbox (not a service running its own command) gets the persistent command channel.
+    if (spec.command === undefined && spec.execChannel !== false) {
+      this.#channel = await ExecChannel.open(engine, this.#id, `container "${this.#short()}"`);
+      this.#checkNotStopped();
+    }
+  }
+
+  /** Whether commands go through the persistent channel (false: one exec each). */
+  get channelOpen(): boolean {
+    return this.#channel?.alive ?? false;
   }
 
   async #record(
@@ -324,12 +361,102 @@ export class DockerRuntime implements Runtime {
     return resolveSandboxPath(this.#workdir, path);
   }
 
-  /** Runs `argv` as an exec in the container. */
+  /**
+   * Runs `argv` in the container: through the persistent channel when it is open (and no
+   * other user is asked for), else as an exec of its own.
+   */
   async run(argv: string[], options: RunOptions = {}): Promise<RunResult> {
     const id = this.#requireRunning();
     requireArgv(argv);
+    options.signal?.throwIfAborted();
+    const channel = this.#channel;
+    if (channel?.alive && options.user === undefined) {
+      return await this.#runOnChannel(id, channel, argv, options);
+    }
+    return await this.#runExec(id, argv, options);
+  }
+
+  async #runOnChannel(
+    id: string,
+    channel: ExecChannel,
+    argv: string[],
+    options: RunOptions,
+  ): Promise<RunResult> {
     const { signal, timeoutMs } = options;
-    signal?.throwIfAborted();
+    const started = performance.now();
+    const env = Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`);
+    const cwd = options.cwd === undefined ? this.#workdir : this.#resolve(options.cwd);
+    const stdin = options.stdin === undefined ? undefined : toBytes(options.stdin);
+    let supervisor = 0;
+    const done = channel.request(
+      "r",
+      [cwd, stdin ? String(stdin.length) : "-", String(env.length), ...env, ...argv],
+      stdin,
+      (pid) => (supervisor = pid),
+    );
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let onAbort: (() => void) | undefined;
+    const interrupted = new Promise<"timeout" | "abort">((resolve) => {
+      if (timeoutMs !== undefined) timer = setTimeout(() => resolve("timeout"), timeoutMs);
+      if (signal) {
+        onAbort = () => resolve("abort");
+        signal.addEventListener("abort", onAbort, { once: true });
+      }
+    });
+    let result: Awaited<typeof done> | undefined;
+    let outcome: "done" | "timeout" | "abort";
+    try {
+      outcome = await Promise.race([
+        done.then((r) => {
+          result = r;
+          return "done" as const;
+        }),
+        interrupted,
+      ]);
+    } finally {
+      clearTimeout(timer);
+      if (onAbort) signal?.removeEventListener("abort", onAbort);
+    }
+    if (outcome !== "done") {
+      // One command per supervisor: its process tree is everything below the supervisor.
+      if (supervisor) await this.#killBelow(id, supervisor).catch(() => {});
+      await within(done.catch(() => {}), 5_000);
+      if (outcome === "abort") throw signal!.reason;
+      throw new CommandTimeoutError(
+        `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms in container ` +
+          `"${this.#short()}"; its process tree was killed (raise timeoutMs if it needs longer)`,
+        { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
+      );
+    }
+    if (result!.status === "nocwd") {
+      throw new SandboxFileNotFoundError(
+        options.cwd ?? cwd,
+        `Working directory "${options.cwd}" does not exist in container "${this.#short()}"`,
+      );
+    }
+    return {
+      exit_code: Number(result!.status),
+      stdout: decodeChunks([result!.stdout]),
+      stderr: decodeChunks([result!.stderr]),
+      duration_ms: Math.round(performance.now() - started),
+    };
+  }
+
+  /** Kills every process below `pid` (a supervisor), never `pid` itself; a plain exec. */
+  async #killBelow(id: string, pid: number): Promise<void> {
+    const execId = await this.#engine.createExec(id, {
+      Cmd: ["/bin/sh", "-c", KILL_BELOW, "vf-kill", String(pid)],
+      AttachStdout: true,
+      AttachStderr: true,
+      User: "0",
+    });
+    const stream = await this.#engine.startExec(execId, { onStdout() {}, onStderr() {} });
+    await within(stream.done, 5_000);
+    stream.destroy();
+  }
+
+  async #runExec(id: string, argv: string[], options: RunOptions): Promise<RunResult> {
+    const { signal, timeoutMs } = options;
     const started = performance.now();
     const guarded = timeoutMs !== undefined || signal !== undefined;
     const stdin = options.stdin === undefined ? undefined : toBytes(options.stdin);
@@ -488,10 +615,53 @@ export class DockerRuntime implements Runtime {
     stream.destroy();
   }
 
-  /** Reads a file through the archive endpoint, following symlinks. */
+  /** A root supervisor may read and write any file, as the archive endpoint does. */
+  #fileChannel(): ExecChannel | null {
+    const channel = this.#channel;
+    return channel?.alive && channel.uid === 0 ? channel : null;
+  }
+
+  /**
+   * Reads a file, following symlinks: with `cat` through the command channel when it is open,
+   * else through the archive endpoint.
+   */
   async read(path: string, options: { maxBytes?: number } = {}): Promise<Uint8Array> {
     const id = this.#requireRunning();
     const { maxBytes } = options;
+    const channel = this.#fileChannel();
+    if (channel) {
+      const target = this.#resolve(path);
+      const where = `container "${this.#short()}"`;
+      // One byte past the limit tells a file that is too large; only then is it measured.
+      const r = await channel.request("g", [
+        target,
+        maxBytes === undefined ? "" : String(maxBytes + 1),
+      ]);
+      if (r.status === "missing") {
+        throw new SandboxFileNotFoundError(path, `Path "${path}" does not exist in ${where}`);
+      }
+      if (r.status === "dir") {
+        throw new SandboxError(
+          `Path "${path}" in ${where} is a directory; read a file or use archiveOut()`,
+        );
+      }
+      if (r.status !== "0") {
+        throw new SandboxError(
+          `Cannot read "${path}" in ${where}: ${decodeChunks([r.stderr]).trim()}`,
+        );
+      }
+      if (maxBytes !== undefined && r.stdout.length > maxBytes) {
+        const size = await this.#runOnChannel(id, channel, ["wc", "-c", target], {});
+        const bytes = Number(size.stdout.trim().split(/\s+/)[0]);
+        throw new SandboxFileTooLargeError(
+          path,
+          Number.isFinite(bytes) ? bytes : r.stdout.length,
+          maxBytes,
+          where,
+        );
+      }
+      return r.stdout;
+    }
     let target = this.#resolve(path);
     for (let hops = 0; hops < 16; hops++) {
       const download = await this.#download(id, target, path);
@@ -577,6 +747,27 @@ export class DockerRuntime implements Runtime {
     const id = this.#requireRunning();
     const target = this.#resolve(path);
     if (target === "/") throw new TypeError(`Cannot write to "${path}": it is the root directory`);
+    const channel = this.#fileChannel();
+    if (channel) {
+      const bytes = toBytes(data);
+      const mode = (options.mode ?? 0o644).toString(8);
+      const fresh = (0o666 & ~channel.umask).toString(8);
+      const r = await channel.request(
+        "w",
+        [target, mode, fresh, String(bytes.length)],
+        bytes,
+      );
+      if (r.status !== "0") {
+        throw new SandboxError(
+          `Cannot write "${path}" in container "${this.#short()}": ${
+            r.status === "unwritable"
+              ? "its directory cannot be created or written (a file in the way?)"
+              : decodeChunks([r.stderr]).trim() || `status ${r.status}`
+          }`,
+        );
+      }
+      return;
+    }
     await this.#putInto(id, posix.dirname(target), [{
       name: posix.basename(target),
       type: "file",
@@ -663,6 +854,7 @@ export class DockerRuntime implements Runtime {
     this.#life.state = "stopped";
     this.#stopping = (async () => {
       if (wasStarting) await this.#life.launch?.catch(() => {});
+      this.#channel?.close();
       const engine = this.#engine;
       // Without an id the create request may still have reached the engine: remove by name.
       const target = this.#id || this.#name;

@@ -55,7 +55,7 @@ import type {
   RuntimeProcess,
 } from "../runtime.ts";
 import { parseMemory } from "../docker/mod.ts";
-import { ENV_NAME, KILL_TREES, PREPARE, RUN_WRAPPER } from "../ssh/shell.ts";
+import { ENV_NAME, KILL_TREES, PREPARE, READ_FILE, RUN_WRAPPER, WRITE_FILE } from "../ssh/shell.ts";
 import { tarSideExcludes } from "../ssh/runtime.ts";
 import { KubeApiError, KubeClient, type KubeStatus, loadKubeTarget } from "./api.ts";
 import type { WebSocketConnection } from "./websocket.ts";
@@ -77,17 +77,6 @@ const STDIN_CHUNK = 256 * 1024;
  */
 const COUNTED_STDIN =
   `f=$(mktemp) || exit 125; head -c "$1" >"$f"; exec 0<"$f"; rm -f "$f"; shift; exec "$@"`;
-
-/** Prints a file after checking it exists, is not a directory and fits `$2` bytes. */
-const READ_FILE = `[ -e "$1" ] || { printf '\\037vf:missing\\n' >&2; exit 1; }
-[ -d "$1" ] && { printf '\\037vf:dir\\n' >&2; exit 1; }
-s=$(( $(wc -c <"$1") )) || exit 1
-if [ -n "$2" ] && [ "$s" -gt "$2" ]; then printf '\\037vf:big %s\\n' "$s" >&2; exit 1; fi
-exec cat "$1"`;
-
-const WRITE_FILE = `d=$(dirname -- "$1")
-mkdir -p -- "$d" || exit 1
-cat >"$1" && chmod "$2" "$1"`;
 
 /** Label values: at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at both ends. */
 export function labelValue(value: string): string {

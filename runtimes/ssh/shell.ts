@@ -1,6 +1,8 @@
 /**
- * The POSIX shell snippets the SSH runtime runs on a host: quoting, the command wrapper
- * (working directory, environment, process group), process-tree kills and workdir setup.
+ * The POSIX shell snippets the SSH runtime runs on a host (and the kubernetes and Docker
+ * runtimes in their containers): quoting, the command wrapper (working directory,
+ * environment, process group), process-tree kills, workdir setup, and file reads and writes
+ * over a command.
  * @module
  */
 
@@ -68,3 +70,14 @@ else sw=none; fi
 echo "$uid $sw"`;
 
 export const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** Prints a file after checking it exists, is not a directory and fits `$2` bytes. */
+export const READ_FILE = `[ -e "$1" ] || { printf '\\037vf:missing\\n' >&2; exit 1; }
+[ -d "$1" ] && { printf '\\037vf:dir\\n' >&2; exit 1; }
+s=$(( $(wc -c <"$1") )) || exit 1
+if [ -n "$2" ] && [ "$s" -gt "$2" ]; then printf '\\037vf:big %s\\n' "$s" >&2; exit 1; fi
+exec cat "$1"`;
+
+export const WRITE_FILE = `d=$(dirname -- "$1")
+mkdir -p -- "$d" || exit 1
+cat >"$1" && chmod "$2" "$1"`;

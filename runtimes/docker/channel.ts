@@ -1,0 +1,410 @@
+/**
+ * The persistent command channel of a Docker sandbox: long-lived POSIX shells (supervisors)
+ * in the container, each started once over an attached exec, so a command costs one line
+ * written to a supervisor's stdin and one fork and exec inside the container, instead of
+ * three Engine API calls (exec create, start, inspect) and the engine's own process setup.
+ *
+ * Each supervisor runs one request at a time; a sandbox keeps a small pool of them (one
+ * started with the sandbox, more opened while all are busy, up to a limit), so commands still
+ * run concurrently. A request is one line, its words shell-quoted (newlines spelled
+ * `"$nl"`), and starts with a fresh random marker:
+ * - `r <marker> <cwd> <stdin-bytes|-> <env-count> <NAME=value>... <argv...>`, followed by the
+ *   stdin bytes: the supervisor copies them to a file with `head -c` (one request at a time,
+ *   so nothing after them is in the pipe for a reading-ahead `head` to swallow), then runs
+ *   the command in the background with its stdout and stderr on the supervisor's own (the
+ *   attach stream keeps them apart, binary-safe), and waits for it;
+ * - `g <marker> <path> <limit|"">`: a file's bytes (`head -c`, or `cat`);
+ * - `w <marker> <path> <mode> <fresh-mode> <bytes>` and the bytes: a file written.
+ * When it is done the supervisor prints `<marker> <status>\n` on stdout and `<marker>\n` on
+ * stderr; what came before the markers is the command's output. A command that leaves a
+ * daemon behind still ends when its own process does (a plain exec waits for every holder
+ * of its output); the daemon's later output lands in whatever the supervisor runs next.
+ * @module
+ */
+
+import { randomHex, toBytes } from "../_util.ts";
+import { SandboxUnavailableError } from "../errors.ts";
+import type { DockerEngine, ExecStream } from "./engine_api.ts";
+
+const SUPERVISOR = `nl='
+'
+printf '\\037ready %s %s %s\\n' "$$" "$(id -u)" "$(umask)" >&2
+in=/tmp/.vf-stdin.$$
+while IFS= read -r line; do
+  eval "set -- $line"
+  op=$1; k=$2; shift 2
+  case $op in
+  r)
+    cwd=$1; n=$2; ne=$3; shift 3
+    if [ ! -d "$cwd" ]; then
+      [ "$n" = - ] || head -c "$n" >/dev/null
+      printf '%s nocwd\\n' "$k"; printf '%s\\n' "$k" >&2; continue
+    fi
+    i=/dev/null
+    if [ "$n" != - ]; then i=$in; head -c "$n" >"$i"; fi
+    (
+      cd "$cwd" || exit 1
+      while [ "$ne" -gt 0 ]; do export "$1"; shift; ne=$((ne - 1)); done
+      exec "$@"
+    ) <"$i" &
+    wait $!
+    printf '%s %s\\n' "$k" "$?"; printf '%s\\n' "$k" >&2
+    ;;
+  g)
+    if [ ! -e "$1" ]; then printf '%s missing\\n' "$k"
+    elif [ -d "$1" ]; then printf '%s dir\\n' "$k"
+    else
+      if [ -n "$2" ]; then head -c "$2" "$1"; else cat "$1"; fi
+      printf '%s %s\\n' "$k" "$?"
+    fi
+    printf '%s\\n' "$k" >&2
+    ;;
+  w)
+    f=$1; mode=$2; fresh=$3; n=$4; ex=
+    [ -e "$f" ] && ex=1
+    d=\${f%/*}
+    [ -z "$d" ] || [ -d "$d" ] || mkdir -p "$d" 2>/dev/null
+    if { : >>"$f"; } 2>/dev/null; then
+      head -c "$n" >"$f"; rc=$?
+      if [ "$rc" = 0 ] && { [ -n "$ex" ] || [ "$mode" != "$fresh" ]; }; then
+        chmod "$mode" "$f"; rc=$?
+      fi
+    else
+      head -c "$n" >/dev/null; rc=unwritable
+    fi
+    printf '%s %s\\n' "$k" "$rc"; printf '%s\\n' "$k" >&2
+    ;;
+  esac
+done`;
+
+/** A word for the supervisor's `eval "set -- ..."`: single-quoted, newlines as `"$nl"`. */
+function word(text: string): string {
+  return `'${text.replace(/'/g, `'\\''`).replace(/\n/g, `'"$nl"'`)}'`;
+}
+
+/** What a request did: its status word (an exit code, or `nocwd`, `missing`, ...) and output. */
+export interface ChannelResult {
+  status: string;
+  stdout: Uint8Array;
+  stderr: Uint8Array;
+}
+
+/** Collects one stream of a request until its marker, keeping the bytes before it. */
+class MarkedStream {
+  #chunks: Uint8Array[] = [];
+  #size = 0;
+  #marker: Uint8Array;
+  /** What followed the marker up to its newline, once seen. */
+  tail: string | undefined;
+  data: Uint8Array | undefined;
+
+  constructor(marker: string, readonly withStatus: boolean) {
+    this.#marker = toBytes(marker);
+  }
+
+  /** Adds bytes; true once the marker's line has arrived (then `data` and `tail` are set). */
+  push(chunk: Uint8Array): boolean {
+    this.#chunks.push(chunk);
+    this.#size += chunk.length;
+    // Only the newest bytes (a marker's length and its status before them) can hold the
+    // marker's line: search a copy of that tail, never the whole output.
+    const span = Math.min(this.#size, chunk.length + this.#marker.length + 64);
+    const tail = this.#tail(span);
+    const at = indexOf(tail, this.#marker, 0);
+    if (at < 0) return false;
+    const newline = tail.indexOf(10, at + this.#marker.length);
+    if (newline < 0) return false;
+    const start = this.#size - span + at;
+    this.tail = new TextDecoder().decode(tail.subarray(at + this.#marker.length, newline)).trim();
+    this.data = this.#join().slice(0, start);
+    this.#chunks = [];
+    return true;
+  }
+
+  /** The last `n` bytes, copied out of the chunks. */
+  #tail(n: number): Uint8Array {
+    const out = new Uint8Array(n);
+    let o = n;
+    for (let i = this.#chunks.length - 1; i >= 0 && o > 0; i--) {
+      const c = this.#chunks[i];
+      const take = Math.min(o, c.length);
+      out.set(c.subarray(c.length - take), o - take);
+      o -= take;
+    }
+    return out;
+  }
+
+  #join(): Uint8Array {
+    if (this.#chunks.length > 1) {
+      const out = new Uint8Array(this.#size);
+      let o = 0;
+      for (const c of this.#chunks) {
+        out.set(c, o);
+        o += c.length;
+      }
+      this.#chunks = [out];
+    }
+    return this.#chunks[0];
+  }
+}
+
+function indexOf(haystack: Uint8Array, needle: Uint8Array, from: number): number {
+  const first = needle[0];
+  for (let i = haystack.indexOf(first, from); i >= 0; i = haystack.indexOf(first, i + 1)) {
+    if (i + needle.length > haystack.length) return -1;
+    let j = 1;
+    while (j < needle.length && haystack[i + j] === needle[j]) j++;
+    if (j === needle.length) return i;
+  }
+  return -1;
+}
+
+interface Request {
+  out: MarkedStream;
+  err: MarkedStream;
+  resolve: (result: ChannelResult) => void;
+  reject: (error: Error) => void;
+}
+
+/** One supervisor: one request at a time. */
+class Supervisor {
+  pid = 0;
+  uid = -1;
+  umask = 0o022;
+  dead: Error | null = null;
+  #stream!: ExecStream;
+  #current: Request | null = null;
+
+  static async open(engine: DockerEngine, containerId: string): Promise<Supervisor | null> {
+    let execId: string;
+    try {
+      execId = await engine.createExec(containerId, {
+        Cmd: ["/bin/sh", "-c", SUPERVISOR],
+        AttachStdin: true,
+        AttachStdout: true,
+        AttachStderr: true,
+        Tty: false,
+      });
+    } catch {
+      return null;
+    }
+    const sup = new Supervisor();
+    let early = "";
+    let ready!: (ok: boolean) => void;
+    const readiness = new Promise<boolean>((resolve) => (ready = resolve));
+    let started = false;
+    const stream = await engine.startExec(execId, {
+      onStdout: (chunk) => sup.#onOut(chunk),
+      onStderr: (chunk) => {
+        if (started) return sup.#onErr(chunk);
+        early += new TextDecoder().decode(chunk);
+        const at = early.indexOf("\x1fready ");
+        const m = at < 0 ? null : /^ready (\d+) (\d+) (\d+)\n/.exec(early.slice(at + 1));
+        if (m) {
+          sup.pid = Number(m[1]);
+          sup.uid = Number(m[2]);
+          sup.umask = parseInt(m[3], 8);
+          started = true;
+          ready(true);
+        }
+      },
+    }, { stdin: "open" }).catch(() => null);
+    if (!stream) return null;
+    sup.#stream = stream;
+    stream.done.then(() => {
+      ready(false);
+      sup.#fail(new SandboxUnavailableError("its supervisor ended"));
+    });
+    const timer = setTimeout(() => ready(false), 10_000);
+    const ok = await readiness;
+    clearTimeout(timer);
+    if (!ok) {
+      stream.destroy();
+      return null;
+    }
+    return sup;
+  }
+
+  get busy(): boolean {
+    return this.#current !== null;
+  }
+
+  request(op: string, words: string[], data?: Uint8Array): Promise<ChannelResult> {
+    if (this.dead) return Promise.reject(this.dead);
+    const marker = `\x1fvf${randomHex(12)}`;
+    return new Promise<ChannelResult>((resolve, reject) => {
+      this.#current = {
+        out: new MarkedStream(marker, true),
+        err: new MarkedStream(marker, false),
+        resolve,
+        reject,
+      };
+      const line = [op, word(marker), ...words.map(word)].join(" ") + "\n";
+      const bytes = toBytes(line);
+      if (data?.length) {
+        const all = new Uint8Array(bytes.length + data.length);
+        all.set(bytes);
+        all.set(data, bytes.length);
+        this.#stream.write(all);
+      } else {
+        this.#stream.write(bytes);
+      }
+    });
+  }
+
+  #onOut(chunk: Uint8Array): void {
+    const req = this.#current;
+    if (!req || req.out.data) return; // a daemon's output after its command ended
+    req.out.push(chunk);
+    this.#settle();
+  }
+
+  #onErr(chunk: Uint8Array): void {
+    const req = this.#current;
+    if (!req || req.err.data) return;
+    req.err.push(chunk);
+    this.#settle();
+  }
+
+  #settle(): void {
+    const req = this.#current;
+    if (!req?.out.data || !req.err.data) return;
+    this.#current = null;
+    req.resolve({ status: req.out.tail ?? "", stdout: req.out.data, stderr: req.err.data });
+  }
+
+  #fail(error: Error): void {
+    if (this.dead) return;
+    this.dead = error;
+    const req = this.#current;
+    this.#current = null;
+    req?.reject(error);
+  }
+
+  close(): void {
+    this.#fail(new SandboxUnavailableError("the command channel was closed"));
+    this.#stream?.end();
+    this.#stream?.destroy();
+  }
+}
+
+/** The supervisors of one container. */
+export class ExecChannel {
+  #engine: DockerEngine;
+  #containerId: string;
+  #label: string;
+  #idle: Supervisor[] = [];
+  #all = new Set<Supervisor>();
+  #opening = 0;
+  #waiters: Array<(s: Supervisor | null) => void> = [];
+  #closed = false;
+  /** The first supervisor's uid and umask (file requests go through it only as root). */
+  uid = -1;
+  umask = 0o022;
+  /** How many supervisors run at most; more concurrent commands wait for one. */
+  readonly max: number;
+
+  private constructor(engine: DockerEngine, containerId: string, label: string, max: number) {
+    this.#engine = engine;
+    this.#containerId = containerId;
+    this.#label = label;
+    this.max = max;
+  }
+
+  /** Starts the first supervisor; null when the image cannot run one (no `/bin/sh`). */
+  static async open(
+    engine: DockerEngine,
+    containerId: string,
+    label: string,
+    max = 8,
+  ): Promise<ExecChannel | null> {
+    const channel = new ExecChannel(engine, containerId, label, max);
+    const first = await Supervisor.open(engine, containerId);
+    if (!first) return null;
+    channel.uid = first.uid;
+    channel.umask = first.umask;
+    channel.#all.add(first);
+    channel.#idle.push(first);
+    return channel;
+  }
+
+  /** False once a supervisor died or the channel was closed; callers then use plain execs. */
+  get alive(): boolean {
+    return !this.#closed && [...this.#all].every((s) => !s.dead);
+  }
+
+  /** The supervisors' pids (a kill of a timed-out command kills below one of them). */
+  async #take(): Promise<Supervisor> {
+    for (;;) {
+      if (this.#closed) throw this.#gone();
+      const idle = this.#idle.pop();
+      if (idle && !idle.dead) return idle;
+      if (idle) continue;
+      if (this.#all.size + this.#opening < this.max) {
+        this.#opening++;
+        const s = await Supervisor.open(this.#engine, this.#containerId).finally(() =>
+          this.#opening--
+        );
+        if (s && !this.#closed) {
+          this.#all.add(s);
+          return s;
+        }
+        s?.close();
+        if (!s) throw this.#gone();
+        continue;
+      }
+      const s = await new Promise<Supervisor | null>((resolve) => this.#waiters.push(resolve));
+      if (s) return s;
+    }
+  }
+
+  #give(s: Supervisor): void {
+    if (s.dead || this.#closed) {
+      this.#all.delete(s);
+      return;
+    }
+    const waiter = this.#waiters.shift();
+    if (waiter) waiter(s);
+    else this.#idle.push(s);
+  }
+
+  #gone(): Error {
+    return new SandboxUnavailableError(
+      `The command channel of ${this.#label} is gone (a supervisor was killed, or the ` +
+        `container stopped)`,
+    );
+  }
+
+  /**
+   * One request on an idle supervisor. `onStart` gets the supervisor's pid as the request
+   * goes out: a command to kill runs below it.
+   */
+  async request(
+    op: "r" | "g" | "w",
+    words: string[],
+    data?: Uint8Array,
+    onStart?: (supervisorPid: number) => void,
+  ): Promise<ChannelResult> {
+    const s = await this.#take();
+    onStart?.(s.pid);
+    try {
+      return await s.request(op, words, data);
+    } catch (error) {
+      throw new SandboxUnavailableError(
+        `The command channel of ${this.#label} broke: ${(error as Error).message}`,
+        { cause: error },
+      );
+    } finally {
+      this.#give(s);
+    }
+  }
+
+  /** Ends every supervisor (the container's removal would too). */
+  close(): void {
+    this.#closed = true;
+    for (const s of this.#all) s.close();
+    this.#all.clear();
+    this.#idle = [];
+    for (const w of this.#waiters.splice(0)) w(null);
+  }
+}
