@@ -7,8 +7,10 @@
  * requests for a slot). Pooled sandboxes carry the label `vf.pool=1` and the run id like
  * every other, so they are counted, recorded in the ledger and cleaned the same way.
  *
- * Grading sandboxes never come from the pool: `acquire(spec, { role: "grader" })` always
- * starts a fresh one. With `size: 0` the pool only applies the limits.
+ * Grading sandboxes come from a pool of their own only when `graderSize` asks for one: they
+ * are as fresh as ones started on demand (started for grading, never used before, never
+ * reused), only started ahead of need; otherwise `acquire(spec, { role: "grader" })` starts
+ * a fresh one. With `size: 0` and no `graderSize` the pool only applies the limits.
  * @module
  */
 
@@ -58,6 +60,8 @@ export type RuntimeFactory = (
 export interface WarmPoolOptions {
   /** Started sandboxes kept ready per sandbox shape; default 0 (no pooling). */
   size?: number;
+  /** Started, never-used grading sandboxes kept ready per shape; default 0 (started on demand). */
+  graderSize?: number;
   /** Run id label of pooled sandboxes. */
   runId?: string;
   /** Live-count and creation-rate limits applied to every sandbox, pooled or fresh. */
@@ -90,6 +94,8 @@ interface Waiter {
 
 interface Bucket {
   key: string;
+  /** Sandboxes kept ready or starting. */
+  size: number;
   spec: RuntimeSpec;
   ready: Runtime[];
   starting: number;
@@ -119,6 +125,7 @@ export function poolKey(spec: RuntimeSpec): string {
 /** Keeps started sandboxes ready per sandbox shape. */
 export class WarmPool implements SandboxSource {
   readonly size: number;
+  readonly graderSize: number;
   readonly #options: WarmPoolOptions;
   readonly #create: RuntimeFactory;
   readonly #buckets = new Map<string, Bucket>();
@@ -132,6 +139,7 @@ export class WarmPool implements SandboxSource {
 
   constructor(options: WarmPoolOptions = {}) {
     this.size = Math.max(0, Math.floor(options.size ?? 0));
+    this.graderSize = Math.max(0, Math.floor(options.graderSize ?? 0));
     this.#options = options;
     this.#create = options.create ?? ((spec, o) => createRuntime(spec, o));
   }
@@ -191,8 +199,8 @@ export class WarmPool implements SandboxSource {
     }
   }
 
-  #bucket(spec: RuntimeSpec): Bucket {
-    const key = poolKey(spec);
+  #bucket(spec: RuntimeSpec, role: "agent" | "grader" = "agent"): Bucket {
+    const key = `${role}:${poolKey(spec)}`;
     let bucket = this.#buckets.get(key);
     if (!bucket) {
       const labels = { ...(spec as { labels?: Record<string, string> }).labels, "vf.pool": "1" };
@@ -201,6 +209,7 @@ export class WarmPool implements SandboxSource {
         : spec;
       bucket = {
         key,
+        size: role === "grader" ? this.graderSize : this.size,
         spec: pooled,
         ready: [],
         starting: 0,
@@ -216,7 +225,7 @@ export class WarmPool implements SandboxSource {
 
   /** Starts pooled sandboxes until `size` are ready or starting. */
   #refill(bucket: Bucket): void {
-    if (this.#closed || this.size === 0) return;
+    if (this.#closed || bucket.size === 0) return;
     const wait = bucket.retryAt - Date.now();
     if (wait > 0) {
       if (!this.#retryTimers.has(bucket)) {
@@ -230,7 +239,7 @@ export class WarmPool implements SandboxSource {
       }
       return;
     }
-    while (bucket.ready.length + bucket.starting < this.size) {
+    while (bucket.ready.length + bucket.starting < bucket.size) {
       bucket.starting++;
       const runtime = this.#wrap(this.#create(bucket.spec, { runId: this.#options.runId }), "low");
       const started = runtime.start().then(
@@ -265,12 +274,13 @@ export class WarmPool implements SandboxSource {
   async acquire(spec: RuntimeSpec, options: AcquireOptions = {}): Promise<Runtime> {
     if (this.#closed) throw new SandboxStateError("The warm pool is closed");
     options.signal?.throwIfAborted();
-    if (options.role === "grader" || this.size === 0) {
-      if (options.role === "grader") this.#fresh++;
+    const role = options.role ?? "agent";
+    if (role === "grader" ? this.graderSize === 0 : this.size === 0) {
+      if (role === "grader") this.#fresh++;
       else this.#misses++;
       return await this.#startFresh(spec, options);
     }
-    const bucket = this.#bucket(spec);
+    const bucket = this.#bucket(spec, role);
     const ready = bucket.ready.shift();
     if (ready) {
       this.#hits++;

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
 import { SandboxLimits } from "./limits.ts";
 import { poolKey, WarmPool } from "./pool.ts";
 import type { Runtime, RuntimeSpec } from "./runtime.ts";
@@ -52,4 +53,38 @@ Deno.test("WarmPool serves started sandboxes, refills, keeps graders fresh (evic
   assert.equal(pool.stats.ready, 0);
   for (const rt of started) await assert.rejects(() => rt.run(["true"]), /stopped|not started/);
   await assert.rejects(() => pool.acquire(spec), /closed/);
+});
+
+Deno.test("WarmPool with graderSize keeps never-used grading sandboxes apart from the agents' and hands each out once", async () => {
+  const started: Runtime[] = [];
+  const pool = new WarmPool({
+    size: 0,
+    graderSize: 1,
+    create: (spec) => {
+      const rt = new SubprocessRuntime(spec as never);
+      started.push(rt);
+      return rt;
+    },
+  });
+  const spec: RuntimeSpec = { type: "subprocess" };
+  // Agents are not pooled here: each is started on demand.
+  const agent = await pool.acquire(spec);
+  assert.equal(pool.stats.misses, 1);
+  const first = await pool.acquire(spec, { role: "grader" });
+  // Its replacement starts at once, ahead of the next grader.
+  for (let i = 0; i < 100 && pool.stats.ready < 1; i++) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.equal(pool.stats.ready, 1);
+  const second = await pool.acquire(spec, { role: "grader" });
+  assert.equal(pool.stats.fresh, 0, "no grader waited for a start");
+  const ids = new Set([agent.id, first.id, second.id]);
+  assert.equal(ids.size, 3, "every sandbox is its own, none reused");
+  // The pooled grader was never touched: its workspace is empty.
+  assert.equal((await second.run(["sh", "-c", "ls -A . | wc -l"])).stdout.trim(), "0");
+  for (const rt of [agent, first, second]) await rt.stop();
+  await pool.close();
+  // Everything it started is gone, the spare it still held included.
+  assert.equal(started.length, 4);
+  assert.deepEqual(started.filter((rt) => existsSync(rt.id)), []);
 });

@@ -56,7 +56,9 @@ Runs an agent on each task of a taskset inside sandboxes and grades it.
   --env.<role>.model m --env.<role>.client.base_url URL   a role's own model and endpoint
                                       (roles: agent; solver, judge; assistant, user)
   --env.timeout.episode 600  --env.max_concurrent_agents 2
-  --env.agent.runtime.warm_pool 4     keep started agent sandboxes ready (grading stays fresh)
+  --env.agent.runtime.warm_pool 4     keep started agent sandboxes ready
+  --env.agent.scoring.runtime.warm_pool 2
+                                      keep started, never-used grading sandboxes ready
   --limits.max_sandboxes 32  --limits.sandbox_create_rate 8  --limits.max_model_connections 64
   -R, --resume <run dir>              re-run only the missing or failed rollouts
 Writes outputs/evals/<taskset>--<model>/<run_id>/{traces.jsonl,metadata.json,config.json}.
@@ -114,11 +116,21 @@ export async function runTasks(
       (v as { runtime?: { warm_pool?: unknown } } | null)?.runtime?.warm_pool
     ).filter((n): n is number => typeof n === "number"),
   );
+  // Grading sandboxes started ahead of need (`[env.agent.scoring.runtime] warm_pool`): each
+  // is used once, by one grader, as fresh as one started on demand.
+  const graderPool = Math.max(
+    0,
+    ...Object.values(rawEnv).map((v) =>
+      (v as { scoring?: { runtime?: { warm_pool?: unknown } } } | null)?.scoring?.runtime
+        ?.warm_pool
+    ).filter((n): n is number => typeof n === "number"),
+  );
   const runId = crypto.randomUUID().slice(0, 8);
   const resumeDir = typeof config.resume === "string" ? resolve(config.resume) : null;
-  const pooled = sandboxLimits || warmPool > 0
+  const pooled = sandboxLimits || warmPool > 0 || graderPool > 0
     ? new WarmPool({
       size: warmPool,
+      graderSize: graderPool,
       runId: resumeDir ? resumeDir.split("/").pop()! : runId,
       limits: sandboxLimits,
     })

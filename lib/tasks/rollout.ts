@@ -1022,8 +1022,12 @@ export class TaskRollout {
     const toolbox = this.#toolbox;
     this.#toolbox = null;
     await toolbox?.close();
+    await this.#agentStopping;
     await this.#stopAgent();
   }
+
+  /** The agent sandbox's removal when it was started off the critical path. */
+  #agentStopping: Promise<void> | undefined;
 
   async #stopAgent(): Promise<void> {
     const agent = this.#agent;
@@ -1103,7 +1107,9 @@ export class TaskRollout {
       () => this.#timed("artifacts", () => collectArtifacts(this.#agent!, task)),
     );
     this.view.artifacts = artifacts;
-    await this.#stopAgent(); // the toolsets stay up: rewards may still call them
+    // The agent's sandbox is removed while grading starts, off the critical path (dispose()
+    // waits for it); the toolsets stay up: rewards may still call them.
+    this.#agentStopping = this.#stopAgent().catch(() => {});
     const envLookup = this.#options.env ?? ((n: string) => process.env[n]);
     const graderConfig: RuntimeConfig = { ...policy.runtime, ...(scoring.runtime ?? {}) };
     const scoringEnv: Record<string, string> = {};

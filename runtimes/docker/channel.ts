@@ -199,11 +199,11 @@ class Supervisor {
         if (started) return sup.#onErr(chunk);
         early += new TextDecoder().decode(chunk);
         const at = early.indexOf("\x1fready ");
-        const m = at < 0 ? null : /^ready (\d+) (\d+) (\d+)\n/.exec(early.slice(at + 1));
+        const m = at < 0 ? null : /^ready (\d+) (\d*) (\d*)\n/.exec(early.slice(at + 1));
         if (m) {
           sup.pid = Number(m[1]);
-          sup.uid = Number(m[2]);
-          sup.umask = parseInt(m[3], 8);
+          sup.uid = m[2] === "" ? -1 : Number(m[2]); // no `id`: not known to be root
+          sup.umask = m[3] === "" ? 0o022 : parseInt(m[3], 8);
           started = true;
           ready(true);
         }
