@@ -466,6 +466,31 @@ Deno.test("vf validate passes file-sum and py-grader, fails a wrong gold answer,
 // ---------------------------------------------------------------------------------------
 // vf run
 
+Deno.test("vf run file-sum with a grading warm pool: graders come started and unused, every reward is 1, the pool is in metadata", async () => {
+  await using s = await scenario();
+  await using server = await modelServer(fileSumModel());
+  const res = await s.cli(vfRun(
+    "file-sum",
+    server,
+    "-n",
+    "2",
+    "-r",
+    "1",
+    "--env.agent.scoring.runtime.warm_pool",
+    "1",
+  ));
+  const run = await runOf(res);
+  assert.match(res.stdout, /reward 1\.0000 {2}errors 0 of 2/);
+  for (const t of run.traces) assert.deepEqual(t.scoring, { mode: "isolated", attempts: 1 });
+  const pool = run.metadata.sandbox_pool;
+  assert.equal(pool.grader_size, 1, JSON.stringify(pool));
+  assert.equal(pool.fresh_graders, 0, JSON.stringify(pool));
+  // Two agents started on demand (no agent pool) and two graders, at least one pre-started.
+  assert.equal(pool.hits + pool.misses, 4, JSON.stringify(pool));
+  assert.ok(pool.hits >= 1, JSON.stringify(pool));
+  assert.deepEqual(await managedContainers(run.runId), []);
+});
+
 Deno.test("vf run file-sum: a model that sums with the bash tool scores 1 per task and every trace records the rollout", async () => {
   await using s = await scenario();
   await using server = await modelServer(fileSumModel());

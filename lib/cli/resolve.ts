@@ -14,6 +14,7 @@ import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
 import { CachedChatClient, defaultCachePath, ModelCache } from "../model/cache.ts";
 import { CostBudget, CostMeter, type ModelPrice } from "../model/cost.ts";
 import type { AdaptiveController } from "../eval/adaptive.ts";
+import type { WarmPool } from "../../runtimes/pool.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import type { EvalConfig } from "../config.ts";
 import { loadEndpoints, RoundRobinClient } from "../model/endpoints.ts";
@@ -150,10 +151,22 @@ export async function recordRunCosts(
     meter: CostMeter;
     budget: CostBudget | null;
     adaptive?: AdaptiveController | null;
+    pool?: WarmPool | null;
   },
 ): Promise<string[]> {
   const lines: string[] = [];
   const extra: Record<string, unknown> = {};
+  if (o.pool && (o.pool.size > 0 || o.pool.graderSize > 0)) {
+    const { hits, misses, fresh, failures } = o.pool.stats;
+    extra.sandbox_pool = {
+      size: o.pool.size,
+      grader_size: o.pool.graderSize,
+      hits,
+      misses,
+      fresh_graders: fresh,
+      failures,
+    };
+  }
   if (o.adaptive) {
     const a = o.adaptive.stats();
     extra.adaptive = a;

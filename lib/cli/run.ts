@@ -227,6 +227,7 @@ export async function runTasks(
       meter,
       budget,
       adaptive,
+      pool: pooled ?? null,
       inject,
     });
   } finally {
@@ -254,6 +255,7 @@ async function runEnv(
     meter: CostMeter;
     budget: CostBudget | null;
     adaptive: AdaptiveController | null;
+    pool: WarmPool | null;
     inject: { runDir?: string; link?: Record<string, unknown> };
   },
 ): Promise<number> {
