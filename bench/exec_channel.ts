@@ -19,6 +19,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 async function ops(spec: DockerRuntimeSpec) {
   const rt = new DockerRuntime(spec, { ledger: null });
   await rt.start();
+  await rt.channelReady();
   const run: number[] = [];
   const write: number[] = [];
   const read: number[] = [];

@@ -713,7 +713,7 @@ Deno.test(
   closingEngines(async () => {
     await using rt = new DockerRuntime({ type: "docker", image: "busybox" }, { runId: RUN_ID });
     await rt.start();
-    assert.equal(rt.channelOpen, true);
+    assert.equal(await rt.channelReady(), true);
     assert.equal((await rt.run(["echo", "on the channel"])).stdout, "on the channel\n");
     const running = rt.run(["sleep", "30"], { timeoutMs: 60_000 }).then(() => null, (e) => e);
     // Kill every supervisor from outside, with an exec of our own (the pattern is bracketed

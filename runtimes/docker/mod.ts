@@ -192,8 +192,9 @@ export class DockerRuntime implements Runtime {
   #ledger: Ledger | null;
   #recorded = false;
   #labels: Record<string, string> = {};
-  /** The persistent command channel; null when it is off, cannot run, or not started. */
+  /** The persistent command channel; null when it is off, cannot run, or not open yet. */
   #channel: ExecChannel | null = null;
+  #channelOpening: Promise<void> | undefined;
 
   constructor(spec: DockerRuntimeSpec, options: DockerRuntimeOptions = {}) {
     if (!spec.image) throw new TypeError("A docker runtime needs an image");
@@ -313,16 +314,26 @@ export class DockerRuntime implements Runtime {
     }
     await engine.startContainer(this.#id, { signal });
     this.#checkNotStopped();
-    // A sandbox (not a service running its own command) gets the persistent command channel.
+    // A sandbox (not a service running its own command) gets the persistent command channel,
+    // opened beside the start: commands before it is up are execs of their own.
     if (spec.command === undefined && spec.execChannel !== false) {
-      this.#channel = await ExecChannel.open(engine, this.#id, `container "${this.#short()}"`);
-      this.#checkNotStopped();
+      const label = `container "${this.#short()}"`;
+      this.#channelOpening = ExecChannel.open(engine, this.#id, label).then((channel) => {
+        if (this.#life.state === "stopped") channel?.close();
+        else this.#channel = channel;
+      }, () => {});
     }
   }
 
-  /** Whether commands go through the persistent channel (false: one exec each). */
+  /** Whether commands go through the persistent channel now (false: one exec each). */
   get channelOpen(): boolean {
     return this.#channel?.alive ?? false;
+  }
+
+  /** Waits until the command channel is open, or known not to be; true when it is. */
+  async channelReady(): Promise<boolean> {
+    await this.#channelOpening;
+    return this.channelOpen;
   }
 
   async #record(
@@ -859,6 +870,8 @@ export class DockerRuntime implements Runtime {
       // Without an id the create request may still have reached the engine: remove by name.
       const target = this.#id || this.#name;
       if (target) await engine.removeContainer(target, { force: true });
+      // A channel still opening ends with its container (and is closed as it settles).
+      await this.#channelOpening;
       if (this.#recorded && this.#name) await this.#record("stopped", engine, this.#name);
     })().finally(() => untrackRuntime(this));
     return this.#stopping;
