@@ -208,7 +208,7 @@ class Supervisor {
           ready(true);
         }
       },
-    }, { stdin: "open" }).catch(() => null);
+    }, { stdin: "open", unref: true }).catch(() => null);
     if (!stream) return null;
     sup.#stream = stream;
     stream.done.then(() => {

@@ -565,8 +565,12 @@ export class DockerEngine {
   async startExec(
     execId: string,
     handlers: ExecHandlers,
-    /** All of stdin at once, or `"open"` to write it as the process runs. */
-    options: { stdin?: Uint8Array | "open" } = {},
+    /**
+     * `stdin`: all of it at once, or `"open"` to write it as the process runs. `unref`: the
+     * stream does not keep the program alive (a long-lived helper, such as the command
+     * channel's supervisor, must not stop a program from ending).
+     */
+    options: { stdin?: Uint8Array | "open"; unref?: boolean } = {},
   ): Promise<ExecStream> {
     const prefix = await this.apiPrefix();
     let socket: Duplex;
@@ -588,6 +592,7 @@ export class DockerEngine {
       }
       throw new SandboxApiError(0, `Cannot start exec "${execId}": ${error}`, { cause: error });
     }
+    if (options.unref) (socket as Duplex & { unref?: () => void }).unref?.();
     let pending: Uint8Array = new Uint8Array(0);
     socket.on("data", (chunk: Uint8Array) => {
       pending = pending.length ? concatBytes([pending, chunk]) : chunk;
