@@ -208,7 +208,7 @@ class Supervisor {
           ready(true);
         }
       },
-    }, { stdin: "open", unref: true }).catch(() => null);
+    }, { stdin: "open" }).catch(() => null);
     if (!stream) return null;
     sup.#stream = stream;
     stream.done.then(() => {
@@ -222,6 +222,9 @@ class Supervisor {
       stream.destroy();
       return null;
     }
+    // Idle, a supervisor must not keep the program alive (one that ends without stopping its
+    // sandboxes still ends); while a request waits on it, it must.
+    stream.unref();
     return sup;
   }
 
@@ -232,6 +235,7 @@ class Supervisor {
   request(op: string, words: string[], data?: Uint8Array): Promise<ChannelResult> {
     if (this.dead) return Promise.reject(this.dead);
     const marker = `\x1fvf${randomHex(12)}`;
+    this.#stream.ref();
     return new Promise<ChannelResult>((resolve, reject) => {
       this.#current = {
         out: new MarkedStream(marker, true),
@@ -270,6 +274,7 @@ class Supervisor {
     const req = this.#current;
     if (!req?.out.data || !req.err.data) return;
     this.#current = null;
+    this.#stream.unref();
     req.resolve({ status: req.out.tail ?? "", stdout: req.out.data, stderr: req.err.data });
   }
 
@@ -278,6 +283,7 @@ class Supervisor {
     this.dead = error;
     const req = this.#current;
     this.#current = null;
+    this.#stream?.unref();
     req?.reject(error);
   }
 

@@ -88,6 +88,13 @@ export interface ExecStream {
   write(data: Uint8Array): void;
   /** With `stdin: "open"`: closes the process's stdin. */
   end(): void;
+  /**
+   * Whether the stream keeps the program alive (by default it does): a long-lived helper,
+   * such as the command channel's supervisor, is unref'd while idle and ref'd while a request
+   * waits on it.
+   */
+  ref(): void;
+  unref(): void;
 }
 
 /** Callbacks for {@linkcode DockerEngine.startExec}. */
@@ -565,12 +572,8 @@ export class DockerEngine {
   async startExec(
     execId: string,
     handlers: ExecHandlers,
-    /**
-     * `stdin`: all of it at once, or `"open"` to write it as the process runs. `unref`: the
-     * stream does not keep the program alive (a long-lived helper, such as the command
-     * channel's supervisor, must not stop a program from ending).
-     */
-    options: { stdin?: Uint8Array | "open"; unref?: boolean } = {},
+    /** All of stdin at once, or `"open"` to write it as the process runs. */
+    options: { stdin?: Uint8Array | "open" } = {},
   ): Promise<ExecStream> {
     const prefix = await this.apiPrefix();
     let socket: Duplex;
@@ -592,7 +595,6 @@ export class DockerEngine {
       }
       throw new SandboxApiError(0, `Cannot start exec "${execId}": ${error}`, { cause: error });
     }
-    if (options.unref) (socket as Duplex & { unref?: () => void }).unref?.();
     let pending: Uint8Array = new Uint8Array(0);
     socket.on("data", (chunk: Uint8Array) => {
       pending = pending.length ? concatBytes([pending, chunk]) : chunk;
@@ -619,6 +621,8 @@ export class DockerEngine {
       destroy: () => socket.destroy(),
       write: (data) => void socket.write(data),
       end: () => void socket.end(),
+      ref: () => (socket as Duplex & { ref?: () => void }).ref?.(),
+      unref: () => (socket as Duplex & { unref?: () => void }).unref?.(),
     };
   }
 
