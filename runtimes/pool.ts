@@ -116,6 +116,15 @@ function canonical(value: unknown): string {
   return JSON.stringify(value);
 }
 
+/**
+ * A pooled sandbox counts as ready once whatever it opens beside its start is open too (a
+ * Docker sandbox's command channel), so its first command is as fast as any other.
+ */
+async function fullyWarm(runtime: Runtime): Promise<void> {
+  const inner = (runtime as { inner?: Runtime }).inner ?? runtime;
+  await (inner as { channelReady?: () => Promise<boolean> }).channelReady?.();
+}
+
 /** The pool key of a spec: canonical JSON of everything but its labels. */
 export function poolKey(spec: RuntimeSpec): string {
   const { labels: _labels, ...shape } = spec as RuntimeSpec & { labels?: unknown };
@@ -242,7 +251,7 @@ export class WarmPool implements SandboxSource {
     while (bucket.ready.length + bucket.starting < bucket.size) {
       bucket.starting++;
       const runtime = this.#wrap(this.#create(bucket.spec, { runId: this.#options.runId }), "low");
-      const started = runtime.start().then(
+      const started = runtime.start().then(() => fullyWarm(runtime)).then(
         () => {
           bucket.starting--;
           bucket.failures = 0;
