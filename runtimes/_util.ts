@@ -133,3 +133,34 @@ export class StartOnce {
     return this.#starting;
   }
 }
+
+/**
+ * Waits for `done`, a timeout or an abort, whichever comes first (timer and listener are
+ * removed either way): `{ outcome: "done", value }`, or the interruption without a value.
+ */
+export async function untilInterrupted<T>(
+  done: Promise<T>,
+  options: { timeoutMs?: number; signal?: AbortSignal },
+): Promise<{ outcome: "done"; value: T } | { outcome: "timeout" | "abort"; value?: undefined }> {
+  const { timeoutMs, signal } = options;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let onAbort: (() => void) | undefined;
+  const interrupted = new Promise<{ outcome: "timeout" | "abort" }>((resolve) => {
+    if (timeoutMs !== undefined) {
+      timer = setTimeout(() => resolve({ outcome: "timeout" }), timeoutMs);
+    }
+    if (signal) {
+      onAbort = () => resolve({ outcome: "abort" });
+      signal.addEventListener("abort", onAbort, { once: true });
+    }
+  });
+  try {
+    return await Promise.race([
+      done.then((value) => ({ outcome: "done" as const, value })),
+      interrupted,
+    ]);
+  } finally {
+    clearTimeout(timer);
+    if (onAbort) signal?.removeEventListener("abort", onAbort);
+  }
+}

@@ -22,6 +22,7 @@ import {
   sleep,
   StartOnce,
   toBytes,
+  untilInterrupted,
   within,
 } from "../_util.ts";
 import {
@@ -405,29 +406,7 @@ export class DockerRuntime implements Runtime {
       stdin,
       (pid) => (supervisor = pid),
     );
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    let onAbort: (() => void) | undefined;
-    const interrupted = new Promise<"timeout" | "abort">((resolve) => {
-      if (timeoutMs !== undefined) timer = setTimeout(() => resolve("timeout"), timeoutMs);
-      if (signal) {
-        onAbort = () => resolve("abort");
-        signal.addEventListener("abort", onAbort, { once: true });
-      }
-    });
-    let result: Awaited<typeof done> | undefined;
-    let outcome: "done" | "timeout" | "abort";
-    try {
-      outcome = await Promise.race([
-        done.then((r) => {
-          result = r;
-          return "done" as const;
-        }),
-        interrupted,
-      ]);
-    } finally {
-      clearTimeout(timer);
-      if (onAbort) signal?.removeEventListener("abort", onAbort);
-    }
+    const { outcome, value: result } = await untilInterrupted(done, { timeoutMs, signal });
     if (outcome !== "done") {
       // One command per supervisor: its process tree is everything below the supervisor.
       if (supervisor) await this.#killBelow(id, supervisor).catch(() => {});

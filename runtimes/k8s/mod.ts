@@ -31,6 +31,7 @@ import {
   sleep,
   StartOnce,
   toBytes,
+  untilInterrupted,
   within,
 } from "../_util.ts";
 import {
@@ -539,29 +540,10 @@ export class KubernetesRuntime implements Runtime {
     });
     control.pid.then((p) => p !== undefined && this.#groups.add(p));
 
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    let onAbort: (() => void) | undefined;
-    const interrupted = new Promise<"timeout" | "abort">((resolve) => {
-      if (timeoutMs !== undefined) timer = setTimeout(() => resolve("timeout"), timeoutMs);
-      if (signal) {
-        onAbort = () => resolve("abort");
-        signal.addEventListener("abort", onAbort, { once: true });
-      }
+    const { outcome, value: exitCode } = await untilInterrupted(session.done, {
+      timeoutMs,
+      signal,
     });
-    let exitCode = 0;
-    let outcome: "done" | "timeout" | "abort";
-    try {
-      outcome = await Promise.race([
-        session.done.then((code) => {
-          exitCode = code;
-          return "done" as const;
-        }),
-        interrupted,
-      ]);
-    } finally {
-      clearTimeout(timer);
-      if (onAbort) signal?.removeEventListener("abort", onAbort);
-    }
     if (outcome === "done") control.end();
     const group = await within(control.pid, 5_000);
     if (group !== undefined) this.#groups.delete(group);
@@ -583,7 +565,7 @@ export class KubernetesRuntime implements Runtime {
       );
     }
     return {
-      exit_code: exitCode,
+      exit_code: exitCode!,
       stdout: decodeChunks(stdout),
       stderr: decodeChunks(stderr),
       duration_ms: Math.round(performance.now() - started),
