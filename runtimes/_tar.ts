@@ -321,3 +321,81 @@ export class TarCollector {
     return concatBytes([...this.#out, new Uint8Array(BLOCK * 2)]);
   }
 }
+
+function setChecksum(h: Uint8Array): void {
+  h.fill(0x20, 148, 156);
+  let sum = 0;
+  for (const b of h) sum += b;
+  writeString(h, 148, 7, sum.toString(8).padStart(6, "0") + "\0");
+  h[155] = 0x20;
+}
+
+/** One archive to place below a directory in {@linkcode joinTars}. */
+export interface TarPart {
+  /** Directory the part's members go below, `/`-separated, no leading slash; "" for the root. */
+  under: string;
+  tar: Uint8Array;
+}
+
+/**
+ * Joins archives into one, each part's members renamed to sit below its `under` directory
+ * (hard-link targets too, since they are archive paths). Every other header field, the data
+ * and the member order are kept byte for byte, so one upload restores what several did.
+ */
+export function joinTars(parts: TarPart[]): Uint8Array {
+  const out: Uint8Array[] = [];
+  for (const { under, tar } of parts) {
+    const base = under.replace(/^\/+|\/+$/g, "");
+    const place = (name: string) => (base ? `${base}/${name}` : name);
+    let offset = 0;
+    let pax: Record<string, string> = {};
+    let longName: string | undefined;
+    let longLink: string | undefined;
+    while (offset + BLOCK <= tar.length) {
+      const h = tar.subarray(offset, offset + BLOCK);
+      if (h.every((b) => b === 0)) break;
+      const typeflag = String.fromCharCode(h[156] || 0x30);
+      let size = readOctal(h, 124, 12);
+      const isMeta = typeflag === "x" || typeflag === "g" || typeflag === "L" || typeflag === "K";
+      if (!isMeta && pax.size !== undefined) size = Number(pax.size);
+      const data = tar.subarray(offset + BLOCK, offset + BLOCK + size);
+      const next = offset + BLOCK + size + padding(size);
+      if (isMeta) {
+        if (typeflag === "x") pax = { ...pax, ...parsePax(data) };
+        if (typeflag === "L") longName = readString(data, 0, data.length);
+        if (typeflag === "K") longLink = readString(data, 0, data.length);
+        offset = next;
+        continue;
+      }
+      const prefix = readString(h, 345, 155);
+      const baseName = readString(h, 0, 100);
+      const name = place(pax.path ?? longName ?? (prefix ? `${prefix}/${baseName}` : baseName));
+      const rawLink = pax.linkpath ?? longLink ?? readString(h, 157, 100);
+      const link = typeflag === "1" ? place(rawLink) : rawLink;
+      const { path: _path, linkpath: _linkpath, ...rest } = pax;
+      const needsPax = encoder.encode(name).length > 100 || encoder.encode(link).length > 100 ||
+        Object.keys(rest).length > 0;
+      const copy = h.slice();
+      copy.fill(0, 0, 100);
+      copy.fill(0, 345, 500);
+      writeString(copy, 0, 100, name);
+      copy.fill(0, 157, 257);
+      writeString(copy, 157, 100, link);
+      setChecksum(copy);
+      if (needsPax) {
+        const records = Object.entries({ ...rest, path: name, ...(link ? { linkpath: link } : {}) })
+          .map(([key, value]) => paxRecord(key, value)).join("");
+        const body = encoder.encode(records);
+        out.push(header("PaxHeader", "x", body.length, 0o644, readOctal(h, 136, 12), 0, 0));
+        out.push(body, new Uint8Array(padding(body.length)));
+      }
+      out.push(copy, tar.subarray(offset + BLOCK, next));
+      pax = {};
+      longName = undefined;
+      longLink = undefined;
+      offset = next;
+    }
+  }
+  out.push(new Uint8Array(BLOCK * 2));
+  return concatBytes(out);
+}

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { excludeMatcher, packTar, readTar, TarCollector } from "./_tar.ts";
+import { excludeMatcher, joinTars, packTar, readTar, TarCollector } from "./_tar.ts";
 
 const longName = `${"a".repeat(90)}/${"b".repeat(90)}/ünïcode-✓.txt`;
 
@@ -64,4 +64,45 @@ Deno.test("TarCollector keeps the spared members byte for byte across any chunki
   }
   const limited = new TarCollector({ maxBytes: 2048, tooLarge: (n) => new RangeError(`${n}`) });
   assert.throws(() => limited.push(tar), RangeError);
+});
+
+Deno.test("joinTars() places each archive below its directory and GNU tar extracts links, modes and long names", () => {
+  const src = Deno.makeTempDirSync();
+  const dest = Deno.makeTempDirSync();
+  try {
+    const deep = `out/${"d".repeat(70)}/${"f".repeat(40)}.txt`;
+    Deno.mkdirSync(`${src}/out/${"d".repeat(70)}`, { recursive: true });
+    Deno.writeTextFileSync(`${src}/out/run.sh`, "#!/bin/sh\n");
+    Deno.chmodSync(`${src}/out/run.sh`, 0o751);
+    Deno.writeTextFileSync(`${src}/${deep}`, "deep\n");
+    Deno.linkSync(`${src}/out/run.sh`, `${src}/out/hard`);
+    Deno.symlinkSync("run.sh", `${src}/out/soft`);
+    Deno.mkdirSync(`${src}/artifacts`);
+    Deno.writeTextFileSync(`${src}/artifacts/log.txt`, "log\n");
+    const archive = (name: string) => {
+      const made = spawnSync("tar", ["-C", src, "-cf", "-", name]);
+      assert.equal(made.status, 0, String(made.stderr));
+      return new Uint8Array(made.stdout);
+    };
+    const joined = joinTars([
+      { under: "/workspace/task/", tar: archive("out") },
+      { under: "logs", tar: archive("artifacts") },
+    ]);
+    const extracted = spawnSync("tar", ["-C", dest, "-xpf", "-"], { input: joined });
+    assert.equal(extracted.status, 0, String(extracted.stderr));
+    const base = `${dest}/workspace/task/out`;
+    assert.equal(Deno.readTextFileSync(`${base}/run.sh`), "#!/bin/sh\n");
+    assert.equal(Deno.statSync(`${base}/run.sh`).mode! & 0o777, 0o751);
+    assert.equal(Deno.readTextFileSync(`${dest}/workspace/task/${deep}`), "deep\n");
+    assert.equal(Deno.statSync(`${base}/hard`).ino, Deno.statSync(`${base}/run.sh`).ino);
+    assert.equal(Deno.readLinkSync(`${base}/soft`), "run.sh");
+    assert.equal(Deno.readTextFileSync(`${dest}/logs/artifacts/log.txt`), "log\n");
+    assert.deepEqual(
+      [...readTar(joined)].map((e) => e.name).filter((n) => n.startsWith("logs/")),
+      ["logs/artifacts/", "logs/artifacts/log.txt"],
+    );
+  } finally {
+    Deno.removeSync(src, { recursive: true });
+    Deno.removeSync(dest, { recursive: true });
+  }
 });

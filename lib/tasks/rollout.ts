@@ -16,7 +16,7 @@ import {
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import { createRuntime } from "../../runtimes/create.ts";
 import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
-import { excludeMatcher, packTar, readTar, type TarEntry } from "../../runtimes/_tar.ts";
+import { excludeMatcher, joinTars, packTar, readTar, type TarEntry } from "../../runtimes/_tar.ts";
 import type { ChatClient } from "../model/client.ts";
 import { withCacheSalt } from "../model/cache.ts";
 import { resolveTemplate } from "../config.ts";
@@ -493,19 +493,25 @@ export async function collectArtifacts(
   return out;
 }
 
-/** Restore artifacts into a sandbox, replacing whatever is at those paths. */
+/**
+ * Restore artifacts into a sandbox, replacing whatever is at those paths: one command clears
+ * them and one upload puts every artifact back.
+ */
 export async function restoreArtifacts(
   runtime: Runtime,
   artifacts: Map<string, Uint8Array | null>,
 ): Promise<void> {
-  for (const [path, tar] of artifacts) {
-    if (!tar) continue;
-    const rm = await runtime.run(["rm", "-rf", path]);
-    if (rm.exit_code !== 0) {
-      throw new SandboxError(`Cannot clear "${path}" before restoring: ${rm.stderr}`);
-    }
-    await runtime.archiveIn(posix.dirname(path), tar);
+  const present = [...artifacts].filter((entry): entry is [string, Uint8Array] => !!entry[1]);
+  if (present.length === 0) return;
+  const paths = present.map(([path]) => path);
+  const rm = await runtime.run(["rm", "-rf", "--", ...paths]);
+  if (rm.exit_code !== 0) {
+    throw new SandboxError(
+      `Cannot clear ${paths.map((p) => `"${p}"`).join(", ")} before restoring: ${rm.stderr}`,
+    );
   }
+  const joined = joinTars(present.map(([path, tar]) => ({ under: posix.dirname(path), tar })));
+  await runtime.archiveIn("/", joined);
 }
 
 /** One segment of a rollout: what the agent did after the user's turn, and whether it can go on. */
