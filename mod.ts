@@ -80,7 +80,12 @@ export type {
 } from "./lib/scoring/judges/config.ts";
 export { choiceScore } from "./lib/scoring/judges/criteria.ts";
 export { renderTranscript } from "./lib/messages.ts";
-export { EndpointUnreachableError, OpenAIChatClient } from "./lib/model/client.ts";
+export {
+  EndpointUnreachableError,
+  MissingTokenDataError,
+  OpenAIChatClient,
+  parseResponseTokens,
+} from "./lib/model/client.ts";
 export type { ChatClient, ChatRequestOptions, ClientConfig } from "./lib/model/client.ts";
 export { loadEndpoints, RoundRobinClient } from "./lib/model/endpoints.ts";
 export type { Endpoint } from "./lib/model/endpoints.ts";
@@ -96,7 +101,9 @@ export { defineTool, StatefulToolEnv, ToolEnv } from "./lib/envs/tool_env.ts";
 export type { DefineToolOptions, ToolEnvOptions, ToolSpec } from "./lib/envs/tool_env.ts";
 export { EnvGroup, EnvGroupRubric } from "./lib/envs/group.ts";
 export type { EnvGroupOptions } from "./lib/envs/group.ts";
-export { stateToOutput } from "./lib/state.ts";
+export { stateToOutput, tokenGraph } from "./lib/state.ts";
+export { groupAdvantages } from "./lib/scoring/advantages.ts";
+export type { AdvantageOptions } from "./lib/scoring/advantages.ts";
 export type { RolloutOutput, RolloutTiming, State } from "./lib/state.ts";
 export { evaluate, generate } from "./lib/eval/evaluate.ts";
 export { renderSummary } from "./lib/eval/progress.ts";
@@ -200,8 +207,8 @@ export {
   policyAllows,
 } from "./lib/gateway/policy.ts";
 export { Trace } from "./lib/tasks/trace.ts";
-export { MessageGraph, messageHash } from "./lib/tasks/graph.ts";
-export type { MessageNode } from "./lib/tasks/graph.ts";
+export { MessageGraph, messageHash } from "./lib/graph.ts";
+export type { BranchTokens, MessageNode } from "./lib/graph.ts";
 export type { Harness, HarnessContext, HarnessRecorder } from "./lib/tasks/harness.ts";
 export {
   collectArtifacts,

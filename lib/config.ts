@@ -53,6 +53,13 @@ export const EvalConfig = z.strictObject({
   /** Exit 1 when more than this fraction of rollouts errored (default: only when all did). */
   max_error_rate: z.number().min(0).max(1).optional(),
   state_columns: z.array(z.string()).optional(),
+  /**
+   * Write each rollout's token data (the message graph's `token_ids`/`mask`/`logprobs`, from
+   * `sampling_args.return_token_ids`) to results.jsonl; it is large. Default false.
+   */
+  save_tokens: z.boolean().optional(),
+  /** Divide group advantages (reward minus the example's mean) by the group's deviation. */
+  advantage_std: z.boolean().optional(),
   extra_env_kwargs: jsonObject.optional(),
   timeout: z.number().positive().optional(),
   shuffle_seed: z.number().int().optional(),

@@ -7,6 +7,7 @@
 import { type SerializedError, serializeError } from "./errors.ts";
 import { jsonCopy } from "./_plain.ts";
 import type { ChatClient } from "./model/client.ts";
+import { MessageGraph, type MessageNode } from "./graph.ts";
 import type { Messages, RolloutInput, SamplingArgs, Tool, TrajectoryStep } from "./types.ts";
 
 /** A start/end span in Unix seconds. */
@@ -126,6 +127,12 @@ export interface RolloutOutput {
   trajectory_id: string;
   /** Model requests of this rollout that were retried before they succeeded or gave up. */
   model_retries?: number;
+  /**
+   * The message graph with each node's `token_ids`, `mask` and `logprobs`, when the model
+   * calls returned token data (`return_token_ids`). Written to `results.jsonl` only when asked
+   * (`save_tokens`), since it is large.
+   */
+  nodes?: MessageNode[];
   [extra: string]: unknown;
 }
 
@@ -187,6 +194,7 @@ export function stateToOutput(state: State, stateColumns: string[] = []): Rollou
       final_output_tokens: finalOut,
     };
   }
+  if (state.trajectory.some((s) => s.response.tokens)) out.nodes = tokenGraph(state).nodes;
   for (const col of stateColumns) {
     const value = state[col];
     try {
@@ -196,4 +204,14 @@ export function stateToOutput(state: State, stateColumns: string[] = []): Rollou
     }
   }
   return out;
+}
+
+/** The message graph of a rollout's model calls, each reply carrying its call's tokens. */
+export function tokenGraph(state: Pick<State, "trajectory">): MessageGraph {
+  const graph = new MessageGraph();
+  for (const step of state.trajectory) {
+    const reply = step.completion.find((m) => m.role === "assistant") ?? step.completion[0];
+    if (reply) graph.commit(step.prompt, reply, step.response.tokens);
+  }
+  return graph;
 }

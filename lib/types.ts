@@ -94,6 +94,20 @@ export interface ResponseMessage extends AssistantMessage {
   is_truncated: boolean;
 }
 
+/**
+ * The tokens of one model call, as a vLLM endpoint returns them when asked
+ * (`return_token_ids` and `logprobs`): the rendered prompt, the sampled completion, one
+ * logprob per sampled token, and the loss masks (0 for every prompt token, 1 for every sampled
+ * one). Field names match verifiers'.
+ */
+export interface ResponseTokens {
+  prompt_ids: number[];
+  prompt_mask: number[];
+  completion_ids: number[];
+  completion_mask: number[];
+  completion_logprobs: number[];
+}
+
 /** A model response, normalised across providers. */
 export interface Response {
   id: string;
@@ -101,6 +115,8 @@ export interface Response {
   model: string;
   usage: Usage | null;
   message: ResponseMessage;
+  /** Token data, when it was asked for (`return_token_ids`) and the endpoint returned it. */
+  tokens?: ResponseTokens | null;
   /** Attempts of this request that failed (429, 5xx, timeout) and were retried; absent for none. */
   retries?: number;
 }

@@ -9,7 +9,7 @@ import { readdir, stat } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { BUILTINS } from "../../environments/mod.ts";
-import type { ChatClient } from "../model/client.ts";
+import { type ChatClient, tokenCapture } from "../model/client.ts";
 import { deepMerge, type EvalConfig, readToml, validateEvalConfig } from "../config.ts";
 import type { Environment } from "../envs/environment.ts";
 import { ConfigError, describeError } from "../errors.ts";
@@ -159,6 +159,7 @@ export async function resolveEval(config: EvalConfig, source: string) {
   if (config.temperature !== undefined && sampling.temperature === undefined) {
     sampling.temperature = config.temperature;
   }
+  tokenCapture(sampling.return_token_ids); // a bad value fails here, before the run starts
   return {
     env: environmentTyped,
     envId: environmentTyped.envId || id,
@@ -326,6 +327,8 @@ export async function cmdEval(argv: string[]): Promise<number> {
       independentScoring: config.independent_scoring,
       maxRetries: config.max_retries,
       stateColumns: config.state_columns,
+      saveTokens: config.save_tokens,
+      advantageStd: config.advantage_std,
       shuffleSeed: config.shuffle_seed ?? null,
       resultsDir: runDir,
       resume,

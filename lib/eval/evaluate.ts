@@ -25,6 +25,7 @@ import {
 import type { Row, SamplingArgs } from "../types.ts";
 import { VERSION } from "../version.ts";
 import type { RolloutOutput } from "../state.ts";
+import { groupAdvantages } from "../scoring/advantages.ts";
 
 /** Outputs that may wait in memory for the disk before workers wait with them. */
 const MAX_UNWRITTEN = 4096;
@@ -65,6 +66,16 @@ export interface GenerateOptions {
   keepOutputs?: boolean;
   /** Asked before each group starts (`--max-cost`); told when one finishes. */
   gate?: StartGate;
+  /**
+   * Divide each group's advantages (reward minus the mean of the example's scored rollouts)
+   * by the group's standard deviation. Default false.
+   */
+  advantageStd?: boolean;
+  /**
+   * Write each output's token data (`nodes`, from `return_token_ids`) to `results.jsonl` too;
+   * it is large. The returned outputs keep it either way. Default false.
+   */
+  saveTokens?: boolean;
 }
 
 /**
@@ -95,6 +106,13 @@ function groupByExample(inputs: Row[]): Row[][] {
     else groups.set(row.example_id, [row]);
   }
   return [...groups.values()];
+}
+
+/** The output without its token data (a shallow copy, only when it has any). */
+function withoutTokens(output: RolloutOutput): RolloutOutput {
+  if (output.nodes === undefined) return output;
+  const { nodes: _nodes, ...rest } = output;
+  return rest as RolloutOutput;
 }
 
 function sleep(ms: number): Promise<void> {
@@ -226,6 +244,12 @@ export async function generate(
       if (!result.retryable || attempt === retries) break;
       await sleep(Math.min(1000 * 2 ** attempt, 60_000) * (0.5 + Math.random() / 2));
     }
+    // Advantages over the example's group: rollouts that were never scored stay out.
+    const advantages = groupAdvantages(
+      outputs.map((o) => (isUnscoredOutput(o) ? null : o.reward)),
+      { normalizeStd: options.advantageStd },
+    );
+    outputs.forEach((o, i) => (o.advantage = advantages[i]));
     errors += outputs.filter((o) => o.error).length;
     // An error nobody scored (the endpoint, the engine) tells an adaptive limit to back off.
     const infra = outputs.some((o) => isUnscoredOutput(o));
@@ -246,7 +270,7 @@ export async function generate(
     // Rollouts go on while their lines reach the disk; progress is reported once they are
     // there, and a write error ends the run. When the disk falls behind by MAX_UNWRITTEN
     // outputs, workers wait for it, so memory stays flat.
-    const written = writer.append(outputs);
+    const written = writer.append(options.saveTokens ? outputs : outputs.map(withoutTokens));
     written.then(() => options.onProgress?.(progress)).catch(stop);
     writer.writeMetadata(buildMetadata).catch(stop);
     if (writer.unwritten > MAX_UNWRITTEN) await written;

@@ -19,6 +19,7 @@ import type {
   FinishReason,
   Messages,
   Response,
+  ResponseTokens,
   SamplingArgs,
   Tool,
   ToolCall,
@@ -69,6 +70,66 @@ export interface ChatClient {
 
 /** The endpoint could not be reached at all (after retries). Ends the run. */
 export class EndpointUnreachableError extends ModelError {}
+
+/**
+ * Token capture was required (`return_token_ids = "required"`) and the endpoint answered
+ * without token data. The rollout's model error, never a reward.
+ */
+export class MissingTokenDataError extends ModelError {}
+
+/** How a request asks for token data: not at all, when the endpoint has it, or always. */
+export type TokenCapture = "off" | "auto" | "required";
+
+/**
+ * The token capture a sampling value asks for: `return_token_ids = true` records token data
+ * when the endpoint returns it, `"required"` fails the call when it does not.
+ * @throws {ConfigError} for any other value
+ */
+export function tokenCapture(value: unknown): TokenCapture {
+  if (value === undefined || value === null || value === false) return "off";
+  if (value === true) return "auto";
+  if (value === "required") return "required";
+  throw new ConfigError(
+    `Sampling "return_token_ids" must be true, false or "required", got ${JSON.stringify(value)}`,
+  );
+}
+
+/**
+ * Read vLLM's token data from a chat completions body: `prompt_token_ids` at the top level,
+ * `token_ids` on the choice and `logprobs.content[].logprob` (vLLM ≥ 0.10.2 with
+ * `return_token_ids` and `logprobs`). Returns what is wrong instead (`has no "<field>"`) when the
+ * data is absent or inconsistent.
+ */
+export function parseResponseTokens(body: unknown): ResponseTokens | { problem: string } {
+  const b = (body ?? {}) as Record<string, unknown>;
+  const choice = (Array.isArray(b.choices) ? b.choices[0] : undefined) as
+    | Record<string, unknown>
+    | undefined;
+  const promptIds = b.prompt_token_ids;
+  if (!isIntArray(promptIds)) return { problem: 'has no "prompt_token_ids"' };
+  const completionIds = choice?.token_ids;
+  if (!isIntArray(completionIds)) return { problem: 'has no "choices[0].token_ids"' };
+  const content = (choice?.logprobs as { content?: unknown } | null | undefined)?.content;
+  if (!Array.isArray(content)) return { problem: 'has no "choices[0].logprobs.content"' };
+  const logprobs = content.map((c) => Number((c as { logprob?: unknown } | null)?.logprob));
+  if (logprobs.length !== completionIds.length || logprobs.some((l) => Number.isNaN(l))) {
+    return {
+      problem: `has ${logprobs.length} entries in "choices[0].logprobs.content" for ` +
+        `${completionIds.length} token ids`,
+    };
+  }
+  return {
+    prompt_ids: promptIds,
+    prompt_mask: promptIds.map(() => 0),
+    completion_ids: completionIds,
+    completion_mask: completionIds.map(() => 1),
+    completion_logprobs: logprobs,
+  };
+}
+
+function isIntArray(value: unknown): value is number[] {
+  return Array.isArray(value) && value.every((v) => Number.isInteger(v));
+}
 
 const USER_AGENT = `vf/${VERSION}`;
 
@@ -296,6 +357,13 @@ export class OpenAIChatClient implements ChatClient {
       ...normalizeSamplingArgs(options.samplingArgs),
     };
     delete body.n; // one choice per request; group size comes from rollouts_per_example
+    const capture = tokenCapture(body.return_token_ids);
+    if (capture === "off") delete body.return_token_ids;
+    else {
+      // vLLM's flags: token ids of prompt and completion, and a logprob per sampled token.
+      body.return_token_ids = true;
+      body.logprobs = true;
+    }
     if (options.tools && options.tools.length > 0) {
       body.tools = options.tools.map((t) => ({
         type: "function",
@@ -360,6 +428,19 @@ export class OpenAIChatClient implements ChatClient {
           );
         }
         const response = parseChatCompletion(json);
+        if (capture !== "off") {
+          const tokens = parseResponseTokens(json);
+          if ("problem" in tokens) {
+            if (capture === "required") {
+              throw new MissingTokenDataError(
+                `Model endpoint "${url}" returned no token data: the response ` +
+                  `${tokens.problem} although return_token_ids = "required"; serve the ` +
+                  "model with vLLM 0.10.2 or newer, or set return_token_ids = true to record " +
+                  "token data only when the endpoint returns it",
+              );
+            }
+          } else response.tokens = tokens;
+        }
         if (attempt > 0) response.retries = attempt;
         return response;
       }

@@ -4,7 +4,10 @@
  * End-to-end tests point the model client at it and script every reply (text, tool calls,
  * rate limits, malformed JSON, hangs); `vf demo` serves {@link demoResponder} from it so a
  * bundled environment can be evaluated with no API key and no internet. It speaks the
- * non-streaming `chat.completion` wire format only.
+ * non-streaming `chat.completion` wire format only. Like vLLM (0.10.2 and newer) it answers
+ * `return_token_ids: true` with `prompt_token_ids` and `choices[0].token_ids`, and
+ * `logprobs: true` with `choices[0].logprobs.content`, from a toy byte-level tokenizer whose
+ * chat template keeps every earlier turn's tokens as an exact prefix of the next prompt.
  *
  * Run directly it serves the demo model:
  * `deno run -A lib/model/local_server.ts --port 8000 [--hostname 127.0.0.1] [--accuracy 0.75]
@@ -146,6 +149,11 @@ export interface ModelServerOptions {
   record?: boolean;
   /** Closes the server when aborted. */
   signal?: AbortSignal;
+  /**
+   * Answer `return_token_ids: true` with token ids, as vLLM does; default true. False acts
+   * like an endpoint that ignores the flag (no token ids, logprobs still honoured).
+   */
+  tokenIds?: boolean;
 }
 
 /** A running model server. Close it (or `await using` it) when done. */
@@ -228,11 +236,59 @@ function sleep(ms: number, signal: AbortSignal): Promise<boolean> {
   });
 }
 
+/** Special tokens of the toy tokenizer; every other token is one UTF-8 byte (0–255). */
+export const TOY_TOKENS = {
+  system: 256,
+  user: 257,
+  assistant: 258,
+  tool: 259,
+  end: 260,
+  tools: 261,
+} as const;
+
+const encoder = new TextEncoder();
+
+/** What the toy chat template renders of a message: its text, then each tool call. */
+function templateBody(message: WireMessage): string {
+  let text = contentText(message.content);
+  for (const call of message.tool_calls ?? []) {
+    text += `<tool_call>${call.function?.name ?? ""} ${call.function?.arguments ?? ""}</tool_call>`;
+  }
+  return text;
+}
+
+/** The toy tokenizer's ids of a message as it stands in a prompt (role, body, end). */
+function messageTokens(message: WireMessage): number[] {
+  const role = TOY_TOKENS[message.role as "system" | "user" | "assistant" | "tool"] ??
+    TOY_TOKENS.user;
+  return [role, ...encoder.encode(templateBody(message)), TOY_TOKENS.end];
+}
+
+/**
+ * The prompt's token ids under the toy chat template: the tool names (when tools are given),
+ * each message, then the generation prompt (the assistant role token). The completion of a
+ * reply is its body and the end token, so prompt + completion is a prefix of the next prompt.
+ */
+export function toyPromptTokens(body: ChatCompletionBody): number[] {
+  const out: number[] = [];
+  const tools = (body.tools ?? []).map((t) => t.function?.name ?? "");
+  if (tools.length > 0) out.push(TOY_TOKENS.tools, ...encoder.encode(tools.join(",")));
+  for (const m of body.messages) out.push(...messageTokens(m));
+  out.push(TOY_TOKENS.assistant);
+  return out;
+}
+
+/** A deterministic logprob for the token `id` at completion position `i`, in (-1, 0). */
+export function toyLogprob(id: number, i: number): number {
+  return -(((id * 31 + i * 7) % 97) + 1) / 100;
+}
+
 function completionResponse(
   reply: CompletionReply,
   request: ChatRequest,
   index: number,
   defaultModel: string,
+  tokenIds: boolean,
 ): Response {
   const toolCalls: WireToolCall[] = (reply.tool_calls ?? []).map((call, i) => ({
     id: call.id ?? `call_${index}_${i}`,
@@ -258,23 +314,52 @@ function completionResponse(
         4,
     ),
   };
-  return json(200, {
+  const choice: Record<string, unknown> = {
+    index: 0,
+    message,
+    logprobs: null,
+    finish_reason: reply.finish_reason ?? (toolCalls.length > 0 ? "tool_calls" : "stop"),
+  };
+  const out: Record<string, unknown> = {
     id: `chatcmpl-vf-${index}`,
     object: "chat.completion",
     created: Math.floor(Date.now() / 1000),
     model: typeof request.body.model === "string" ? request.body.model : defaultModel,
-    choices: [{
-      index: 0,
-      message,
-      logprobs: null,
-      finish_reason: reply.finish_reason ?? (toolCalls.length > 0 ? "tool_calls" : "stop"),
-    }],
+    choices: [choice],
     usage: {
       prompt_tokens: usage.prompt_tokens,
       completion_tokens: usage.completion_tokens,
       total_tokens: usage.prompt_tokens + usage.completion_tokens,
     },
-  });
+  };
+  const wantIds = tokenIds && request.body.return_token_ids === true;
+  if (wantIds || request.body.logprobs === true) {
+    const completion = messageTokens({ role: "assistant", content, tool_calls: toolCalls })
+      .slice(1);
+    if (request.body.logprobs === true) {
+      choice.logprobs = {
+        content: completion.map((id, i) => ({
+          token: id < 256 ? String.fromCharCode(id) : `<|${id}|>`,
+          logprob: toyLogprob(id, i),
+          bytes: id < 256 ? [id] : [],
+          top_logprobs: [],
+        })),
+      };
+    }
+    if (wantIds) {
+      const prompt = toyPromptTokens(request.body);
+      out.prompt_token_ids = prompt;
+      choice.token_ids = completion;
+      if (!reply.usage) {
+        out.usage = {
+          prompt_tokens: prompt.length,
+          completion_tokens: completion.length,
+          total_tokens: prompt.length + completion.length,
+        };
+      }
+    }
+  }
+  return json(200, out);
 }
 
 /**
@@ -336,7 +421,13 @@ export async function startModelServer(options: ModelServerOptions): Promise<Mod
       });
     }
     if ("status" in reply && typeof reply.status === "number") return errorResponse(reply);
-    return completionResponse(reply as CompletionReply, request, index, defaultModel);
+    return completionResponse(
+      reply as CompletionReply,
+      request,
+      index,
+      defaultModel,
+      options.tokenIds ?? true,
+    );
   }
 
   const app = new Hono();

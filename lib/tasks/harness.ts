@@ -259,7 +259,13 @@ export async function callModel(
     });
     record.response = response;
     if (ctx.recorder.graph) {
-      record.node = ctx.recorder.graph.commit(ctx.recorder.messages, assistantMessage(response));
+      record.node = ctx.recorder.graph.commit(
+        ctx.recorder.messages,
+        assistantMessage(response),
+        response.tokens,
+      );
+      // The graph keeps the call's tokens once; a copy per call would grow with every turn.
+      if (response.tokens) record.response = { ...response, tokens: undefined };
     }
     if (response.usage) {
       ctx.recorder.usage.input_tokens += response.usage.prompt_tokens;
