@@ -318,6 +318,45 @@ Deno.test("vf eval calculator runs the model's calculator tool call and scores t
   }
 });
 
+Deno.test("vf eval --save-tokens with return_token_ids writes each rollout's token graph; a bad return_token_ids value is one clear error", async () => {
+  await using tmp = await tempDir("vf_cli_eval_");
+  await using server = await startModelServer({
+    responder: (request) => {
+      const tool = request.body.messages.findLast((m) => m.role === "tool");
+      if (tool) return textReply(`\\boxed{${tool.content}}`);
+      const expression = /What is (.+)\?/.exec(lastUserText(request))?.[1] ?? "0";
+      return toolCallReply("calculator", { expression });
+    },
+  });
+  const args = ["eval", "calculator", "-m", "tool-model", "-b", server.url, "-n", "2", "-q"];
+  const res = await runCli(
+    [...args, "-r", "2", "-S", '{"return_token_ids": "required"}', "--save-tokens"],
+    { cwd: tmp.path },
+  );
+  assert.equal(res.code, 0, transcript(res));
+  const run = await readRun(
+    await findRunDir(join(tmp.path, "outputs"), "calculator", "tool-model"),
+  );
+  assert.equal(run.rows.length, 4);
+  assert.ok(server.requests.every((r) => r.body.return_token_ids === true));
+  for (const row of run.rows) {
+    assert.equal(row.error, null);
+    const sampled = row.nodes.filter((n: Json) => n.sampled);
+    assert.equal(sampled.length, 2, "one node per model call");
+    for (const node of sampled) {
+      assert.equal(node.mask.length, node.token_ids.length);
+      assert.equal(node.logprobs.length, node.mask.filter(Boolean).length);
+    }
+    assert.equal(row.advantage, 0, "every rollout of an example scored alike");
+  }
+
+  const bad = await runCli([...args, "-S", '{"return_token_ids": "yes"}'], { cwd: tmp.path });
+  assert.notEqual(bad.code, 0);
+  assert.deepEqual(errorLines(bad.stderr), [
+    'error: Sampling "return_token_ids" must be true, false or "required", got "yes"',
+  ]);
+});
+
 Deno.test("vf eval wordle plays a scripted game over several turns and scores solved and unsolved games", async () => {
   await using tmp = await tempDir("vf_cli_eval_");
   const guesses = ["crane", "plate", "apple", "apple", "apple", "apple"];

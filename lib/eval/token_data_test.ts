@@ -16,6 +16,8 @@ import { MessageGraph } from "../graph.ts";
 import { echoEnv } from "../../tests/_echo_env.ts";
 import { evaluate } from "./evaluate.ts";
 import { isUnscoredOutput, loadOutputs } from "./results.ts";
+import { startEnvServer } from "../serve/server.ts";
+import { ServerEnvironment } from "../serve/client.ts";
 
 function clientFor(server: ModelServer): OpenAIChatClient {
   return new OpenAIChatClient({ base_url: server.url, max_retries: 0, timeout: 5 });
@@ -209,4 +211,23 @@ Deno.test("token data reaches results.jsonl only with saveTokens; the returned o
   } finally {
     await Deno.remove(root, { recursive: true });
   }
+});
+
+Deno.test("an env server's replies carry the token graph, the same as a local run's", async () => {
+  await using model = await startModelServer({ responder: threeTurns });
+  const makeEnv = () =>
+    new ToolEnv({
+      envId: "adder",
+      evalDataset: [{ question: "What is 2+3+4?", answer: "9" }],
+      tools: [add],
+    });
+  await using server = await startEnvServer(makeEnv());
+  const served = await ServerEnvironment.connect(server.url);
+  const options = { samplingArgs: { return_token_ids: "required" } };
+  const remote = await evaluate(served, clientFor(model), "m", options);
+  const local = await evaluate(makeEnv(), clientFor(model), "m", options);
+  const joined = (o: typeof remote.outputs[number]) => new MessageGraph(o.nodes).tokens();
+  assert.equal(remote.outputs[0].error, null);
+  assert.ok(joined(remote.outputs[0]).token_ids.length > 0);
+  assert.deepEqual(joined(remote.outputs[0]), joined(local.outputs[0]));
 });
