@@ -332,6 +332,11 @@ export const EnvBase = z.strictObject({
   toolsets: z.array(z.record(z.string(), z.unknown())).optional(),
   /** Services (a Compose file) for tasks that declare none of their own. */
   services: z.strictObject({ compose: z.string().min(1) }).optional(),
+  /**
+   * Fork-per-group: a task's first rollout runs setup and its sandbox is snapshotted; the
+   * task's other rollouts start from the snapshot (docker). Default the taskset's choice.
+   */
+  fork_group: z.boolean().optional(),
 });
 
 /** The `[env]` table of a single-agent taskset run (the seed's TOML shape). */

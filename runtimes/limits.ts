@@ -252,8 +252,12 @@ export class LimitedRuntime implements Runtime {
   #starting: Promise<void> | undefined;
   #stopped = false;
 
+  /** The wrapped runtime's snapshot, where it has one. */
+  readonly snapshot?: Runtime["snapshot"];
+
   constructor(inner: Runtime, limiter: SandboxLimiter, priority: "normal" | "low" = "normal") {
     this.inner = inner;
+    if (inner.snapshot) this.snapshot = (options) => inner.snapshot!(options);
     this.#limiter = limiter;
     this.#priority = priority;
   }

@@ -63,6 +63,14 @@ export interface RuntimeProcess {
   kill(): Promise<void>;
 }
 
+/** A sandbox's filesystem saved after its setup, for sandboxes that start from it (fork-per-group). */
+export interface RuntimeSnapshot {
+  /** The image a sandbox of the same spec starts from instead of its own. */
+  image: string;
+  /** Deletes the snapshot once no sandbox started from it is left. Idempotent. */
+  remove(): Promise<void>;
+}
+
 export interface Runtime extends AsyncDisposable {
   /** `"docker"`, `"subprocess"`, ... */
   readonly type: string;
@@ -103,6 +111,12 @@ export interface Runtime extends AsyncDisposable {
       onStderr?: (chunk: Uint8Array) => void;
     },
   ): Promise<RuntimeProcess>;
+  /**
+   * Saves the sandbox's filesystem (not its processes or mounts): a sandbox of the same spec
+   * with `image` set to the snapshot's starts where this one is now. Runtimes that cannot
+   * leave this out.
+   */
+  snapshot?(options?: { signal?: AbortSignal }): Promise<RuntimeSnapshot>;
 }
 
 /** A Docker container runtime. */

@@ -62,6 +62,19 @@ interface ContainerSummary {
 }
 
 /** Containers labelled `vf.managed=1` (and `vf.run_id=<runId>`), straight from the Engine API. */
+/** Tags of the images labelled with a run's id (fork_group snapshots). */
+async function runImages(runId: string): Promise<string[]> {
+  const client = Deno.createHttpClient({ proxy: { transport: "unix", path: DOCKER_SOCKET } });
+  try {
+    const filters = encodeURIComponent(JSON.stringify({ label: [`vf.run_id=${runId}`] }));
+    const res = await fetch(`http://docker/images/json?filters=${filters}`, { client });
+    assert.equal(res.status, 200, `listing images failed: ${await res.clone().text()}`);
+    return (await res.json()).flatMap((i: { RepoTags?: string[] }) => i.RepoTags ?? []);
+  } finally {
+    client.close();
+  }
+}
+
 async function managedContainers(runId: string): Promise<ContainerSummary[]> {
   const client = Deno.createHttpClient({ proxy: { transport: "unix", path: DOCKER_SOCKET } });
   try {
@@ -489,6 +502,29 @@ Deno.test("vf run file-sum with a grading warm pool: graders come started and un
   assert.equal(pool.hits + pool.misses, 4, JSON.stringify(pool));
   assert.ok(pool.hits >= 1, JSON.stringify(pool));
   assert.deepEqual(await managedContainers(run.runId), []);
+});
+
+Deno.test("vf run file-sum --env.fork_group: one setup per task, the other rollouts start from its snapshot, isolated grading still scores 1, and no snapshot outlives the run", async () => {
+  await using s = await scenario();
+  await using server = await modelServer(fileSumModel());
+  const res = await s.cli(vfRun("file-sum", server, "-n", "2", "-r", "3", "--env.fork_group"));
+  const run = await runOf(res);
+  assert.match(res.stdout, /reward 1\.0000 {2}errors 0 of 6/);
+  for (const key of new Set(run.traces.map((t: Json) => t.task.key))) {
+    const group = run.traces.filter((t: Json) => t.task.key === key);
+    const leaders = group.filter((t: Json) => !t.runtime.forked_from);
+    assert.equal(leaders.length, 1, JSON.stringify(group.map((t: Json) => t.runtime)));
+    for (const t of group) {
+      if (t !== leaders[0]) assert.equal(t.runtime.forked_from, leaders[0].trace_id);
+      assert.deepEqual(t.scoring, { mode: "isolated", attempts: 1 });
+    }
+  }
+  assert.deepEqual(await managedContainers(run.runId), []);
+  assert.deepEqual(await runImages(run.runId), []);
+  // The record replays: members answer from their own records, setup from the leader's.
+  const replay = await s.cli(["replay", announcedRunDir(res.stderr)!]);
+  assert.equal(replay.code, 0, transcript(replay));
+  assert.match(replay.stdout, /replayed 6 rollouts .*: 6 of 6 rewards as before/);
 });
 
 Deno.test("vf run file-sum: a model that sums with the bash tool scores 1 per task and every trace records the rollout", async () => {

@@ -19,6 +19,7 @@ import {
   type TaskTrace,
 } from "../tasks/rollout.ts";
 import type { Task, TraceView } from "../tasks/task.ts";
+import type { GroupForks } from "../tasks/fork.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import type { Toolbox } from "../tools/toolbox.ts";
@@ -60,6 +61,8 @@ export interface EpisodeScope {
   sharedTools?: Toolbox;
   /** The run's Compose file for tasks without services of their own (trainable roles). */
   services?: string;
+  /** The run's fork groups (`fork_group`), for trainable roles' runs. */
+  forks?: GroupForks;
   /** Interactions not closed yet: the episode closes them if its Env did not. */
   interactions: Set<Interaction>;
   /** The traces that joined the episode. */
@@ -142,6 +145,7 @@ export class EpisodeAgent {
       toolsets: this.trainable ? this.#scope.toolsets : undefined,
       sharedTools: this.trainable ? this.#scope.sharedTools : undefined,
       services: this.trainable ? this.#scope.services : undefined,
+      forks: this.trainable ? this.#scope.forks : undefined,
     });
     rollout.trace.attempt = this.#runs++;
     return rollout;

@@ -144,6 +144,8 @@ export interface RunEpisodeOptions {
   sharedTools?: EpisodeScope["sharedTools"];
   /** The run's Compose file (`[env.services] compose`). */
   services?: string;
+  /** The run's fork groups (`fork_group`): trainable roles' rollouts of a task share one setup. */
+  forks?: EpisodeScope["forks"];
 }
 
 /** Race `fn` against a limit in seconds; the inner signal aborts when the limit passes. */
@@ -242,6 +244,7 @@ export async function runEpisode(
         toolsets: options.toolsets,
         sharedTools: options.sharedTools,
         services: options.services,
+        forks: options.forks,
         interactions,
         traces: new Set(),
       };

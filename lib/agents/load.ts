@@ -254,7 +254,10 @@ export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
   }
   const envOptions: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(data)) {
-    if (!(k in cls.roles) && !["taskset", "id", "judges", "toolsets", "services"].includes(k)) {
+    if (
+      !(k in cls.roles) &&
+      !["taskset", "id", "judges", "toolsets", "services", "fork_group"].includes(k)
+    ) {
       envOptions[k] = v;
     }
   }

@@ -25,6 +25,7 @@ import {
 } from "../tasks/run.ts";
 import type { SamplingArgs } from "../types.ts";
 import { type Env, type Episode, episodeOfLine, flatTrace, runEpisode } from "./env.ts";
+import { GroupForks } from "../tasks/fork.ts";
 import { SingleAgentEnv } from "./envs/single_agent.ts";
 
 /** Options of {@link runTaskset}. */
@@ -70,6 +71,11 @@ export interface RunTasksetOptions {
    * a taskset that does not pass its task config to its tasks would drop them silently.
    */
   requireTaskConfig?: string[];
+  /**
+   * Fork-per-group: each task's first rollout runs setup and snapshots its sandbox, the
+   * others start from the snapshot (Docker). Default {@link Taskset.forkGroup}.
+   */
+  forkGroup?: boolean;
   /** Called with each trainable trace as its episode is written. */
   onTrace?: (trace: TaskTrace, done: number, total: number) => void;
   /** Called with each episode as it is written (`done` counts episodes). */
@@ -211,6 +217,7 @@ export async function runTaskset(
   }
   const episodes: Episode[] = [...done.values()];
   const total = tasks.length * r;
+  const forks = (options.forkGroup ?? options.taskset.forkGroup) ? new GroupForks() : undefined;
   let writeQueue = Promise.resolve();
   const persist = (episode: Episode) => {
     for (const t of episode.traces) t.model_retries = modelRetries(t);
@@ -267,6 +274,7 @@ export async function runTaskset(
           toolsets: options.toolsets,
           sharedTools,
           services: options.services,
+          forks,
         });
       } catch (error) {
         if (!controller.signal.aborted) {
@@ -317,6 +325,7 @@ export async function runTaskset(
     } finally {
       await env.stop();
       await sharedTools?.close();
+      await forks?.close();
     }
   }
   const scored = scoredTraces(episodes);

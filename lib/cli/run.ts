@@ -59,6 +59,8 @@ Runs an agent on each task of a taskset inside sandboxes and grades it.
   --env.agent.runtime.warm_pool 4     keep started agent sandboxes ready
   --env.agent.scoring.runtime.warm_pool 2
                                       keep started, never-used grading sandboxes ready
+  --env.fork_group                    each task's setup runs once, then its sandbox is
+                                      snapshotted and the task's other rollouts start from it
   --limits.max_sandboxes 32  --limits.sandbox_create_rate 8  --limits.max_model_connections 64
   -R, --resume <run dir>              re-run only the missing or failed rollouts
 Writes outputs/evals/<taskset>--<model>/<run_id>/{traces.jsonl,metadata.json,config.json}.
@@ -321,6 +323,7 @@ async function runEnv(
       judges: o.judges,
       toolsets: o.toolsets,
       services: o.services,
+      forkGroup: o.rawEnv.fork_group as boolean | undefined,
       requireTaskConfig: ["rewards", "metrics", "stops"].filter((k) =>
         k in ((o.rawEnv.taskset as { task?: Record<string, unknown> } | undefined)?.task ?? {})
       ),

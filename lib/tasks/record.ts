@@ -15,6 +15,7 @@ import type {
   RunResult,
   Runtime,
   RuntimeCapabilities,
+  RuntimeSnapshot,
   RuntimeSpec,
 } from "../../runtimes/runtime.ts";
 import { CommandTimeoutError, InfraError } from "../errors.ts";
@@ -112,6 +113,7 @@ export function recordingRuntime(runtime: Runtime, record: SandboxRecord): Runti
       keep("archive_in", { dir }, () => runtime.archiveIn(dir, tar), () => null),
     stop: () => runtime.stop(),
     ...(runtime.spawn ? { spawn: runtime.spawn.bind(runtime) } : {}),
+    ...(runtime.snapshot ? { snapshot: runtime.snapshot.bind(runtime) } : {}),
     [Symbol.asyncDispose]: () => runtime.stop(),
   };
   return wrapped;
@@ -229,6 +231,11 @@ class ReplayRuntime implements Runtime {
     } catch (error) {
       return Promise.reject(error);
     }
+  }
+
+  /** fork_group replays too: a member answers from its own record, so the snapshot is a name. */
+  snapshot(): Promise<RuntimeSnapshot> {
+    return Promise.resolve({ image: "vf-replay", remove: () => Promise.resolve() });
   }
 
   stop(): Promise<void> {

@@ -62,6 +62,7 @@ import type { TokenLimits } from "./harness.ts";
 
 const tokenLimitNames = new Set(["max_input_tokens", "max_output_tokens", "max_total_tokens"]);
 import { Enclosure } from "./enclosure.ts";
+import { awaitSeed, type ForkLead, type ForkSeed, type GroupForks } from "./fork.ts";
 import { recordingRuntime, type SandboxRecord } from "./record.ts";
 import {
   CLOSED_POLICY,
@@ -127,7 +128,13 @@ export interface TaskTrace {
    * `attempts`: agent sandboxes tried when more than one was needed (infrastructure failures
    * retry in a fresh sandbox); absent means the first one worked.
    */
-  runtime: { type: string; image?: string; attempts?: number };
+  runtime: {
+    type: string;
+    image?: string;
+    attempts?: number;
+    /** fork_group: the trace id of the rollout whose setup (and sandbox snapshot) this one started from. */
+    forked_from?: string;
+  };
   scoring: { mode: "shared" | "isolated"; attempts: number };
   messages: Messages;
   /**
@@ -185,6 +192,11 @@ export interface TaskRolloutOptions {
    * or stops it.
    */
   box?: Box;
+  /**
+   * The run's fork groups (`fork_group`): the group's first rollout sets up and snapshots
+   * its sandbox, the others start from the snapshot without setup. Not with `box`.
+   */
+  forks?: GroupForks;
   /** Keep the declared artifacts on {@link TaskRollout.view} in shared scoring mode too. */
   keepArtifacts?: boolean;
   /** The task's prompt is not sent: the first step brings the user's message. */
@@ -731,6 +743,11 @@ export class TaskRollout {
         return spec;
       });
       const retries = box ? 0 : policy.infraRetries ?? 2;
+      const fork = box ? null : this.#options.forks?.join(
+        `${this.#options.role ?? "agent"}\0${task.key}`,
+      ) ?? null;
+      if (fork?.lead) this.#leading = fork;
+      let seed: ForkSeed | null = null;
       await inPhase("setup", () =>
         this.#timed("setup", async () => {
           for (let attempt = 0;; attempt++) {
@@ -748,7 +765,12 @@ export class TaskRollout {
                   }
                   this.#agent = box.runtime;
                 } else {
-                  const spec = await this.#prepareNetwork(this.#agentSpec!, s);
+                  if (fork && !fork.lead && attempt === 0) seed = await awaitSeed(fork, s);
+                  const own = this.#agentSpec!;
+                  const spec = await this.#prepareNetwork(
+                    seed ? { ...own, image: seed.image } as RuntimeSpec : own,
+                    s,
+                  );
                   await startSandbox(
                     policy,
                     spec,
@@ -761,8 +783,16 @@ export class TaskRollout {
                 }
                 ready = true;
                 timing.sandbox_ms = Math.round(performance.now() - t1);
+                if (seed) {
+                  // A member starts where the leader's setup left off: files, info and state.
+                  Object.assign(this.trace.info, structuredClone(seed.info));
+                  Object.assign(this.state, structuredClone(seed.state));
+                  this.trace.runtime.forked_from = seed.leader;
+                  return;
+                }
                 await task.setup(this.#ctx(this.#agent!, s));
                 if (data.agent_user) await grantAgentUser(this.#agent!, task, data.agent_user);
+                if (fork?.lead) await this.#seedGroup(fork, s);
               });
               return;
             } catch (raw) {
@@ -826,6 +856,54 @@ export class TaskRollout {
     } catch (raw) {
       this.#fail(raw);
       return false;
+    } finally {
+      // A leader that never got to snapshot lets its members set up on their own.
+      this.#leading?.settle(null);
+      this.#leading = null;
+    }
+  }
+
+  /** The fork group this rollout leads, until it has settled it. */
+  #leading: ForkLead | null = null;
+
+  /**
+   * The group's leader, its setup done: snapshot the sandbox so the members start from it.
+   * Anything that makes the sandbox unfit to copy (services, a runtime without snapshots,
+   * state that cannot be cloned, a failed commit) leaves the members to set up on their own.
+   */
+  async #seedGroup(fork: ForkLead, signal: AbortSignal): Promise<void> {
+    const agent = this.#agent!;
+    const services = this.#options.task.deploymentSpec() ?? this.#options.services ?? null;
+    if (!agent.snapshot || services !== null) {
+      warnOnce(
+        services !== null
+          ? `fork_group: tasks with services set up every rollout (a snapshot holds no services)`
+          : `fork_group: the ${agent.type} runtime cannot snapshot a sandbox; every rollout sets up`,
+      );
+      return fork.settle(null);
+    }
+    let info: Record<string, unknown>;
+    let state: Record<string, unknown>;
+    try {
+      info = JSON.parse(JSON.stringify(this.trace.info));
+      state = structuredClone(this.state);
+    } catch (error) {
+      warnOnce(
+        `fork_group: task "${this.#options.task.key}" keeps state setup cannot hand on ` +
+          `(${error instanceof Error ? error.message : error}); every rollout sets up`,
+      );
+      return fork.settle(null);
+    }
+    try {
+      const snapshot = await agent.snapshot({ signal });
+      fork.settle({ image: snapshot.image, leader: this.trace.trace_id, info, state }, snapshot);
+    } catch (error) {
+      if (signal.aborted) throw error;
+      warnOnce(
+        `fork_group: snapshotting the sandbox of task "${this.#options.task.key}" failed ` +
+          `(${error instanceof Error ? error.message : error}); its rollouts set up on their own`,
+      );
+      fork.settle(null);
     }
   }
 

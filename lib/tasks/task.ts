@@ -576,6 +576,14 @@ export abstract class Taskset<T extends Task = Task> {
   /** The taskset's id (used for output paths). */
   abstract get id(): string;
 
+  /**
+   * Fork-per-group by default for this taskset: a task's first rollout runs setup and its
+   * sandbox is snapshotted, the task's other rollouts start from that snapshot without setup.
+   * Only for a setup whose work is all in the sandbox's files, `trace.info` and a cloneable
+   * state (no processes it leaves running). `fork_group` under `[env]` overrides it.
+   */
+  readonly forkGroup: boolean = false;
+
   /** The tasks, in a stable order. May be a (lazy) iterable. */
   abstract load(): Iterable<T> | AsyncIterable<T> | Promise<Iterable<T>>;
 

@@ -440,6 +440,22 @@ export class DockerEngine {
     await this.#json("POST", `/containers/${id}/start`, { signal: options.signal });
   }
 
+  /**
+   * `POST /commit`: an image of the container's filesystem (paused while it is taken), its
+   * config that of the container plus `labels`. Returns the image id.
+   */
+  async commitContainer(
+    id: string,
+    options: { repo: string; tag: string; labels?: Record<string, string>; signal?: AbortSignal },
+  ): Promise<string> {
+    const result = await this.#json<{ Id: string }>("POST", "/commit", {
+      query: { container: id, repo: options.repo, tag: options.tag, pause: true },
+      json: { Labels: options.labels ?? {} },
+      signal: options.signal,
+    });
+    return result!.Id;
+  }
+
   /** `GET /containers/{id}/json`; undefined when there is no such container. */
   inspectContainer(id: string): Promise<Record<string, unknown> | undefined> {
     return this.#json("GET", `/containers/${id}/json`, { allow404: true });
@@ -803,9 +819,11 @@ export class DockerEngine {
     }))!;
   }
 
-  /** `DELETE /images/{id}`; false when it was already gone. */
-  async removeImage(id: string): Promise<boolean> {
-    const response = await this.#request("DELETE", `/images/${encodeURIComponent(id)}`);
+  /** `DELETE /images/{id}` (`force` also untags an image with several tags); false when it was already gone. */
+  async removeImage(id: string, options: { force?: boolean } = {}): Promise<boolean> {
+    const response = await this.#request("DELETE", `/images/${encodeURIComponent(id)}`, {
+      query: options.force ? { force: true } : undefined,
+    });
     const text = await response.body.text();
     if (response.statusCode === 404) return false;
     if (response.statusCode >= 300) {

@@ -44,6 +44,7 @@ import type {
   Runtime,
   RuntimeCapabilities,
   RuntimeProcess,
+  RuntimeSnapshot,
 } from "../runtime.ts";
 import { DockerEngine, isDirectoryMode } from "./engine_api.ts";
 import { ExecChannel } from "./channel.ts";
@@ -52,6 +53,9 @@ export { DockerEngine } from "./engine_api.ts";
 
 /** Label every vf container carries. */
 export const MANAGED_LABEL = "vf.managed";
+/** Label of the images {@linkcode DockerRuntime.snapshot} commits. */
+export const FORK_LABEL = "vf.fork";
+const FORK_REPO = "vf-fork";
 
 /**
  * Guarded commands run under this wrapper: it reports the shell's pid on stderr's first line
@@ -324,6 +328,28 @@ export class DockerRuntime implements Runtime {
         else this.#channel = channel;
       }, () => {});
     }
+  }
+
+  /**
+   * Commits the container to an image labelled `vf.fork=1` (paused while it is taken; its
+   * labels carry the run's, so `vf cleanup` finds what a killed run left).
+   */
+  async snapshot(options: { signal?: AbortSignal } = {}): Promise<RuntimeSnapshot> {
+    const id = this.#requireRunning();
+    const engine = this.#engine;
+    const image = `${FORK_REPO}:${randomHex(8)}`;
+    const [repo, tag] = image.split(":");
+    await engine.commitContainer(id, {
+      repo,
+      tag,
+      labels: { [FORK_LABEL]: "1" },
+      signal: options.signal,
+    });
+    let removing: Promise<void> | undefined;
+    return {
+      image,
+      remove: () => removing ??= engine.removeImage(image, { force: true }).then(() => {}),
+    };
   }
 
   /** Whether commands go through the persistent channel now (false: one exec each). */
@@ -920,6 +946,18 @@ export async function cleanupContainers(
       if (reason !== undefined) return;
     }
     await engine.removeNetwork(String(n.Id)).catch(() => {});
+  }));
+  // Group snapshots (fork_group) once no container runs from them.
+  const images = await engine.listImages({ label: [...labels, `${FORK_LABEL}=1`] }).catch(
+    () => [],
+  );
+  await Promise.all(images.map(async (image) => {
+    const created = Number((image as { Created?: number }).Created) * 1000;
+    if (Number.isFinite(created) && created > cutoff) return;
+    if (filter.owners && keepReason(ownerFromLabels(image.Labels ?? {}), created, filter.owners)) {
+      return;
+    }
+    await engine.removeImage(image.Id, { force: true }).catch(() => {});
   }));
   // Services' named volumes likewise, once no container holds them.
   const volumes = await engine.listVolumes({ labels }).catch(() => []);
