@@ -12,7 +12,10 @@ set -euo pipefail
 
 SOCK="${VF_DOCKER_SOCK:-/var/run/docker.sock}"
 CACHE=/var/cache/vf-images
-PACKAGES=(docker.io busybox-static debootstrap iproute2 openssh-server curl openssl chromium)
+# python3-zmq and python3-msgpack: the trainer-side DEALER client of tests/zmq_serve_test.ts
+# (Debian's /usr/bin/python3, whatever python3 comes first on PATH).
+PACKAGES=(docker.io busybox-static debootstrap iproute2 openssh-server curl openssl chromium
+  python3-zmq python3-msgpack)
 START=$(date +%s)
 
 log() { printf 'setup: %s\n' "$*"; }

@@ -10,6 +10,9 @@ import type { Environment } from "../envs/environment.ts";
 import { ConfigError, describeError } from "../errors.ts";
 import { loadEnvironment } from "../envs/load.ts";
 import { startEnvServer } from "../serve/server.ts";
+import { datasetRunner } from "../serve/episode_runner.ts";
+import { DEFAULT_ZMQ_ADDRESS, startZmqEnvServer, type ZmqEnvServer } from "../serve/zmq.ts";
+import { isTasksetSpec, tasksetServeRunner } from "./serve_zmq.ts";
 import { startWorkerFront } from "../serve/workers.ts";
 import { readFile } from "node:fs/promises";
 import { flagsToConfig } from "./args.ts";
@@ -32,6 +35,13 @@ Evaluate through it with: vf eval <env> --server http://HOST:PORT -m <model> -b 
                               starts with one, adds one whenever every worker has groups
                               waiting; GET /health reports each worker's load
   --tls-cert <pem> --tls-key <pem>  serve HTTPS (with --workers: at the front)
+  --zmq [address]             also serve verifiers' ZeroMQ + msgpack wire (what prime-rl
+                              speaks) at address (default ${DEFAULT_ZMQ_ADDRESS}; port 0
+                              picks a free one): health, run {task_data, client, model,
+                              sampling} -> {success, error, episode}, cancel {request_id}.
+                              A taskset (file-sum, or a module exporting loadTaskset()) is
+                              served over ZeroMQ only, its [env] set with --env.* flags as
+                              for vf run; -c bounds its runs in flight
 Requests carry the model endpoint and its API key: keep the server on loopback, or behind
 TLS on a trusted network. When VF_SERVER_TOKEN is set, requests must send it as a bearer
 token (vf eval --server sends $VF_SERVER_TOKEN). Runs until SIGINT or SIGTERM.
@@ -45,7 +55,16 @@ export async function cmdServe(argv: string[]): Promise<number> {
       "parse-positional-numbers": false,
     },
     boolean: ["help", "h"],
-    string: ["host", "env-args", "x", "extra-env-kwargs", "allow-key-var", "tls-cert", "tls-key"],
+    string: [
+      "host",
+      "env-args",
+      "x",
+      "extra-env-kwargs",
+      "allow-key-var",
+      "tls-cert",
+      "tls-key",
+      "zmq",
+    ],
     number: ["port", "c", "max-concurrent", "timeout", "workers"],
   });
   if (flags.help || flags.h) {
@@ -81,6 +100,38 @@ export async function cmdServe(argv: string[]): Promise<number> {
   const workers = Number(last(flags.workers) ?? 1);
   if (!Number.isInteger(workers) || workers < 1) {
     throw new ConfigError(`--workers must be an integer ≥ 1, got ${last(flags.workers)}`);
+  }
+  const zmqFlag = last(flags.zmq);
+  const zmqAddress = zmqFlag === undefined ? null : String(zmqFlag) || DEFAULT_ZMQ_ADDRESS;
+  const allowKeyVars = [flags["allow-key-var"] ?? []].flat().map(String);
+  if (await isTasksetSpec(positional[0], BUILTINS)) {
+    if (zmqAddress === null) {
+      throw new ConfigError(
+        `Taskset "${positional[0]}" is served over ZeroMQ only; add --zmq ${DEFAULT_ZMQ_ADDRESS}`,
+      );
+    }
+    if (workers > 1) {
+      throw new ConfigError(
+        `--workers ${workers}: a taskset is served by one process for now; drop --workers ` +
+          `(its sandboxes already run apart from it)`,
+      );
+    }
+    const runner = await tasksetServeRunner(positional[0], argv);
+    const server = await startZmqEnvServer(runner, {
+      address: zmqAddress,
+      maxConcurrent,
+      allowKeyVars,
+    });
+    process.stdout.write(
+      `vf serve: taskset "${runner.id}" over ZeroMQ at ${server.address} ` +
+        `(${maxConcurrent} runs at once)\n`,
+    );
+    return await untilSignal("the env server", () => server.close());
+  }
+  if (workers > 1 && zmqAddress !== null) {
+    throw new ConfigError(
+      `--workers with --zmq is not supported yet; serve ZeroMQ from one process (drop --workers)`,
+    );
   }
   if (workers > 1) {
     // The front: the workers load the environment; each serves it on a loopback port.
@@ -140,9 +191,21 @@ export async function cmdServe(argv: string[]): Promise<number> {
     envId: environment.envId || loaded.id,
     evalDefaults: loaded.module.evalDefaults ?? null,
     token,
-    allowKeyVars: [flags["allow-key-var"] ?? []].flat().map(String),
+    allowKeyVars,
     tls,
   });
+  let zmqServer: ZmqEnvServer | null = null;
+  if (zmqAddress !== null) {
+    try {
+      zmqServer = await startZmqEnvServer(
+        datasetRunner(environment, { envId: environment.envId || loaded.id }),
+        { address: zmqAddress, maxConcurrent, allowKeyVars },
+      );
+    } catch (error) {
+      await server.close();
+      throw error;
+    }
+  }
   const loopback = ["127.0.0.1", "localhost", "::1"].includes(hostname);
   if (!loopback && !token) {
     process.stderr.write(
@@ -155,6 +218,9 @@ export async function cmdServe(argv: string[]): Promise<number> {
       environment.envId || loaded.id
     }" at ${server.url} (${maxConcurrent} groups at once)\n`,
   );
+  if (zmqServer) {
+    process.stdout.write(`vf serve: ZeroMQ at ${zmqServer.address}\n`);
+  }
   const stop = Promise.withResolvers<string>();
   const onSignal = (sig: string) => stop.resolve(sig);
   process.on("SIGINT", onSignal);
@@ -165,8 +231,25 @@ export async function cmdServe(argv: string[]): Promise<number> {
   } finally {
     process.off("SIGINT", onSignal);
     process.off("SIGTERM", onSignal);
+    await zmqServer?.close();
     await server.close();
     await environment.teardown().catch(() => {});
+  }
+  return 0;
+}
+
+/** Wait for SIGINT or SIGTERM, then stop `what` with `stop`; the exit code. */
+async function untilSignal(what: string, stop: () => Promise<void>): Promise<number> {
+  const signal = Promise.withResolvers<string>();
+  const onSignal = (sig: string) => signal.resolve(sig);
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  try {
+    process.stderr.write(`${await signal.promise}: stopping ${what}\n`);
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    await stop();
   }
   return 0;
 }

@@ -1,0 +1,149 @@
+/**
+ * `vf serve <env> --zmq <address>`: the ZeroMQ half of `vf serve` — which runner serves the
+ * environment (a taskset's episodes, or a legacy environment's rollouts), and a taskset's
+ * `[env]` (roles, runtime, harness) read from the `--env.*` flags.
+ * @module
+ */
+import { TASKSETS } from "../../environments/mod.ts";
+import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
+import { WarmPool } from "../../runtimes/pool.ts";
+import { buildEnv, envClassOf } from "../agents/load.ts";
+import { deepMerge, validateEvalConfig } from "../config.ts";
+import { ConfigError } from "../errors.ts";
+import { resolveEnvironmentModule } from "../envs/load.ts";
+import { OpenAIChatClient } from "../model/client.ts";
+import { type RoleDefaults, tasksetRunner } from "../serve/episode_runner.ts";
+import type { EpisodeRunner } from "../serve/zmq.ts";
+import { loadPluggedHooks } from "../tasks/plugged.ts";
+import { loadServices } from "../services/compose.ts";
+import { loadToolsets } from "../tools/config.ts";
+import { Toolbox } from "../tools/toolbox.ts";
+import { resolve } from "node:path";
+import { flagsToConfig, parseArgs } from "./args.ts";
+import { loadTasksetFor } from "./resolve.ts";
+
+/** Whether `spec` names a taskset (built-in, or a module exporting loadTaskset() only). */
+export async function isTasksetSpec(
+  spec: string,
+  builtinEnvs: Record<string, unknown>,
+): Promise<boolean> {
+  const key = spec.replaceAll("_", "-");
+  if (builtinEnvs[spec] || builtinEnvs[key]) return false;
+  if (TASKSETS[spec] || TASKSETS[key]) return true;
+  try {
+    const { module } = await resolveEnvironmentModule(
+      spec,
+      TASKSETS as unknown as Parameters<typeof resolveEnvironmentModule>[1],
+      "loadTaskset",
+    );
+    return typeof (module as unknown as Record<string, unknown>).loadEnvironment !== "function";
+  } catch {
+    return false; // loading it as an environment reports what is wrong
+  }
+}
+
+/** Flags of `vf serve` that are not part of the eval config. */
+const SERVE_KEYS = [
+  "zmq",
+  "workers",
+  "port",
+  "host",
+  "allow_key_var",
+  "tls_cert",
+  "tls_key",
+  "c",
+  "max_concurrent",
+  "env_args",
+  "x",
+  "extra_env_kwargs",
+  "timeout",
+];
+
+/**
+ * The runner of a taskset served over ZeroMQ: `--env.*` flags configure its Env (roles,
+ * runtime, harness, scoring) and `--env.taskset.*` its knobs, as for `vf run`; each request
+ * brings the model endpoint, model and sampling.
+ * @throws {ConfigError} naming the flag that is wrong
+ */
+export async function tasksetServeRunner(spec: string, argv: string[]): Promise<EpisodeRunner> {
+  const flags = flagsToConfig(parseArgs(argv) as Record<string, unknown>);
+  for (const key of SERVE_KEYS) delete flags[key];
+  const merged = deepMerge({ env: { taskset: { id: spec } } }, flags);
+  const config = validateEvalConfig(merged, "command line");
+  const rawEnv = (config.env ?? {}) as Record<string, unknown>;
+  if (rawEnv.judges !== undefined) {
+    throw new ConfigError(
+      "command line: env.judges: judges are not served over ZeroMQ yet; score with the task's " +
+        "own rewards, or run the judge as a role of the Env (--env.id agentic-judge)",
+    );
+  }
+  const { id: tasksetId, task: taskConfig, ...knobs } = rawEnv.taskset as {
+    id: string;
+    task?: Record<string, unknown>;
+  };
+  const baseDir = ".";
+  const pluggedConfig = await loadPluggedHooks(taskConfig ?? {}, baseDir);
+  const toolsets = await loadToolsets(rawEnv.toolsets, baseDir);
+  const declared = (rawEnv.services as { compose?: string } | undefined)?.compose;
+  const services = declared ? resolve(baseDir, declared) : undefined;
+  if (services) await loadServices(services);
+  const taskset = await loadTasksetFor(
+    tasksetId,
+    { ...knobs, id: tasksetId, task: pluggedConfig },
+    config,
+    "command line",
+  );
+  const runId = `serve-${crypto.randomUUID().slice(0, 8)}`;
+  const limits = sandboxLimitsFromConfig(config.limits);
+  const sandboxes = limits ? new WarmPool({ size: 0, runId, limits }) : undefined;
+  let tasksetEnv = null;
+  if (!rawEnv.id) {
+    try {
+      const { module, source } = await resolveEnvironmentModule(
+        tasksetId,
+        TASKSETS as unknown as Parameters<typeof resolveEnvironmentModule>[1],
+        "loadTaskset",
+      );
+      tasksetEnv = envClassOf(module as unknown as Record<string, unknown>, source);
+    } catch { /* loadTasksetFor above reported a bad module */ }
+  }
+  const makeEnv = (defaults: RoleDefaults) =>
+    buildEnv({
+      raw: rawEnv,
+      source: "command line",
+      client: defaults.client,
+      model: defaults.model,
+      samplingArgs: defaults.samplingArgs,
+      makeClient: (c) =>
+        new OpenAIChatClient({
+          base_url: c.base_url!,
+          api_key_var: c.api_key_var ?? "OPENAI_API_KEY",
+          timeout: c.timeout,
+          max_retries: c.max_retries,
+          extra_headers: c.headers,
+        }),
+      sandboxes,
+      trust: config.trust === true,
+      tasksetEnv,
+      baseDir,
+    });
+  // A bad [env] fails now, not on the first request.
+  await makeEnv({
+    client: new OpenAIChatClient({ base_url: "http://127.0.0.1:9/v1" }),
+    model: "check",
+    samplingArgs: {},
+  });
+  const shared = toolsets.filter((t) => t.shared);
+  const sharedTools = shared.length ? await Toolbox.open(shared, { state: {} }) : undefined;
+  return tasksetRunner(taskset, {
+    makeEnv,
+    runId,
+    toolsets,
+    sharedTools,
+    services,
+    onClose: async () => {
+      await sharedTools?.close();
+      await sandboxes?.close();
+    },
+  });
+}

@@ -1,0 +1,304 @@
+/**
+ * What an env server runs for one `run` request: an episode of a taskset on the task data a
+ * trainer sent ({@link tasksetRunner}), or one rollout of a legacy dataset environment on
+ * the row that task data maps to ({@link datasetRunner}).
+ *
+ * Task data → Task: the data is checked against the base TaskData schema
+ * ({@link TaskDataSchema}) and then the schema the taskset declares (`static dataSchema`, a
+ * zod object), so a bad field is named (`task_data.numbers: …`). The Task is built by the
+ * taskset's `taskFromData(data)` when it has one, else as `new TaskClass(data,
+ * taskset.config.task)` where `TaskClass` is the taskset's `static taskClass`, else the class
+ * of the first task it loads. Null fields are dropped first (verifiers sends unset fields as
+ * nil), so a task's key and hash match the ones vf computes for the same data.
+ *
+ * Task data → a legacy row: `prompt` (text, or messages) is formatted as the environment
+ * formats its dataset (a text prompt is the `question`: system prompt and few-shot examples
+ * go in front; a messages prompt gets the system prompt when it has none), `system_prompt`
+ * replaces the environment's system prompt for that row, `idx` is the `example_id`, and
+ * `answer`, `info`, `task` and every other field are the row's columns.
+ * @module
+ */
+// deno-lint-ignore no-import-prefix
+import { z } from "npm:zod@^4.6.0";
+import type { Env, Episode } from "../agents/env.ts";
+import { EPISODE_FORMAT_VERSION, runEpisode, type RunEpisodeOptions } from "../agents/env.ts";
+import { formatRows } from "../data/formatting.ts";
+import { ConfigError } from "../errors.ts";
+import type { EnvironmentHandle } from "../eval/evaluate.ts";
+import type { ChatClient } from "../model/client.ts";
+import { modelRetries } from "../tasks/run.ts";
+import { requireRewards, Task, type TaskData, type Taskset } from "../tasks/task.ts";
+import type { Message, Row, SamplingArgs } from "../types.ts";
+import type { EpisodeRequest, EpisodeRunner } from "./zmq.ts";
+
+const MessageWire = z.looseObject({ role: z.string(), content: z.unknown().optional() });
+const Seconds = z.number().positive().nullish();
+
+/** The fields every task's data may carry, as `task_data` is checked on the wire. */
+export const TaskDataSchema = z.looseObject({
+  prompt: z.union([z.string(), z.array(MessageWire)]),
+  id: z.string().nullish(),
+  idx: z.number().int().min(0).nullish(),
+  name: z.string().nullish(),
+  description: z.string().nullish(),
+  system_prompt: z.string().nullish(),
+  image: z.string().nullish(),
+  workdir: z.string().nullish(),
+  scoring: z.record(z.string(), z.unknown()).nullish(),
+  artifacts: z.array(z.looseObject({
+    source: z.string(),
+    required: z.boolean().nullish(),
+    exclude: z.array(z.string()).nullish(),
+  })).nullish(),
+  artifact_max_bytes: z.number().int().positive().nullish(),
+  agent_user: z.string().nullish(),
+  env: z.record(z.string(), z.string()).nullish(),
+  timeout: z.looseObject({
+    setup: Seconds,
+    agent: Seconds,
+    finalize: Seconds,
+    scoring: Seconds,
+  }).nullish(),
+  resources: z.looseObject({
+    cpu: z.number().positive().nullish(),
+    memory: z.union([z.number().positive(), z.string()]).nullish(),
+  }).nullish(),
+  network: z.union([z.boolean(), z.record(z.string(), z.unknown())]).nullish(),
+});
+
+/** A taskset as the server sees it: what it may declare for building tasks from data. */
+interface ServedTaskset extends Taskset {
+  taskFromData?: (data: TaskData) => Task | Promise<Task>;
+}
+type TasksetClass = {
+  taskClass?: new (data: TaskData, config?: Record<string, unknown>) => Task;
+  dataSchema?: z.ZodType;
+};
+
+function issuesOf(error: z.ZodError, root: string): string {
+  return error.issues.slice(0, 5).map((issue) =>
+    `${[root, ...issue.path.map(String)].join(".")}: ${issue.message}`
+  ).join("; ");
+}
+
+function withoutNulls(data: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(data).filter(([, v]) => v !== null && v !== undefined));
+}
+
+/**
+ * Check `raw` against the base TaskData schema and the taskset's own, then build its Task.
+ * @throws {ConfigError} naming the first bad field (`task_data.<field>: <message>`)
+ */
+export async function taskFromData(taskset: Taskset, raw: unknown): Promise<Task> {
+  const base = TaskDataSchema.safeParse(raw);
+  if (!base.success) throw new ConfigError(issuesOf(base.error, "task_data"));
+  let data = withoutNulls(base.data);
+  const cls = taskset.constructor as TasksetClass;
+  if (cls.dataSchema) {
+    const own = cls.dataSchema.safeParse(data);
+    if (!own.success) {
+      throw new ConfigError(
+        `${issuesOf(own.error, "task_data")} (the data of a "${taskset.id}" task)`,
+      );
+    }
+    data = { ...data, ...withoutNulls(own.data as Record<string, unknown>) };
+  }
+  const served = taskset as ServedTaskset;
+  if (typeof served.taskFromData === "function") {
+    return await served.taskFromData(data as TaskData);
+  }
+  const TaskClass = cls.taskClass ?? (await firstTaskClass(taskset));
+  return new TaskClass(data as TaskData, taskset.config.task ?? {});
+}
+
+const firstClasses = new WeakMap<Taskset, Promise<NonNullable<TasksetClass["taskClass"]>>>();
+
+/** The class of the first task a taskset loads (once per taskset). */
+function firstTaskClass(taskset: Taskset): Promise<NonNullable<TasksetClass["taskClass"]>> {
+  let found = firstClasses.get(taskset);
+  if (!found) {
+    found = taskset.tasks(1).then(([first]) => {
+      if (!first) {
+        throw new ConfigError(
+          `Taskset "${taskset.id}" loads no task, so the server cannot tell its task class; ` +
+            `declare it: static taskClass = MyTask`,
+        );
+      }
+      return first.constructor as NonNullable<TasksetClass["taskClass"]>;
+    });
+    firstClasses.set(taskset, found);
+  }
+  return found;
+}
+
+/** What a taskset's env is built from for one request: the trainer's endpoint and sampling. */
+export interface RoleDefaults {
+  client: ChatClient;
+  model: string;
+  samplingArgs: SamplingArgs;
+}
+
+/** Options of {@link tasksetRunner}. */
+export interface TasksetRunnerOptions {
+  /**
+   * Builds the Env whose episode runs, with the request's endpoint, model and sampling as
+   * every role's defaults (the CLI builds it from `[env]`).
+   */
+  makeEnv: (defaults: RoleDefaults) => Env | Promise<Env>;
+  /** The id sandboxes are labelled with; default `serve-<8 hex>`. */
+  runId?: string;
+  /** Run-wide judges, toolsets, shared toolsets and Compose file, as a run passes them. */
+  judges?: RunEpisodeOptions["judges"];
+  toolsets?: RunEpisodeOptions["toolsets"];
+  sharedTools?: RunEpisodeOptions["sharedTools"];
+  services?: string;
+  /** Called when the server closes: releases shared toolsets, sandbox pools. */
+  onClose?: () => Promise<void>;
+}
+
+/**
+ * Run episodes of a taskset's tasks on request: each `run` checks its `task_data`, builds the
+ * Task and an Env with the trainer's endpoint, and replies with the {@link Episode} record
+ * (every trace, as `traces.jsonl` holds it, token fields included when recorded).
+ *
+ * @param taskset the taskset whose task class and schema the data must fit (never iterated,
+ *   except to learn the task class when it declares none)
+ * @param options how the Env is built, and run-wide judges and tools
+ * @returns the runner to hand to `startZmqEnvServer`
+ * @example
+ * ```ts
+ * const runner = tasksetRunner(taskset, { makeEnv: ({ client, model }) => buildMyEnv(client, model) });
+ * const server = await startZmqEnvServer(runner);
+ * ```
+ */
+export function tasksetRunner(taskset: Taskset, options: TasksetRunnerOptions): EpisodeRunner {
+  const runId = options.runId ?? `serve-${crypto.randomUUID().slice(0, 8)}`;
+  return {
+    id: taskset.id,
+    async run(request: EpisodeRequest, signal: AbortSignal) {
+      const task = await taskFromData(taskset, request.taskData);
+      requireRewards(task, { judges: options.judges?.length ?? 0 });
+      const env = await options.makeEnv({
+        client: request.client,
+        model: request.model,
+        samplingArgs: request.samplingArgs,
+      });
+      await env.start();
+      let episode: Episode;
+      try {
+        episode = await runEpisode(env, task, {
+          tasksetId: taskset.id,
+          runId,
+          signal,
+          judges: options.judges,
+          toolsets: options.toolsets,
+          sharedTools: options.sharedTools,
+          services: options.services,
+        });
+      } finally {
+        await env.stop();
+      }
+      for (const t of episode.traces) t.model_retries = modelRetries(t);
+      // The record exactly as it is written to traces.jsonl.
+      return JSON.parse(JSON.stringify(episode));
+    },
+    close: options.onClose,
+  };
+}
+
+const LegacyTaskData = z.looseObject({
+  prompt: z.union([z.string(), z.array(MessageWire)]),
+  idx: z.number().int().min(0).nullish(),
+  system_prompt: z.string().nullish(),
+  answer: z.unknown().optional(),
+  info: z.union([z.record(z.string(), z.unknown()), z.string()]).nullish(),
+  task: z.string().nullish(),
+});
+
+/**
+ * The dataset row `task_data` stands for in a legacy environment (the mapping in this
+ * module's doc).
+ * @throws {ConfigError} naming the bad field
+ */
+export function rowFromTaskData(
+  env: { envId?: string; systemPrompt?: string | null; fewShot?: Message[] | null },
+  raw: unknown,
+): Row {
+  const parsed = LegacyTaskData.safeParse(raw);
+  if (!parsed.success) throw new ConfigError(issuesOf(parsed.error, "task_data"));
+  const { prompt, idx, system_prompt, ...columns } = withoutNulls(parsed.data) as
+    & z.infer<typeof LegacyTaskData>
+    & Record<string, unknown>;
+  const row: Row = { ...columns, example_id: idx ?? 0 };
+  if (typeof prompt === "string") row.question = prompt;
+  else row.prompt = prompt;
+  delete row.id;
+  if (parsed.data.id !== undefined && parsed.data.id !== null) row.src_id = parsed.data.id;
+  try {
+    return formatRows([row], {
+      systemPrompt: system_prompt ?? env.systemPrompt ?? null,
+      fewShot: typeof prompt === "string" ? env.fewShot ?? null : null,
+      envId: env.envId,
+      label: "task_data",
+    })[0];
+  } catch (error) {
+    if (error instanceof ConfigError) throw error;
+    throw new ConfigError(`task_data: ${(error as Error).message}`, { cause: error });
+  }
+}
+
+/**
+ * Run one rollout of a legacy dataset environment per request, on the row `task_data` maps
+ * to (see the module doc). The reply's episode holds that rollout's output (the record
+ * `results.jsonl` holds) as its one trace; a rollout that failed has `reward: null` and the
+ * episode `ok: false`, never a reward of 0.
+ *
+ * @param env a loaded environment
+ * @param options the id reported to clients (default `env.envId`)
+ * @returns the runner to hand to `startZmqEnvServer`
+ * @example
+ * ```ts
+ * const server = await startZmqEnvServer(datasetRunner(await loadEnvironment("gsm8k")));
+ * ```
+ */
+export function datasetRunner(
+  env: EnvironmentHandle & { systemPrompt?: string | null; fewShot?: Message[] | null },
+  options: { envId?: string; runId?: string } = {},
+): EpisodeRunner {
+  const envId = options.envId ?? env.envId;
+  const runId = options.runId ?? `serve-${crypto.randomUUID().slice(0, 8)}`;
+  return {
+    id: envId,
+    async run(request: EpisodeRequest, signal: AbortSignal) {
+      const row = rowFromTaskData(
+        { envId, systemPrompt: env.systemPrompt, fewShot: env.fewShot },
+        request.taskData,
+      );
+      const task = new Task(withoutNulls(request.taskData) as TaskData);
+      const startedAt = Date.now();
+      const { outputs } = await env.runGroupOutputs([row], request.client, request.model, {
+        samplingArgs: request.samplingArgs,
+        signal,
+      });
+      signal.throwIfAborted();
+      const traces = (JSON.parse(JSON.stringify(outputs)) as Array<Record<string, unknown>>)
+        .map((o) => (o.error ? { ...o, reward: null } : o));
+      const episode: Record<string, unknown> = {
+        format_version: EPISODE_FORMAT_VERSION,
+        kind: "episode",
+        episode_id: crypto.randomUUID(),
+        run_id: runId,
+        env_id: envId,
+        taskset: envId,
+        task: { key: task.key, idx: Number(row.example_id), hash: task.hash },
+        example_id: Number(row.example_id),
+        episode_index: 0,
+        ok: traces.every((t) => !t.error),
+        errors: [],
+        traces,
+        timing: { started_at: startedAt / 1000, total_ms: Date.now() - startedAt },
+      };
+      return episode;
+    },
+  };
+}

@@ -1,0 +1,254 @@
+/**
+ * A trainer's side of the env server's ZeroMQ wire (see `zmq.ts`): one DEALER socket, one
+ * receive loop matching replies to requests by `request_id`, and a `cancel` sent by itself
+ * when a run's signal aborts. The `zeromq` addon is loaded when the first client connects.
+ *
+ * @example
+ * ```ts
+ * await using env = await ZmqEnvClient.connect("tcp://127.0.0.1:5000");
+ * await env.waitForServer();
+ * const episode = await env.run({
+ *   taskData: { prompt: "Sum the integers in /app/input.txt", numbers: [1, 2] },
+ *   client: { base_url: "http://127.0.0.1:8000/v1" },
+ *   model: "my-policy",
+ *   sampling: { temperature: 1 },
+ * });
+ * ```
+ * @module
+ */
+import type { Episode } from "../agents/env.ts";
+import type { SamplingArgs } from "../types.ts";
+import {
+  frameText,
+  loadZmq,
+  messages,
+  newRequestId,
+  pack,
+  RECEIVE_OPTIONS,
+  unpack,
+} from "./_zmq.ts";
+import { DEFAULT_ZMQ_ADDRESS } from "./zmq.ts";
+
+/** The model endpoint the server calls for a run (verifiers' `ClientConfig`, snake_case). */
+export interface ZmqClientConfig {
+  base_url: string;
+  /** The key itself; sent over the wire, so only to a server you trust. */
+  api_key?: string;
+  /** A variable the server reads the key from (only if it allows it: `--allow-key-var`). */
+  api_key_var?: string;
+  headers?: Record<string, string>;
+  timeout?: number;
+  max_retries?: number;
+}
+
+/** One `run` request. */
+export interface ZmqRunRequest {
+  /** The task's data (the taskset's TaskData, or a legacy environment's row fields). */
+  taskData: Record<string, unknown>;
+  client: ZmqClientConfig;
+  model: string;
+  sampling?: SamplingArgs;
+}
+
+/** The server replied `success: false`; `message` is its `"<Type>: <message>"`. */
+export class EnvServerError extends Error {
+  override name = "EnvServerError";
+  /** The error type the server named (`Cancelled`, `ConfigError`, `RequestError`, …). */
+  readonly type: string;
+
+  constructor(error: string) {
+    super(error);
+    this.type = /^(\w+):/.exec(error)?.[1] ?? "Error";
+  }
+}
+
+interface Pending {
+  resolve: (response: Record<string, unknown>) => void;
+  reject: (error: unknown) => void;
+}
+
+/**
+ * A client of a vf (or verifiers) env server over ZeroMQ.
+ *
+ * @example
+ * ```ts
+ * const env = await ZmqEnvClient.connect(server.address);
+ * console.log(await env.health());
+ * await env.close();
+ * ```
+ */
+export class ZmqEnvClient implements AsyncDisposable {
+  /** The server's address. */
+  readonly address: string;
+  #socket: import("npm:zeromq@^6.8.0").Dealer;
+  #pending = new Map<string, Pending>();
+  #loop: Promise<void>;
+  #closed = false;
+
+  private constructor(address: string, socket: import("npm:zeromq@^6.8.0").Dealer) {
+    this.address = address;
+    this.#socket = socket;
+    this.#loop = this.#receive();
+  }
+
+  /**
+   * Connect to the server at `address` (ZeroMQ connects lazily: a server that is not up yet
+   * is reached once it is; see {@link ZmqEnvClient.waitForServer}).
+   *
+   * @param address e.g. `tcp://127.0.0.1:5000` (the default)
+   * @returns the client; close it when done
+   * @throws {Error} when ZeroMQ cannot be loaded
+   */
+  static async connect(address: string = DEFAULT_ZMQ_ADDRESS): Promise<ZmqEnvClient> {
+    const zmq = await loadZmq();
+    const socket = new zmq.Dealer({
+      linger: 0,
+      sendHighWaterMark: 0,
+      receiveHighWaterMark: 0,
+      ...RECEIVE_OPTIONS,
+    });
+    socket.connect(address);
+    return new ZmqEnvClient(address, socket);
+  }
+
+  async #receive(): Promise<void> {
+    try {
+      for await (const [requestId, data] of messages(this.#socket)) {
+        const pending = this.#pending.get(frameText(requestId));
+        if (!pending) continue; // a reply to a request given up on
+        this.#pending.delete(frameText(requestId));
+        try {
+          pending.resolve(unpack(data) as Record<string, unknown>);
+        } catch (error) {
+          pending.reject(new EnvServerError(`DecodeError: ${(error as Error).message}`));
+        }
+      }
+    } catch (error) {
+      if (!this.#closed) { for (const p of this.#pending.values()) p.reject(error); }
+    }
+  }
+
+  /** Send one request; resolves with the reply, whatever its `success`. */
+  async #request(
+    method: string,
+    payload: unknown,
+    options: { requestId?: string; timeoutMs?: number } = {},
+  ): Promise<Record<string, unknown>> {
+    if (this.#closed) throw new Error(`The env client of "${this.address}" is closed`);
+    const requestId = options.requestId ?? newRequestId();
+    const reply = new Promise<Record<string, unknown>>((resolve, reject) => {
+      this.#pending.set(requestId, { resolve, reject });
+    });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = options.timeoutMs === undefined ? null : new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        this.#pending.delete(requestId);
+        reject(
+          new Error(
+            `No reply to "${method}" from "${this.address}" within ${options.timeoutMs} ms`,
+          ),
+        );
+      }, options.timeoutMs);
+    });
+    try {
+      await this.#socket.send([requestId, method, pack(payload)]);
+      return await (timeout ? Promise.race([reply, timeout]) : reply);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * Whether the server answers `health` in time.
+   * @param options `timeoutMs`: default 2000
+   */
+  async health(options: { timeoutMs?: number } = {}): Promise<boolean> {
+    try {
+      const reply = await this.#request("health", {}, { timeoutMs: options.timeoutMs ?? 2000 });
+      return reply.success === true;
+    } catch {
+      return false;
+    }
+  }
+
+  /**
+   * Poll `health` until the server answers.
+   * @param options `timeoutMs` (default 120000), `intervalMs` (default 1000), `signal`
+   * @throws {Error} when it has not answered in time
+   */
+  async waitForServer(
+    options: { timeoutMs?: number; intervalMs?: number; signal?: AbortSignal } = {},
+  ): Promise<void> {
+    const timeoutMs = options.timeoutMs ?? 120_000;
+    const interval = options.intervalMs ?? 1000;
+    const end = Date.now() + timeoutMs;
+    while (Date.now() < end) {
+      options.signal?.throwIfAborted();
+      if (await this.health({ timeoutMs: Math.min(interval, 2000) })) return;
+      await new Promise((r) => setTimeout(r, interval));
+    }
+    throw new Error(
+      `The env server at "${this.address}" did not answer health within ${timeoutMs} ms; ` +
+        `is vf serve --zmq running there?`,
+    );
+  }
+
+  /**
+   * Run one episode on the server. Aborting `signal` sends `cancel` for it; the run then
+   * rejects with the server's `Cancelled` error.
+   *
+   * @param request the task data, the model endpoint the server calls, model and sampling
+   * @param options `signal` cancels the run
+   * @returns the episode record (for a legacy environment, its one trace is the rollout's
+   *   results row)
+   * @throws {EnvServerError} when the server replies `success: false`
+   */
+  async run<E = Episode>(
+    request: ZmqRunRequest,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<E> {
+    options.signal?.throwIfAborted();
+    const requestId = newRequestId();
+    const onAbort = () => void this.cancel(requestId).catch(() => {});
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      const reply = await this.#request("run", {
+        task_data: request.taskData,
+        client: request.client,
+        model: request.model,
+        sampling: request.sampling ?? {},
+      }, { requestId });
+      if (reply.success !== true) {
+        throw new EnvServerError(String(reply.error ?? "Error: run failed"));
+      }
+      return reply.episode as E;
+    } finally {
+      options.signal?.removeEventListener("abort", onAbort);
+    }
+  }
+
+  /**
+   * Cancel a run in flight by its request id.
+   * @returns whether the server had it running
+   */
+  async cancel(requestId: string): Promise<boolean> {
+    const reply = await this.#request("cancel", { request_id: requestId }, { timeoutMs: 10_000 });
+    if (reply.success !== true) throw new EnvServerError(String(reply.error));
+    return reply.cancelled === true;
+  }
+
+  /** Close the socket; requests still waiting reject. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#socket.close();
+    await this.#loop;
+    const error = new Error(`The env client of "${this.address}" was closed`);
+    for (const p of this.#pending.values()) p.reject(error);
+    this.#pending.clear();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}
