@@ -125,6 +125,23 @@ export type {
   ServerInfo,
   StreamRolloutsOptions,
 } from "./lib/serve/client.ts";
+export { DEFAULT_ZMQ_ADDRESS, startZmqEnvServer } from "./lib/serve/zmq.ts";
+export type {
+  EpisodeRequest,
+  EpisodeRunner,
+  ZmqEnvServer,
+  ZmqEnvServerOptions,
+} from "./lib/serve/zmq.ts";
+export {
+  datasetRunner,
+  rowFromTaskData,
+  TaskDataSchema,
+  taskFromData,
+  tasksetRunner,
+} from "./lib/serve/episode_runner.ts";
+export type { RoleDefaults, TasksetRunnerOptions } from "./lib/serve/episode_runner.ts";
+export { EnvServerReplyError, ZmqEnvClient } from "./lib/serve/zmq_client.ts";
+export type { ZmqClientConfig, ZmqRunRequest } from "./lib/serve/zmq_client.ts";
 export type { EnvironmentModule } from "./lib/envs/load.ts";
 export { VERSION } from "./lib/version.ts";
 export { mulberry32, seededShuffle } from "./lib/random.ts";

@@ -18,6 +18,7 @@
  */
 import type { Episode } from "../agents/env.ts";
 import type { SamplingArgs } from "../types.ts";
+import { EnvServerError } from "./client.ts";
 import {
   frameText,
   loadZmq,
@@ -51,8 +52,7 @@ export interface ZmqRunRequest {
 }
 
 /** The server replied `success: false`; `message` is its `"<Type>: <message>"`. */
-export class EnvServerError extends Error {
-  override name = "EnvServerError";
+export class EnvServerReplyError extends EnvServerError {
   /** The error type the server named (`Cancelled`, `ConfigError`, `RequestError`, …). */
   readonly type: string;
 
@@ -120,7 +120,7 @@ export class ZmqEnvClient implements AsyncDisposable {
         try {
           pending.resolve(unpack(data) as Record<string, unknown>);
         } catch (error) {
-          pending.reject(new EnvServerError(`DecodeError: ${(error as Error).message}`));
+          pending.reject(new EnvServerReplyError(`DecodeError: ${(error as Error).message}`));
         }
       }
     } catch (error) {
@@ -201,7 +201,7 @@ export class ZmqEnvClient implements AsyncDisposable {
    * @param options `signal` cancels the run
    * @returns the episode record (for a legacy environment, its one trace is the rollout's
    *   results row)
-   * @throws {EnvServerError} when the server replies `success: false`
+   * @throws {EnvServerReplyError} when the server replies `success: false`
    */
   async run<E = Episode>(
     request: ZmqRunRequest,
@@ -219,7 +219,7 @@ export class ZmqEnvClient implements AsyncDisposable {
         sampling: request.sampling ?? {},
       }, { requestId });
       if (reply.success !== true) {
-        throw new EnvServerError(String(reply.error ?? "Error: run failed"));
+        throw new EnvServerReplyError(String(reply.error ?? "Error: run failed"));
       }
       return reply.episode as E;
     } finally {
@@ -233,7 +233,7 @@ export class ZmqEnvClient implements AsyncDisposable {
    */
   async cancel(requestId: string): Promise<boolean> {
     const reply = await this.#request("cancel", { request_id: requestId }, { timeoutMs: 10_000 });
-    if (reply.success !== true) throw new EnvServerError(String(reply.error));
+    if (reply.success !== true) throw new EnvServerReplyError(String(reply.error));
     return reply.cancelled === true;
   }
 
