@@ -18,6 +18,17 @@ let loading: Promise<ZmqModule> | undefined;
  * @throws {Error} when the native addon cannot be loaded, saying what to do instead
  */
 export function loadZmq(): Promise<ZmqModule> {
+  if ("Bun" in globalThis) {
+    // Bun 1.4 aborts the whole process (a panic, not an exception) when the addon creates a
+    // socket: it does not implement libuv's uv_poll_init_socket (oven-sh/bun#18546).
+    return Promise.reject(
+      new Error(
+        "ZeroMQ is not available in the single vf binary: Bun does not implement the libuv " +
+          "function (uv_poll_init_socket) the zeromq addon needs; run vf from source with " +
+          "Deno for --zmq (deno task vf serve <env> --zmq ...), or serve over HTTP",
+      ),
+    );
+  }
   loading ??= import("npm:zeromq@^6.8.0").then(
     (m) => {
       // Bun hands a CommonJS module over as `default` only.
@@ -28,8 +39,7 @@ export function loadZmq(): Promise<ZmqModule> {
       loading = undefined;
       throw new Error(
         `Cannot load ZeroMQ (npm package "zeromq"): ${(error as Error).message}; ` +
-          `run vf from source with Deno (deno task vf serve ... --zmq ...), or serve over ` +
-          `HTTP without --zmq`,
+          `reinstall it (deno install), or serve over HTTP without --zmq`,
         { cause: error },
       );
     },
@@ -40,7 +50,7 @@ export function loadZmq(): Promise<ZmqModule> {
 /**
  * Whether this runtime wakes zeromq's native readiness handle. Node does; Deno 2.9 does not
  * (a socket waiting to receive is never told that a message from another process arrived),
- * and neither does Bun's binary, so there sockets are polled instead.
+ * so there sockets are polled instead.
  */
 const NATIVE_WAIT = !("Deno" in globalThis) && !("Bun" in globalThis);
 
