@@ -313,9 +313,12 @@ export class WarmPool implements SandboxSource {
     return await this.#startFresh(spec, options);
   }
 
-  /** Fills the pool for `spec` and waits until its sandboxes are started (or failed). */
-  async prewarm(spec: RuntimeSpec): Promise<void> {
-    const bucket = this.#bucket(spec);
+  /**
+   * Fills the pool for `spec` and waits until its sandboxes are started (or failed).
+   * @param options.role `grader` fills the grading pool (`graderSize`); default `agent`
+   */
+  async prewarm(spec: RuntimeSpec, options: { role?: "agent" | "grader" } = {}): Promise<void> {
+    const bucket = this.#bucket(spec, options.role ?? "agent");
     this.#refill(bucket);
     await Promise.allSettled([...bucket.inflight]);
   }

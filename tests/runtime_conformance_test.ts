@@ -380,6 +380,17 @@ for (const target of TARGETS) {
         const file = await rt.archiveOut("out/a.txt");
         await second.archiveIn("single", file);
         assert.equal(text(await second.read("single/a.txt")), "A\n");
+        // Modes and symlinks travel; what was at the target is replaced.
+        await rt.write("links/tool", "#!/bin/sh\n", { mode: 0o751 });
+        const linked = await rt.run(["ln", "-s", "tool", "links/alias"]);
+        assert.equal(linked.exit_code, 0, linked.stderr);
+        await second.write("/restored/links/tool", "old\n");
+        await second.archiveIn("/restored", await rt.archiveOut("links"));
+        const listed = await second.run(["sh", "-c", "stat -c '%a %N' tool alias"], {
+          cwd: "/restored/links",
+        });
+        assert.equal(listed.stdout.replace(/[‘’`']/g, ""), "751 tool\n777 alias -> tool\n");
+        assert.equal(text(await second.read("/restored/links/tool")), "#!/bin/sh\n");
       });
 
       await t.step(

@@ -138,8 +138,9 @@ export interface TaskTrace {
   scoring: { mode: "shared" | "isolated"; attempts: number };
   messages: Messages;
   /**
-   * The message graph, when the history was rewritten (more than one branch); otherwise the
-   * one branch is `messages`.
+   * The message graph, when the history was rewritten (more than one branch) or the endpoint
+   * returned token ids (`return_token_ids`: `token_ids`/`mask`/`logprobs` per node);
+   * otherwise the one branch is `messages`.
    */
   nodes?: MessageNode[];
   model_calls: ModelCallRecord[];
@@ -148,6 +149,11 @@ export interface TaskTrace {
   tool_calls: ToolCallRecord[];
   stop_condition: string | null;
   reward: number | null;
+  /**
+   * Reward minus the mean reward of the task's scored rollouts in this run (null when
+   * unscored); set on what `runTaskset()` returns, not on the lines written as episodes end.
+   */
+  advantage?: number | null;
   rewards: Record<string, number>;
   /** Each reward's weight in `reward`, where it is not 1. */
   reward_weights?: Record<string, number>;
@@ -1092,7 +1098,7 @@ export class TaskRollout {
       const judged = judgeUsage(this.view.info);
       if (judged) trace.judge_usage = judged;
       const graph = this.#recorder.graph!;
-      if (graph.leaves().length > 1) trace.nodes = graph.nodes;
+      if (graph.leaves().length > 1 || graph.hasTokens) trace.nodes = graph.nodes;
       timing.total_ms = Math.round(performance.now() - this.#t0);
       if (this.sandboxRecords.length || this.#toolRecord) {
         SANDBOX_RECORDS.set(trace, { sandboxes: this.sandboxRecords, tools: this.#toolRecord });
@@ -1108,10 +1114,13 @@ export class TaskRollout {
     await toolbox?.close();
     await this.#agentStopping;
     await this.#stopAgent();
+    await Promise.all(this.#graderStopping.splice(0));
   }
 
   /** The agent sandbox's removal when it was started off the critical path. */
   #agentStopping: Promise<void> | undefined;
+  /** Grading sandboxes' removals, started as soon as their scores were in. */
+  #graderStopping: Promise<void>[] = [];
 
   async #stopAgent(): Promise<void> {
     const agent = this.#agent;
@@ -1258,6 +1267,7 @@ export class TaskRollout {
                 egress: graderPolicy ? { policy: graderPolicy, denied } : undefined,
                 services: graderServices,
                 records: this.sandboxRecords,
+                defer: (removal) => this.#graderStopping.push(removal),
               },
             )),
       );
@@ -1521,6 +1531,8 @@ async function gradeIsolated(
     services: ServicesSpec | null;
     /** Where the grading sandboxes' operations are recorded. */
     records?: SandboxRecord[];
+    /** Takes a grader's removal off the critical path: whoever passes it awaits it later. */
+    defer?: (removal: Promise<void>) => void;
   } = { services: null },
 ): Promise<TaskScores> {
   const task = options.task;
@@ -1574,9 +1586,13 @@ async function gradeIsolated(
       last = error;
       if (records) records.length = mark;
     } finally {
-      await grader?.stop().catch(() => {});
-      const denied = await (enclosure as Enclosure | null)?.close() ?? [];
-      surround.egress?.denied.push(...denied);
+      const removal = (grader as Runtime | null)?.stop().catch(() => {});
+      if (enclosure || !surround.defer) {
+        // An enclosure's network goes only once its sandboxes have.
+        await removal;
+        const denied = await (enclosure as Enclosure | null)?.close() ?? [];
+        surround.egress?.denied.push(...denied);
+      } else if (removal) surround.defer(removal);
     }
   }
   throw new InfraError(

@@ -47,8 +47,9 @@ while IFS= read -r line; do
       while [ "$ne" -gt 0 ]; do export "$1"; shift; ne=$((ne - 1)); done
       exec "$@"
     ) <"$i" &
-    wait $!
-    printf '%s %s\\n' "$k" "$?"; printf '%s\\n' "$k" >&2
+    wait $!; rc=$?
+    [ "$i" = /dev/null ] || : >"$i"
+    printf '%s %s\\n' "$k" "$rc"; printf '%s\\n' "$k" >&2
     ;;
   g)
     if [ ! -e "$1" ]; then printf '%s missing\\n' "$k"

@@ -53,6 +53,24 @@ export { DockerEngine } from "./engine_api.ts";
 
 /** Label every vf container carries. */
 export const MANAGED_LABEL = "vf.managed";
+/**
+ * `tar -c` of `$2` in directory `$1` on stdout; exit 4 when it does not exist, 5 without
+ * `tar`. With a cap (`$3`), output past it is cut (the caller sees it is too large) and a
+ * failing tar says so on stderr, since the pipeline's status is `head`'s.
+ */
+const ARCHIVE_OUT = `cd "$1" 2>/dev/null || exit 4
+[ -e "$2" ] || [ -h "$2" ] || exit 4
+command -v tar >/dev/null 2>&1 || exit 5
+[ -n "$3" ] || exec tar -cf - -- "$2"
+{ tar -cf - -- "$2" || echo vf-tar-failed >&2; } | head -c "$3"`;
+const TAR_FAILED = "vf-tar-failed";
+/** Room for tar framing (headers, padding, end blocks, record padding) above a byte limit. */
+const TAR_SLACK = 64 * 1024;
+/** `tar -x` of stdin into `$1` (created first); `$2` is `-o` to make root the owner. */
+const ARCHIVE_IN = `mkdir -p "$1" 2>/dev/null; cd "$1" || exit 3
+command -v tar >/dev/null 2>&1 || exit 5
+exec tar -x $2 -f -`;
+
 /** Label of the images {@linkcode DockerRuntime.snapshot} commits. */
 export const FORK_LABEL = "vf.fork";
 const FORK_REPO = "vf-fork";
@@ -792,9 +810,18 @@ export class DockerRuntime implements Runtime {
     }]);
   }
 
-  /** A tar of `path`, entries named from its basename (as the Engine API returns it). */
+  /**
+   * A tar of `path`, entries named from its basename (as the Engine API returns it): `tar`
+   * through the command channel when it is open and nothing is excluded, else the archive
+   * endpoint (which streams, so excluded members are never held).
+   */
   async archiveOut(path: string, options: ArchiveOutOptions = {}): Promise<Uint8Array> {
     const id = this.#requireRunning();
+    const channel = this.#fileChannel();
+    if (channel && !options.exclude?.length) {
+      const tar = await this.#archiveOutOnChannel(channel, path, options.maxBytes);
+      if (tar) return tar;
+    }
     const download = await this.#download(id, this.#resolve(path), path);
     const tar = new TarCollector({
       exclude: options.exclude?.length ? excludeMatcher(options.exclude) : undefined,
@@ -811,10 +838,68 @@ export class DockerRuntime implements Runtime {
     return tar.finish();
   }
 
-  /** Extracts `tar` into `dir`, creating it first. */
+  /**
+   * `tar -c` of `path` on a root supervisor; null when the channel cannot (no `tar`, or tar
+   * failed): the archive endpoint then answers. At most the limit plus framing ever arrives.
+   */
+  async #archiveOutOnChannel(
+    channel: ExecChannel,
+    path: string,
+    maxBytes: number | undefined,
+  ): Promise<Uint8Array | null> {
+    const target = this.#resolve(path);
+    if (target === "/") return null;
+    const where = `container ${this.#short()}`;
+    const cap = maxBytes === undefined ? "" : String(maxBytes + TAR_SLACK);
+    const r = await channel.request("r", [
+      "/",
+      "-",
+      "0",
+      "/bin/sh",
+      "-c",
+      ARCHIVE_OUT,
+      "vf-archive",
+      posix.dirname(target),
+      posix.basename(target),
+      cap,
+    ]);
+    if (r.status === "4") {
+      throw new SandboxFileNotFoundError(path, `Path "${path}" does not exist in ${where}`);
+    }
+    const tooLarge = (bytes: number) => new SandboxFileTooLargeError(path, bytes, maxBytes!, where);
+    if (cap !== "" && r.stdout.length >= Number(cap)) throw tooLarge(r.stdout.length);
+    if (r.status !== "0" || decodeChunks([r.stderr]).includes(TAR_FAILED)) return null;
+    const tar = new TarCollector({ maxBytes, tooLarge });
+    tar.push(r.stdout);
+    return tar.finish();
+  }
+
+  /**
+   * Extracts `tar` into `dir`, creating it first: `tar -x` through the command channel when
+   * it is open, else the archive endpoint. Owners become root unless the sandbox runs as a
+   * user of its own (then the archive's are kept), as the endpoint does.
+   */
   async archiveIn(dir: string, tar: Uint8Array): Promise<void> {
     const id = this.#requireRunning();
-    await this.#putInto(id, this.#resolve(dir), tar);
+    const target = this.#resolve(dir);
+    const channel = this.#fileChannel();
+    if (channel) {
+      const keepOwners = this.spec.user !== undefined;
+      const r = await channel.request("r", [
+        "/",
+        String(tar.length),
+        "0",
+        "/bin/sh",
+        "-c",
+        ARCHIVE_IN,
+        "vf-archive",
+        target,
+        keepOwners ? "" : "-o",
+      ], tar);
+      if (r.status === "0") return;
+      // No tar in the image, or it refused the archive: the endpoint has the last word.
+    }
+    await this.#putInto(id, target, tar);
   }
 
   /**
