@@ -26,6 +26,8 @@ import {
 import type { SamplingArgs } from "../types.ts";
 import { type Env, type Episode, episodeOfLine, flatTrace, runEpisode } from "./env.ts";
 import { GroupForks } from "../tasks/fork.ts";
+import { groupAdvantages } from "../scoring/advantages.ts";
+import { MessageGraph } from "../graph.ts";
 import { SingleAgentEnv } from "./envs/single_agent.ts";
 
 /** Options of {@link runTaskset}. */
@@ -83,6 +85,13 @@ export interface RunTasksetOptions {
   signal?: AbortSignal;
   /** Asked before each episode starts (`--max-cost`); told when one finishes. */
   gate?: StartGate;
+  /**
+   * Write each trace's token data (the `token_ids`/`mask`/`logprobs` of its message graph,
+   * from `return_token_ids`) to `traces.jsonl` too; it is large. Without it a trace's `nodes`
+   * are written only when its history was rewritten (more than one branch), and then without
+   * token data. The returned traces keep it either way. Default false.
+   */
+  saveTokens?: boolean;
 }
 
 /**
@@ -221,8 +230,12 @@ export async function runTaskset(
   let writeQueue = Promise.resolve();
   const persist = (episode: Episode) => {
     for (const t of episode.traces) t.model_retries = modelRetries(t);
-    const line = (env.flat ? flatTrace(episode) : null) ?? episode;
+    const flat = env.flat ? flatTrace(episode) : null;
     if (!tracesPath) return Promise.resolve();
+    let line: TaskTrace | Episode = flat ?? episode;
+    if (!options.saveTokens) {
+      line = flat ? withoutTokens(flat) : { ...episode, traces: episode.traces.map(withoutTokens) };
+    }
     // What a replay needs of each rollout's sandboxes goes beside the traces.
     const records = episode.traces.flatMap((t) => {
       const record = SANDBOX_RECORDS.get(t);
@@ -348,7 +361,31 @@ export async function runTaskset(
   if (outer?.aborted) throw outer.reason;
   episodes.sort((a, b) => a.example_id - b.example_id || a.episode_index - b.episode_index);
   const traces = episodes.flatMap((e) => e.traces);
+  // Group advantages per task over the trainable traces this call returns (lines already
+  // written stay as they were: a group is complete only now).
+  const unscored = new Set(scored.filter((t) => t.error).map((t) => t.trace_id));
+  const groups = new Map<string, TaskTrace[]>();
+  for (const t of traces) {
+    if (t.trainable === false) continue;
+    groups.set(t.task.key, [...(groups.get(t.task.key) ?? []), t]);
+  }
+  for (const group of groups.values()) {
+    const rewards = group.map((t) => (t.error || unscored.has(t.trace_id) ? null : t.reward));
+    groupAdvantages(rewards).forEach((a, i) => (group[i].advantage = a));
+  }
   return { traces, episodes, summary };
+}
+
+/**
+ * The trace as written without `save_tokens`: no token data, and `nodes` only when the
+ * history was rewritten (a resumed or inspected run needs its branches). A shallow copy.
+ */
+function withoutTokens(trace: TaskTrace): TaskTrace {
+  if (!trace.nodes) return trace;
+  const { nodes, ...rest } = trace;
+  if (new MessageGraph(nodes).leaves().length < 2) return rest as TaskTrace;
+  const bare = nodes.map(({ token_ids: _ids, mask: _mask, logprobs: _logprobs, ...node }) => node);
+  return { ...rest, nodes: bare } as TaskTrace;
 }
 
 function defaultEnv(options: RunTasksetOptions): Env {

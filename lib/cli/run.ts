@@ -61,6 +61,9 @@ Runs an agent on each task of a taskset inside sandboxes and grades it.
                                       keep started, never-used grading sandboxes ready
   --env.fork_group                    each task's setup runs once, then its sandbox is
                                       snapshotted and the task's other rollouts start from it
+  -S '{"return_token_ids": true}' --save-tokens
+                                      record each call's token ids, masks and logprobs (vLLM)
+                                      and write them to traces.jsonl (kept out by default)
   --limits.max_sandboxes 32  --limits.sandbox_create_rate 8  --limits.max_model_connections 64
   -R, --resume <run dir>              re-run only the missing or failed rollouts
 Writes outputs/evals/<taskset>--<model>/<run_id>/{traces.jsonl,metadata.json,config.json}.
@@ -324,6 +327,7 @@ async function runEnv(
       toolsets: o.toolsets,
       services: o.services,
       forkGroup: o.rawEnv.fork_group as boolean | undefined,
+      saveTokens: config.save_tokens,
       requireTaskConfig: ["rewards", "metrics", "stops"].filter((k) =>
         k in ((o.rawEnv.taskset as { task?: Record<string, unknown> } | undefined)?.task ?? {})
       ),
