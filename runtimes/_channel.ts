@@ -1,18 +1,19 @@
 /**
- * The persistent command channel of a Docker sandbox: long-lived POSIX shells (supervisors)
- * in the container, each started once over an attached exec, so a command costs one line
- * written to a supervisor's stdin and one fork and exec inside the container, instead of
- * three Engine API calls (exec create, start, inspect) and the engine's own process setup.
+ * The persistent command channel of a sandbox: long-lived POSIX shells (supervisors) in it,
+ * each started once over a stream that stays attached (a Docker exec, an SSH channel), so a
+ * command costs one line written to a supervisor's stdin and one fork and exec in the
+ * sandbox, instead of a new exec (Docker: create, start, inspect; SSH: a session, a login
+ * shell and a wrapper) per command.
  *
- * Each supervisor runs one request at a time; a sandbox keeps a small pool of them (one
- * started with the sandbox, more opened while all are busy, up to a limit), so commands still
- * run concurrently. A request is one line, its words shell-quoted (newlines spelled
- * `"$nl"`), and starts with a fresh random marker:
+ * Each supervisor runs one request at a time; a channel keeps a small pool of them (one
+ * opened at once, more while all are busy, up to a limit), so commands still run
+ * concurrently. A request is one line, its words shell-quoted (newlines spelled `"$nl"`),
+ * and starts with a fresh random marker:
  * - `r <marker> <cwd> <stdin-bytes|-> <env-count> <NAME=value>... <argv...>`, followed by the
  *   stdin bytes: the supervisor copies them to a file with `head -c` (one request at a time,
  *   so nothing after them is in the pipe for a reading-ahead `head` to swallow), then runs
  *   the command in the background with its stdout and stderr on the supervisor's own (the
- *   attach stream keeps them apart, binary-safe), and waits for it;
+ *   stream keeps them apart, binary-safe), and waits for it;
  * - `g <marker> <path> <limit|"">`: a file's bytes (`head -c`, or `cat`);
  * - `w <marker> <path> <mode> <fresh-mode> <bytes>` and the bytes: a file written.
  * When it is done the supervisor prints `<marker> <status>\n` on stdout and `<marker>\n` on
@@ -22,11 +23,34 @@
  * @module
  */
 
-import { randomHex, toBytes } from "../_util.ts";
-import { SandboxUnavailableError } from "../errors.ts";
-import type { DockerEngine, ExecStream } from "./engine_api.ts";
+import { randomHex, toBytes } from "./_util.ts";
+import { SandboxUnavailableError } from "./errors.ts";
 
-const SUPERVISOR = `nl='
+/** The stream a supervisor runs on: its stdin, and whether it keeps the program alive. */
+export interface SupervisorStream {
+  /** Resolves when the stream closes (the supervisor ended, or the stream was cut). */
+  readonly done: Promise<void>;
+  write(data: Uint8Array): void;
+  /** Closes the supervisor's stdin. */
+  end(): void;
+  /** Cuts the stream. */
+  destroy(): void;
+  /** Whether the stream keeps the program alive; a transport that cannot tell leaves these out. */
+  ref?(): void;
+  unref?(): void;
+}
+
+/**
+ * Starts `/bin/sh -c <script>` attached in the sandbox with the handlers on its stdout and
+ * stderr; null when it cannot be started.
+ */
+export type SupervisorLauncher = (
+  script: string,
+  io: { onStdout(chunk: Uint8Array): void; onStderr(chunk: Uint8Array): void },
+) => Promise<SupervisorStream | null>;
+
+/** The supervisor's script (POSIX sh). */
+export const SUPERVISOR = `nl='
 '
 printf '\\037ready %s %s %s\\n' "$$" "$(id -u)" "$(umask)" >&2
 in=/tmp/.vf-stdin.$$
@@ -173,28 +197,16 @@ class Supervisor {
   uid = -1;
   umask = 0o022;
   dead: Error | null = null;
-  #stream!: ExecStream;
+  #stream!: SupervisorStream;
   #current: Request | null = null;
 
-  static async open(engine: DockerEngine, containerId: string): Promise<Supervisor | null> {
-    let execId: string;
-    try {
-      execId = await engine.createExec(containerId, {
-        Cmd: ["/bin/sh", "-c", SUPERVISOR],
-        AttachStdin: true,
-        AttachStdout: true,
-        AttachStderr: true,
-        Tty: false,
-      });
-    } catch {
-      return null;
-    }
+  static async open(launch: SupervisorLauncher): Promise<Supervisor | null> {
     const sup = new Supervisor();
     let early = "";
     let ready!: (ok: boolean) => void;
     const readiness = new Promise<boolean>((resolve) => (ready = resolve));
     let started = false;
-    const stream = await engine.startExec(execId, {
+    const stream = await launch(SUPERVISOR, {
       onStdout: (chunk) => sup.#onOut(chunk),
       onStderr: (chunk) => {
         if (started) return sup.#onErr(chunk);
@@ -209,7 +221,7 @@ class Supervisor {
           ready(true);
         }
       },
-    }, { stdin: "open" }).catch(() => null);
+    }).catch(() => null);
     if (!stream) return null;
     sup.#stream = stream;
     stream.done.then(() => {
@@ -225,7 +237,7 @@ class Supervisor {
     }
     // Idle, a supervisor must not keep the program alive (one that ends without stopping its
     // sandboxes still ends); while a request waits on it, it must.
-    stream.unref();
+    stream.unref?.();
     return sup;
   }
 
@@ -236,7 +248,7 @@ class Supervisor {
   request(op: string, words: string[], data?: Uint8Array): Promise<ChannelResult> {
     if (this.dead) return Promise.reject(this.dead);
     const marker = `\x1fvf${randomHex(12)}`;
-    this.#stream.ref();
+    this.#stream.ref?.();
     return new Promise<ChannelResult>((resolve, reject) => {
       this.#current = {
         out: new MarkedStream(marker, true),
@@ -275,7 +287,7 @@ class Supervisor {
     const req = this.#current;
     if (!req?.out.data || !req.err.data) return;
     this.#current = null;
-    this.#stream.unref();
+    this.#stream.unref?.();
     req.resolve({ status: req.out.tail ?? "", stdout: req.out.data, stderr: req.err.data });
   }
 
@@ -284,7 +296,7 @@ class Supervisor {
     this.dead = error;
     const req = this.#current;
     this.#current = null;
-    this.#stream?.unref();
+    this.#stream?.unref?.();
     req?.reject(error);
   }
 
@@ -295,10 +307,9 @@ class Supervisor {
   }
 }
 
-/** The supervisors of one container. */
+/** The supervisors of one sandbox (or of one SSH connection, shared by its sandboxes). */
 export class ExecChannel {
-  #engine: DockerEngine;
-  #containerId: string;
+  #launch: SupervisorLauncher;
   #label: string;
   #idle: Supervisor[] = [];
   #all = new Set<Supervisor>();
@@ -311,22 +322,20 @@ export class ExecChannel {
   /** How many supervisors run at most; more concurrent commands wait for one. */
   readonly max: number;
 
-  private constructor(engine: DockerEngine, containerId: string, label: string, max: number) {
-    this.#engine = engine;
-    this.#containerId = containerId;
+  private constructor(launch: SupervisorLauncher, label: string, max: number) {
+    this.#launch = launch;
     this.#label = label;
     this.max = max;
   }
 
   /** Starts the first supervisor; null when the image cannot run one (no `/bin/sh`). */
   static async open(
-    engine: DockerEngine,
-    containerId: string,
+    launch: SupervisorLauncher,
     label: string,
     max = 8,
   ): Promise<ExecChannel | null> {
-    const channel = new ExecChannel(engine, containerId, label, max);
-    const first = await Supervisor.open(engine, containerId);
+    const channel = new ExecChannel(launch, label, max);
+    const first = await Supervisor.open(launch);
     if (!first) return null;
     channel.uid = first.uid;
     channel.umask = first.umask;
@@ -349,9 +358,7 @@ export class ExecChannel {
       if (idle) continue;
       if (this.#all.size + this.#opening < this.max) {
         this.#opening++;
-        const s = await Supervisor.open(this.#engine, this.#containerId).finally(() =>
-          this.#opening--
-        );
+        const s = await Supervisor.open(this.#launch).finally(() => this.#opening--);
         if (s && !this.#closed) {
           this.#all.add(s);
           return s;
@@ -378,21 +385,27 @@ export class ExecChannel {
   #gone(): Error {
     return new SandboxUnavailableError(
       `The command channel of ${this.#label} is gone (a supervisor was killed, or the ` +
-        `container stopped)`,
+        `sandbox stopped)`,
     );
   }
 
   /**
    * One request on an idle supervisor. `onStart` gets the supervisor's pid as the request
-   * goes out: a command to kill runs below it.
+   * goes out: a command to kill runs below it. Once `cancel` aborts, a request still waiting
+   * for a supervisor is never sent.
    */
   async request(
     op: "r" | "g" | "w",
     words: string[],
     data?: Uint8Array,
     onStart?: (supervisorPid: number) => void,
+    cancel?: AbortSignal,
   ): Promise<ChannelResult> {
     const s = await this.#take();
+    if (cancel?.aborted) {
+      this.#give(s);
+      throw cancel.reason;
+    }
     onStart?.(s.pid);
     try {
       return await s.request(op, words, data);
@@ -406,7 +419,7 @@ export class ExecChannel {
     }
   }
 
-  /** Ends every supervisor (the container's removal would too). */
+  /** Ends every supervisor (the sandbox's removal would too). */
   close(): void {
     this.#closed = true;
     for (const s of this.#all) s.close();

@@ -213,6 +213,12 @@ export interface SshRuntimeSpec {
    * read none. Fields set in this spec win over the file.
    */
   sshConfigPath?: string | null;
+  /**
+   * Commands go through long-lived shells on the connection (shared by its sandboxes)
+   * instead of a new SSH session each; default true. Off, or where the host's `/bin/sh`
+   * cannot run one, every command is an exec of its own.
+   */
+  execChannel?: boolean;
 }
 
 /** A Prime Intellect sandbox reached over SSH. */

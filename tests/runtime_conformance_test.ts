@@ -93,6 +93,20 @@ const TARGETS: Array<{ name: string; spec: RuntimeSpec }> = [
     },
   },
   {
+    name: "ssh, plain execs (no command channel)",
+    spec: {
+      type: "ssh",
+      host: sshHost.host,
+      port: sshHost.port,
+      user: sshHost.user,
+      privateKeyPath: sshHost.privateKeyPath,
+      knownHostsPath: sshHost.knownHostsPath,
+      workdir: "/workspace",
+      env: SPEC_ENV,
+      execChannel: false,
+    },
+  },
+  {
     name: "kubernetes (stand-in API server, exec v5, busybox)",
     spec: {
       type: "kubernetes",
@@ -382,7 +396,7 @@ for (const target of TARGETS) {
         assert.equal(text(await second.read("single/a.txt")), "A\n");
         // Modes and symlinks travel; what was at the target is replaced.
         await rt.write("links/tool", "#!/bin/sh\n", { mode: 0o751 });
-        const linked = await rt.run(["ln", "-s", "tool", "links/alias"]);
+        const linked = await rt.run(["ln", "-sf", "tool", "links/alias"]);
         assert.equal(linked.exit_code, 0, linked.stderr);
         await second.write("/restored/links/tool", "old\n");
         await second.archiveIn("/restored", await rt.archiveOut("links"));

@@ -47,7 +47,8 @@ import type {
   RuntimeSnapshot,
 } from "../runtime.ts";
 import { DockerEngine, isDirectoryMode } from "./engine_api.ts";
-import { ExecChannel } from "./channel.ts";
+import { ExecChannel, type SupervisorLauncher } from "../_channel.ts";
+import { KILL_BELOW } from "../ssh/shell.ts";
 
 export { DockerEngine } from "./engine_api.ts";
 
@@ -148,29 +149,24 @@ kill -KILL -- "-$p" 2>/dev/null
 for n in $all; do kill -KILL "$n" 2>/dev/null; done
 exit 0`;
 
-/**
- * Kills every process below $1 (a channel supervisor, which runs one command at a time), but
- * not $1: walks /proc by PPid, stops each descendant as it is found, then SIGKILLs them all.
- */
-const KILL_BELOW = `p=$1
-all=" $p "
-kids=
-changed=1
-while [ "$changed" = 1 ]; do
-  changed=0
-  for d in /proc/[0-9]*; do
-    n=\${d#/proc/}
-    case "$all" in *" $n "*) continue ;; esac
-    [ -r "$d/status" ] || continue
-    pp=
-    while read -r k v rest; do
-      if [ "$k" = "PPid:" ]; then pp=$v; break; fi
-    done 2>/dev/null <"$d/status"
-    case "$all" in *" $pp "*) all="$all$n "; kids="$kids $n"; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac
-  done
-done
-for n in $kids; do kill -KILL "$n" 2>/dev/null; done
-exit 0`;
+/** Supervisors of the command channel as attached execs in the container. */
+function execLauncher(engine: DockerEngine, containerId: string): SupervisorLauncher {
+  return async (script, io) => {
+    let execId: string;
+    try {
+      execId = await engine.createExec(containerId, {
+        Cmd: ["/bin/sh", "-c", script],
+        AttachStdin: true,
+        AttachStdout: true,
+        AttachStderr: true,
+        Tty: false,
+      });
+    } catch {
+      return null;
+    }
+    return await engine.startExec(execId, io, { stdin: "open" });
+  };
+}
 
 /** Parses `"512m"`, `"2g"`, `"1024k"`, `"1.5g"` or a byte count. */
 export function parseMemory(value: string): number {
@@ -341,10 +337,13 @@ export class DockerRuntime implements Runtime {
     // opened beside the start: commands before it is up are execs of their own.
     if (spec.command === undefined && spec.execChannel !== false) {
       const label = `container "${this.#short()}"`;
-      this.#channelOpening = ExecChannel.open(engine, this.#id, label).then((channel) => {
-        if (this.#life.state === "stopped") channel?.close();
-        else this.#channel = channel;
-      }, () => {});
+      this.#channelOpening = ExecChannel.open(execLauncher(engine, this.#id), label).then(
+        (channel) => {
+          if (this.#life.state === "stopped") channel?.close();
+          else this.#channel = channel;
+        },
+        () => {},
+      );
     }
   }
 
@@ -444,14 +443,17 @@ export class DockerRuntime implements Runtime {
     const cwd = options.cwd === undefined ? this.#workdir : this.#resolve(options.cwd);
     const stdin = options.stdin === undefined ? undefined : toBytes(options.stdin);
     let supervisor = 0;
+    const cancel = new AbortController();
     const done = channel.request(
       "r",
       [cwd, stdin ? String(stdin.length) : "-", String(env.length), ...env, ...argv],
       stdin,
       (pid) => (supervisor = pid),
+      cancel.signal,
     );
     const { outcome, value: result } = await untilInterrupted(done, { timeoutMs, signal });
     if (outcome !== "done") {
+      cancel.abort(); // still waiting for a supervisor: never sent
       // One command per supervisor: its process tree is everything below the supervisor.
       if (supervisor) await this.#killBelow(id, supervisor).catch(() => {});
       await within(done.catch(() => {}), 5_000);

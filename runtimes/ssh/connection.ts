@@ -14,6 +14,8 @@ import { join } from "node:path";
 import process from "node:process";
 import { hostKeyVerifier, knownHostKeyAlgorithms } from "./known_hosts.ts";
 import { SandboxError, SandboxUnavailableError } from "../errors.ts";
+import { ExecChannel, type SupervisorLauncher, type SupervisorStream } from "../_channel.ts";
+import { shCommand } from "./shell.ts";
 
 /** Why an SSH connection could not be made. */
 export type SshFailure = "network" | "timeout" | "auth" | "host-key" | "identity";
@@ -165,6 +167,7 @@ export class SshConnection {
   #commands: Slots;
   #reserved = new Slots(1);
   #closed = false;
+  #channel: Promise<ExecChannel | null> | undefined;
 
   constructor(key: string, target: SshTarget) {
     this.key = key;
@@ -443,6 +446,69 @@ export class SshConnection {
     };
   }
 
+  /**
+   * The command channel of this connection: supervisors shared by every sandbox on it (each
+   * request names its own directory, environment and user), opened on first use and again
+   * after a drop; null when the host cannot run one. They hold at most all but two of the
+   * command slots, so plain execs (archives, workdir setup) always find one.
+   */
+  channel(): Promise<ExecChannel | null> {
+    const current = this.#channel;
+    if (current) {
+      return current.then((c) => {
+        if (c === null || c.alive || this.#channel !== current) return c;
+        c.close();
+        this.#channel = undefined;
+        return this.channel();
+      });
+    }
+    if (this.#closed) return Promise.resolve(null);
+    const max = Math.max(1, this.target.maxSessions - 4);
+    const launch: SupervisorLauncher = (script, io) => this.#attach(script, io);
+    const opening = ExecChannel.open(launch, `SSH host "${this.display}"`, max).catch(() => null);
+    this.#channel = opening;
+    return opening;
+  }
+
+  /** `/bin/sh -c <script>` on a channel held for as long as it runs (a command slot). */
+  async #attach(
+    script: string,
+    io: { onStdout(chunk: Uint8Array): void; onStderr(chunk: Uint8Array): void },
+  ): Promise<SupervisorStream | null> {
+    const release = await this.#commands.take();
+    let stream: Ssh2Stream;
+    try {
+      const client = await this.client();
+      stream = await new Promise<Ssh2Stream>((resolve, reject) => {
+        client.exec(shCommand(script, []), (error, s) => (error ? reject(error) : resolve(s)));
+      });
+    } catch {
+      release();
+      return null;
+    }
+    const done = new Promise<void>((resolve) => {
+      stream.on("data", io.onStdout);
+      stream.stderr.on("data", io.onStderr);
+      stream.on("error", () => {});
+      stream.on("close", () => {
+        release();
+        resolve();
+      });
+    });
+    return {
+      done,
+      write: (data) => void stream.write(Buffer.from(data)),
+      end: () => stream.end(),
+      destroy: () => {
+        try {
+          stream.close();
+        } catch {
+          // already closed
+        }
+      },
+    };
+  }
+
   /** Opens one exec channel and wires its output and exit status. */
   #open(
     client: Ssh2Client,
@@ -486,6 +552,9 @@ export class SshConnection {
   /** Closes the connection for good; resolves once the socket is closed (at most 5 s). */
   close(): Promise<void> {
     this.#closed = true;
+    const channel = this.#channel;
+    this.#channel = undefined;
+    channel?.then((c) => c?.close());
     const client = this.#client;
     this.#client = undefined;
     this.#sftp = undefined;

@@ -34,8 +34,10 @@ import {
   resolveSandboxPath,
   StartOnce,
   toBytes,
+  untilInterrupted,
   within,
 } from "../_util.ts";
+import type { ExecChannel } from "../_channel.ts";
 import {
   SandboxError,
   SandboxFileNotFoundError,
@@ -68,6 +70,7 @@ import { excludeMatcher, TarCollector } from "../_tar.ts";
 import {
   CONTROL,
   ENV_NAME,
+  KILL_BELOW,
   KILL_TREES,
   PREPARE,
   RUN_WRAPPER,
@@ -162,6 +165,8 @@ export class SshRuntime implements Runtime {
   #stopping: Promise<void> | undefined;
   /** Process groups of commands still running; killed on stop. */
   #groups = new Set<number>();
+  /** Supervisors running this sandbox's commands on the connection's channel. */
+  #below = new Set<number>();
   /** Why the ssh configuration says this host cannot be reached directly. */
   #proxy: string | undefined;
 
@@ -342,6 +347,8 @@ export class SshRuntime implements Runtime {
     const pairs = Object.entries(env).map(([k, v]) => `${k}=${v}`);
     if (pairs.length) inner.push("env", ...pairs);
     inner.push(...argv);
+    const channel = this.spec.execChannel === false ? null : await connection.channel();
+    if (channel?.alive) return await this.#runOnChannel(channel, argv, cwd, inner, options);
 
     const stdout: Uint8Array[] = [];
     const stderr: Uint8Array[] = [];
@@ -434,14 +441,74 @@ export class SshRuntime implements Runtime {
     };
   }
 
+  /**
+   * Runs `inner` (user switch, env and argv) on a supervisor of the connection's channel:
+   * one line and one fork and exec on the host, instead of a session, a login shell and the
+   * wrapper. A timed-out or aborted command's process tree is everything below its
+   * supervisor, which runs one command at a time.
+   */
+  async #runOnChannel(
+    channel: ExecChannel,
+    argv: string[],
+    cwd: string,
+    inner: string[],
+    options: RunOptions,
+  ): Promise<RunResult> {
+    const { signal, timeoutMs } = options;
+    const started = performance.now();
+    const stdin = options.stdin === undefined ? undefined : toBytes(options.stdin);
+    let supervisor = 0;
+    const cancel = new AbortController();
+    const done = channel.request(
+      "r",
+      [cwd, stdin ? String(stdin.length) : "-", "0", ...inner],
+      stdin,
+      (pid) => this.#below.add(supervisor = pid),
+      cancel.signal,
+    );
+    try {
+      const { outcome, value: result } = await untilInterrupted(done, { timeoutMs, signal });
+      if (outcome !== "done") {
+        cancel.abort(); // still waiting for a supervisor: never sent
+        if (supervisor) await this.#kill(KILL_BELOW, [supervisor]).catch(() => {});
+        await within(done.catch(() => {}), 5_000);
+        if (outcome === "abort") throw signal!.reason;
+        throw new CommandTimeoutError(
+          `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms on ` +
+            `${this.#label()}; its process tree was killed (raise timeoutMs if it needs longer)`,
+          { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
+        );
+      }
+      if (result!.status === "nocwd") {
+        throw new SandboxFileNotFoundError(
+          options.cwd ?? cwd,
+          `Working directory "${options.cwd ?? cwd}" does not exist on ${this.#label()}`,
+        );
+      }
+      return {
+        exit_code: Number(result!.status),
+        stdout: decodeChunks([result!.stdout]),
+        stderr: decodeChunks([result!.stderr]),
+        duration_ms: Math.round(performance.now() - started),
+      };
+    } finally {
+      this.#below.delete(supervisor);
+    }
+  }
+
   /** Kills process trees through a second channel (kept free for this). */
-  async #killGroups(groups: number[]): Promise<void> {
+  #killGroups(groups: number[]): Promise<void> {
+    return this.#kill(KILL_TREES, groups);
+  }
+
+  /** Runs a kill script (`KILL_TREES`, `KILL_BELOW`) over the pids, with sudo when needed. */
+  async #kill(script: string, pids: number[]): Promise<void> {
     const connection = this.#connection;
-    if (!connection || groups.length === 0) return;
-    const args = groups.map(String);
-    let command = shCommand(KILL_TREES, args);
+    if (!connection || pids.length === 0) return;
+    const args = pids.map(String);
+    let command = shCommand(script, args);
     if (this.#switch === "sudo" && this.#uid !== 0) {
-      command = `exec sudo -n /bin/sh -c ${shellQuote(KILL_TREES)} vf ${args.join(" ")}`;
+      command = `exec sudo -n /bin/sh -c ${shellQuote(script)} vf ${args.join(" ")}`;
     }
     const handle = await connection.exec(command, {
       onStdout() {},
@@ -674,6 +741,9 @@ export class SshRuntime implements Runtime {
     const groups = [...this.#groups];
     this.#groups.clear();
     if (groups.length) await this.#killGroups(groups).catch(() => {});
+    const below = [...this.#below];
+    this.#below.clear();
+    if (below.length) await this.#kill(KILL_BELOW, below).catch(() => {});
     if (this.#options.disposable) return;
     if (this.#created && this.#ownsWorkdir && this.#workdir.startsWith("/tmp/vf-")) {
       const removed = await removeWorkdir(this.#connection!, this.#workdir);

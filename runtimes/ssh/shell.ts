@@ -57,6 +57,30 @@ for n in $all; do kill -KILL "$n" 2>/dev/null; done
 exit 0`;
 
 /**
+ * Kills every process below $1 (a channel supervisor, which runs one command at a time), but
+ * not $1: walks /proc by PPid, stops each descendant as it is found, then SIGKILLs them all.
+ */
+export const KILL_BELOW = `p=$1
+all=" $p "
+kids=
+changed=1
+while [ "$changed" = 1 ]; do
+  changed=0
+  for d in /proc/[0-9]*; do
+    n=\${d#/proc/}
+    case "$all" in *" $n "*) continue ;; esac
+    [ -r "$d/status" ] || continue
+    pp=
+    while read -r k v rest; do
+      if [ "$k" = "PPid:" ]; then pp=$v; break; fi
+    done 2>/dev/null <"$d/status"
+    case "$all" in *" $pp "*) all="$all$n "; kids="$kids $n"; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac
+  done
+done
+for n in $kids; do kill -KILL "$n" 2>/dev/null; done
+exit 0`;
+
+/**
  * Prepares the workspace and reports what the host offers: "<uid> <switch>", where switch
  * is how commands change user (runuser for root, sudo -n, or none). $1 is the workdir and
  * $2 "new" (create it, failing when it exists) or "ensure" (mkdir -p).
