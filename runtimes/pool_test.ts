@@ -39,6 +39,9 @@ Deno.test("WarmPool serves started sandboxes, refills, keeps graders fresh (evic
   const agent = await pool.acquire(spec);
   assert.ok(agent.id, "the pooled runtime is started");
   assert.equal(pool.stats.hits, 1);
+  // The refill starts a moment after the hand-out; wait for it to be ready.
+  await pool.prewarm(spec);
+  assert.equal(pool.stats.ready, 2);
   // The agent and two pooled sandboxes (one a refill) hold all 3 slots: the grader, which
   // never takes a pooled sandbox, gets its slot by evicting an idle pooled one.
   const grader = await pool.acquire(spec, { role: "grader" });
