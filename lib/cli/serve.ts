@@ -13,7 +13,8 @@ import { startEnvServer } from "../serve/server.ts";
 import { datasetRunner } from "../serve/episode_runner.ts";
 import { DEFAULT_ZMQ_ADDRESS, startZmqEnvServer, type ZmqEnvServer } from "../serve/zmq.ts";
 import { isTasksetSpec, tasksetServeRunner } from "./serve_zmq.ts";
-import { startWorkerFront } from "../serve/workers.ts";
+import { startWorkerFront, type WorkerFront, WorkerPool } from "../serve/workers.ts";
+import { startZmqBroker, type ZmqBroker } from "../serve/zmq_broker.ts";
 import { readFile } from "node:fs/promises";
 import { flagsToConfig } from "./args.ts";
 import { env } from "./resolve.ts";
@@ -33,7 +34,10 @@ Evaluate through it with: vf eval <env> --server http://HOST:PORT -m <model> -b 
                               server's key (repeatable; by default none is ever read)
   --workers <n>               up to n worker processes behind the one port (default 1: none):
                               starts with one, adds one whenever every worker has groups
-                              waiting; GET /health reports each worker's load
+                              waiting; GET /health reports each worker's load. With
+                              --zmq: n workers from the start behind a ZeroMQ broker
+                              (each run to the worker with the fewest in flight; health
+                              answered by the broker); HTTP, if served, uses the same ones
   --tls-cert <pem> --tls-key <pem>  serve HTTPS (with --workers: at the front)
   --zmq [address]             also serve verifiers' ZeroMQ + msgpack wire (what prime-rl
                               speaks) at address (default ${DEFAULT_ZMQ_ADDRESS}; port 0
@@ -111,10 +115,7 @@ export async function cmdServe(argv: string[]): Promise<number> {
       );
     }
     if (workers > 1) {
-      throw new ConfigError(
-        `--workers ${workers}: a taskset is served by one process for now; drop --workers ` +
-          `(its sandboxes already run apart from it)`,
-      );
+      return await servePool(workerArgsOf(argv), workers, { zmq: zmqAddress });
     }
     const runner = await tasksetServeRunner(positional[0], argv);
     const server = await startZmqEnvServer(runner, {
@@ -128,42 +129,12 @@ export async function cmdServe(argv: string[]): Promise<number> {
     );
     return await untilSignal("the env server", () => server.close());
   }
-  if (workers > 1 && zmqAddress !== null) {
-    throw new ConfigError(
-      `--workers with --zmq is not supported yet; serve ZeroMQ from one process (drop --workers)`,
-    );
-  }
   if (workers > 1) {
-    // The front: the workers load the environment; each serves it on a loopback port.
-    const workerArgs = argv.filter((_, i, all) => {
-      const flag = all[i];
-      const prev = all[i - 1];
-      const drop = ["--workers", "--port", "--host", "--tls-cert", "--tls-key"];
-      return !drop.includes(flag) && !drop.includes(prev) &&
-        !drop.some((d) => flag.startsWith(`${d}=`));
-    });
     const token = env("VF_SERVER_TOKEN") || undefined;
-    const front = await startWorkerFront({
-      workerArgs,
-      maxWorkers: workers,
-      port,
-      hostname,
-      token,
-      tls,
+    return await servePool(workerArgsOf(argv), workers, {
+      zmq: zmqAddress,
+      http: { port, hostname, token, tls },
     });
-    process.stdout.write(`vf serve: up to ${workers} workers at ${front.url}\n`);
-    const stop = Promise.withResolvers<string>();
-    const onSignal = (sig: string) => stop.resolve(sig);
-    process.on("SIGINT", onSignal);
-    process.on("SIGTERM", onSignal);
-    try {
-      process.stderr.write(`${await stop.promise}: stopping the env server and its workers\n`);
-    } finally {
-      process.off("SIGINT", onSignal);
-      process.off("SIGTERM", onSignal);
-      await front.close();
-    }
-    return 0;
   }
   const loaded = await loadEnvironment(
     positional[0],
@@ -236,6 +207,75 @@ export async function cmdServe(argv: string[]): Promise<number> {
     await environment.teardown().catch(() => {});
   }
   return 0;
+}
+
+/** The arguments a worker runs with: the parent's, less what only the front or broker uses. */
+function workerArgsOf(argv: string[]): string[] {
+  const valued = ["--workers", "--port", "--host", "--tls-cert", "--tls-key"];
+  const args: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (valued.includes(arg)) {
+      i++;
+    } else if (arg === "--zmq") {
+      if (argv[i + 1] !== undefined && !argv[i + 1].startsWith("-")) i++; // its optional address
+    } else if (![...valued, "--zmq"].some((flag) => arg.startsWith(`${flag}=`))) {
+      args.push(arg);
+    }
+  }
+  return args;
+}
+
+/**
+ * `--workers N`: N worker processes, behind an HTTP front (which adds workers under load when
+ * it is alone) and, with `--zmq`, a ZeroMQ broker; both dispatch to the same processes, so
+ * with `--zmq` all N start at once.
+ */
+async function servePool(
+  workerArgs: string[],
+  workers: number,
+  serve: {
+    zmq: string | null;
+    http?: {
+      port: number;
+      hostname: string;
+      token?: string;
+      tls?: { cert: string; key: string };
+    };
+  },
+): Promise<number> {
+  const pool = await WorkerPool.start({
+    workerArgs,
+    maxWorkers: workers,
+    initial: serve.zmq === null ? 1 : workers,
+    http: serve.http !== undefined,
+    zmq: serve.zmq !== null,
+  });
+  let front: WorkerFront | undefined;
+  let broker: ZmqBroker | undefined;
+  try {
+    if (serve.http) {
+      front = await startWorkerFront({ workerArgs, maxWorkers: workers, pool, ...serve.http });
+      const many = serve.zmq === null ? `up to ${workers}` : String(workers);
+      process.stdout.write(`vf serve: ${many} workers at ${front.url}\n`);
+    }
+    if (serve.zmq !== null) {
+      broker = await startZmqBroker(pool, { address: serve.zmq });
+      process.stdout.write(
+        `vf serve: "${broker.envId}" over ZeroMQ at ${broker.address} (a broker in front of ` +
+          `${workers} workers)\n`,
+      );
+    }
+  } catch (error) {
+    await front?.close();
+    await pool.close();
+    throw error;
+  }
+  return await untilSignal("the env server and its workers", async () => {
+    await front?.close();
+    await pool.close(); // the broker relays the workers' last replies meanwhile
+    await broker?.close();
+  });
 }
 
 /** Wait for SIGINT or SIGTERM, then stop `what` with `stop`; the exit code. */

@@ -8,19 +8,196 @@
  * @module
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import process from "node:process";
 import { Hono } from "npm:hono@^4.13.0";
 import { type HttpListener, serveHttp } from "../model/http_server.ts";
 
-/** A worker process and what the front knows of its load. */
-interface Worker {
+/** A worker process and what the front and the ZeroMQ broker know of it. */
+export interface Worker {
+  /** Its place in the pool, from 0. */
+  index: number;
   child: ChildProcess;
+  pid: number;
+  /** Its HTTP server (loopback), when the pool serves HTTP. */
   url: string;
+  /** Its private ZeroMQ endpoint (`ipc://<tmpdir>/<index>`), when the pool serves ZeroMQ. */
+  zmq: string;
+  /** False once the process has exited. */
+  alive: boolean;
+  /** Resolves when the process exits. */
+  exited: Promise<{ code: number | null; signal: string | null }>;
   /** `/rollouts` streams the front has open on it. */
   active: number;
   queued: number;
   inFlight: number;
   maxConcurrent: number;
+}
+
+/** Options of {@link WorkerPool.start}. */
+export interface WorkerPoolOptions {
+  /** The `vf serve` arguments a worker runs with (the environment and its settings). */
+  workerArgs: string[];
+  /** Workers at most. */
+  maxWorkers: number;
+  /** Workers started at once; default 1 (the HTTP front adds the others under load). */
+  initial?: number;
+  /** Each worker serves HTTP on a loopback port; default true. */
+  http?: boolean;
+  /** Each worker serves the ZeroMQ wire on a private ipc endpoint; default false. */
+  zmq?: boolean;
+}
+
+/** The command that runs this program again: `deno run -A <main>` or the vf binary itself. */
+function selfCommand(): string[] {
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  if (deno?.mainModule) {
+    return [deno.execPath(), "run", "-A", new URL(deno.mainModule).pathname];
+  }
+  return [process.execPath];
+}
+
+async function startWorker(
+  index: number,
+  args: string[],
+  serve: { http: boolean; zmq?: string },
+): Promise<Worker> {
+  const [cmd, ...pre] = selfCommand();
+  const extra = [
+    ...(serve.http ? ["--port", "0", "--host", "127.0.0.1"] : []),
+    ...(serve.zmq ? ["--zmq", serve.zmq] : []),
+  ];
+  const child = spawn(cmd, [...pre, "serve", ...args, ...extra], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
+    child.once("exit", (code, signal) => resolve({ code, signal }))
+  );
+  const [url, zmq] = await new Promise<[string, string]>((resolve, reject) => {
+    let out = "";
+    const onData = (chunk: Buffer) => {
+      out += chunk.toString();
+      const url = /at (http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1] ?? "";
+      const zmq = /ZeroMQ at (\S+)/.exec(out)?.[1] ?? "";
+      if ((url || !serve.http) && (zmq || !serve.zmq)) {
+        child.stdout!.off("data", onData);
+        resolve([url, zmq]);
+      }
+    };
+    child.stdout!.on("data", onData);
+    void exited.then(({ code }) =>
+      reject(new Error(`a worker exited (${code}) before serving: ${out}`))
+    );
+  });
+  child.stdout!.resume();
+  const worker: Worker = {
+    index,
+    child,
+    pid: child.pid!,
+    url,
+    zmq,
+    alive: true,
+    exited,
+    active: 0,
+    queued: 0,
+    inFlight: 0,
+    maxConcurrent: Infinity,
+  };
+  void exited.then(() => (worker.alive = false));
+  return worker;
+}
+
+/**
+ * The worker processes of `vf serve --workers N`, shared by the HTTP front and the ZeroMQ
+ * broker: both dispatch to the same processes.
+ */
+export class WorkerPool {
+  /** Every worker started, dead ones included (their `alive` is false). */
+  readonly workers: Worker[] = [];
+  readonly maxWorkers: number;
+  #options: WorkerPoolOptions;
+  #dir: string | undefined;
+  #adding: Promise<Worker> | null = null;
+  #closing = false;
+
+  private constructor(options: WorkerPoolOptions, dir: string | undefined) {
+    this.#options = options;
+    this.maxWorkers = options.maxWorkers;
+    this.#dir = dir;
+  }
+
+  /**
+   * Start `initial` workers (default 1) and resolve once each serves.
+   * @throws {Error} when a worker exits before serving (the others are stopped)
+   */
+  static async start(options: WorkerPoolOptions): Promise<WorkerPool> {
+    // ipc endpoints in a private directory: only this user reaches the workers.
+    const dir = options.zmq ? await mkdtemp(join(tmpdir(), "vf-workers-")) : undefined;
+    const pool = new WorkerPool(options, dir);
+    const initial = Math.min(options.initial ?? 1, options.maxWorkers);
+    const started = await Promise.allSettled(
+      Array.from({ length: initial }, (_, i) => pool.#spawn(i)),
+    );
+    for (const s of started) if (s.status === "fulfilled") pool.workers.push(s.value);
+    const failed = started.find((s) => s.status === "rejected");
+    if (failed) {
+      await pool.close();
+      throw (failed as PromiseRejectedResult).reason;
+    }
+    pool.workers.sort((a, b) => a.index - b.index);
+    return pool;
+  }
+
+  #spawn(index: number): Promise<Worker> {
+    return startWorker(index, this.#options.workerArgs, {
+      http: this.#options.http ?? true,
+      zmq: this.#dir ? `ipc://${join(this.#dir, String(index))}` : undefined,
+    });
+  }
+
+  /** Workers whose process is running. */
+  get live(): Worker[] {
+    return this.workers.filter((w) => w.alive);
+  }
+
+  /** Whether {@link WorkerPool.close} has been called. */
+  get closing(): boolean {
+    return this.#closing;
+  }
+
+  /** Whether a worker is being added now. */
+  get adding(): boolean {
+    return this.#adding !== null;
+  }
+
+  /** Add one worker (one at a time; none past `maxWorkers`). */
+  add(): Promise<Worker> {
+    if (this.#adding) return this.#adding;
+    if (this.workers.length >= this.maxWorkers || this.#closing) {
+      return Promise.reject(new RangeError(`the pool has its ${this.maxWorkers} workers`));
+    }
+    this.#adding = this.#spawn(this.workers.length)
+      .then((w) => {
+        this.workers.push(w);
+        if (this.#closing) w.child.kill("SIGTERM");
+        return w;
+      })
+      .finally(() => (this.#adding = null));
+    return this.#adding;
+  }
+
+  /** Stop every worker (SIGTERM: each winds its runs down and replies) and wait for them. */
+  async close(): Promise<void> {
+    this.#closing = true;
+    await this.#adding?.catch(() => {});
+    await Promise.all(this.workers.map((w) => {
+      if (w.alive) w.child.kill("SIGTERM");
+      return w.exited;
+    }));
+    if (this.#dir) await rm(this.#dir, { recursive: true, force: true });
+  }
 }
 
 /** Options of {@link startWorkerFront}. */
@@ -29,6 +206,9 @@ export interface WorkerFrontOptions {
   workerArgs: string[];
   /** Workers at most. */
   maxWorkers: number;
+  /** Workers to dispatch to, shared with the ZeroMQ broker; the front then does not close
+   * them. Default: its own pool of `workerArgs`, one worker to start with. */
+  pool?: WorkerPool;
   port: number;
   hostname: string;
   token?: string;
@@ -45,44 +225,12 @@ export interface WorkerFront {
   close(): Promise<void>;
 }
 
-/** The command that runs this program again: `deno run -A <main>` or the vf binary itself. */
-function selfCommand(): string[] {
-  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
-  if (deno?.mainModule) {
-    return [deno.execPath(), "run", "-A", new URL(deno.mainModule).pathname];
-  }
-  return [process.execPath];
-}
-
-async function startWorker(args: string[]): Promise<Worker> {
-  const [cmd, ...pre] = selfCommand();
-  const child = spawn(cmd, [...pre, "serve", ...args, "--port", "0", "--host", "127.0.0.1"], {
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = "";
-    const onData = (chunk: Buffer) => {
-      out += chunk.toString();
-      const m = /at (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
-      if (m) {
-        child.stdout!.off("data", onData);
-        resolve(m[1]);
-      }
-    };
-    child.stdout!.on("data", onData);
-    child.once(
-      "exit",
-      (code) => reject(new Error(`a worker exited (${code}) before serving: ${out}`)),
-    );
-  });
-  child.stdout!.resume();
-  return { child, url, active: 0, queued: 0, inFlight: 0, maxConcurrent: Infinity };
-}
-
 /** Start the front and its first worker. */
 export async function startWorkerFront(options: WorkerFrontOptions): Promise<WorkerFront> {
-  const workers: Worker[] = [await startWorker(options.workerArgs)];
-  let adding: Promise<void> | null = null;
+  const ownPool = options.pool === undefined;
+  const pool = options.pool ??
+    await WorkerPool.start({ workerArgs: options.workerArgs, maxWorkers: options.maxWorkers });
+  const workers = pool.workers;
   const owner = new Map<string, Worker>();
   const headersOf = (req: Request) => {
     const h = new Headers();
@@ -100,11 +248,16 @@ export async function startWorkerFront(options: WorkerFrontOptions): Promise<Wor
     });
     return new Response(res.body, { status: res.status, headers: res.headers });
   };
-  const least = () => workers.reduce((a, b) => (b.active + b.queued < a.active + a.queued ? b : a));
+  const least = () => {
+    const live = pool.live;
+    return (live.length ? live : workers).reduce((a, b) =>
+      b.active + b.queued < a.active + a.queued ? b : a
+    );
+  };
 
   // Poll the workers' load; add one when every worker has groups waiting.
   const poll = setInterval(async () => {
-    await Promise.all(workers.map(async (w) => {
+    await Promise.all(pool.live.map(async (w) => {
       try {
         const h = await (await fetch(`${w.url}/health`)).json();
         w.queued = Number(h.queued ?? 0);
@@ -114,11 +267,10 @@ export async function startWorkerFront(options: WorkerFrontOptions): Promise<Wor
     }));
     // Busy: groups waiting, or every slot taken.
     const busy = (w: Worker) => w.queued > 0 || w.inFlight >= w.maxConcurrent;
-    if (!adding && workers.length < options.maxWorkers && workers.every(busy)) {
-      adding = startWorker(options.workerArgs)
-        .then((w) => void workers.push(w))
-        .catch((error) => console.warn(`warning: could not add a worker: ${error.message}`))
-        .finally(() => (adding = null));
+    if (!pool.adding && workers.length < pool.maxWorkers && pool.live.every(busy)) {
+      pool.add().catch((error) =>
+        console.warn(`warning: could not add a worker: ${error.message}`)
+      );
     }
   }, options.pollMs ?? 500);
 
@@ -138,25 +290,27 @@ export async function startWorkerFront(options: WorkerFrontOptions): Promise<Wor
   app.get("/health", (c) =>
     c.json({
       ok: true,
-      workers: workers.map((w, i) => ({
-        worker: i,
+      workers: workers.map((w) => ({
+        worker: w.index,
+        pid: w.pid,
+        alive: w.alive,
         url: w.url,
         active_requests: w.active,
         in_flight: w.inFlight,
         queued: w.queued,
       })),
-      max_workers: options.maxWorkers,
+      max_workers: pool.maxWorkers,
       in_flight: workers.reduce((a, w) => a + w.inFlight, 0),
       queued: workers.reduce((a, w) => a + w.queued, 0),
     }));
   app.get("/info", async (c) => {
     // Clients size their load by max_concurrent: offer what all the workers can take.
-    const res = await fetch(`${workers[0].url}/info`, { headers: headersOf(c.req.raw) });
+    const res = await fetch(`${least().url}/info`, { headers: headersOf(c.req.raw) });
     if (!res.ok) return new Response(res.body, { status: res.status, headers: res.headers });
     const info = await res.json();
-    return c.json({ ...info, max_concurrent: Number(info.max_concurrent) * options.maxWorkers });
+    return c.json({ ...info, max_concurrent: Number(info.max_concurrent) * pool.maxWorkers });
   });
-  app.post("/dataset", async (c) => forward(workers[0], c.req.raw, "/dataset", await c.req.text()));
+  app.post("/dataset", async (c) => forward(least(), c.req.raw, "/dataset", await c.req.text()));
   app.post("/rollouts", async (c) => {
     const body = await c.req.text();
     let id: string | undefined;
@@ -209,7 +363,7 @@ export async function startWorkerFront(options: WorkerFrontOptions): Promise<Wor
     });
   } catch (error) {
     clearInterval(poll);
-    for (const w of workers) w.child.kill("SIGTERM");
+    if (ownPool) await pool.close();
     throw error;
   }
   const scheme = options.tls ? "https" : "http";
@@ -224,15 +378,8 @@ export async function startWorkerFront(options: WorkerFrontOptions): Promise<Wor
     close: () =>
       closed ??= (async () => {
         clearInterval(poll);
-        await adding;
         await listener.close();
-        await Promise.all(workers.map((w) =>
-          new Promise<void>((resolve) => {
-            if (w.child.exitCode !== null) return resolve();
-            w.child.once("exit", () => resolve());
-            w.child.kill("SIGTERM");
-          })
-        ));
+        if (ownPool) await pool.close();
       })(),
   };
 }
