@@ -48,7 +48,7 @@ import type {
 } from "../runtime.ts";
 import { DockerEngine, isDirectoryMode } from "./engine_api.ts";
 import { ExecChannel, type SupervisorLauncher } from "../_channel.ts";
-import { KILL_BELOW } from "../ssh/shell.ts";
+import { KILL_BELOW, KILL_TREES } from "../ssh/shell.ts";
 
 export { DockerEngine } from "./engine_api.ts";
 
@@ -122,32 +122,6 @@ class PidLine {
     return head?.length ? head : undefined;
   }
 }
-
-/**
- * Kills the process tree rooted at $1: freezes its group, walks /proc for descendants that
- * left the group (by PPid), then SIGKILLs all of them. Shell builtins only, so it works in
- * busybox and Debian images alike.
- */
-const KILL_TREE = `p=$1
-kill -STOP -- "-$p" 2>/dev/null || kill -STOP "$p" 2>/dev/null
-all=" $p "
-changed=1
-while [ "$changed" = 1 ]; do
-  changed=0
-  for d in /proc/[0-9]*; do
-    n=\${d#/proc/}
-    case "$all" in *" $n "*) continue ;; esac
-    [ -r "$d/status" ] || continue
-    pp=
-    while read -r k v rest; do
-      if [ "$k" = "PPid:" ]; then pp=$v; break; fi
-    done 2>/dev/null <"$d/status"
-    case "$all" in *" $pp "*) all="$all$n "; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac
-  done
-done
-kill -KILL -- "-$p" 2>/dev/null
-for n in $all; do kill -KILL "$n" 2>/dev/null; done
-exit 0`;
 
 /** Supervisors of the command channel as attached execs in the container. */
 function execLauncher(engine: DockerEngine, containerId: string): SupervisorLauncher {
@@ -516,19 +490,7 @@ export class DockerRuntime implements Runtime {
       onStderr: (chunk) => pidLine.feed(chunk),
     }, { stdin });
 
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    let onAbort: (() => void) | undefined;
-    const interrupted = new Promise<"timeout" | "abort">((resolve) => {
-      if (timeoutMs !== undefined) timer = setTimeout(() => resolve("timeout"), timeoutMs);
-      if (signal) {
-        onAbort = () => resolve("abort");
-        signal.addEventListener("abort", onAbort, { once: true });
-      }
-    });
-    const outcome = await Promise.race([stream.done.then(() => "done" as const), interrupted]);
-    clearTimeout(timer);
-    if (onAbort) signal?.removeEventListener("abort", onAbort);
-
+    const { outcome } = await untilInterrupted(stream.done, { timeoutMs, signal });
     if (outcome !== "done") {
       const known = await within(pid, 2_000);
       if (known !== undefined) await this.#killTree(id, known).catch(() => {});
@@ -641,7 +603,7 @@ export class DockerRuntime implements Runtime {
 
   async #killTree(id: string, pid: number): Promise<void> {
     const execId = await this.#engine.createExec(id, {
-      Cmd: ["/bin/sh", "-c", KILL_TREE, "vf-kill", String(pid)],
+      Cmd: ["/bin/sh", "-c", KILL_TREES, "vf-kill", String(pid)],
       AttachStdout: true,
       AttachStderr: true,
       User: "0",

@@ -385,29 +385,7 @@ export class SshRuntime implements Runtime {
     });
     pid.then((p) => p !== undefined && this.#groups.add(p));
 
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    let onAbort: (() => void) | undefined;
-    const interrupted = new Promise<"timeout" | "abort">((resolve) => {
-      if (timeoutMs !== undefined) timer = setTimeout(() => resolve("timeout"), timeoutMs);
-      if (signal) {
-        onAbort = () => resolve("abort");
-        signal.addEventListener("abort", onAbort, { once: true });
-      }
-    });
-    let outcome: "done" | "timeout" | "abort";
-    let exit: { code: number | null; signal?: string } | undefined;
-    try {
-      outcome = await Promise.race([
-        handle.done.then((e) => {
-          exit = e;
-          return "done" as const;
-        }),
-        interrupted,
-      ]);
-    } finally {
-      clearTimeout(timer);
-      if (onAbort) signal?.removeEventListener("abort", onAbort);
-    }
+    const { outcome, value: exit } = await untilInterrupted(handle.done, { timeoutMs, signal });
     // A command that was interrupted may not have reported its pid yet: wait for it, or it
     // would outlive the timeout unkilled.
     if (outcome === "done") reportPid(undefined);

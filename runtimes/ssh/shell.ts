@@ -31,12 +31,20 @@ printf '\\037vf:%s\\n' "$$" >&2
 exec "$@"`;
 
 /**
- * Kills the process trees of the pids given: freezes each group, walks /proc for
- * descendants that left it (by PPid), then SIGKILLs them all. Without /proc it kills the
- * groups only.
+ * A kill script over the pids given as arguments: it walks /proc for their descendants (by
+ * PPid, following processes that left the group), stopping each as it is found so none can
+ * fork away, then SIGKILLs them. With `roots`, the pids' process groups and the pids
+ * themselves are stopped first and killed too; without, the pids are left alive (a channel
+ * supervisor outlives the command it ran). Without /proc only the groups are killed.
  */
-export const KILL_TREES = `all=" "
-for p in "$@"; do all="$all$p "; kill -STOP -- "-$p" 2>/dev/null || kill -STOP "$p" 2>/dev/null; done
+function killScript(roots: boolean): string {
+  const stopRoot = roots ? ` kill -STOP -- "-$p" 2>/dev/null || kill -STOP "$p" 2>/dev/null;` : "";
+  const killRoots = roots
+    ? `for p in "$@"; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done\n`
+    : "";
+  return `all=" "
+kids=
+for p in "$@"; do all="$all$p ";${stopRoot} done
 if [ -d /proc/self ]; then
   changed=1
   while [ "$changed" = 1 ]; do
@@ -44,41 +52,24 @@ if [ -d /proc/self ]; then
     for d in /proc/[0-9]*; do
       n=\${d#/proc/}
       case "$all" in *" $n "*) continue ;; esac
+      [ -r "$d/status" ] || continue
       pp=
       while read -r k v rest; do
         if [ "$k" = "PPid:" ]; then pp=$v; break; fi
       done 2>/dev/null <"$d/status"
-      case "$all" in *" $pp "*) all="$all$n "; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac
+      case "$all" in *" $pp "*) all="$all$n "; kids="$kids $n"; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac
     done
   done
 fi
-for p in "$@"; do kill -KILL -- "-$p" 2>/dev/null; done
-for n in $all; do kill -KILL "$n" 2>/dev/null; done
+${killRoots}for n in $kids; do kill -KILL "$n" 2>/dev/null; done
 exit 0`;
+}
 
-/**
- * Kills every process below $1 (a channel supervisor, which runs one command at a time), but
- * not $1: walks /proc by PPid, stops each descendant as it is found, then SIGKILLs them all.
- */
-export const KILL_BELOW = `p=$1
-all=" $p "
-kids=
-changed=1
-while [ "$changed" = 1 ]; do
-  changed=0
-  for d in /proc/[0-9]*; do
-    n=\${d#/proc/}
-    case "$all" in *" $n "*) continue ;; esac
-    [ -r "$d/status" ] || continue
-    pp=
-    while read -r k v rest; do
-      if [ "$k" = "PPid:" ]; then pp=$v; break; fi
-    done 2>/dev/null <"$d/status"
-    case "$all" in *" $pp "*) all="$all$n "; kids="$kids $n"; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac
-  done
-done
-for n in $kids; do kill -KILL "$n" 2>/dev/null; done
-exit 0`;
+/** Kills the process trees (groups and every descendant) of the pids given. */
+export const KILL_TREES = killScript(true);
+
+/** Kills every process below the pids given (channel supervisors), never the pids themselves. */
+export const KILL_BELOW = killScript(false);
 
 /**
  * Prepares the workspace and reports what the host offers: "<uid> <switch>", where switch
