@@ -329,3 +329,21 @@ Deno.test("vf run writes the token graph to traces.jsonl with --save-tokens and 
     ...textCompletion("done"),
   ]);
 });
+
+Deno.test('vf run refuses a return_token_ids that is neither true, false nor "required" before anything starts, naming the role\'s sampling table', async () => {
+  await using tmp = await tempDir("vf_task_tokens_bad_");
+  const module = join(tmp.path, "sums.ts");
+  await Deno.writeTextFile(module, TASKSET_MODULE);
+  const base = ["run", module, "-m", "m", "-b", "http://127.0.0.1:9/v1", "-o", "out"];
+  const run = (...flags: string[]) =>
+    collect(cliCommand([...base, ...flags], { cwd: tmp.path, registry: false }));
+  const [top, role] = await Promise.all([
+    run("-S", JSON.stringify({ return_token_ids: "yes" })),
+    run("--env.agent.sampling", JSON.stringify({ return_token_ids: 1 })),
+  ]);
+  assert.equal(top.code, 1, transcript(top));
+  assert.match(top.stderr, /return_token_ids" must be true, false or "required", got "yes"/);
+  assert.equal(role.code, 1, transcript(role));
+  assert.match(role.stderr, /env\.agent\.sampling: .*return_token_ids" must be .* got 1/);
+  for (const res of [top, role]) assert.doesNotMatch(res.stderr, /Saving traces to/);
+});

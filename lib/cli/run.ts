@@ -22,7 +22,7 @@ import { loadPluggedHooks } from "../tasks/plugged.ts";
 import { loadToolsets } from "../tools/config.ts";
 import { loadServices } from "../services/compose.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
-import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
+import { type ChatClient, OpenAIChatClient, tokenCapture } from "../model/client.ts";
 import { resolveEnvironmentModule } from "../envs/load.ts";
 import { deepMerge, type EvalConfig, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
@@ -104,6 +104,18 @@ export async function runTasks(
   const rawTaskset = rawEnv.taskset as Record<string, unknown> | undefined;
   if (typeof rawTaskset?.id !== "string" || !rawTaskset.id) {
     throw new ConfigError(`${source}: env.taskset.id: the taskset to run is required`);
+  }
+  // A bad return_token_ids fails here, before any sandbox starts (each role's too).
+  tokenCapture(config.sampling_args?.return_token_ids);
+  for (const [name, role] of Object.entries(rawEnv)) {
+    const sampling = (role as { sampling?: Record<string, unknown> } | null)?.sampling;
+    if (sampling && typeof sampling === "object") {
+      try {
+        tokenCapture(sampling.return_token_ids);
+      } catch (error) {
+        throw new ConfigError(`${source}: env.${name}.sampling: ${(error as Error).message}`);
+      }
+    }
   }
   const resolved = await resolveClient(config);
   const { model, baseUrl, keyVar, cache, meter } = resolved;
