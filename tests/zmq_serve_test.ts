@@ -2,14 +2,15 @@
  * End-to-end tests of `vf serve --zmq`: the real CLI serving a taskset (subprocess sandboxes)
  * or a legacy environment over ZeroMQ, driven by Debian's python3-zmq through
  * examples/zmq_trainer.py (the trainer side prime-rl has) and by vf's own ZmqEnvClient,
- * against a real model server on loopback.
+ * against a real model server on loopback; and with `--workers 2`, the broker in front of two
+ * worker processes (dispatch, cancel routing, health, a worker killed mid-run).
  * @module
  */
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { ZmqEnvClient } from "../mod.ts";
+import { type EnvServerReplyError, ZmqEnvClient } from "../mod.ts";
 import { startModelServer } from "./model_server.ts";
 import { cliCommand, tempDir } from "./_cli.ts";
 
@@ -36,6 +37,8 @@ async function serve(args: string[], cwd: string) {
   void reader.closed.catch(() => {});
   return {
     address,
+    /** What it printed up to the ZeroMQ address. */
+    out,
     async [Symbol.asyncDispose]() {
       child.kill("SIGTERM");
       await reader.cancel();
@@ -66,7 +69,8 @@ async function pythonDriver(args: string[]): Promise<Record<string, Record<strin
   return JSON.parse(stdout);
 }
 
-Deno.test("a Python DEALER client drives vf serve --zmq: health, 50 runs, cancel, bad input", async () => {
+/** The Python trainer's whole exchange with `vf serve <taskset> --zmq <extra>`, asserted. */
+async function pythonDrives(extra: string[], maxConcurrent: number): Promise<void> {
   await using tmp = await tempDir("vf_zmq_");
   await using model = await startModelServer({
     responder: (request) =>
@@ -80,13 +84,14 @@ Deno.test("a Python DEALER client drives vf serve --zmq: health, 50 runs, cancel
     "16",
     "--env.agent.runtime.type",
     "subprocess",
+    ...extra,
   ], tmp.path);
   const marker = join(tmp.path, "sandbox_dir");
   const out = await pythonDriver([server.address, model.url, marker]);
 
   assert.equal(out.health.success, true);
   assert.equal(out.health.env_id, "zmq-echo");
-  assert.equal(out.health.max_concurrent, 16);
+  assert.equal(out.health.max_concurrent, maxConcurrent);
 
   const runs = out.runs as unknown as Array<Record<string, unknown>>;
   assert.equal(runs.length, 50);
@@ -133,6 +138,14 @@ Deno.test("a Python DEALER client drives vf serve --zmq: health, 50 runs, cancel
   });
   assert.equal(out.health_after.success, true);
   assert.equal(out.health_after.in_flight, 0);
+}
+
+Deno.test("a Python DEALER client drives vf serve --zmq: health, 50 runs, cancel, bad input", async () => {
+  await pythonDrives([], 16);
+});
+
+Deno.test("a Python DEALER client drives vf serve --zmq --workers 2 through its broker alike", async () => {
+  await pythonDrives(["--workers", "2"], 32);
 });
 
 Deno.test("ZmqEnvClient runs a legacy environment's row through vf serve --zmq", async () => {
@@ -173,4 +186,170 @@ Deno.test("ZmqEnvClient runs a legacy environment's row through vf serve --zmq",
       return true;
     },
   );
+});
+
+/** A `health` reply of a `--workers` broker. */
+interface PoolHealth {
+  success: boolean;
+  env_id: string;
+  in_flight: number;
+  queued: number;
+  max_concurrent: number;
+  workers: Array<
+    { worker: number; pid: number; alive: boolean; in_flight: number; served: number }
+  >;
+}
+
+/** Poll `check` until it holds (no deadline: the test runner's own bounds the wait). */
+async function until(check: () => boolean | Promise<boolean>): Promise<void> {
+  while (!(await check())) await new Promise((r) => setTimeout(r, 50));
+}
+
+/** A gate the model server's "HOLD" requests wait on. */
+function gate() {
+  const { promise, resolve } = Promise.withResolvers<void>();
+  return { opened: promise, open: () => resolve() };
+}
+
+Deno.test("vf serve --zmq --workers 2: a broker spreads runs over both workers, routes cancel, answers health, and survives a worker's death", async () => {
+  await using tmp = await tempDir("vf_zmq_pool_");
+  let hold = gate();
+  await using model = await startModelServer({
+    responder: async (request) => {
+      const text = JSON.stringify(request.body.messages);
+      if (text.includes("HANG")) return { hang: true };
+      if (text.includes("HOLD")) await hold.opened;
+      return { content: "hi" };
+    },
+  });
+  await using server = await serve([
+    TASKSET,
+    "--zmq",
+    "tcp://127.0.0.1:0",
+    "--workers",
+    "2",
+    "-c",
+    "16",
+    "--env.agent.runtime.type",
+    "subprocess",
+  ], tmp.path);
+  assert.match(server.out, /"zmq-echo" over ZeroMQ at tcp:.* \(a broker in front of 2 workers\)/);
+  await using env = await ZmqEnvClient.connect(server.address);
+  await env.waitForServer({ timeoutMs: 60_000, intervalMs: 100 });
+  const health = async () => (await env.status({ timeoutMs: 60_000 })) as unknown as PoolHealth;
+  const client = { base_url: model.url };
+
+  // Health comes from the broker: the totals and both workers, separate processes.
+  const first = await health();
+  assert.equal(first.success, true);
+  assert.equal(first.env_id, "zmq-echo");
+  assert.equal(first.max_concurrent, 32);
+  assert.deepEqual(first.workers.map((w) => [w.worker, w.alive, w.in_flight]), [
+    [0, true, 0],
+    [1, true, 0],
+  ]);
+  const [pid0, pid1] = first.workers.map((w) => w.pid);
+  assert.notEqual(pid0, pid1);
+
+  // 20 runs at once, held at the model until all are in: 10 on each worker.
+  const runs = Array.from(
+    { length: 20 },
+    (_, i) =>
+      env.run<{ ok: boolean; traces: Array<{ reward: number }> }>({
+        taskData: { prompt: `HOLD ${i}`, expected: "hi" },
+        client,
+        model: "m",
+      }),
+  );
+  await until(() => model.requests.length >= 20);
+  const busy = await health();
+  assert.equal(busy.in_flight, 20);
+  assert.deepEqual(busy.workers.map((w) => w.in_flight), [10, 10]);
+  hold.open();
+  for (const episode of await Promise.all(runs)) {
+    assert.equal(episode.ok, true);
+    assert.equal(episode.traces[0].reward, 1);
+  }
+  const served = await health();
+  assert.deepEqual(served.workers.map((w) => [w.in_flight, w.served]), [[0, 10], [0, 10]]);
+
+  // Two runs that hang: A on worker 0, B on worker 1. Cancelling B reaches worker 1 (the only
+  // one that can say cancelled), and B's reply says so.
+  const hang = (id: string) =>
+    env.run({ taskData: { prompt: `HANG ${id}`, expected: "hi" }, client, model: "m" }, {
+      requestId: id,
+    });
+  const seen = model.requests.length;
+  const idA = crypto.randomUUID().replaceAll("-", "");
+  const idB = crypto.randomUUID().replaceAll("-", "");
+  const runA = hang(idA);
+  const runB = hang(idB);
+  const rejectedA = assert.rejects(runA, (error: EnvServerReplyError) => {
+    assert.equal(error.type, "WorkerError");
+    assert.match(
+      error.message,
+      new RegExp(`^WorkerError: Worker 0 \\(pid ${pid0}\\) exited \\(SIGKILL\\) before replying`),
+    );
+    return true;
+  });
+  await until(() => model.requests.length >= seen + 2);
+  assert.deepEqual((await health()).workers.map((w) => w.in_flight), [1, 1]);
+  assert.equal(await env.cancel(idB), true);
+  await assert.rejects(runB, (error: EnvServerReplyError) => {
+    assert.equal(error.message, "Cancelled: rollout aborted");
+    return true;
+  });
+  assert.equal(await env.cancel(idB), false);
+  assert.deepEqual((await health()).workers.map((w) => w.in_flight), [1, 0]);
+
+  // Worker 0 dies with A in flight, while C runs on worker 1: A gets an error reply, C
+  // finishes, and the broker goes on answering and running on worker 1.
+  hold = gate();
+  const runC = env.run<{ ok: boolean }>({
+    taskData: { prompt: "HOLD C", expected: "hi" },
+    client,
+    model: "m",
+  });
+  await until(() => model.requests.length >= seen + 3);
+  Deno.kill(pid0, "SIGKILL");
+  await rejectedA;
+  const after = await health();
+  assert.deepEqual(after.workers.map((w) => [w.alive, w.in_flight]), [[false, 0], [true, 1]]);
+  assert.equal(after.max_concurrent, 16);
+  hold.open();
+  assert.equal((await runC).ok, true);
+  const more = await Promise.all(Array.from({ length: 4 }, (_, i) =>
+    env.run<{ ok: boolean }>({
+      taskData: { prompt: `Say hi ${i}`, expected: "hi" },
+      client,
+      model: "m",
+    })));
+  assert.deepEqual(more.map((e) => e.ok), [true, true, true, true]);
+  const last = await health();
+  assert.deepEqual(last.workers.map((w) => [w.alive, w.served]), [[false, 10], [true, 16]]);
+});
+
+Deno.test("vf serve --port 0 --zmq --workers 2: HTTP and ZeroMQ share the same worker processes", async () => {
+  await using tmp = await tempDir("vf_zmq_pool_http_");
+  await using model = await startModelServer({ responder: () => ({ content: "\\boxed{18}" }) });
+  await using server = await serve(
+    ["gsm8k", "--port", "0", "--zmq", "tcp://127.0.0.1:0", "--workers", "2"],
+    tmp.path,
+  );
+  const url = /2 workers at (http:\/\/\S+)/.exec(server.out)?.[1];
+  assert.ok(url, server.out);
+  await using env = await ZmqEnvClient.connect(server.address);
+  await env.waitForServer({ timeoutMs: 60_000, intervalMs: 100 });
+  const zmqHealth = (await env.status()) as unknown as PoolHealth;
+  const httpHealth = await (await fetch(`${url}/health`)).json() as {
+    workers: Array<{ pid: number }>;
+  };
+  assert.deepEqual(httpHealth.workers.map((w) => w.pid), zmqHealth.workers.map((w) => w.pid));
+  assert.equal(zmqHealth.workers.length, 2);
+  const episode = await env.run<{ traces: Array<{ reward: number }> }>({
+    taskData: { prompt: "What is 9 + 9?", answer: "18" },
+    client: { base_url: model.url },
+    model: "m",
+  });
+  assert.equal(episode.traces[0].reward, 1);
 });

@@ -192,21 +192,11 @@ export async function cmdServe(argv: string[]): Promise<number> {
   if (zmqServer) {
     process.stdout.write(`vf serve: ZeroMQ at ${zmqServer.address}\n`);
   }
-  const stop = Promise.withResolvers<string>();
-  const onSignal = (sig: string) => stop.resolve(sig);
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
-  try {
-    const sig = await stop.promise;
-    process.stderr.write(`${sig}: stopping the env server\n`);
-  } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
+  return await untilSignal("the env server", async () => {
     await zmqServer?.close();
     await server.close();
     await environment.teardown().catch(() => {});
-  }
-  return 0;
+  });
 }
 
 /** The arguments a worker runs with: the parent's, less what only the front or broker uses. */
@@ -284,12 +274,19 @@ async function untilSignal(what: string, stop: () => Promise<void>): Promise<num
   const onSignal = (sig: string) => signal.resolve(sig);
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
+  // A parent that stopped reading stderr must not keep the workers and their sockets alive.
+  const ignore = () => {};
+  process.stderr.on("error", ignore);
   try {
-    process.stderr.write(`${await signal.promise}: stopping ${what}\n`);
+    const sig = await signal.promise;
+    try {
+      process.stderr.write(`${sig}: stopping ${what}\n`);
+    } catch { /* stderr is gone */ }
   } finally {
     process.off("SIGINT", onSignal);
     process.off("SIGTERM", onSignal);
     await stop();
+    process.stderr.off("error", ignore);
   }
   return 0;
 }

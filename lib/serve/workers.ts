@@ -4,7 +4,9 @@
  * with one worker and adds one (up to N) whenever every worker has groups waiting; each
  * `/rollouts` stream goes to the least-loaded worker and `/cancel` to the one that holds the
  * request. `GET /health` reports every worker's load. The token (`VF_SERVER_TOKEN`) and TLS
- * apply at the front; workers listen on loopback only.
+ * apply at the front; workers listen on loopback only. The processes are a
+ * {@link WorkerPool}, which the ZeroMQ broker (`zmq_broker.ts`) shares with the front under
+ * `--zmq`; each worker then also serves the wire on a private `ipc://` endpoint.
  * @module
  */
 import { type ChildProcess, spawn } from "node:child_process";

@@ -119,13 +119,14 @@ export async function startZmqBroker(
     );
   };
 
-  const settle = (id: string, response: unknown) => {
+  /** Reply to request `id`: with the worker's reply, or (`byWorker` false) the broker's. */
+  const settle = (id: string, response: unknown, byWorker = false) => {
     const p = pending.get(id);
     if (!p) return; // a late reply of a worker that was given up on
     pending.delete(id);
     if (p.method === "run") {
       p.worker.runs--;
-      p.worker.served++;
+      if (byWorker) p.worker.served++;
     }
     reply(p, response);
   };
@@ -145,7 +146,7 @@ export async function startZmqBroker(
     member.loop = (async () => {
       try {
         for await (const [requestId, data] of messages(dealer)) {
-          settle(frameText(requestId), data);
+          settle(frameText(requestId), data, true);
         }
       } catch (error) {
         if (!dealer.closed) warn(`lost worker ${worker.index}'s replies: ${wireError(error)}`);

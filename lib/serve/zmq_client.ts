@@ -172,6 +172,17 @@ export class ZmqEnvClient implements AsyncDisposable {
   }
 
   /**
+   * The server's `health` reply as sent: `in_flight`, `queued`, `max_concurrent`, `env_id`,
+   * and from a `vf serve --workers N` broker, `workers` (each one's `pid`, `alive`,
+   * `in_flight`, `queued`, `served`).
+   * @param options `timeoutMs`: default 2000
+   * @throws {Error} when no reply comes in time
+   */
+  async status(options: { timeoutMs?: number } = {}): Promise<Record<string, unknown>> {
+    return await this.#request("health", {}, { timeoutMs: options.timeoutMs ?? 2000 });
+  }
+
+  /**
    * Poll `health` until the server answers.
    * @param options `timeoutMs` (default 120000), `intervalMs` (default 1000), `signal`
    * @throws {Error} when it has not answered in time
@@ -198,17 +209,18 @@ export class ZmqEnvClient implements AsyncDisposable {
    * rejects with the server's `Cancelled` error.
    *
    * @param request the task data, the model endpoint the server calls, model and sampling
-   * @param options `signal` cancels the run
+   * @param options `signal` cancels the run; `requestId` (32 hex digits, default a fresh
+   *   one) names it for {@link ZmqEnvClient.cancel}
    * @returns the episode record (for a legacy environment, its one trace is the rollout's
    *   results row)
    * @throws {EnvServerReplyError} when the server replies `success: false`
    */
   async run<E = Episode>(
     request: ZmqRunRequest,
-    options: { signal?: AbortSignal } = {},
+    options: { signal?: AbortSignal; requestId?: string } = {},
   ): Promise<E> {
     options.signal?.throwIfAborted();
-    const requestId = newRequestId();
+    const requestId = options.requestId ?? newRequestId();
     const onAbort = () => void this.cancel(requestId).catch(() => {});
     options.signal?.addEventListener("abort", onAbort, { once: true });
     try {
