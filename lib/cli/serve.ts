@@ -15,6 +15,7 @@ import { DEFAULT_ZMQ_ADDRESS, startZmqEnvServer, type ZmqEnvServer } from "../se
 import { isTasksetSpec, tasksetServeRunner } from "./serve_zmq.ts";
 import { startWorkerFront, type WorkerFront, WorkerPool } from "../serve/workers.ts";
 import { startZmqBroker, type ZmqBroker } from "../serve/zmq_broker.ts";
+import { loadZmq } from "../serve/_zmq.ts";
 import { readFile } from "node:fs/promises";
 import { flagsToConfig } from "./args.ts";
 import { env } from "./resolve.ts";
@@ -234,6 +235,8 @@ async function servePool(
     };
   },
 ): Promise<number> {
+  // Where ZeroMQ cannot load (the Bun-built binary), say why before starting any worker.
+  if (serve.zmq !== null) await loadZmq();
   const pool = await WorkerPool.start({
     workerArgs,
     maxWorkers: workers,
