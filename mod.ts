@@ -107,6 +107,7 @@ export type { AdvantageOptions } from "./lib/scoring/advantages.ts";
 export type { RolloutOutput, RolloutTiming, State } from "./lib/state.ts";
 export { evaluate, generate } from "./lib/eval/evaluate.ts";
 export { renderSummary } from "./lib/eval/progress.ts";
+export { OutputTally } from "./lib/eval/tally.ts";
 export type {
   EvaluateOptions,
   GenerateOptions,

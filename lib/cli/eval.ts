@@ -332,19 +332,21 @@ export async function cmdEval(argv: string[]): Promise<number> {
       shuffleSeed: config.shuffle_seed ?? null,
       resultsDir: runDir,
       resume,
+      // The summary comes from the tally: memory stays flat however many rollouts run.
+      keepOutputs: false,
       signal: interrupt.signal,
       onProgress: display ? (p) => display.update(p) : undefined,
       metadataExtra: runDir ? { run_dir: runDir } : {},
       gate: allGates([run.budget, run.adaptive]),
     });
     display?.finish();
-    process.stdout.write(renderSummary(result.metadata, result.outputs) + "\n");
+    process.stdout.write(renderSummary(result.metadata, result.tally) + "\n");
     for (const line of await recordRunCosts(runDir ?? undefined, run)) {
       process.stdout.write(line + "\n");
     }
     if (run.budget?.stopped) {
       process.stderr.write(
-        `Stopped at the cost budget ($${run.budget.maxUsd}): ${result.outputs.length} rollouts ` +
+        `Stopped at the cost budget ($${run.budget.maxUsd}): ${result.tally.count} rollouts ` +
           `done${
             runDir ? `; finish with: vf eval ... --resume ${runDir} (and a larger --max-cost)` : ""
           }\n`,
@@ -352,8 +354,7 @@ export async function cmdEval(argv: string[]): Promise<number> {
       return 1;
     }
     if (runDir) process.stdout.write(`results: ${join(runDir, "results.jsonl")}\n`);
-    const errors = result.outputs.filter((o) => o.error).length;
-    const outcome = runOutcome(errors, result.outputs.length, config.max_error_rate);
+    const outcome = runOutcome(result.tally.errors, result.tally.count, config.max_error_rate);
     if (outcome.message) process.stderr.write(`error: ${outcome.message}\n`);
     return outcome.code;
   } catch (error) {

@@ -26,6 +26,7 @@ import type { Row, SamplingArgs } from "../types.ts";
 import { VERSION } from "../version.ts";
 import type { RolloutOutput } from "../state.ts";
 import { groupAdvantages } from "../scoring/advantages.ts";
+import { OutputTally } from "./tally.ts";
 
 /** Outputs that may wait in memory for the disk before workers wait with them. */
 const MAX_UNWRITTEN = 4096;
@@ -62,7 +63,10 @@ export interface GenerateOptions {
   signal?: AbortSignal;
   /** Extra fields recorded in the metadata. */
   metadataExtra?: Record<string, unknown>;
-  /** Keep outputs in memory for the return value. Default true. */
+  /**
+   * Keep outputs in memory for the return value. Default true; off, memory stays flat however
+   * long the run (the outputs are on disk, and the result's `tally` summarises them).
+   */
   keepOutputs?: boolean;
   /** Asked before each group starts (`--max-cost`); told when one finishes. */
   gate?: StartGate;
@@ -89,8 +93,11 @@ export interface StartGate {
 
 /** What {@link generate} returns. */
 export interface GenerateOutputs {
+  /** The outputs, sorted by example; empty with `keepOutputs: false`. */
   outputs: RolloutOutput[];
   metadata: RunMetadata;
+  /** What a summary needs from every output (resumed ones included), kept or not. */
+  tally: OutputTally;
 }
 
 function groupByExample(inputs: Row[]): Row[][] {
@@ -148,6 +155,7 @@ export async function generate(
   const writer = options.resultsDir ? new ResultsWriter(options.resultsDir) : null;
   const keep = options.keepOutputs ?? true;
   const all: RolloutOutput[] = [];
+  const tally = new OutputTally();
 
   let pending = groups;
   if (options.resume && writer) {
@@ -204,6 +212,7 @@ export async function generate(
         );
       }
       builder.add(kept);
+      tally.add(kept);
       if (keep) all.push(...kept);
       pending = groups
         .map((g) => g.slice(Math.min(g.length, done.get(Number(g[0].example_id)) ?? 0)))
@@ -254,6 +263,7 @@ export async function generate(
     // An error nobody scored (the endpoint, the engine) tells an adaptive limit to back off.
     const infra = outputs.some((o) => isUnscoredOutput(o));
     builder.add(outputs);
+    tally.add(outputs);
     if (keep) all.push(...outputs);
     const progress: Progress = {
       done: builder.count,
@@ -318,7 +328,7 @@ export async function generate(
     .map((o, i) => [o, i] as const)
     .sort((a, b) => a[0].example_id - b[0].example_id || a[1] - b[1])
     .map(([o]) => o);
-  return { outputs: sorted, metadata: builder.build() };
+  return { outputs: sorted, metadata: builder.build(), tally };
 }
 
 /** Options of {@link evaluate}. */

@@ -4,8 +4,9 @@
  * @module
  */
 import type { Progress } from "./evaluate.ts";
-import { isUnscoredOutput, type RunMetadata } from "./results.ts";
+import type { RunMetadata } from "./results.ts";
 import type { RolloutOutput } from "../state.ts";
+import { OutputTally } from "./tally.ts";
 
 /** Where progress and summaries are written. */
 export interface Output {
@@ -68,16 +69,6 @@ export class ProgressDisplay {
   }
 }
 
-function mean(xs: number[]): number {
-  return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0;
-}
-
-function std(xs: number[]): number {
-  if (xs.length < 2) return 0;
-  const m = mean(xs);
-  return Math.sqrt(mean(xs.map((x) => (x - m) ** 2)));
-}
-
 function table(rows: string[][]): string {
   const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
   return rows.map((r) => r.map((cell, c) => cell.padEnd(widths[c])).join("  ").trimEnd()).join(
@@ -86,26 +77,31 @@ function table(rows: string[][]): string {
 }
 
 /** The end-of-run summary: reward, metrics, pass@k, tokens, stop conditions, errors. */
-export function renderSummary(metadata: RunMetadata, outputs: RolloutOutput[]): string {
+/**
+ * The end-of-run summary: rewards and metrics (mean and std), pass@k, tokens, stop
+ * conditions, errors and retries.
+ * @param from the run's outputs, or their {@link OutputTally} when they were not kept
+ */
+export function renderSummary(
+  metadata: RunMetadata,
+  from: RolloutOutput[] | OutputTally,
+): string {
+  const tally = from instanceof OutputTally ? from : OutputTally.of(from);
   const lines: string[] = [];
   lines.push(
     `env ${metadata.env_id}  model ${metadata.model}  examples ${metadata.num_examples}  ` +
       `rollouts/example ${metadata.rollouts_per_example}  rollouts ${metadata.num_rollouts}  ` +
       `time ${fmtDuration(metadata.time_ms)}`,
   );
-  const scored = outputs.filter((o) => !isUnscoredOutput(o));
-  const rewards = scored.map((o) => o.reward);
+  const rewardStd = tally.rewardStd;
   const rows: string[][] = [["", "mean", "std"]];
   rows.push([
     "reward",
     metadata.avg_reward === null ? "n/a" : metadata.avg_reward.toFixed(4),
-    rewards.length ? std(rewards).toFixed(4) : "n/a",
+    rewardStd === null ? "n/a" : rewardStd.toFixed(4),
   ]);
   for (const [name, avg] of Object.entries(metadata.avg_metrics)) {
-    const xs = scored.map((o) => o.metrics?.[name]).filter((v): v is number =>
-      typeof v === "number"
-    );
-    rows.push([name, avg.toFixed(4), std(xs).toFixed(4)]);
+    rows.push([name, avg.toFixed(4), tally.metricStd(name).toFixed(4)]);
   }
   lines.push(table(rows));
   const ks = Object.keys(metadata.pass_at_k);
@@ -125,30 +121,19 @@ export function renderSummary(metadata: RunMetadata, outputs: RolloutOutput[]): 
       })`,
     );
   }
-  const stops = new Map<string, number>();
-  for (const o of outputs) {
-    stops.set(o.stop_condition ?? "none", (stops.get(o.stop_condition ?? "none") ?? 0) + 1);
+  if (tally.stops.size) {
+    lines.push(`stop conditions: ${[...tally.stops].map(([k, v]) => `${k} ${v}`).join(", ")}`);
   }
-  if (stops.size) {
-    lines.push(`stop conditions: ${[...stops].map(([k, v]) => `${k} ${v}`).join(", ")}`);
-  }
-  const errors = outputs.filter((o) => o.error);
   lines.push(
-    `errors: ${errors.length} of ${outputs.length} (${(metadata.avg_error * 100).toFixed(1)}%)` +
+    `errors: ${tally.errors} of ${tally.count} (${(metadata.avg_error * 100).toFixed(1)}%)` +
       (metadata.num_unscored
         ? `, ${metadata.num_unscored} never scored and left out of the reward and pass@k`
         : ""),
   );
-  const kinds = new Map<string, number>();
-  for (const o of errors) {
-    const key = `${o.error!.error}: ${o.error!.message.slice(0, 100)}`;
-    kinds.set(key, (kinds.get(key) ?? 0) + 1);
-  }
-  for (const [k, v] of [...kinds].slice(0, 5)) lines.push(`  ${v} × ${k}`);
-  const retried = outputs.filter((o) => Number(o.model_retries ?? 0) > 0).length;
+  for (const [k, v] of [...tally.errorKinds].slice(0, 5)) lines.push(`  ${v} × ${k}`);
   if (metadata.num_model_retries > 0) {
     lines.push(
-      `model retries: ${metadata.num_model_retries} (in ${retried} of ${outputs.length} rollouts)`,
+      `model retries: ${metadata.num_model_retries} (in ${tally.retried} of ${tally.count} rollouts)`,
     );
   }
   return lines.join("\n");
