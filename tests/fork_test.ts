@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { runTaskset, Task, type TaskHookContext, Taskset, type TaskTrace } from "../mod.ts";
 import type { ChatClient } from "../lib/model/client.ts";
+import { cleanupContainers, DockerEngine, DockerRuntime } from "../runtimes/docker/mod.ts";
 import type { HarnessContext } from "../lib/tasks/harness.ts";
 
 const DOCKER_SOCKET = "/var/run/docker.sock";
@@ -144,4 +145,25 @@ Deno.test("fork_group on a runtime that cannot snapshot: every rollout sets up o
     [1, undefined],
   ]);
   assert.deepEqual(Object.fromEntries(taskset.setups), { a: 2 });
+});
+
+Deno.test("vf cleanup's sweep removes the snapshots a killed run left (labelled vf.fork=1 with the run's labels)", async () => {
+  const runId = `fork-left-${crypto.randomUUID().slice(0, 6)}`;
+  const rt = new DockerRuntime({ type: "docker", image: "busybox:latest" }, {
+    runId,
+    ledger: null,
+  });
+  await rt.start();
+  try {
+    await rt.run(["sh", "-c", "echo kept > /kept.txt"]);
+    const snapshot = await rt.snapshot();
+    const images = await dockerJson(`/images/json?filters=${byRun(runId)}`);
+    assert.deepEqual(images.flatMap((i) => i.RepoTags as string[]), [snapshot.image]);
+  } finally {
+    await rt.stop();
+  }
+  // The run was killed before it could remove its snapshot: the sweep by run finds it.
+  await cleanupContainers({ runId });
+  assert.deepEqual(await dockerJson(`/images/json?filters=${byRun(runId)}`), []);
+  await DockerEngine.closeShared();
 });

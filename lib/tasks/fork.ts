@@ -63,11 +63,6 @@ export class GroupForks {
     };
   }
 
-  /** Groups whose leader published a seed. */
-  get forked(): number {
-    return [...this.#groups.values()].filter((g) => g.snapshot).length;
-  }
-
   /** Deletes every snapshot; call once no sandbox started from one is left. */
   async close(): Promise<void> {
     this.#closed = true;
