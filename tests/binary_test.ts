@@ -323,3 +323,13 @@ Deno.test("dist/vf eval --cache then dist/vf view: the SQLite cache and the view
     }
   });
 });
+
+Deno.test("dist/vf serve --zmq says the binary cannot serve ZeroMQ (Bun lacks the libuv call the addon needs) and what to run instead, and exits 1", async () => {
+  await withTempDir(async (dir) => {
+    const run = await vf(["serve", "gsm8k", "--zmq", "tcp://127.0.0.1:0"], dir);
+    assert.equal(run.code, 1, transcript(run));
+    assert.match(run.stderr, /ZeroMQ is not available in the single vf binary/);
+    assert.match(run.stderr, /uv_poll_init_socket/);
+    assert.match(run.stderr, /deno task vf serve <env> --zmq/);
+  });
+});

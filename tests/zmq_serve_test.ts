@@ -12,6 +12,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type EnvServerReplyError, ZmqEnvClient } from "../mod.ts";
 import { startModelServer } from "./model_server.ts";
+import { MessageGraph, type MessageNode } from "../lib/graph.ts";
+import { toyPromptTokens } from "../lib/model/local_server.ts";
 import { cliCommand, tempDir } from "./_cli.ts";
 
 const TASKSET = fileURLToPath(new URL("./_zmq_taskset.ts", import.meta.url));
@@ -179,6 +181,24 @@ Deno.test("ZmqEnvClient runs a legacy environment's row through vf serve --zmq",
     model: "m",
   });
   assert.equal(wrong.traces[0].reward, 0);
+  // Token data travels in the run reply: the node graph joins to the call's prompt + completion.
+  const tokens = await env.run<{ traces: Array<{ nodes?: MessageNode[]; reward: number }> }>({
+    taskData: { prompt: "What is 9 + 9?", answer: "18" },
+    client,
+    model: "m",
+    sampling: { return_token_ids: "required" },
+  });
+  assert.equal(tokens.traces[0].reward, 1);
+  const graph = new MessageGraph(tokens.traces[0].nodes ?? []);
+  assert.ok(graph.hasTokens, JSON.stringify(tokens.traces[0]).slice(0, 400));
+  const last = model.requests.at(-1)!;
+  const joined = graph.tokens();
+  const promptIds = toyPromptTokens(last.body);
+  const sampled = joined.token_ids.length - promptIds.length;
+  assert.ok(sampled > 0, JSON.stringify(joined));
+  assert.deepEqual(joined.token_ids.slice(0, promptIds.length), promptIds);
+  assert.deepEqual(joined.mask, [...promptIds.map(() => false), ...Array(sampled).fill(true)]);
+  assert.equal(joined.logprobs.length, sampled); // one per sampled token
   await assert.rejects(
     env.run({ taskData: { answer: "1" }, client, model: "m" }),
     (error: Error) => {
