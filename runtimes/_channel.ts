@@ -53,7 +53,7 @@ export type SupervisorLauncher = (
 export const SUPERVISOR = `nl='
 '
 printf '\\037ready %s %s %s\\n' "$$" "$(id -u)" "$(umask)" >&2
-in=/tmp/.vf-stdin.$$
+in=$(umask 077; mktemp /tmp/.vf-stdin.XXXXXX 2>/dev/null) || in=/tmp/.vf-stdin.$$
 while IFS= read -r line; do
   eval "set -- $line"
   op=$1; k=$2; shift 2
@@ -100,7 +100,8 @@ while IFS= read -r line; do
     printf '%s %s\\n' "$k" "$rc"; printf '%s\\n' "$k" >&2
     ;;
   esac
-done`;
+done
+rm -f "$in"`;
 
 /** A word for the supervisor's `eval "set -- ..."`: single-quoted, newlines as `"$nl"`. */
 function word(text: string): string {

@@ -531,3 +531,32 @@ Deno.test("ssh: the test hosts are removed", async () => {
   );
   assert.ok(!namespaces.includes(host.name) && !namespaces.includes(doomed.name));
 });
+
+Deno.test(
+  "ssh: a command's stdin passes through a file only its user can read, emptied after the command and removed with the channel",
+  settled(async () => {
+    const rt = new SshRuntime(specFor());
+    await rt.start();
+    try {
+      const secret = `secret-${crypto.randomUUID()}`;
+      const echoed = await rt.run(["cat"], { stdin: secret });
+      assert.equal(echoed.stdout, secret);
+      const files = await host.exec([
+        "sh",
+        "-c",
+        'for f in /tmp/.vf-stdin.*; do [ -e "$f" ] && stat -c \'%a %s\' "$f"; done; true',
+      ]);
+      const listed = files.stdout.trim().split("\n").filter(Boolean);
+      assert.ok(listed.length > 0, "the channel keeps one stdin file per supervisor");
+      for (const line of listed) assert.equal(line, "600 0", files.stdout);
+    } finally {
+      await rt.stop();
+    }
+    // The connection closed with its last sandbox: each supervisor, its stdin at an end,
+    // removes its file as it exits (a moment after the close; the runner bounds the wait).
+    await sshConnectionsClosed();
+    const count = async () =>
+      (await host.exec(["sh", "-c", "ls /tmp/.vf-stdin.* 2>/dev/null | wc -l"])).stdout.trim();
+    while (await count() !== "0") await new Promise((r) => setTimeout(r, 50));
+  }),
+);
