@@ -23,7 +23,7 @@
  * @module
  */
 
-import { randomHex, toBytes } from "./_util.ts";
+import { randomHex, toBytes, untilInterrupted, within } from "./_util.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 
 /** The stream a supervisor runs on: its stdin, and whether it keeps the program alive. */
@@ -41,17 +41,49 @@ export interface SupervisorStream {
 }
 
 /**
- * Starts `/bin/sh -c <script>` attached in the sandbox with the handlers on its stdout and
- * stderr; null when it cannot be started.
+ * Starts `/bin/sh -c <script> sh <args...>` attached in the sandbox with the handlers on its
+ * stdout and stderr; null when it cannot be started.
  */
 export type SupervisorLauncher = (
   script: string,
+  args: string[],
   io: { onStdout(chunk: Uint8Array): void; onStderr(chunk: Uint8Array): void },
 ) => Promise<SupervisorStream | null>;
 
-/** The supervisor's script (POSIX sh). */
+/** Options of {@link ExecChannel.open}. */
+export interface ExecChannelOptions {
+  /** Supervisors at most; more concurrent requests wait for one. Default 8. */
+  max?: number;
+  /** Start each command in a session of its own (`setsid`), for supervisors shared by sandboxes. */
+  isolate?: boolean;
+}
+
+/** Options of {@link ExecChannel.request}. */
+export interface ChannelRequestOptions {
+  /** Bytes sent after the request line (stdin, a file's content). */
+  data?: Uint8Array;
+  /** Told the supervisor's pid as the request goes out (a kill runs below it). */
+  onStart?: (supervisorPid: number) => void;
+  /** Once aborted, a request still waiting for a supervisor is never sent. */
+  cancel?: AbortSignal;
+  /**
+   * The supervisor goes back to the pool only once this settles: a caller that kills below
+   * the supervisor holds it until the kill is done, so the kill never reaches the next request.
+   */
+  hold?: Promise<unknown>;
+}
+
+/**
+ * The supervisor's script (POSIX sh). `$1` = 1 starts each command in a session of its own
+ * (`setsid`, where the host has it), so a `kill 0` in one command reaches its own process group
+ * and never the supervisor, which other sandboxes share on an SSH connection. Bytes that follow
+ * a request (stdin, a file) are copied with `head -c`; if that fails the supervisor exits
+ * rather than read the rest as requests.
+ */
 export const SUPERVISOR = `nl='
 '
+ss=
+[ "$1" = 1 ] && command -v setsid >/dev/null 2>&1 && ss=setsid
 printf '\\037ready %s %s %s\\n' "$$" "$(id -u)" "$(umask)" >&2
 in=$(umask 077; mktemp /tmp/.vf-stdin.XXXXXX 2>/dev/null) || in=/tmp/.vf-stdin.$$
 while IFS= read -r line; do
@@ -61,15 +93,15 @@ while IFS= read -r line; do
   r)
     cwd=$1; n=$2; ne=$3; shift 3
     if [ ! -d "$cwd" ]; then
-      [ "$n" = - ] || head -c "$n" >/dev/null
+      [ "$n" = - ] || head -c "$n" >/dev/null || exit 1
       printf '%s nocwd\\n' "$k"; printf '%s\\n' "$k" >&2; continue
     fi
     i=/dev/null
-    if [ "$n" != - ]; then i=$in; head -c "$n" >"$i"; fi
+    if [ "$n" != - ]; then i=$in; head -c "$n" >"$i" || exit 1; fi
     (
       cd "$cwd" || exit 1
       while [ "$ne" -gt 0 ]; do export "$1"; shift; ne=$((ne - 1)); done
-      exec "$@"
+      exec $ss "$@"
     ) <"$i" &
     wait $!; rc=$?
     [ "$i" = /dev/null ] || : >"$i"
@@ -90,12 +122,12 @@ while IFS= read -r line; do
     d=\${f%/*}
     [ -z "$d" ] || [ -d "$d" ] || mkdir -p "$d" 2>/dev/null
     if { : >>"$f"; } 2>/dev/null; then
-      head -c "$n" >"$f"; rc=$?
-      if [ "$rc" = 0 ] && { [ -n "$ex" ] || [ "$mode" != "$fresh" ]; }; then
-        chmod "$mode" "$f"; rc=$?
-      fi
+      head -c "$n" >"$f" || exit 1
+      rc=0
+      if [ -n "$ex" ] || [ "$mode" != "$fresh" ]; then chmod "$mode" "$f"; rc=$?; fi
     else
-      head -c "$n" >/dev/null; rc=unwritable
+      head -c "$n" >/dev/null || exit 1
+      rc=unwritable
     fi
     printf '%s %s\\n' "$k" "$rc"; printf '%s\\n' "$k" >&2
     ;;
@@ -142,7 +174,9 @@ class MarkedStream {
     if (newline < 0) return false;
     const start = this.#size - span + at;
     this.tail = new TextDecoder().decode(tail.subarray(at + this.#marker.length, newline)).trim();
-    this.data = this.#join().slice(0, start);
+    const joined = this.#join();
+    // A plain Uint8Array even when the one chunk was a Buffer (whose slice is a Buffer too).
+    this.data = new Uint8Array(joined.buffer, joined.byteOffset, start).slice();
     this.#chunks = [];
     return true;
   }
@@ -201,13 +235,17 @@ class Supervisor {
   #stream!: SupervisorStream;
   #current: Request | null = null;
 
-  static async open(launch: SupervisorLauncher): Promise<Supervisor | null> {
+  static async open(
+    launch: SupervisorLauncher,
+    isolate: boolean,
+    onDeath: (s: Supervisor) => void,
+  ): Promise<Supervisor | null> {
     const sup = new Supervisor();
     let early = "";
     let ready!: (ok: boolean) => void;
     const readiness = new Promise<boolean>((resolve) => (ready = resolve));
     let started = false;
-    const stream = await launch(SUPERVISOR, {
+    const stream = await launch(SUPERVISOR, [isolate ? "1" : "0"], {
       onStdout: (chunk) => sup.#onOut(chunk),
       onStderr: (chunk) => {
         if (started) return sup.#onErr(chunk);
@@ -228,6 +266,7 @@ class Supervisor {
     stream.done.then(() => {
       ready(false);
       sup.#fail(new SandboxUnavailableError("its supervisor ended"));
+      onDeath(sup);
     });
     const timer = setTimeout(() => ready(false), 10_000);
     const ok = await readiness;
@@ -322,21 +361,37 @@ export class ExecChannel {
   umask = 0o022;
   /** How many supervisors run at most; more concurrent commands wait for one. */
   readonly max: number;
+  readonly #isolate: boolean;
+  /** A supervisor died: the channel stops taking requests (callers turn to plain execs). */
+  #broken = false;
+  /** Opening one more supervisor failed: requests wait for the ones running. */
+  #full = false;
 
-  private constructor(launch: SupervisorLauncher, label: string, max: number) {
+  private constructor(launch: SupervisorLauncher, label: string, options: ExecChannelOptions) {
     this.#launch = launch;
     this.#label = label;
-    this.max = max;
+    this.max = options.max ?? 8;
+    this.#isolate = options.isolate ?? false;
   }
 
-  /** Starts the first supervisor; null when the image cannot run one (no `/bin/sh`). */
+  #openSupervisor(): Promise<Supervisor | null> {
+    return Supervisor.open(this.#launch, this.#isolate, (s) => {
+      // A dead supervisor is never handed out again; the others finish what they run.
+      this.#broken = true;
+      this.#all.delete(s);
+      this.#idle = this.#idle.filter((x) => x !== s);
+      for (const w of this.#waiters.splice(0)) w(null); // they fail, or take an idle one
+    });
+  }
+
+  /** Starts the first supervisor; null when the sandbox cannot run one (no `/bin/sh`). */
   static async open(
     launch: SupervisorLauncher,
     label: string,
-    max = 8,
+    options: ExecChannelOptions = {},
   ): Promise<ExecChannel | null> {
-    const channel = new ExecChannel(launch, label, max);
-    const first = await Supervisor.open(launch);
+    const channel = new ExecChannel(launch, label, options);
+    const first = await channel.#openSupervisor();
     if (!first) return null;
     channel.uid = first.uid;
     channel.umask = first.umask;
@@ -347,25 +402,31 @@ export class ExecChannel {
 
   /** False once a supervisor died or the channel was closed; callers then use plain execs. */
   get alive(): boolean {
-    return !this.#closed && [...this.#all].every((s) => !s.dead);
+    return !this.#closed && !this.#broken;
   }
 
-  /** The supervisors' pids (a kill of a timed-out command kills below one of them). */
+  /**
+   * An idle supervisor, a new one while there is room, else the next one given back. Once the
+   * channel is broken no new one is opened: a request still waiting fails as infrastructure.
+   */
   async #take(): Promise<Supervisor> {
     for (;;) {
       if (this.#closed) throw this.#gone();
       const idle = this.#idle.pop();
       if (idle && !idle.dead) return idle;
       if (idle) continue;
-      if (this.#all.size + this.#opening < this.max) {
+      if (this.#broken) throw this.#gone();
+      if (!this.#full && this.#all.size + this.#opening < this.max) {
         this.#opening++;
-        const s = await Supervisor.open(this.#launch).finally(() => this.#opening--);
+        const s = await this.#openSupervisor().finally(() => this.#opening--);
         if (s && !this.#closed) {
           this.#all.add(s);
           return s;
         }
         s?.close();
-        if (!s) throw this.#gone();
+        // No new one (a refused channel, say): wait for one of those already running.
+        if (!s && this.#all.size === 0) throw this.#gone();
+        if (!s) this.#full = true;
         continue;
       }
       const s = await new Promise<Supervisor | null>((resolve) => this.#waiters.push(resolve));
@@ -376,6 +437,7 @@ export class ExecChannel {
   #give(s: Supervisor): void {
     if (s.dead || this.#closed) {
       this.#all.delete(s);
+      if (!s.dead) s.close(); // retired: it finished its last request
       return;
     }
     const waiter = this.#waiters.shift();
@@ -398,26 +460,39 @@ export class ExecChannel {
   async request(
     op: "r" | "g" | "w",
     words: string[],
-    data?: Uint8Array,
-    onStart?: (supervisorPid: number) => void,
-    cancel?: AbortSignal,
+    options: ChannelRequestOptions = {},
   ): Promise<ChannelResult> {
     const s = await this.#take();
-    if (cancel?.aborted) {
+    if (options.cancel?.aborted) {
       this.#give(s);
-      throw cancel.reason;
+      throw options.cancel.reason;
     }
-    onStart?.(s.pid);
+    options.onStart?.(s.pid);
     try {
-      return await s.request(op, words, data);
+      return await s.request(op, words, options.data);
     } catch (error) {
       throw new SandboxUnavailableError(
         `The command channel of ${this.#label} broke: ${(error as Error).message}`,
         { cause: error },
       );
     } finally {
-      this.#give(s);
+      if (options.hold) options.hold.then(() => this.#give(s), () => this.#give(s));
+      else this.#give(s);
     }
+  }
+
+  /**
+   * Takes no more requests: idle supervisors end now, busy ones once their request is done.
+   * For a channel shared by sandboxes, whose other requests must not be cut.
+   */
+  retire(): void {
+    this.#closed = true;
+    for (const s of this.#idle) {
+      this.#all.delete(s);
+      s.close();
+    }
+    this.#idle = [];
+    for (const w of this.#waiters.splice(0)) w(null);
   }
 
   /** Ends every supervisor (the sandbox's removal would too). */
@@ -427,5 +502,58 @@ export class ExecChannel {
     this.#all.clear();
     this.#idle = [];
     for (const w of this.#waiters.splice(0)) w(null);
+  }
+}
+
+/** Options of {@link runCommand}. */
+export interface ChannelCommandOptions {
+  stdin?: Uint8Array;
+  /** From the moment a supervisor takes the command (time queued for one does not count). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  /** Kills the process tree below a supervisor (a plain exec, never through the channel). */
+  killBelow(supervisorPid: number): Promise<void>;
+  /** Told which supervisor runs the command, and when it is done with it. */
+  onSupervisor?(pid: number, running: boolean): void;
+}
+
+/**
+ * Runs an `r` request to completion, a timeout or an abort. An interrupted command is killed
+ * below its supervisor, which is held until the kill is done (so it never reaches the next
+ * request); one still waiting for a supervisor is never sent. `value` is set when it finished.
+ */
+export async function runCommand(
+  channel: ExecChannel,
+  words: string[],
+  options: ChannelCommandOptions,
+): Promise<{ outcome: "done"; value: ChannelResult } | { outcome: "timeout" | "abort" }> {
+  const { signal, timeoutMs } = options;
+  let supervisor = 0;
+  const cancel = new AbortController();
+  const started = Promise.withResolvers<void>();
+  const hold = Promise.withResolvers<void>();
+  const done = channel.request("r", words, {
+    data: options.stdin,
+    cancel: cancel.signal,
+    hold: hold.promise,
+    onStart: (pid) => {
+      supervisor = pid;
+      options.onSupervisor?.(pid, true);
+      started.resolve();
+    },
+  });
+  try {
+    const queued = await untilInterrupted(Promise.race([started.promise, done]), { signal });
+    const ran = queued.outcome === "done"
+      ? await untilInterrupted(done, { timeoutMs, signal })
+      : queued;
+    if (ran.outcome === "done") return { outcome: "done", value: ran.value as ChannelResult };
+    cancel.abort(); // still waiting for a supervisor: never sent
+    if (supervisor) await options.killBelow(supervisor).catch(() => {});
+    await within(done.catch(() => {}), 5_000);
+    return { outcome: ran.outcome };
+  } finally {
+    if (supervisor) options.onSupervisor?.(supervisor, false);
+    hold.resolve();
   }
 }

@@ -222,6 +222,9 @@ for (const target of TARGETS) {
         const bytes = new Uint8Array([0, 1, 2, 255, 254, 10, 13]);
         await rt.write("binary.bin", bytes);
         assert.deepEqual(await rt.read("binary.bin"), bytes);
+        // A plain Uint8Array whatever the transport handed over (never a Buffer).
+        const small = await rt.read("utf8.txt");
+        assert.equal(Object.getPrototypeOf(small), Uint8Array.prototype);
       });
 
       await t.step("run() collects large output (6 MB)", async () => {
@@ -529,6 +532,31 @@ Deno.test(
     // Files written for a runtime with a default user belong to that user.
     assert.equal((await rt.run(["stat", "-c", "%u", "/tmp/data/target.txt"])).stdout, "65534\n");
     assert.equal((await rt.run(["sh", "-c", "echo more >> /tmp/data/target.txt"])).exit_code, 0);
+  }),
+);
+
+Deno.test(
+  "docker: archives keep owners and modes alike through the command channel and the archive endpoint",
+  closingEngines(async () => {
+    await using source = createRuntime({ type: "docker", image: "busybox" });
+    await using channel = createRuntime({ type: "docker", image: "busybox" });
+    await using endpoint = createRuntime({ type: "docker", image: "busybox", execChannel: false });
+    await Promise.all([source.start(), channel.start(), endpoint.start()]);
+    const made = await source.run([
+      "sh",
+      "-c",
+      "mkdir -p /art && echo x > /art/f && chown 1234:2345 /art/f && chmod 640 /art/f",
+    ]);
+    assert.equal(made.exit_code, 0, made.stderr);
+    const tar = await source.archiveOut("/art");
+    const owners = async (rt: Runtime) => {
+      assert.equal((rt as DockerRuntime).channelOpen, rt === channel);
+      await rt.archiveIn("/restored", tar);
+      return (await rt.run(["stat", "-c", "%u:%g %a", "/restored/art/f"])).stdout.trim();
+    };
+    await (channel as DockerRuntime).channelReady();
+    assert.equal(await owners(channel), "1234:2345 640");
+    assert.equal(await owners(endpoint), "1234:2345 640");
   }),
 );
 

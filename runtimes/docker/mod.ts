@@ -47,7 +47,7 @@ import type {
   RuntimeSnapshot,
 } from "../runtime.ts";
 import { DockerEngine, isDirectoryMode } from "./engine_api.ts";
-import { ExecChannel, type SupervisorLauncher } from "../_channel.ts";
+import { ExecChannel, runCommand, type SupervisorLauncher } from "../_channel.ts";
 import { KILL_BELOW, KILL_TREES } from "../ssh/shell.ts";
 
 export { DockerEngine } from "./engine_api.ts";
@@ -67,10 +67,10 @@ command -v tar >/dev/null 2>&1 || exit 5
 const TAR_FAILED = "vf-tar-failed";
 /** Room for tar framing (headers, padding, end blocks, record padding) above a byte limit. */
 const TAR_SLACK = 64 * 1024;
-/** `tar -x` of stdin into `$1` (created first); `$2` is `-o` to make root the owner. */
+/** `tar -x` of stdin into `$1` (created first), owners and modes as archived. */
 const ARCHIVE_IN = `mkdir -p "$1" 2>/dev/null; cd "$1" || exit 3
 command -v tar >/dev/null 2>&1 || exit 5
-exec tar -x $2 -f -`;
+exec tar -x -f -`;
 
 /** Label of the images {@linkcode DockerRuntime.snapshot} commits. */
 export const FORK_LABEL = "vf.fork";
@@ -125,11 +125,11 @@ class PidLine {
 
 /** Supervisors of the command channel as attached execs in the container. */
 function execLauncher(engine: DockerEngine, containerId: string): SupervisorLauncher {
-  return async (script, io) => {
+  return async (script, args, io) => {
     let execId: string;
     try {
       execId = await engine.createExec(containerId, {
-        Cmd: ["/bin/sh", "-c", script],
+        Cmd: ["/bin/sh", "-c", script, "sh", ...args],
         AttachStdin: true,
         AttachStdout: true,
         AttachStderr: true,
@@ -416,22 +416,15 @@ export class DockerRuntime implements Runtime {
     const env = Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`);
     const cwd = options.cwd === undefined ? this.#workdir : this.#resolve(options.cwd);
     const stdin = options.stdin === undefined ? undefined : toBytes(options.stdin);
-    let supervisor = 0;
-    const cancel = new AbortController();
-    const done = channel.request(
-      "r",
+    const ran = await runCommand(
+      channel,
       [cwd, stdin ? String(stdin.length) : "-", String(env.length), ...env, ...argv],
-      stdin,
-      (pid) => (supervisor = pid),
-      cancel.signal,
-    );
-    const { outcome, value: result } = await untilInterrupted(done, { timeoutMs, signal });
-    if (outcome !== "done") {
-      cancel.abort(); // still waiting for a supervisor: never sent
       // One command per supervisor: its process tree is everything below the supervisor.
-      if (supervisor) await this.#killBelow(id, supervisor).catch(() => {});
-      await within(done.catch(() => {}), 5_000);
-      if (outcome === "abort") throw signal!.reason;
+      { stdin, timeoutMs, signal, killBelow: (pid) => this.#killBelow(id, pid) },
+    );
+    const result = ran.outcome === "done" ? ran.value : undefined;
+    if (ran.outcome !== "done") {
+      if (ran.outcome === "abort") throw signal!.reason;
       throw new CommandTimeoutError(
         `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms in container ` +
           `"${this.#short()}"; its process tree was killed (raise timeoutMs if it needs longer)`,
@@ -634,7 +627,7 @@ export class DockerRuntime implements Runtime {
       const r = await channel.request("g", [
         target,
         maxBytes === undefined ? "" : String(maxBytes + 1),
-      ]);
+      ], {});
       if (r.status === "missing") {
         throw new SandboxFileNotFoundError(path, `Path "${path}" does not exist in ${where}`);
       }
@@ -750,11 +743,9 @@ export class DockerRuntime implements Runtime {
       const bytes = toBytes(data);
       const mode = (options.mode ?? 0o644).toString(8);
       const fresh = (0o666 & ~channel.umask).toString(8);
-      const r = await channel.request(
-        "w",
-        [target, mode, fresh, String(bytes.length)],
-        bytes,
-      );
+      const r = await channel.request("w", [target, mode, fresh, String(bytes.length)], {
+        data: bytes,
+      });
       if (r.status !== "0") {
         throw new SandboxError(
           `Cannot write "${path}" in container "${this.#short()}": ${
@@ -826,7 +817,7 @@ export class DockerRuntime implements Runtime {
       posix.dirname(target),
       posix.basename(target),
       cap,
-    ]);
+    ], {});
     if (r.status === "4") {
       throw new SandboxFileNotFoundError(path, `Path "${path}" does not exist in ${where}`);
     }
@@ -840,15 +831,14 @@ export class DockerRuntime implements Runtime {
 
   /**
    * Extracts `tar` into `dir`, creating it first: `tar -x` through the command channel when
-   * it is open, else the archive endpoint. Owners become root unless the sandbox runs as a
-   * user of its own (then the archive's are kept), as the endpoint does.
+   * it is open (as root, so the archive's owners and modes are kept, as the endpoint keeps
+   * them), else the archive endpoint.
    */
   async archiveIn(dir: string, tar: Uint8Array): Promise<void> {
     const id = this.#requireRunning();
     const target = this.#resolve(dir);
     const channel = this.#fileChannel();
     if (channel) {
-      const keepOwners = this.spec.user !== undefined;
       const r = await channel.request("r", [
         "/",
         String(tar.length),
@@ -858,8 +848,7 @@ export class DockerRuntime implements Runtime {
         ARCHIVE_IN,
         "vf-archive",
         target,
-        keepOwners ? "" : "-o",
-      ], tar);
+      ], { data: tar });
       if (r.status === "0") return;
       // No tar in the image, or it refused the archive: the endpoint has the last word.
     }

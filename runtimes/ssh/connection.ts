@@ -457,15 +457,21 @@ export class SshConnection {
     if (current) {
       return current.then((c) => {
         if (c === null || c.alive || this.#channel !== current) return c;
-        c.close();
+        // A supervisor died (its connection dropped, or a command killed it): the others
+        // finish what they run for other sandboxes, and new requests go to a new channel.
+        c.retire();
         this.#channel = undefined;
         return this.channel();
       });
     }
-    if (this.#closed) return Promise.resolve(null);
-    const max = Math.max(1, this.target.maxSessions - 4);
-    const launch: SupervisorLauncher = (script, io) => this.#attach(script, io);
-    const opening = ExecChannel.open(launch, `SSH host "${this.display}"`, max).catch(() => null);
+    // Too few sessions to keep two free for plain execs (archives, workdir setup): no channel.
+    if (this.#closed || this.target.maxSessions < 5) return Promise.resolve(null);
+    const launch: SupervisorLauncher = (script, args, io) => this.#attach(script, args, io);
+    const opening = ExecChannel.open(launch, `SSH host "${this.display}"`, {
+      max: this.target.maxSessions - 4,
+      // Supervisors are shared by sandboxes: each command gets a session of its own.
+      isolate: true,
+    }).catch(() => null);
     this.#channel = opening;
     return opening;
   }
@@ -473,15 +479,28 @@ export class SshConnection {
   /** `/bin/sh -c <script>` on a channel held for as long as it runs (a command slot). */
   async #attach(
     script: string,
+    args: string[],
     io: { onStdout(chunk: Uint8Array): void; onStderr(chunk: Uint8Array): void },
   ): Promise<SupervisorStream | null> {
     const release = await this.#commands.take();
     let stream: Ssh2Stream;
     try {
       const client = await this.client();
-      stream = await new Promise<Ssh2Stream>((resolve, reject) => {
-        client.exec(shCommand(script, []), (error, s) => (error ? reject(error) : resolve(s)));
-      });
+      // As for exec(): sshd may refuse a channel opened right after another closed.
+      for (let attempt = 0;; attempt++) {
+        try {
+          stream = await new Promise<Ssh2Stream>((resolve, reject) => {
+            client.exec(
+              shCommand(script, args),
+              (error, s) => (error ? reject(error) : resolve(s)),
+            );
+          });
+          break;
+        } catch (error) {
+          if (attempt >= 7 || !/Channel open failure/i.test((error as Error).message)) throw error;
+          await new Promise((r) => setTimeout(r, 25 * 2 ** attempt));
+        }
+      }
     } catch {
       release();
       return null;

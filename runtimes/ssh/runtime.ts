@@ -37,7 +37,7 @@ import {
   untilInterrupted,
   within,
 } from "../_util.ts";
-import type { ExecChannel } from "../_channel.ts";
+import { type ExecChannel, runCommand } from "../_channel.ts";
 import {
   SandboxError,
   SandboxFileNotFoundError,
@@ -435,43 +435,39 @@ export class SshRuntime implements Runtime {
     const { signal, timeoutMs } = options;
     const started = performance.now();
     const stdin = options.stdin === undefined ? undefined : toBytes(options.stdin);
-    let supervisor = 0;
-    const cancel = new AbortController();
-    const done = channel.request(
-      "r",
+    const ran = await runCommand(
+      channel,
       [cwd, stdin ? String(stdin.length) : "-", "0", ...inner],
-      stdin,
-      (pid) => this.#below.add(supervisor = pid),
-      cancel.signal,
+      {
+        stdin,
+        timeoutMs,
+        signal,
+        killBelow: (pid) => this.#kill(KILL_BELOW, [pid]),
+        // A stopping sandbox kills below the supervisors still running its commands.
+        onSupervisor: (pid, running) => running ? this.#below.add(pid) : this.#below.delete(pid),
+      },
     );
-    try {
-      const { outcome, value: result } = await untilInterrupted(done, { timeoutMs, signal });
-      if (outcome !== "done") {
-        cancel.abort(); // still waiting for a supervisor: never sent
-        if (supervisor) await this.#kill(KILL_BELOW, [supervisor]).catch(() => {});
-        await within(done.catch(() => {}), 5_000);
-        if (outcome === "abort") throw signal!.reason;
-        throw new CommandTimeoutError(
-          `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms on ` +
-            `${this.#label()}; its process tree was killed (raise timeoutMs if it needs longer)`,
-          { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
-        );
-      }
-      if (result!.status === "nocwd") {
-        throw new SandboxFileNotFoundError(
-          options.cwd ?? cwd,
-          `Working directory "${options.cwd ?? cwd}" does not exist on ${this.#label()}`,
-        );
-      }
-      return {
-        exit_code: Number(result!.status),
-        stdout: decodeChunks([result!.stdout]),
-        stderr: decodeChunks([result!.stderr]),
-        duration_ms: Math.round(performance.now() - started),
-      };
-    } finally {
-      this.#below.delete(supervisor);
+    if (ran.outcome !== "done") {
+      if (ran.outcome === "abort") throw signal!.reason;
+      throw new CommandTimeoutError(
+        `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms on ` +
+          `${this.#label()}; its process tree was killed (raise timeoutMs if it needs longer)`,
+        { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
+      );
     }
+    const result = ran.value;
+    if (result.status === "nocwd") {
+      throw new SandboxFileNotFoundError(
+        options.cwd ?? cwd,
+        `Working directory "${options.cwd ?? cwd}" does not exist on ${this.#label()}`,
+      );
+    }
+    return {
+      exit_code: Number(result.status),
+      stdout: decodeChunks([result.stdout]),
+      stderr: decodeChunks([result.stderr]),
+      duration_ms: Math.round(performance.now() - started),
+    };
   }
 
   /** Kills process trees through a second channel (kept free for this). */

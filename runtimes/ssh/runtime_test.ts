@@ -521,17 +521,6 @@ Deno.test(
   }),
 );
 
-Deno.test("ssh: the test hosts are removed", async () => {
-  await sshConnectionsClosed();
-  await host.close();
-  await doomed.close();
-  await rm(tmp, { recursive: true, force: true });
-  const namespaces = new TextDecoder().decode(
-    (await new Deno.Command("ip", { args: ["netns", "list"], stdout: "piped" }).output()).stdout,
-  );
-  assert.ok(!namespaces.includes(host.name) && !namespaces.includes(doomed.name));
-});
-
 Deno.test(
   "ssh: a command's stdin passes through a file only its user can read, emptied after the command and removed with the channel",
   settled(async () => {
@@ -560,3 +549,14 @@ Deno.test(
     while (await count() !== "0") await new Promise((r) => setTimeout(r, 50));
   }),
 );
+
+Deno.test("ssh: the test hosts are removed", async () => {
+  await sshConnectionsClosed();
+  await host.close();
+  await doomed.close();
+  await rm(tmp, { recursive: true, force: true });
+  const namespaces = new TextDecoder().decode(
+    (await new Deno.Command("ip", { args: ["netns", "list"], stdout: "piped" }).output()).stdout,
+  );
+  assert.ok(!namespaces.includes(host.name) && !namespaces.includes(doomed.name));
+});
