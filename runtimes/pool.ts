@@ -29,6 +29,11 @@ export interface AcquireOptions {
   role?: "agent" | "grader";
   /** The rollout's index in its group (a replay finds its record by it). */
   rollout?: number;
+  /**
+   * Started for this caller, never from or into a pool (the limits still apply): a sandbox of
+   * a one-off shape, such as a fork group's snapshot, must not leave a pool of its kind behind.
+   */
+  unpooled?: boolean;
   signal?: AbortSignal;
 }
 
@@ -287,7 +292,7 @@ export class WarmPool implements SandboxSource {
     if (this.#closed) throw new SandboxStateError("The warm pool is closed");
     options.signal?.throwIfAborted();
     const role = options.role ?? "agent";
-    if (role === "grader" ? this.graderSize === 0 : this.size === 0) {
+    if (options.unpooled || (role === "grader" ? this.graderSize === 0 : this.size === 0)) {
       if (role === "grader") this.#fresh++;
       else this.#misses++;
       return await this.#startFresh(spec, options);

@@ -504,10 +504,23 @@ Deno.test("vf run file-sum with a grading warm pool: graders come started and un
   assert.deepEqual(await managedContainers(run.runId), []);
 });
 
-Deno.test("vf run file-sum --env.fork_group: one setup per task, the other rollouts start from its snapshot, isolated grading still scores 1, and no snapshot outlives the run", async () => {
+Deno.test("vf run file-sum --env.fork_group with a warm pool: one setup per task, the other rollouts start from its snapshot, isolated grading still scores 1, and no snapshot or container outlives the run", async () => {
   await using s = await scenario();
   await using server = await modelServer(fileSumModel());
-  const res = await s.cli(vfRun("file-sum", server, "-n", "2", "-r", "3", "--env.fork_group"));
+  // With a warm pool too: members start unpooled, so no pool of the snapshot's shape is left.
+  const res = await s.cli(
+    vfRun(
+      "file-sum",
+      server,
+      "-n",
+      "2",
+      "-r",
+      "3",
+      "--env.fork_group",
+      "--env.agent.runtime.warm_pool",
+      "1",
+    ),
+  );
   const run = await runOf(res);
   assert.match(res.stdout, /reward 1\.0000 {2}errors 0 of 6/);
   for (const key of new Set(run.traces.map((t: Json) => t.task.key))) {

@@ -361,13 +361,14 @@ export async function runTaskset(
   if (outer?.aborted) throw outer.reason;
   episodes.sort((a, b) => a.example_id - b.example_id || a.episode_index - b.episode_index);
   const traces = episodes.flatMap((e) => e.traces);
-  // Group advantages per task over the trainable traces this call returns (lines already
-  // written stay as they were: a group is complete only now).
+  // Group advantages per task and role over the trainable traces this call returns, resumed
+  // ones included (lines already written stay as they were: a group is complete only now).
   const unscored = new Set(scored.filter((t) => t.error).map((t) => t.trace_id));
   const groups = new Map<string, TaskTrace[]>();
   for (const t of traces) {
     if (t.trainable === false) continue;
-    groups.set(t.task.key, [...(groups.get(t.task.key) ?? []), t]);
+    const key = `${t.role ?? "agent"}\0${t.task.key}`;
+    groups.set(key, [...(groups.get(key) ?? []), t]);
   }
   for (const group of groups.values()) {
     const rewards = group.map((t) => (t.error || unscored.has(t.trace_id) ? null : t.reward));

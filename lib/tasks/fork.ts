@@ -51,7 +51,12 @@ export class GroupForks {
     return {
       lead: true,
       settle: (seed, snapshot) => {
-        if (settled) return;
+        if (settled) {
+          // Settled already (the leader's setup timed out while its commit ran on): nobody
+          // will start from this snapshot.
+          snapshot?.remove().catch(() => {});
+          return;
+        }
         settled = true;
         if (snapshot && this.#closed) {
           // The run ended while the leader was snapshotting: nobody will start from it.

@@ -761,7 +761,7 @@ export class TaskRollout {
             let ready = false;
             try {
               await phase("setup", this.#timeout("setup"), signal, async (s) => {
-                const t1 = performance.now();
+                let t1 = performance.now();
                 if (box) {
                   if ((task.deploymentSpec() ?? this.#options.services ?? null) !== null) {
                     throw new ConfigError(
@@ -771,14 +771,17 @@ export class TaskRollout {
                   }
                   this.#agent = box.runtime;
                 } else {
-                  if (fork && !fork.lead && attempt === 0) seed = await awaitSeed(fork, s);
+                  if (fork && !fork.lead && attempt === 0) {
+                    seed = await awaitSeed(fork, s);
+                    t1 = performance.now(); // the wait for the leader is setup, not the sandbox
+                  }
                   const own = this.#agentSpec!;
                   const spec = await this.#prepareNetwork(
                     seed ? { ...own, image: seed.image } as RuntimeSpec : own,
                     s,
                   );
                   await startSandbox(
-                    policy,
+                    seed ? unpooled(policy) : policy,
                     spec,
                     "agent",
                     this.#options,
@@ -901,7 +904,9 @@ export class TaskRollout {
       return fork.settle(null);
     }
     try {
-      const snapshot = await agent.snapshot({ signal });
+      // Not cut by the setup's signal: a commit the engine finishes anyway would leave an image
+      // nobody tracks; one that ends after a timeout is removed by settle().
+      const snapshot = await agent.snapshot();
       fork.settle({ image: snapshot.image, leader: this.trace.trace_id, info, state }, snapshot);
     } catch (error) {
       if (signal.aborted) throw error;
@@ -1469,6 +1474,19 @@ function isSandboxInfra(error: unknown): boolean {
  * as soon as the caller may use it, so the caller stops it whatever happens next; one that
  * arrives after the phase ended is stopped here.
  */
+/** The policy with sandboxes started for the caller only (see `AcquireOptions.unpooled`). */
+function unpooled(policy: AgentPolicy): AgentPolicy {
+  const source = policy.sandboxes;
+  if (!source) return policy;
+  return {
+    ...policy,
+    sandboxes: {
+      acquire: (spec, options) => source.acquire(spec, { ...options, unpooled: true }),
+      close: () => Promise.resolve(),
+    },
+  };
+}
+
 async function startSandbox(
   policy: AgentPolicy,
   spec: RuntimeSpec,
