@@ -101,8 +101,11 @@ Deno.test("generate() appends results.jsonl as groups finish and writes metadata
         linesAtProgress.push(readLines(resultsPath).length);
       },
     });
-    assert.deepEqual(linesAtProgress, [2, 4, 6]);
     assert.deepEqual(progress.map((p) => [p.done, p.total]), [[2, 6], [4, 6], [6, 6]]);
+    // Progress is told once a group's lines are on disk; the next group's may be there too
+    // (appends that meet are written together).
+    progress.forEach((p, i) => assert.ok(linesAtProgress[i] >= p.done, `${linesAtProgress}`));
+    assert.equal(linesAtProgress.at(-1), 6);
     assert.equal(progress.at(-1)!.newOutputs.length, 2);
     const saved = await loadOutputs(dir);
     assert.equal(saved.length, 6);

@@ -76,7 +76,6 @@ function table(rows: string[][]): string {
   );
 }
 
-/** The end-of-run summary: reward, metrics, pass@k, tokens, stop conditions, errors. */
 /**
  * The end-of-run summary: rewards and metrics (mean and std), pass@k, tokens, stop
  * conditions, errors and retries.

@@ -6,6 +6,9 @@
 import { isUnscoredOutput } from "./results.ts";
 import type { RolloutOutput } from "../state.ts";
 
+/** Error kinds an {@link OutputTally} keeps apart (so its memory stays flat). */
+export const MAX_ERROR_KINDS = 50;
+
 /** A running mean and population standard deviation (Welford), for summaries of any length. */
 class RunningStats {
   n = 0;
@@ -36,9 +39,12 @@ export class OutputTally {
   /** Outputs whose model requests were retried. */
   retried = 0;
   /** Outputs per stop condition (`none` when there was none), in first-seen order. */
-  readonly stops = new Map<string, number>();
-  /** Errors per `"<type>: <message>"` (the message cut at 100 characters), in first-seen order. */
-  readonly errorKinds = new Map<string, number>();
+  readonly stops: Map<string, number> = new Map();
+  /**
+   * Errors per `"<type>: <message>"` (the message cut at 100 characters), in first-seen order;
+   * the first {@link MAX_ERROR_KINDS} kinds only.
+   */
+  readonly errorKinds: Map<string, number> = new Map();
   readonly #reward = new RunningStats();
   readonly #metrics = new Map<string, RunningStats>();
 
@@ -58,7 +64,11 @@ export class OutputTally {
       if (o.error) {
         this.errors++;
         const kind = `${o.error.error}: ${o.error.message.slice(0, 100)}`;
-        this.errorKinds.set(kind, (this.errorKinds.get(kind) ?? 0) + 1);
+        const seen = this.errorKinds.get(kind);
+        // The first kinds are what a summary shows; past a few dozen, only the count grows.
+        if (seen !== undefined || this.errorKinds.size < MAX_ERROR_KINDS) {
+          this.errorKinds.set(kind, (seen ?? 0) + 1);
+        }
       }
       if (Number(o.model_retries ?? 0) > 0) this.retried++;
       if (isUnscoredOutput(o)) continue;

@@ -31,11 +31,17 @@ import { requireRewards, Task, type TaskData, type Taskset } from "../tasks/task
 import type { Message, Row, SamplingArgs } from "../types.ts";
 import type { EpisodeRequest, EpisodeRunner } from "./zmq.ts";
 
-const MessageWire = z.looseObject({ role: z.string(), content: z.unknown().optional() });
-const Seconds = z.number().positive().nullish();
+const MessageWire: z.ZodType<{ role: string; content?: unknown }> = z.looseObject({
+  role: z.string(),
+  content: z.unknown().optional(),
+});
+const Seconds: z.ZodType<number | null | undefined> = z.number().positive().nullish();
 
-/** The fields every task's data may carry, as `task_data` is checked on the wire. */
-export const TaskDataSchema = z.looseObject({
+/**
+ * The fields every task's data may carry, as `task_data` is checked on the wire (other fields
+ * pass through for the taskset's own schema).
+ */
+export const TaskDataSchema: z.ZodType<Record<string, unknown>> = z.looseObject({
   prompt: z.union([z.string(), z.array(MessageWire)]),
   id: z.string().nullish(),
   idx: z.number().int().min(0).nullish(),
