@@ -59,6 +59,17 @@ kubeV4.kubeconfig(`${kubeDir}/v4.yaml`, { ca: `${kubeDir}/ca.pem` });
 const RUN_ID = `conformance-${crypto.randomUUID().slice(0, 8)}`;
 const SPEC_ENV = { VF_SPEC_VAR: "from the spec" };
 
+const SSH_SPEC: RuntimeSpec = {
+  type: "ssh",
+  host: sshHost.host,
+  port: sshHost.port,
+  user: sshHost.user,
+  privateKeyPath: sshHost.privateKeyPath,
+  knownHostsPath: sshHost.knownHostsPath,
+  workdir: "/workspace",
+  env: SPEC_ENV,
+};
+
 const TARGETS: Array<{ name: string; spec: RuntimeSpec }> = [
   {
     name: "docker busybox",
@@ -79,33 +90,8 @@ const TARGETS: Array<{ name: string; spec: RuntimeSpec }> = [
     spec: { type: "docker", image: "python:3.11-slim", workdir: "/workspace", env: SPEC_ENV },
   },
   { name: "subprocess", spec: { type: "subprocess", workdir: "/workspace", env: SPEC_ENV } },
-  {
-    name: "ssh (sshd in a network namespace)",
-    spec: {
-      type: "ssh",
-      host: sshHost.host,
-      port: sshHost.port,
-      user: sshHost.user,
-      privateKeyPath: sshHost.privateKeyPath,
-      knownHostsPath: sshHost.knownHostsPath,
-      workdir: "/workspace",
-      env: SPEC_ENV,
-    },
-  },
-  {
-    name: "ssh, plain execs (no command channel)",
-    spec: {
-      type: "ssh",
-      host: sshHost.host,
-      port: sshHost.port,
-      user: sshHost.user,
-      privateKeyPath: sshHost.privateKeyPath,
-      knownHostsPath: sshHost.knownHostsPath,
-      workdir: "/workspace",
-      env: SPEC_ENV,
-      execChannel: false,
-    },
-  },
+  { name: "ssh (sshd in a network namespace)", spec: SSH_SPEC },
+  { name: "ssh, plain execs (no command channel)", spec: { ...SSH_SPEC, execChannel: false } },
   {
     name: "kubernetes (stand-in API server, exec v5, busybox)",
     spec: {

@@ -11,7 +11,7 @@ import type { z } from "npm:zod@^4.6.0";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import { AgentTable, deepMerge, EnvBase } from "../config.ts";
 import { ConfigError } from "../errors.ts";
-import type { ChatClient } from "../model/client.ts";
+import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
 import { HARNESSES } from "../tasks/harnesses.ts";
 import type { SamplingArgs } from "../types.ts";
 import type { AgentRole } from "./agent.ts";
@@ -122,6 +122,17 @@ export interface RoleClientConfig {
   timeout?: number;
   max_retries?: number;
   headers?: Record<string, string>;
+}
+
+/** The client of a role with its own endpoint; its key is read from `api_key_var`. */
+export function roleClient(c: RoleClientConfig): OpenAIChatClient {
+  return new OpenAIChatClient({
+    base_url: c.base_url!,
+    api_key_var: c.api_key_var ?? "OPENAI_API_KEY",
+    timeout: c.timeout,
+    max_retries: c.max_retries,
+    extra_headers: c.headers,
+  });
 }
 
 /** Options of {@link buildEnv}. */

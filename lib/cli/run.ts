@@ -11,7 +11,7 @@ import { TASKSETS } from "../../environments/mod.ts";
 import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
 import { WarmPool } from "../../runtimes/pool.ts";
 import { limitModelConnections } from "../model/limits.ts";
-import { buildEnv, type EnvClass, envClassOf } from "../agents/load.ts";
+import { buildEnv, type EnvClass, envClassOf, roleClient } from "../agents/load.ts";
 import type { Env, Episode } from "../agents/env.ts";
 import { runTaskset, scoredTraces } from "../agents/run.ts";
 import { renderTaskSummary } from "../tasks/run.ts";
@@ -22,7 +22,7 @@ import { loadPluggedHooks } from "../tasks/plugged.ts";
 import { loadToolsets } from "../tools/config.ts";
 import { loadServices } from "../services/compose.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
-import { type ChatClient, OpenAIChatClient, tokenCapture } from "../model/client.ts";
+import { type ChatClient, tokenCapture } from "../model/client.ts";
 import { resolveEnvironmentModule } from "../envs/load.ts";
 import { deepMerge, type EvalConfig, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
@@ -166,16 +166,7 @@ export async function runTasks(
       client: modelClient,
       model,
       samplingArgs: config.sampling_args,
-      makeClient: (c) =>
-        limited(
-          new OpenAIChatClient({
-            base_url: c.base_url!,
-            api_key_var: c.api_key_var ?? "OPENAI_API_KEY",
-            timeout: c.timeout,
-            max_retries: c.max_retries,
-            extra_headers: c.headers,
-          }),
-        ),
+      makeClient: (c) => limited(roleClient(c)),
       sandboxes,
       trust: config.trust === true,
       tasksetEnv: rawEnv.id ? null : await tasksetEnvOf(rawTaskset.id, config),

@@ -7,7 +7,7 @@
 import { TASKSETS } from "../../environments/mod.ts";
 import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
 import { WarmPool } from "../../runtimes/pool.ts";
-import { buildEnv, envClassOf } from "../agents/load.ts";
+import { buildEnv, envClassOf, roleClient } from "../agents/load.ts";
 import { deepMerge, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { resolveEnvironmentModule } from "../envs/load.ts";
@@ -114,14 +114,7 @@ export async function tasksetServeRunner(spec: string, argv: string[]): Promise<
       client: defaults.client,
       model: defaults.model,
       samplingArgs: defaults.samplingArgs,
-      makeClient: (c) =>
-        new OpenAIChatClient({
-          base_url: c.base_url!,
-          api_key_var: c.api_key_var ?? "OPENAI_API_KEY",
-          timeout: c.timeout,
-          max_retries: c.max_retries,
-          extra_headers: c.headers,
-        }),
+      makeClient: roleClient,
       sandboxes,
       trust: config.trust === true,
       tasksetEnv,
