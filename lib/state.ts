@@ -8,7 +8,7 @@ import { type SerializedError, serializeError } from "./errors.ts";
 import { jsonCopy } from "./_plain.ts";
 import type { ChatClient } from "./model/client.ts";
 import { MessageGraph, type MessageNode } from "./graph.ts";
-import type { Messages, RolloutInput, SamplingArgs, Tool, TrajectoryStep } from "./types.ts";
+import type { Messages, RolloutInput, SamplingArgs, Tool, TrajectoryStep, Usage } from "./types.ts";
 
 /** A start/end span in Unix seconds. */
 export interface Span {
@@ -49,21 +49,36 @@ function spanDuration(s: Span): number {
 
 /** The timing record with its derived durations, as written to disk. */
 export function timingDump(t: RolloutTiming): Record<string, unknown> {
-  const model = t.model.spans.reduce((a, s) => a + spanDuration(s), 0);
-  const env = t.env.spans.reduce((a, s) => a + spanDuration(s), 0);
+  const model = spansDuration(t.model.spans);
+  const env = spansDuration(t.env.spans);
   const total = t.scoring.end > 0 ? t.scoring.end - t.generation.start : 0;
   const setup = spanDuration(t.setup);
   const scoring = spanDuration(t.scoring);
   return {
     start_time: t.start_time,
-    setup: { ...t.setup, duration: setup },
-    generation: { ...t.generation, duration: spanDuration(t.generation) },
-    scoring: { ...t.scoring, duration: scoring },
+    setup: withDuration(t.setup, setup),
+    generation: withDuration(t.generation, spanDuration(t.generation)),
+    scoring: withDuration(t.scoring, scoring),
     model: { spans: t.model.spans, duration: model },
     env: { spans: t.env.spans, duration: env },
     total,
     overhead: total > 0 ? total - setup - model - env - scoring : 0,
   };
+}
+
+function spansDuration(spans: Span[]): number {
+  let sum = 0;
+  for (const s of spans) sum += spanDuration(s);
+  return sum;
+}
+
+/** The span with its duration (and any other keys it was given, as a spread would keep). */
+function withDuration(span: Span, duration: number): Span & { duration: number } {
+  const keys = Object.keys(span);
+  if (keys.length === 2 && keys[0] === "start" && keys[1] === "end") {
+    return { start: span.start, end: span.end, duration };
+  }
+  return { ...span, duration };
 }
 
 /** Per-rollout state. Environments may add their own keys. */
@@ -148,6 +163,11 @@ function jsonSafe(value: unknown): unknown {
   return jsonCopy(value, jsonReplacer);
 }
 
+function hasKeys(record: Record<string, unknown>): boolean {
+  for (const _ in record) return true;
+  return false;
+}
+
 /** Serialise a finished state. `stateColumns` copies extra state keys (JSON-safe values only). */
 export function stateToOutput(state: State, stateColumns: string[] = []): RolloutOutput {
   const metrics = state.metrics ?? {};
@@ -168,22 +188,31 @@ export function stateToOutput(state: State, stateColumns: string[] = []): Rollou
     error: state.error ? serializeError(state.error) : null,
     trajectory_id: state.trajectory_id,
     // Model requests retried (429, 5xx, timeouts), those that failed at last included.
-    model_retries: state.trajectory.reduce((n, s) => n + (s.response.retries ?? 0), 0) +
-      (((state.error as { retries?: number } | null | undefined)?.retries) ?? 0),
+    model_retries: ((state.error as { retries?: number } | null | undefined)?.retries) ?? 0,
   };
+  let tokens = false;
+  for (const step of state.trajectory) {
+    out.model_retries! += step.response.retries ?? 0;
+    if (step.response.tokens) tokens = true;
+  }
   if (out.error) {
     out.error_chain = out.error.error_chain_repr;
     out.long_error_chain = out.error.error_chain_str;
   }
   if (state.answer) out.answer = state.answer;
-  if (state.info && Object.keys(state.info).length > 0) {
+  if (state.info && hasKeys(state.info)) {
     out.info = jsonSafe(state.info) as Record<string, unknown>;
   }
-  for (const [k, v] of Object.entries(metrics)) if (!(k in out)) out[k] = v;
+  for (const k in metrics) if (!(k in out)) out[k] = metrics[k];
   if (state.usage.seen) {
-    const steps = state.trajectory.filter((s) => s.response.usage);
-    const finalOut = steps.reduce((a, s) => a + (s.response.usage?.completion_tokens ?? 0), 0);
-    const lastUsage = steps.at(-1)?.response.usage;
+    let finalOut = 0;
+    let lastUsage: Usage | null = null;
+    for (const step of state.trajectory) {
+      const usage = step.response.usage;
+      if (!usage) continue;
+      finalOut += usage.completion_tokens ?? 0;
+      lastUsage = usage;
+    }
     const finalIn = lastUsage
       ? Math.max(0, lastUsage.prompt_tokens + lastUsage.completion_tokens - finalOut)
       : 0;
@@ -194,7 +223,7 @@ export function stateToOutput(state: State, stateColumns: string[] = []): Rollou
       final_output_tokens: finalOut,
     };
   }
-  if (state.trajectory.some((s) => s.response.tokens)) out.nodes = tokenGraph(state).nodes;
+  if (tokens) out.nodes = tokenGraph(state).nodes;
   for (const col of stateColumns) {
     const value = state[col];
     try {

@@ -52,6 +52,17 @@ export const DATASET_FORMAT_VERSION = 1;
 
 /** The file names of a saved dataset directory. */
 export const DATASET_DATA_FILE = "data.jsonl";
+let rowsOf: (ds: Dataset) => readonly Row[];
+
+/**
+ * The dataset's own rows, not copies, for the library's read-only passes over a large
+ * dataset (`generate` hands them to environments, whose `initState` copies each one).
+ * Callers must not change them.
+ */
+export function sharedRows(ds: Dataset): readonly Row[] {
+  return rowsOf(ds);
+}
+
 /** The metadata file of a saved dataset directory. */
 export const DATASET_INFO_FILE = "dataset_info.json";
 
@@ -63,6 +74,10 @@ export const DATASET_INFO_FILE = "dataset_info.json";
 export class Dataset implements Iterable<Row> {
   readonly #rows: readonly Row[];
   readonly #columns: readonly string[];
+
+  static {
+    rowsOf = (ds) => ds.#rows;
+  }
 
   private constructor(rows: readonly Row[], columns: readonly string[]) {
     this.#rows = rows;

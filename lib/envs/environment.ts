@@ -280,10 +280,11 @@ export abstract class Environment {
 
   /** Ask the model for the next message, tracking usage on the state. */
   async getModelResponse(state: State, prompt: Messages): Promise<Response> {
-    const headers: Record<string, string> = {};
-    for (const [header, key] of Object.entries(state.client.headersFromState)) {
-      const value = state[key];
-      if (value !== undefined && value !== null) headers[header] = String(value);
+    let headers: Record<string, string> | undefined;
+    const fromState = state.client.headersFromState;
+    for (const header in fromState) {
+      const value = state[fromState[header]];
+      if (value !== undefined && value !== null) (headers ??= {})[header] = String(value);
     }
     const response = await state.client.getResponse(prompt, state.model, {
       tools: state.tool_defs,
@@ -299,20 +300,37 @@ export abstract class Environment {
     return response;
   }
 
-  /** Whether a stop condition fires; records which one. */
-  async isCompleted(state: State): Promise<boolean> {
-    for (const stop of this.#stops) {
-      let fired = stop.fn(state);
-      // Most conditions are synchronous; awaiting only promises saves a microtask per check.
-      if (typeof (fired as PromiseLike<boolean> | null)?.then === "function") fired = await fired;
-      if (fired) {
-        state.is_completed = true;
-        state.is_truncated ||= state.trajectory.some((s) => s.is_truncated);
-        state.stop_condition = stop.name;
-        return true;
+  /**
+   * Whether a stop condition fires; records which one. Synchronous while the conditions are
+   * (most are): a promise only once one returns a promise.
+   */
+  isCompleted(state: State): boolean | Promise<boolean> {
+    const stops = this.#stops;
+    for (let i = 0; i < stops.length; i++) {
+      const fired = stops[i].fn(state);
+      if (typeof (fired as PromiseLike<boolean> | null)?.then === "function") {
+        return this.#completedFrom(state, i, fired as Promise<boolean>);
+      }
+      if (fired) return this.#complete(state, stops[i].name);
+    }
+    return false;
+  }
+
+  async #completedFrom(state: State, at: number, first: Promise<boolean>): Promise<boolean> {
+    const stops = this.#stops;
+    for (let i = at; i < stops.length; i++) {
+      if (await (i === at ? first : stops[i].fn(state))) {
+        return this.#complete(state, stops[i].name);
       }
     }
     return false;
+  }
+
+  #complete(state: State, name: string): true {
+    state.is_completed = true;
+    state.is_truncated ||= state.trajectory.some((s) => s.is_truncated);
+    state.stop_condition = name;
+    return true;
   }
 
   /** Run one rollout to completion (not scored). */
@@ -323,8 +341,12 @@ export abstract class Environment {
     options?: RolloutOptions,
   ): Promise<State>;
 
-  /** Run the cleanup hooks of the environment, then of the rubric. */
-  async runCleanups(state: State): Promise<void> {
+  /** Run the environment's cleanup hooks (nothing to wait for when there are none). */
+  runCleanups(state: State): Promise<void> | void {
+    if (this.#cleanups.length) return this.#runCleanups(state);
+  }
+
+  async #runCleanups(state: State): Promise<void> {
     for (const c of this.#cleanups) {
       try {
         await c.fn(state);
@@ -342,11 +364,13 @@ export abstract class Environment {
     options: RolloutOptions & { independentScoring?: boolean } = {},
   ): Promise<State[]> {
     // Each rollout of the group tells its calls which one it is (the cache keeps them apart).
-    const states = await Promise.all(
-      inputs.map((input, i) =>
-        this.rollout(input, withCacheSalt(client, String(i)), model, options)
-      ),
-    );
+    const states = inputs.length === 1
+      ? [await this.rollout(inputs[0], withCacheSalt(client, "0"), model, options)]
+      : await Promise.all(
+        inputs.map((input, i) =>
+          this.rollout(input, withCacheSalt(client, String(i)), model, options)
+        ),
+      );
     await this.scoreStates(states, options.independentScoring ?? false);
     return states;
   }
@@ -462,8 +486,12 @@ export abstract class MultiTurnEnv extends Environment {
   setupState(_state: State): Promise<void> | void {}
 
   /** The messages to send next: the prompt on the first turn, else history plus env response. */
-  async getPromptMessages(state: State): Promise<Messages> {
+  getPromptMessages(state: State): Messages | Promise<Messages> {
     if (state.trajectory.length === 0) return state.prompt;
+    return this.#nextPrompt(state);
+  }
+
+  async #nextPrompt(state: State): Promise<Messages> {
     const last = state.trajectory[state.trajectory.length - 1];
     const messages = [...last.prompt, ...last.completion];
     const reply = normalizeMessages(await this.envResponse(messages, state));
@@ -510,11 +538,15 @@ export abstract class MultiTurnEnv extends Environment {
     } finally {
       state.timing.setup.end = nowSeconds();
     }
-    while (!(await this.isCompleted(state))) {
+    for (;;) {
+      let done = this.isCompleted(state);
+      if (typeof done !== "boolean") done = await done;
+      if (done) break;
       signal.throwIfAborted();
       try {
         const t0 = nowSeconds();
-        const prompt = await this.getPromptMessages(state);
+        let prompt = this.getPromptMessages(state);
+        if (!Array.isArray(prompt)) prompt = await prompt;
         if (state.trajectory.length > 0) {
           state.timing.env.spans.push({ start: t0, end: nowSeconds() });
         }
@@ -582,7 +614,8 @@ export abstract class MultiTurnEnv extends Environment {
     } finally {
       clearTimeout(timer);
       if (controller) outer?.removeEventListener("abort", onAbort);
-      await this.runCleanups(state);
+      const cleaning = this.runCleanups(state);
+      if (cleaning) await cleaning;
       state.timing.generation.end = nowSeconds();
       this.renderCompletion(state);
     }

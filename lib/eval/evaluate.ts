@@ -5,7 +5,7 @@
  * @module
  */
 import type { ChatClient } from "../model/client.ts";
-import { Dataset } from "../data/dataset.ts";
+import { Dataset, sharedRows } from "../data/dataset.ts";
 import { type Environment, isFatalError } from "../envs/environment.ts";
 
 /** What `generate`/`evaluate` need of an environment (in-process or sandboxed). */
@@ -100,7 +100,7 @@ export interface GenerateOutputs {
   tally: OutputTally;
 }
 
-function groupByExample(inputs: Row[]): Row[][] {
+function groupByExample(inputs: readonly Row[]): Row[][] {
   const groups = new Map<unknown, Row[]>();
   for (const row of inputs) {
     if (row.example_id === undefined) {
@@ -129,12 +129,13 @@ function sleep(ms: number): Promise<void> {
 /** Run rollouts for `inputs` (rows with `prompt` and `example_id`) and score them. */
 export async function generate(
   env: EnvironmentHandle,
-  inputs: Row[] | Dataset,
+  inputs: readonly Row[] | Dataset,
   client: ChatClient,
   model: string,
   options: GenerateOptions = {},
 ): Promise<GenerateOutputs> {
-  const rows = inputs instanceof Dataset ? inputs.toList() : inputs;
+  // Rows are read, never changed, here; each rollout's initState copies its own.
+  const rows = inputs instanceof Dataset ? sharedRows(inputs) : inputs;
   const groups = groupByExample(rows);
   const numExamples = groups.length;
   const r = numExamples ? Math.floor(rows.length / numExamples) : 0;
@@ -254,34 +255,45 @@ export async function generate(
       await sleep(Math.min(1000 * 2 ** attempt, 60_000) * (0.5 + Math.random() / 2));
     }
     // Advantages over the example's group: rollouts that were never scored stay out.
-    const advantages = groupAdvantages(
-      outputs.map((o) => (isUnscoredOutput(o) ? null : o.reward)),
-      { normalizeStd: options.advantageStd },
-    );
-    outputs.forEach((o, i) => (o.advantage = advantages[i]));
-    errors += outputs.filter((o) => o.error).length;
     // An error nobody scored (the endpoint, the engine) tells an adaptive limit to back off.
-    const infra = outputs.some((o) => isUnscoredOutput(o));
+    let infra = false;
+    const rewards: Array<number | null> = [];
+    for (const o of outputs) {
+      const unscored = isUnscoredOutput(o);
+      infra ||= unscored;
+      rewards.push(unscored ? null : o.reward);
+      if (o.error) errors++;
+    }
+    const advantages = groupAdvantages(rewards, { normalizeStd: options.advantageStd });
+    for (let i = 0; i < outputs.length; i++) outputs[i].advantage = advantages[i];
     builder.add(outputs);
     tally.add(outputs);
-    if (keep) all.push(...outputs);
-    const progress: Progress = {
-      done: builder.count,
-      total,
-      avgReward: builder.meanReward,
-      errors,
-      elapsedMs: Date.now() - started,
-      newOutputs: outputs,
-    };
+    if (keep) { for (const o of outputs) all.push(o); }
+    const onProgress = options.onProgress;
+    const progress: Progress | null = onProgress
+      ? {
+        done: builder.count,
+        total,
+        avgReward: builder.meanReward,
+        errors,
+        elapsedMs: Date.now() - started,
+        newOutputs: outputs,
+      }
+      : null;
     if (!writer) {
-      options.onProgress?.(progress);
+      if (progress) onProgress!(progress);
       return infra ? "infra" : "ok";
     }
     // Rollouts go on while their lines reach the disk; progress is reported once they are
     // there, and a write error ends the run. When the disk falls behind by MAX_UNWRITTEN
     // outputs, workers wait for it, so memory stays flat.
-    const written = writer.append(options.saveTokens ? outputs : outputs.map(withoutTokens));
-    written.then(() => options.onProgress?.(progress)).catch(stop);
+    const written = writer.append(
+      options.saveTokens || !outputs.some((o) => o.nodes !== undefined)
+        ? outputs
+        : outputs.map(withoutTokens),
+    );
+    if (progress) written.then(() => onProgress!(progress)).catch(stop);
+    else written.catch(stop);
     writer.writeMetadata(buildMetadata).catch(stop);
     if (writer.unwritten > MAX_UNWRITTEN) await written;
     return infra ? "infra" : "ok";

@@ -132,9 +132,9 @@ export class MetadataBuilder {
     for (const o of outputs) {
       this.#n++;
       this.#retries += Number(o.model_retries ?? 0);
-      const ex = this.#byExample.get(o.example_id) ?? { n: 0, scored: 0, correct: 0 };
+      let ex = this.#byExample.get(o.example_id);
+      if (!ex) this.#byExample.set(o.example_id, ex = { n: 0, scored: 0, correct: 0 });
       ex.n++;
-      this.#byExample.set(o.example_id, ex);
       this.#addTools(o);
       if (o.token_usage) {
         this.#usage.n++;
@@ -150,19 +150,21 @@ export class MetadataBuilder {
       ex.scored++;
       if (Number(o.reward ?? 0) >= this.#base.pass_threshold) ex.correct++;
       this.#rewardSum += Number(o.reward ?? 0);
-      for (const [k, v] of Object.entries(o.metrics ?? {})) {
+      const metrics = o.metrics ?? {};
+      for (const k in metrics) {
+        const v = metrics[k];
         if (typeof v !== "number") continue;
-        const m = this.#metricSums.get(k) ?? { sum: 0, n: 0 };
+        let m = this.#metricSums.get(k);
+        if (!m) this.#metricSums.set(k, m = { sum: 0, n: 0 });
         m.sum += v;
         m.n++;
-        this.#metricSums.set(k, m);
       }
     }
   }
 
   /** The tool list, kept while every output had the same one. */
   #addTools(o: RolloutOutput): void {
-    const key = (o.tool_defs ?? []).map((t) => t.name).sort().join(",");
+    const key = o.tool_defs?.length ? o.tool_defs.map((t) => t.name).sort().join(",") : "";
     if (this.#toolKey === undefined) {
       this.#toolKey = key;
       this.#tools = o.tool_defs && o.tool_defs.length ? o.tool_defs : null;

@@ -73,7 +73,9 @@ export class OutputTally {
       if (Number(o.model_retries ?? 0) > 0) this.retried++;
       if (isUnscoredOutput(o)) continue;
       this.#reward.add(o.reward);
-      for (const [name, value] of Object.entries(o.metrics ?? {})) {
+      const metrics = o.metrics ?? {};
+      for (const name in metrics) {
+        const value = metrics[name];
         if (typeof value !== "number") continue;
         let stats = this.#metrics.get(name);
         if (!stats) this.#metrics.set(name, stats = new RunningStats());

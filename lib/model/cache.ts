@@ -220,6 +220,18 @@ export class CachedChatClient implements ChatClient {
  * keeps repeats apart by it).
  */
 export function withCacheSalt(client: ChatClient, salt: string): ChatClient {
+  // One wrapper per client and salt, made once: groups ask for the same few salts again
+  // and again.
+  let salted = SALTED.get(client);
+  if (!salted) SALTED.set(client, salted = new Map());
+  let wrapped = salted.get(salt);
+  if (!wrapped) salted.set(salt, wrapped = saltedClient(client, salt));
+  return wrapped;
+}
+
+const SALTED = new WeakMap<ChatClient, Map<string, ChatClient>>();
+
+function saltedClient(client: ChatClient, salt: string): ChatClient {
   return {
     get baseUrl() {
       return client.baseUrl;

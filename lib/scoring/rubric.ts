@@ -152,8 +152,16 @@ export class Rubric {
   }
 
   #context(state: State): RewardContext {
+    // Most rubrics hold no class object but the parser: a literal of fixed shape is cheaper
+    // than spreading them into every call's context.
+    for (const key in this.classObjects) {
+      if (key !== "parser") return { ...this.classObjects, ...this.#plainContext(state) };
+    }
+    return this.#plainContext(state);
+  }
+
+  #plainContext(state: State): RewardContext {
     return {
-      ...this.classObjects,
       prompt: state.prompt,
       completion: state.completion,
       answer: state.answer ?? "",
@@ -208,8 +216,12 @@ export class Rubric {
   /** Score a group: functions in order; individual ones run concurrently across states. */
   async scoreGroup(states: State[]): Promise<void> {
     if (states.length === 0) return;
-    const totals = states.map(() => 0);
-    const metrics: Record<string, number>[] = states.map(() => ({}));
+    const totals: number[] = [];
+    const metrics: Record<string, number>[] = [];
+    for (let i = 0; i < states.length; i++) {
+      totals.push(0);
+      metrics.push({});
+    }
     for (const entry of this.entries) {
       let scores: (number | null)[];
       if (entry.group) {
@@ -236,22 +248,32 @@ export class Rubric {
           scores = states.map((s) => rewardFailed(entry, error, s));
         }
       } else {
-        const called = states.map((s) => this.#callOne(entry, s));
-        scores = called.some((c) => c instanceof Promise)
-          ? await Promise.all(called)
-          : called as (number | null)[];
+        const called: Array<number | null | Promise<number | null>> = [];
+        let async = false;
+        for (const s of states) {
+          const c = this.#callOne(entry, s);
+          if (c instanceof Promise) async = true;
+          called.push(c);
+        }
+        scores = async ? await Promise.all(called) : called as (number | null)[];
       }
-      scores.forEach((score, i) => {
-        if (score === null) return;
+      for (let i = 0; i < scores.length; i++) {
+        const score = scores[i];
+        if (score === null) continue;
         totals[i] += score * entry.weight;
         metrics[i][entry.name] = score;
-      });
+      }
     }
     applyGroupScores(states, totals, metrics);
   }
 
   /** Run the per-rollout cleanup hooks. */
-  async cleanup(state: State): Promise<void> {
+  cleanup(state: State): Promise<void> {
+    // Most rubrics have none: no async call per rollout then.
+    return this.#cleanups.length ? this.#runCleanups(state) : RESOLVED;
+  }
+
+  async #runCleanups(state: State): Promise<void> {
     for (const h of this.#cleanups) await h.fn(state);
   }
 
@@ -260,6 +282,8 @@ export class Rubric {
     for (const h of this.#teardowns) await h.fn();
   }
 }
+
+const RESOLVED: Promise<void> = Promise.resolve();
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === "function";
@@ -304,8 +328,11 @@ export function applyGroupScores(
   totals: number[],
   metrics: Record<string, number>[],
 ): void {
-  const mean = totals.reduce((a, b) => a + b, 0) / totals.length;
-  states.forEach((state, i) => {
+  let sum = 0;
+  for (const t of totals) sum += t;
+  const mean = sum / totals.length;
+  for (let i = 0; i < states.length; i++) {
+    const state = states[i];
     state.reward = totals[i];
     state.metrics = metrics[i];
     state.advantage = totals[i] - mean;
@@ -313,7 +340,7 @@ export function applyGroupScores(
       if (step.reward === null) step.reward = totals[i];
       if (step.advantage === null) step.advantage = state.advantage;
     }
-  });
+  }
 }
 
 /** Sort hooks by descending priority, then name, as verifiers does. */
@@ -365,31 +392,56 @@ export class RubricGroup extends Rubric {
 
   override async scoreGroup(states: State[]): Promise<void> {
     if (states.length === 0) return;
-    const totals = states.map(() => 0);
-    const metrics: Record<string, number>[] = states.map(() => ({}));
-    const preset = states.map((s) => s.trajectory.map((st) => [st.reward, st.advantage]));
+    const totals: number[] = [];
+    const metrics: Record<string, number>[] = [];
+    // Each step's reward and advantage as set before scoring, state after state.
+    const preset: Array<number | null> = [];
+    const steps: number[] = [];
+    for (const s of states) {
+      totals.push(0);
+      metrics.push({});
+      steps.push(s.trajectory.length);
+      for (const step of s.trajectory) preset.push(step.reward, step.advantage);
+    }
     for (const rubric of this.rubrics) {
       await rubric.scoreGroup(states);
-      states.forEach((s, i) => {
+      for (let i = 0; i < states.length; i++) {
+        const s = states[i];
         totals[i] += s.reward ?? 0;
-        for (const [k, v] of Object.entries(s.metrics ?? {})) {
-          metrics[i][k] = (metrics[i][k] ?? 0) + v;
-        }
-      });
+        const sum = metrics[i];
+        const own = s.metrics ?? {};
+        for (const k in own) sum[k] = (sum[k] ?? 0) + own[k];
+      }
     }
     // Members filled the steps from their own rewards; restore what was set before scoring
     // and fill the rest from the summed reward.
-    states.forEach((s, i) =>
-      s.trajectory.forEach((step, j) => {
-        [step.reward, step.advantage] = preset[i][j] ?? [null, null];
-      })
-    );
+    let at = 0;
+    for (let i = 0; i < states.length; i++) {
+      const trajectory = states[i].trajectory;
+      for (let j = 0; j < trajectory.length; j++) {
+        const before = j < steps[i];
+        trajectory[j].reward = before ? preset[at + 2 * j] : null;
+        trajectory[j].advantage = before ? preset[at + 2 * j + 1] : null;
+      }
+      at += 2 * steps[i];
+    }
     applyGroupScores(states, totals, metrics);
   }
 
-  override async cleanup(state: State): Promise<void> {
-    await super.cleanup(state);
-    for (const r of this.rubrics) await r.cleanup(state);
+  override cleanup(state: State): Promise<void> {
+    // In order, each after the one before; without an async step while none has hooks.
+    const own = super.cleanup(state);
+    if (own !== RESOLVED) return this.#cleanupFrom(state, own, 0);
+    for (let i = 0; i < this.rubrics.length; i++) {
+      const done = this.rubrics[i].cleanup(state);
+      if (done !== RESOLVED) return this.#cleanupFrom(state, done, i + 1);
+    }
+    return RESOLVED;
+  }
+
+  async #cleanupFrom(state: State, running: Promise<void>, next: number): Promise<void> {
+    await running;
+    for (let i = next; i < this.rubrics.length; i++) await this.rubrics[i].cleanup(state);
   }
 
   override async teardown(): Promise<void> {
