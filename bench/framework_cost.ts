@@ -10,6 +10,8 @@
  * @module
  */
 import process from "node:process";
+import v8 from "node:v8";
+import vm from "node:vm";
 import { evaluate, Rubric, SingleTurnEnv } from "../mod.ts";
 import { type ChatClient, parseChatCompletion } from "../lib/model/client.ts";
 import type { Messages } from "../lib/types.ts";
@@ -44,6 +46,11 @@ const client: ChatClient = {
   headersFromState: {},
   getResponse: (prompt, model) => call(prompt, model),
 };
+
+// Each run starts on a collected heap, so one run's garbage is not collected on the next one's
+// time.
+v8.setFlagsFromString("--expose-gc");
+const collect = vm.runInNewContext("gc") as () => void;
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
@@ -101,8 +108,11 @@ const bares: Array<{ wall: number; cpu: number }> = [];
 const kept: Array<{ wall: number; cpu: number; rss: number }> = [];
 const flat: Array<{ wall: number; cpu: number; rss: number }> = [];
 for (let r = 0; r < repeats; r++) {
+  collect();
   bares.push(await bare());
+  collect();
   kept.push(await vf(true));
+  collect();
   flat.push(await vf(false));
 }
 const med = (xs: Array<{ wall: number; cpu: number }>) => ({

@@ -43,7 +43,8 @@ function copy(value: unknown, depth: number): unknown {
   if (!isPlainObject(value)) return structuredClone(value);
   const out: Record<string, unknown> = {};
   const record = value as Record<string, unknown>;
-  for (const key of Object.keys(record)) setKey(out, key, copy(record[key], depth + 1));
+  // for…in: a plain object inherits no enumerable keys, and it needs no array of keys.
+  for (const key in record) setKey(out, key, copy(record[key], depth + 1));
   return out;
 }
 
@@ -91,7 +92,7 @@ function json(value: unknown, depth: number): unknown {
   const record = value as Record<string, unknown>;
   if (typeof record.toJSON === "function") throw FALLBACK;
   const out: Record<string, unknown> = {};
-  for (const key of Object.keys(record)) {
+  for (const key in record) {
     const v = record[key];
     if (v === undefined || typeof v === "function" || typeof v === "symbol") continue;
     setKey(out, key, json(v, depth + 1));

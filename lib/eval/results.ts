@@ -233,6 +233,9 @@ export class MetadataBuilder {
 
 /** How long `results.jsonl` stays open after the last append. */
 const IDLE_CLOSE_MS = 1000;
+const RESOLVED: Promise<void> = Promise.resolve();
+/** Appends within this long of the last write wait for it, to be written together. */
+const COALESCE_MS = 10;
 
 /** Appends outputs to `results.jsonl` and rewrites `metadata.json` atomically. */
 export class ResultsWriter {
@@ -251,6 +254,8 @@ export class ResultsWriter {
   #unwritten = 0;
   #pendingWaiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
   #flushScheduled = false;
+  #flushTimer: ReturnType<typeof setTimeout> | undefined;
+  #lastFlushAt = -Infinity;
   #pendingMetadata: Record<string, unknown> | (() => Record<string, unknown>) | null = null;
   #metadataTimer: ReturnType<typeof setTimeout> | undefined;
   #lastMetadataAt = 0;
@@ -281,7 +286,9 @@ export class ResultsWriter {
 
   /**
    * Append outputs (serialised one per line), repairing a torn last line first. Appends
-   * that arrive together are written with one call; the promise resolves once on disk.
+   * that arrive together are written with one call, and so are appends that arrive within
+   * `COALESCE_MS` of the last write (rollouts finishing one by one, as replies come in, would
+   * otherwise cost a write each); the promise resolves once on disk.
    */
   append(outputs: RolloutOutput[]): Promise<void> {
     for (const o of outputs) this.#pendingLines.push(JSON.stringify(o) + "\n");
@@ -291,27 +298,36 @@ export class ResultsWriter {
     );
     if (!this.#flushScheduled) {
       this.#flushScheduled = true;
-      queueMicrotask(() => {
-        this.#enqueue(async () => {
-          this.#flushScheduled = false;
-          const count = this.#pendingLines.length;
-          const lines = this.#pendingLines.join("");
-          const waiters = this.#pendingWaiters;
-          this.#pendingLines = [];
-          this.#pendingWaiters = [];
-          try {
-            await this.#writeLines(lines);
-            for (const w of waiters) w.resolve();
-          } catch (error) {
-            for (const w of waiters) w.reject(error);
-          } finally {
-            this.#unwritten -= count;
-          }
-        });
-      });
+      const wait = this.#lastFlushAt + COALESCE_MS - performance.now();
+      if (wait <= 0) queueMicrotask(() => this.#enqueue(this.#writePending));
+      else {
+        this.#flushTimer = setTimeout(() => {
+          this.#flushTimer = undefined;
+          this.#enqueue(this.#writePending);
+        }, wait);
+      }
     }
     return done;
   }
+
+  /** Write the lines appended so far (on the queue). */
+  #writePending = async (): Promise<void> => {
+    this.#flushScheduled = false;
+    this.#lastFlushAt = performance.now();
+    const count = this.#pendingLines.length;
+    const lines = this.#pendingLines.join("");
+    const waiters = this.#pendingWaiters;
+    this.#pendingLines = [];
+    this.#pendingWaiters = [];
+    try {
+      await this.#writeLines(lines);
+      for (const w of waiters) w.resolve();
+    } catch (error) {
+      for (const w of waiters) w.reject(error);
+    } finally {
+      this.#unwritten -= count;
+    }
+  };
 
   async #ensureDir(): Promise<void> {
     await mkdir(this.dir, { recursive: true });
@@ -378,13 +394,15 @@ export class ResultsWriter {
     metadata: Record<string, unknown> | (() => Record<string, unknown>),
   ): Promise<void> {
     this.#pendingMetadata = metadata;
+    // A write already due takes the newest metadata: nothing more to arrange (called per group).
+    if (this.#metadataTimer !== undefined) return RESOLVED;
     const wait = this.#lastMetadataAt + this.metadataIntervalMs - Date.now();
     if (wait <= 0) return this.#writePendingMetadata();
-    this.#metadataTimer ??= setTimeout(() => {
+    this.#metadataTimer = setTimeout(() => {
       this.#metadataTimer = undefined;
       this.#writePendingMetadata().catch(() => {});
     }, wait);
-    return Promise.resolve();
+    return RESOLVED;
   }
 
   #writePendingMetadata(): Promise<void> {
@@ -402,6 +420,12 @@ export class ResultsWriter {
 
   /** Wait for queued writes, writing any pending metadata now, and close `results.jsonl`. */
   async flush(): Promise<void> {
+    if (this.#flushTimer !== undefined) {
+      // Lines waiting to be coalesced with later ones: there are none to wait for.
+      clearTimeout(this.#flushTimer);
+      this.#flushTimer = undefined;
+      this.#enqueue(this.#writePending).catch(() => {}); // their appends hear of a failure
+    }
     await this.#queue;
     if (this.#pendingMetadata) await this.#writePendingMetadata();
     await this.#enqueue(() => this.#closeHandle());

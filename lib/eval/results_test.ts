@@ -467,6 +467,28 @@ Deno.test("ResultsWriter keeps concurrent appends whole and in call order", asyn
   });
 });
 
+Deno.test("ResultsWriter writes appends that follow a write closely together, and flush() writes them at once", async () => {
+  await withTempDir(async (dir) => {
+    const writer = new ResultsWriter(dir);
+    await writer.append([out(0, 1)]); // written at once: nothing was written before
+    // Rollouts finishing one by one right after a write wait to be written with the next ones.
+    const later = [writer.append([out(1, 1)]), writer.append([out(2, 1)])];
+    assert.equal(writer.unwritten, 2);
+    const ids = async () => (await loadOutputs(dir)).map((o) => o.example_id);
+    assert.deepEqual(await ids(), [0]);
+    await Promise.all(later);
+    assert.equal(writer.unwritten, 0);
+    assert.deepEqual(await ids(), [0, 1, 2]);
+    // flush() does not leave lines waiting for the window to pass.
+    const waiting = writer.append([out(3, 1)]);
+    const start = performance.now();
+    await writer.flush();
+    await waiting;
+    assert.deepEqual(await ids(), [0, 1, 2, 3]);
+    assert.ok(performance.now() - start < 1_000);
+  });
+});
+
 Deno.test("ResultsWriter truncates a torn last line before its first append", async () => {
   await withTempDir(async (dir) => {
     const writer = new ResultsWriter(dir);

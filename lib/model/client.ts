@@ -319,6 +319,8 @@ export class OpenAIChatClient implements ChatClient {
   #timeoutMs: number;
   #maxRetries: number;
   #headers: Record<string, string>;
+  /** The headers of a request that adds none of its own, built once (and never changed). */
+  #baseHeaders: Readonly<Record<string, string>>;
   /** Set when requests go through vf's HTTP/1.1 pool (plain http, no proxy); else `fetch`. */
   #http1Endpoint: URL | null;
 
@@ -330,6 +332,7 @@ export class OpenAIChatClient implements ChatClient {
     this.#timeoutMs = (config.timeout ?? 600) * 1000;
     this.#maxRetries = config.max_retries ?? 5;
     this.#headers = lowerCaseKeys(config.extra_headers);
+    this.#baseHeaders = Object.freeze(this.#requestHeaders(undefined));
     this.headersFromState = config.extra_headers_from_state ?? {};
     let endpoint: URL | null = null;
     try {
@@ -356,10 +359,13 @@ export class OpenAIChatClient implements ChatClient {
       messages: toWireMessages(prompt),
       ...normalizeSamplingArgs(options.samplingArgs),
     };
-    delete body.n; // one choice per request; group size comes from rollouts_per_example
+    // One choice per request; group size comes from rollouts_per_example. (A delete makes the
+    // body slower to serialise: only when there is something to delete.)
+    if ("n" in body) delete body.n;
     const capture = tokenCapture(body.return_token_ids);
-    if (capture === "off") delete body.return_token_ids;
-    else {
+    if (capture === "off") {
+      if ("return_token_ids" in body) delete body.return_token_ids;
+    } else {
       // vLLM's flags: token ids of prompt and completion, and a logprob per sampled token.
       body.return_token_ids = true;
       body.logprobs = true;
@@ -377,13 +383,9 @@ export class OpenAIChatClient implements ChatClient {
     }
     const payload = JSON.stringify(body);
     const url = `${this.baseUrl}/chat/completions`;
-    const headers: Record<string, string> = {
-      "content-type": "application/json",
-      authorization: `Bearer ${this.#key}`,
-      "user-agent": USER_AGENT,
-      ...this.#headers,
-      ...lowerCaseKeys(options.headers),
-    };
+    const headers = options.headers && hasKeys(options.headers)
+      ? this.#requestHeaders(options.headers)
+      : this.#baseHeaders;
     let lastError: unknown;
     for (let attempt = 0; attempt <= this.#maxRetries; attempt++) {
       options.signal?.throwIfAborted();
@@ -469,10 +471,20 @@ export class OpenAIChatClient implements ChatClient {
     throw lastError;
   }
 
+  #requestHeaders(extra: Record<string, string> | undefined): Record<string, string> {
+    return {
+      "content-type": "application/json",
+      authorization: `Bearer ${this.#key}`,
+      "user-agent": USER_AGENT,
+      ...this.#headers,
+      ...lowerCaseKeys(extra),
+    };
+  }
+
   /** One POST attempt over the chosen transport. */
   #post(
     url: string,
-    headers: Record<string, string>,
+    headers: Readonly<Record<string, string>>,
     body: string,
     signal: AbortSignal | undefined,
   ): Promise<Reply> {
@@ -567,6 +579,11 @@ export class OpenAIChatClient implements ChatClient {
 }
 
 /** Header names are case-insensitive: later ones (e.g. a user's `Authorization`) replace ours. */
+function hasKeys(record: Record<string, string>): boolean {
+  for (const _ in record) return true;
+  return false;
+}
+
 function lowerCaseKeys(headers: Record<string, string> | undefined): Record<string, string> {
   const out: Record<string, string> = {};
   for (const name in headers) out[name.toLowerCase()] = headers[name];

@@ -371,12 +371,8 @@ function parseChunks(p: Pending): boolean {
  */
 export async function http1Request(req: Http1Request): Promise<Http1Response> {
   let head =
-    `${req.method} ${req.url.pathname}${req.url.search} HTTP/1.1\r\nhost: ${req.url.host}\r\n`;
-  for (const name in req.headers) {
-    const value = req.headers[name];
-    checkHeader(name, value);
-    head += `${name}: ${value}\r\n`;
-  }
+    `${req.method} ${req.url.pathname}${req.url.search} HTTP/1.1\r\nhost: ${req.url.host}\r\n` +
+    headerLines(req.headers);
   if (req.body !== undefined) head += `content-length: ${Buffer.byteLength(req.body)}\r\n`;
   head += "\r\n";
   req.signal?.throwIfAborted();
@@ -392,6 +388,22 @@ export async function http1Request(req: Http1Request): Promise<Http1Response> {
     req.signal?.throwIfAborted();
     return await exchange(new Connection(origin), head, req);
   }
+}
+
+/** The header lines of frozen header objects (a client's headers for every request). */
+const HEADER_LINES = new WeakMap<Readonly<Record<string, string>>, string>();
+
+function headerLines(headers: Readonly<Record<string, string>>): string {
+  const known = HEADER_LINES.get(headers);
+  if (known !== undefined) return known;
+  let lines = "";
+  for (const name in headers) {
+    const value = headers[name];
+    checkHeader(name, value);
+    lines += `${name}: ${value}\r\n`;
+  }
+  if (Object.isFrozen(headers)) HEADER_LINES.set(headers, lines);
+  return lines;
 }
 
 /**
@@ -412,12 +424,52 @@ function watch(signal: AbortSignal, conn: Connection): void {
   conns.add(conn);
 }
 
+/**
+ * Long timeouts (model calls wait up to minutes) are checked by one sweep a second instead of
+ * a timer each: a timer cost as much as a quarter of a loopback request. Such a timeout fires
+ * up to a second late, which is at most a tenth of it; shorter ones keep their own timer.
+ */
+const SWEPT_FROM_MS = 10_000;
+const SWEEP_EVERY_MS = 1_000;
+
+interface Deadline {
+  /** `performance.now()` at which the request times out. */
+  at: number;
+  expire: () => void;
+}
+
+const deadlines = new Set<Deadline>();
+let sweeper: ReturnType<typeof setInterval> | undefined;
+
+function addDeadline(deadline: Deadline): void {
+  deadlines.add(deadline);
+  if (sweeper !== undefined) return;
+  sweeper = setInterval(sweepDeadlines, SWEEP_EVERY_MS);
+  // The sockets of requests in flight keep the process alive; the sweep never does.
+  (sweeper as { unref?: () => void }).unref?.();
+}
+
+function sweepDeadlines(): void {
+  const now = performance.now();
+  for (const d of deadlines) {
+    if (d.at > now) continue;
+    deadlines.delete(d);
+    d.expire();
+  }
+  if (deadlines.size === 0) {
+    clearInterval(sweeper);
+    sweeper = undefined;
+  }
+}
+
 function exchange(conn: Connection, head: string, req: Http1Request): Promise<Http1Response> {
   return new Promise<Http1Response>((resolve, reject) => {
     const { signal, timeoutMs } = req;
     let timer: ReturnType<typeof setTimeout> | undefined;
+    let deadline: Deadline | undefined;
     const done = () => {
       if (timer !== undefined) clearTimeout(timer);
+      if (deadline) deadlines.delete(deadline);
       if (signal) inFlight.get(signal)?.delete(conn);
     };
     const pending: Pending = {
@@ -440,10 +492,12 @@ function exchange(conn: Connection, head: string, req: Http1Request): Promise<Ht
       head: req.method === "HEAD",
     };
     if (timeoutMs !== undefined && Number.isFinite(timeoutMs)) {
-      timer = setTimeout(() => {
+      const expire = () => {
         const phase: Http1Phase = pending.received ? "receive" : "send";
         conn.abort(new Http1TimeoutError(phase, timeoutMs));
-      }, timeoutMs);
+      };
+      if (timeoutMs < SWEPT_FROM_MS) timer = setTimeout(expire, timeoutMs);
+      else addDeadline(deadline = { at: performance.now() + timeoutMs, expire });
     }
     if (signal) watch(signal, conn);
     conn.send(head, req.body, pending);

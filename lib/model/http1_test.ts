@@ -468,6 +468,25 @@ Deno.test("http1Request() rejects with Http1TimeoutError after timeoutMs and clo
   assert.equal(server.requests.length, 1);
 });
 
+Deno.test("http1Request() times out a long timeout by the shared once-a-second sweep", async () => {
+  // Timeouts of 10 s and more share one sweep instead of a timer each: this one must still
+  // fire, at most a second late, and leave a fast request beside it alone.
+  await using server = await startRawServer((s, r) => {
+    if (r.conn === 0) return; // the first connection never answers
+    s.write(ok("fast"));
+  });
+  const start = performance.now();
+  const stalled = rejection(get(server.url(), { timeoutMs: 10_000 }));
+  await delay(20);
+  const fast = await get(server.url(), { timeoutMs: 10_000 });
+  assert.equal(fast.text, "fast");
+  const error = await within(stalled, 15_000, "no timeout");
+  const elapsed = performance.now() - start;
+  assert.ok(error instanceof Http1TimeoutError, String(error));
+  assert.equal(error.phase, "send");
+  assert.ok(elapsed >= 9_990 && elapsed < 11_500, `took ${elapsed} ms`);
+});
+
 Deno.test("http1Request() times out in phase receive when the reply stalls midway", async () => {
   await using server = await startRawServer((s) => {
     s.write("HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc");
@@ -523,6 +542,24 @@ Deno.test("http1Request() throws TypeError for header injection or an invalid na
   }
   await delay(50);
   assert.equal(server.connections, 0);
+});
+
+Deno.test("http1Request() sends a frozen headers object's lines, checked once, on every request", async () => {
+  await using server = await startRawServer((s) => s.write(ok("ok")));
+  const headers = Object.freeze({ "x-run": "a" });
+  for (let i = 0; i < 3; i++) {
+    await http1Request({ method: "GET", url: server.url(), headers });
+  }
+  assert.equal(server.requests.length, 3);
+  for (const r of server.requests) assert.match(r.head, /\r\nx-run: a(\r\n|$)/);
+  // A frozen object with a bad value is refused, not cached as good.
+  const bad = Object.freeze({ "x-a": "1\r\nx-evil: 2" });
+  for (let i = 0; i < 2; i++) {
+    await assert.rejects(
+      http1Request({ method: "GET", url: server.url(), headers: bad }),
+      TypeError,
+    );
+  }
 });
 
 Deno.test("http1Request() returns the first response and drops the connection when extra bytes follow", async () => {

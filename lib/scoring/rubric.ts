@@ -213,58 +213,74 @@ export class Rubric {
     state.metrics = metrics;
   }
 
-  /** Score a group: functions in order; individual ones run concurrently across states. */
-  async scoreGroup(states: State[]): Promise<void> {
-    if (states.length === 0) return;
-    const totals: number[] = [];
-    const metrics: Record<string, number>[] = [];
-    for (let i = 0; i < states.length; i++) {
-      totals.push(0);
-      metrics.push({});
+  /**
+   * Score a group: functions in order; individual ones run concurrently across states. While
+   * every function answers synchronously the whole group is scored without an async step.
+   */
+  scoreGroup(states: State[]): Promise<void> {
+    if (states.length === 0) return RESOLVED;
+    const sums = newSums(states.length);
+    for (let e = 0; e < this.entries.length; e++) {
+      const entry = this.entries[e];
+      if (entry.group) return this.#scoreFrom(states, e, sums, null);
+      const called = this.#callAll(entry, states);
+      if (hasPromise(called)) return this.#scoreFrom(states, e, sums, called);
+      addScores(entry, called as (number | null)[], sums);
     }
-    for (const entry of this.entries) {
+    applyGroupScores(states, sums.totals, sums.metrics);
+    return RESOLVED;
+  }
+
+  /** The rest of {@link scoreGroup} from entry `from` on, once a function went async. */
+  async #scoreFrom(
+    states: State[],
+    from: number,
+    sums: Sums,
+    pending: Array<number | null | Promise<number | null>> | null,
+  ): Promise<void> {
+    for (let e = from; e < this.entries.length; e++) {
+      const entry = this.entries[e];
       let scores: (number | null)[];
-      if (entry.group) {
-        try {
-          const ctx: GroupRewardContext = {
-            ...this.classObjects,
-            prompts: states.map((s) => s.prompt),
-            completions: states.map((s) => s.completion),
-            answers: states.map((s) => s.answer ?? ""),
-            states,
-            tasks: states.map((s) => s.task),
-            infos: states.map((s) => s.info ?? {}),
-            parser: this.parser,
-          };
-          const out = await (entry.fn as unknown as GroupRewardFunc)(ctx);
-          if (!Array.isArray(out) || out.length !== states.length) {
-            throw new TypeError(
-              `returned ${Array.isArray(out) ? `${out.length} scores` : typeof out} ` +
-                `for a group of ${states.length}`,
-            );
-          }
-          scores = states.map((s, i) => toScore(entry, out[i], s));
-        } catch (error) {
-          scores = states.map((s) => rewardFailed(entry, error, s));
-        }
-      } else {
-        const called: Array<number | null | Promise<number | null>> = [];
-        let async = false;
-        for (const s of states) {
-          const c = this.#callOne(entry, s);
-          if (c instanceof Promise) async = true;
-          called.push(c);
-        }
-        scores = async ? await Promise.all(called) : called as (number | null)[];
+      if (e === from && pending) scores = await Promise.all(pending);
+      else if (entry.group) scores = await this.#groupScores(entry, states);
+      else {
+        const called = this.#callAll(entry, states);
+        scores = hasPromise(called) ? await Promise.all(called) : called as (number | null)[];
       }
-      for (let i = 0; i < scores.length; i++) {
-        const score = scores[i];
-        if (score === null) continue;
-        totals[i] += score * entry.weight;
-        metrics[i][entry.name] = score;
-      }
+      addScores(entry, scores, sums);
     }
-    applyGroupScores(states, totals, metrics);
+    applyGroupScores(states, sums.totals, sums.metrics);
+  }
+
+  #callAll(entry: RubricEntry, states: State[]): Array<number | null | Promise<number | null>> {
+    const called: Array<number | null | Promise<number | null>> = [];
+    for (const s of states) called.push(this.#callOne(entry, s));
+    return called;
+  }
+
+  async #groupScores(entry: RubricEntry, states: State[]): Promise<(number | null)[]> {
+    try {
+      const ctx: GroupRewardContext = {
+        ...this.classObjects,
+        prompts: states.map((s) => s.prompt),
+        completions: states.map((s) => s.completion),
+        answers: states.map((s) => s.answer ?? ""),
+        states,
+        tasks: states.map((s) => s.task),
+        infos: states.map((s) => s.info ?? {}),
+        parser: this.parser,
+      };
+      const out = await (entry.fn as unknown as GroupRewardFunc)(ctx);
+      if (!Array.isArray(out) || out.length !== states.length) {
+        throw new TypeError(
+          `returned ${Array.isArray(out) ? `${out.length} scores` : typeof out} ` +
+            `for a group of ${states.length}`,
+        );
+      }
+      return states.map((s, i) => toScore(entry, out[i], s));
+    } catch (error) {
+      return states.map((s) => rewardFailed(entry, error, s));
+    }
   }
 
   /** Run the per-rollout cleanup hooks. */
@@ -343,6 +359,69 @@ export function applyGroupScores(
   }
 }
 
+/** Per-state reward totals and metrics while a group is scored. */
+interface Sums {
+  totals: number[];
+  metrics: Record<string, number>[];
+}
+
+function newSums(n: number): Sums {
+  const sums: Sums = { totals: [], metrics: [] };
+  for (let i = 0; i < n; i++) {
+    sums.totals.push(0);
+    sums.metrics.push({});
+  }
+  return sums;
+}
+
+function hasPromise(values: unknown[]): boolean {
+  for (const v of values) if (v instanceof Promise) return true;
+  return false;
+}
+
+function addScores(entry: RubricEntry, scores: (number | null)[], sums: Sums): void {
+  for (let i = 0; i < scores.length; i++) {
+    const score = scores[i];
+    if (score === null) continue;
+    sums.totals[i] += score * entry.weight;
+    sums.metrics[i][entry.name] = score;
+  }
+}
+
+/** Add what one member of a RubricGroup set on each state to the group's sums. */
+function addMemberScores(states: State[], sums: Sums): void {
+  for (let i = 0; i < states.length; i++) {
+    const s = states[i];
+    sums.totals[i] += s.reward ?? 0;
+    const sum = sums.metrics[i];
+    const own = s.metrics ?? {};
+    for (const k in own) sum[k] = (sum[k] ?? 0) + own[k];
+  }
+}
+
+/**
+ * Members filled the steps from their own rewards: restore what was set before scoring, fill
+ * the rest from the summed reward, and set the summed scores.
+ */
+function finishGroup(
+  states: State[],
+  sums: Sums,
+  preset: Array<number | null>,
+  steps: number[],
+): void {
+  let at = 0;
+  for (let i = 0; i < states.length; i++) {
+    const trajectory = states[i].trajectory;
+    for (let j = 0; j < trajectory.length; j++) {
+      const before = j < steps[i];
+      trajectory[j].reward = before ? preset[at + 2 * j] : null;
+      trajectory[j].advantage = before ? preset[at + 2 * j + 1] : null;
+    }
+    at += 2 * steps[i];
+  }
+  applyGroupScores(states, sums.totals, sums.metrics);
+}
+
 /** Sort hooks by descending priority, then name, as verifiers does. */
 export function sortHandlers<T extends { name: string; priority: number }>(list: T[]): void {
   list.sort((a, b) => b.priority - a.priority || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
@@ -390,42 +469,41 @@ export class RubricGroup extends Rubric {
     state.metrics = metrics;
   }
 
-  override async scoreGroup(states: State[]): Promise<void> {
-    if (states.length === 0) return;
-    const totals: number[] = [];
-    const metrics: Record<string, number>[] = [];
+  override scoreGroup(states: State[]): Promise<void> {
+    if (states.length === 0) return RESOLVED;
+    const sums = newSums(states.length);
     // Each step's reward and advantage as set before scoring, state after state.
     const preset: Array<number | null> = [];
     const steps: number[] = [];
     for (const s of states) {
-      totals.push(0);
-      metrics.push({});
       steps.push(s.trajectory.length);
       for (const step of s.trajectory) preset.push(step.reward, step.advantage);
     }
-    for (const rubric of this.rubrics) {
-      await rubric.scoreGroup(states);
-      for (let i = 0; i < states.length; i++) {
-        const s = states[i];
-        totals[i] += s.reward ?? 0;
-        const sum = metrics[i];
-        const own = s.metrics ?? {};
-        for (const k in own) sum[k] = (sum[k] ?? 0) + own[k];
-      }
+    for (let r = 0; r < this.rubrics.length; r++) {
+      const scoring = this.rubrics[r].scoreGroup(states);
+      if (scoring !== RESOLVED) return this.#sumFrom(states, r, scoring, sums, preset, steps);
+      addMemberScores(states, sums);
     }
-    // Members filled the steps from their own rewards; restore what was set before scoring
-    // and fill the rest from the summed reward.
-    let at = 0;
-    for (let i = 0; i < states.length; i++) {
-      const trajectory = states[i].trajectory;
-      for (let j = 0; j < trajectory.length; j++) {
-        const before = j < steps[i];
-        trajectory[j].reward = before ? preset[at + 2 * j] : null;
-        trajectory[j].advantage = before ? preset[at + 2 * j + 1] : null;
-      }
-      at += 2 * steps[i];
+    finishGroup(states, sums, preset, steps);
+    return RESOLVED;
+  }
+
+  /** The rest of {@link scoreGroup} once member `from`, whose scoring is `running`, went async. */
+  async #sumFrom(
+    states: State[],
+    from: number,
+    running: Promise<void>,
+    sums: Sums,
+    preset: Array<number | null>,
+    steps: number[],
+  ): Promise<void> {
+    await running;
+    addMemberScores(states, sums);
+    for (let r = from + 1; r < this.rubrics.length; r++) {
+      await this.rubrics[r].scoreGroup(states);
+      addMemberScores(states, sums);
     }
-    applyGroupScores(states, totals, metrics);
+    finishGroup(states, sums, preset, steps);
   }
 
   override cleanup(state: State): Promise<void> {

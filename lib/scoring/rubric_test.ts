@@ -465,6 +465,37 @@ Deno.test("RubricGroup.scoreGroup() sums rewards and recomputes advantage from t
   ]);
 });
 
+Deno.test("scoreGroup() keeps function order and sums when a function in the middle goes async", async () => {
+  // Synchronous functions are scored without an async step; the first async one hands the rest
+  // to an async continuation. Both paths, in one rubric and across a RubricGroup's members.
+  const calls: string[] = [];
+  const sync = (name: string, v: number) => {
+    const fn = () => (calls.push(name), v);
+    Object.defineProperty(fn, "name", { value: name });
+    return fn;
+  };
+  const later = async ({ state }: RewardContext) => {
+    calls.push("async");
+    await new Promise((r) => setTimeout(r, 5));
+    return state.example_id;
+  };
+  const first = new Rubric({ funcs: [sync("a", 1), later, sync("b", 2)], weights: [1, 1, 10] });
+  const second = new Rubric({ funcs: [sync("c", 100)] });
+  const third = new Rubric();
+  third.addMetric(sync("d", 7), 0, "d");
+  const group = new RubricGroup([third, first, second]);
+  const states = [0, 2].map((i) => testState({ example_id: i, trajectory: [testStep()] }));
+  await group.scoreGroup(states);
+  assert.deepEqual(calls, ["d", "d", "a", "a", "async", "async", "b", "b", "c", "c"]);
+  assert.deepEqual(states.map((s) => s.reward), [121, 123]);
+  assert.deepEqual(states.map((s) => s.metrics), [
+    { d: 7, a: 1, later: 0, b: 2, c: 100 },
+    { d: 7, a: 1, later: 2, b: 2, c: 100 },
+  ]);
+  assert.deepEqual(states.map((s) => s.advantage), [-1, 1]);
+  assert.deepEqual(states.map((s) => s.trajectory[0].reward), [121, 123]);
+});
+
 Deno.test("RubricGroup.scoreGroup() fills steps from the summed reward and keeps preset step values", async () => {
   const a = new Rubric({ funcs: [() => 1] });
   const b = new Rubric({ funcs: [({ state }) => state.example_id] });
