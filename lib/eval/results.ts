@@ -291,7 +291,7 @@ export class ResultsWriter {
    * otherwise cost a write each); the promise resolves once on disk.
    */
   append(outputs: RolloutOutput[]): Promise<void> {
-    for (const o of outputs) this.#pendingLines.push(JSON.stringify(o) + "\n");
+    for (const o of outputs) this.#pendingLines.push(JSON.stringify(o));
     this.#unwritten += outputs.length;
     const done = new Promise<void>((resolve, reject) =>
       this.#pendingWaiters.push({ resolve, reject })
@@ -315,7 +315,7 @@ export class ResultsWriter {
     this.#flushScheduled = false;
     this.#lastFlushAt = performance.now();
     const count = this.#pendingLines.length;
-    const lines = this.#pendingLines.join("");
+    const lines = count ? this.#pendingLines.join("\n") + "\n" : "";
     const waiters = this.#pendingWaiters;
     this.#pendingLines = [];
     this.#pendingWaiters = [];
