@@ -129,6 +129,7 @@ async function vf(
   n: number,
   concurrency: number,
   transport: "auto" | "fetch" = "auto",
+  keepOutputs = true,
 ) {
   const dir = await mkdtemp(join(tmpdir(), "vf-bench-"));
   const env = makeEnv(n);
@@ -151,6 +152,7 @@ async function vf(
   const result = await evaluate(env, client, "bench", {
     maxConcurrent: concurrency,
     resultsDir: dir,
+    keepOutputs,
   });
   const seconds = (performance.now() - t0) / 1000;
   clearInterval(timer);
@@ -413,10 +415,10 @@ try {
   ];
   const transportLines = [
     "",
-    "The same runs by transport: `raw http1` is the raw loop on vf's HTTP/1.1 pool, `vf on fetch` is `evaluate` with `transport: \"fetch\"`. vf / raw http1 is the framework's own cost on one transport; vf on fetch / raw fetch is the same on the other.",
+    "The same runs by transport: `raw http1` is the raw loop on vf's HTTP/1.1 pool, `vf on fetch` is `evaluate` with `transport: \"fetch\"`, `vf eval's way` is `evaluate` with `keepOutputs: false` (what `vf eval` does: outputs on disk only). vf / raw http1 is the framework's own cost on one transport; vf on fetch / raw fetch is the same on the other.",
     "",
-    "| concurrency | raw fetch req/s | raw http1 req/s | vf rollouts/s | vf on fetch rollouts/s | vf / raw http1 | vf on fetch / raw fetch |",
-    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    "| concurrency | raw fetch req/s | raw http1 req/s | vf rollouts/s | vf eval's way rollouts/s | vf on fetch rollouts/s | vf / raw http1 | vf eval's way / raw http1 | vf on fetch / raw fetch |",
+    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
   ];
   for (const c of LEVELS) {
     const n = c === 1 ? Math.min(ROLLOUTS, 3000) : ROLLOUTS;
@@ -426,11 +428,13 @@ try {
     const rawsHttp1: number[] = [];
     const vfs: Array<Awaited<ReturnType<typeof vf>>> = [];
     const vfsFetch: number[] = [];
+    const vfsFlat: number[] = [];
     const pfs: Array<{ perSecond: number; peakMb: number }> = [];
     for (let i = 0; i < REPEATS; i++) {
       raws.push(await raw(server.url, n, c));
       vfs.push(await vf(server.url, n, c));
       rawsHttp1.push(await rawHttp1(server.url, n, c));
+      vfsFlat.push((await vf(server.url, n, c, "auto", false)).perSecond);
       vfsFetch.push((await vf(server.url, n, c, "fetch")).perSecond);
       if (pf) {
         const r = await promptfooRun(work, config, cases, c);
@@ -441,6 +445,7 @@ try {
     const rh = median(rawsHttp1);
     const v = median(vfs.map((x) => x.perSecond));
     const vfetch = median(vfsFetch);
+    const vflat = median(vfsFlat);
     const p = pf ? median(pfs.map((x) => x.perSecond)) : NaN;
     const cell = (x: number, digits = 0) => Number.isNaN(x) ? "–" : x.toFixed(digits);
     lines.push(
@@ -451,9 +456,9 @@ try {
       } | ${pf ? Math.max(...pfs.map((x) => x.peakMb)).toFixed(0) : "–"} |`,
     );
     transportLines.push(
-      `| ${c} | ${r.toFixed(0)} | ${rh.toFixed(0)} | ${v.toFixed(0)} | ${vfetch.toFixed(0)} | ${
-        (v / rh).toFixed(2)
-      } | ${(vfetch / r).toFixed(2)} |`,
+      `| ${c} | ${r.toFixed(0)} | ${rh.toFixed(0)} | ${v.toFixed(0)} | ${vflat.toFixed(0)} | ${
+        vfetch.toFixed(0)
+      } | ${(v / rh).toFixed(2)} | ${(vflat / rh).toFixed(2)} | ${(vfetch / r).toFixed(2)} |`,
     );
     console.error(lines.at(-1));
     console.error(transportLines.at(-1));

@@ -333,7 +333,10 @@ export abstract class Environment {
     return true;
   }
 
-  /** Run one rollout to completion (not scored). */
+  /**
+   * Run one rollout to completion (not scored). `input` may be the dataset's own row (`generate`
+   * does not copy rows): read it, or copy it as {@link initState} does, but never change it.
+   */
   abstract rollout(
     input: Row,
     client: ChatClient,

@@ -126,7 +126,10 @@ function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
-/** Run rollouts for `inputs` (rows with `prompt` and `example_id`) and score them. */
+/**
+ * Run rollouts for `inputs` (rows with `prompt` and `example_id`) and score them. The rows go
+ * to the environment as they are, not copied: environments read them and never change them.
+ */
 export async function generate(
   env: EnvironmentHandle,
   inputs: readonly Row[] | Dataset,

@@ -394,10 +394,10 @@ export class ResultsWriter {
     metadata: Record<string, unknown> | (() => Record<string, unknown>),
   ): Promise<void> {
     this.#pendingMetadata = metadata;
-    // A write already due takes the newest metadata: nothing more to arrange (called per group).
-    if (this.#metadataTimer !== undefined) return RESOLVED;
     const wait = this.#lastMetadataAt + this.metadataIntervalMs - Date.now();
     if (wait <= 0) return this.#writePendingMetadata();
+    // A write already due takes the newest metadata: nothing more to arrange (called per group).
+    if (this.#metadataTimer !== undefined) return RESOLVED;
     this.#metadataTimer = setTimeout(() => {
       this.#metadataTimer = undefined;
       this.#writePendingMetadata().catch(() => {});

@@ -578,12 +578,12 @@ export class OpenAIChatClient implements ChatClient {
   }
 }
 
-/** Header names are case-insensitive: later ones (e.g. a user's `Authorization`) replace ours. */
 function hasKeys(record: Record<string, string>): boolean {
   for (const _ in record) return true;
   return false;
 }
 
+/** Header names are case-insensitive: later ones (e.g. a user's `Authorization`) replace ours. */
 function lowerCaseKeys(headers: Record<string, string> | undefined): Record<string, string> {
   const out: Record<string, string> = {};
   for (const name in headers) out[name.toLowerCase()] = headers[name];

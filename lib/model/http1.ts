@@ -11,6 +11,7 @@
  */
 import net from "node:net";
 import { Buffer } from "node:buffer";
+import { unrefTimer } from "../_timers.ts";
 
 /** One request. The body is sent whole with a `content-length`. */
 export interface Http1Request {
@@ -446,7 +447,7 @@ function addDeadline(deadline: Deadline): void {
   if (sweeper !== undefined) return;
   sweeper = setInterval(sweepDeadlines, SWEEP_EVERY_MS);
   // The sockets of requests in flight keep the process alive; the sweep never does.
-  (sweeper as { unref?: () => void }).unref?.();
+  unrefTimer(sweeper);
 }
 
 function sweepDeadlines(): void {

@@ -23,6 +23,7 @@
  */
 
 import { mathEquivalentSync } from "./math_equivalence.ts";
+import { unrefTimer } from "../_timers.ts";
 
 export { mathEquivalentSync, normalizeMathAnswer } from "./math_equivalence.ts";
 
@@ -81,15 +82,6 @@ let nextJobId = 1;
 const stats = { started: 0, terminated: 0, timedOut: 0 };
 
 /** Lets the process exit while only this timer is pending (Deno, Node and Bun spell it apart). */
-function unrefTimer(timer: ReturnType<typeof setTimeout>): void {
-  if (typeof timer === "object" && timer !== null && "unref" in timer) {
-    (timer as { unref(): void }).unref();
-    return;
-  }
-  const deno = (globalThis as { Deno?: { unrefTimer?(id: number): void } }).Deno;
-  deno?.unrefTimer?.(timer as unknown as number);
-}
-
 function runSync(job: Job): void {
   settle(job);
   job.resolve(mathEquivalentSync(job.gold, job.pred));

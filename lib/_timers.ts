@@ -1,0 +1,15 @@
+/**
+ * Timers that never keep the process alive, under Deno (numeric ids) and Node or Bun
+ * (timer objects) alike.
+ * @module
+ */
+
+/** Lets the process exit while `timer` is still pending. */
+export function unrefTimer(timer: ReturnType<typeof setTimeout>): void {
+  if (typeof timer === "object" && timer !== null && "unref" in timer) {
+    (timer as { unref(): void }).unref();
+    return;
+  }
+  const deno = (globalThis as { Deno?: { unrefTimer?(id: number): void } }).Deno;
+  deno?.unrefTimer?.(timer as unknown as number);
+}
