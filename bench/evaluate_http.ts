@@ -1,0 +1,184 @@
+/**
+ * `evaluate` against the bare HTTP/1.1-pool loop it is measured by, the stricter way: one
+ * process, one environment, a loopback model server in a child process, and the bare loop and
+ * `evaluate` (outputs kept, and `keepOutputs: false` as `vf eval` runs it) alternating, so the
+ * machine's speed swings reach every variant alike. Prints the fastest and the median run of
+ * each, the ratio to the bare loop, and heap allocated per rollout (`total_allocated_bytes`,
+ * independent of the machine's speed). With `--peak`, each variant also runs once in a fresh
+ * process of its own and reports that process's peak RSS.
+ *
+ *   deno run -A bench/evaluate_http.ts [rollouts=20000] [repeats=6] [--peak]
+ * @module
+ */
+import v8 from "node:v8";
+import { evaluate, OpenAIChatClient, Rubric, SingleTurnEnv } from "../mod.ts";
+import { http1Request } from "../lib/model/http1.ts";
+
+// A child (`--child <variant> <url> <rollouts>`) runs one variant once for its peak RSS.
+const child = Deno.args[0] === "--child" ? Deno.args.slice(1) : null;
+const args = child ? [child[2]] : Deno.args.filter((a) => !a.startsWith("--"));
+const n = Number(args[0] ?? 20_000);
+const repeats = Number(args[1] ?? 6);
+const CONCURRENCY = 256;
+const question = (i: number) => `What is 2+2? (#${i})`;
+
+const SERVER = `
+const body = JSON.stringify({ id: "c", object: "chat.completion", created: 0, model: "bench",
+  choices: [{ index: 0, message: { role: "assistant", content: "The answer is 4." }, finish_reason: "stop" }],
+  usage: { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 } });
+Deno.serve({ port: 0, hostname: "127.0.0.1", onListen: ({ port }) => console.log(port) }, async (req) => {
+  await req.arrayBuffer();
+  return new Response(body, { headers: { "content-type": "application/json" } });
+});`;
+
+async function startServer(): Promise<{ url: string; child: Deno.ChildProcess }> {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["eval", SERVER],
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  const reader = child.stdout.getReader();
+  const port = Number(new TextDecoder().decode((await reader.read()).value).trim());
+  reader.releaseLock();
+  return { url: `http://127.0.0.1:${port}/v1`, child };
+}
+
+/** Bytes the heap has allocated so far (Deno's V8 reports it; the Node typings do not list it). */
+const allocated = () =>
+  (v8.getHeapStatistics() as { total_allocated_bytes?: number }).total_allocated_bytes ?? 0;
+
+interface Run {
+  wallUs: number;
+  bytes: number;
+}
+
+async function timed(count: number, work: () => Promise<void>): Promise<Run> {
+  const a0 = allocated();
+  const t0 = performance.now();
+  await work();
+  return { wallUs: (1e3 * (performance.now() - t0)) / count, bytes: (allocated() - a0) / count };
+}
+
+function makeEnv(): SingleTurnEnv {
+  return new SingleTurnEnv({
+    evalDataset: Array.from({ length: n }, (_, i) => ({ question: question(i), answer: "4" })),
+    systemPrompt: "Answer briefly.",
+    rubric: new Rubric({
+      funcs: [
+        ({ completion, answer, parser }) => (parser.parseAnswer(completion) ?? "").includes(answer),
+      ],
+    }),
+  });
+}
+
+async function runEvaluate(
+  env: SingleTurnEnv,
+  url: string,
+  keepOutputs: boolean,
+  count = n,
+): Promise<Run> {
+  const client = new OpenAIChatClient({ base_url: url, max_retries: 0 });
+  const dir = await Deno.makeTempDir({ prefix: "vf-bench-http-" });
+  try {
+    return await timed(count, async () => {
+      const result = await evaluate(env, client, "bench", {
+        maxConcurrent: CONCURRENCY,
+        resultsDir: dir,
+        keepOutputs,
+        numExamples: count,
+      });
+      if (result.metadata.avg_reward !== 1) throw new Error("unexpected reward");
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+async function runBare(url: string, count = n): Promise<Run> {
+  const endpoint = new URL(`${url}/chat/completions`);
+  const headers = { "content-type": "application/json", authorization: "Bearer x" };
+  const bodies = Array.from({ length: count }, (_, i) =>
+    JSON.stringify({
+      model: "bench",
+      messages: [{ role: "system", content: "Answer briefly." }, {
+        role: "user",
+        content: question(i),
+      }],
+    }));
+  let next = 0;
+  return await timed(count, async () => {
+    await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
+      while (next < count) {
+        const res = await http1Request({
+          method: "POST",
+          url: endpoint,
+          headers,
+          body: bodies[next++],
+        });
+        if (!Array.isArray(JSON.parse(res.text).choices)) throw new Error("no choices");
+      }
+    }));
+  });
+}
+
+if (child) {
+  const [variant, url] = child;
+  const env = makeEnv();
+  if (variant === "bare") await runBare(url);
+  else await runEvaluate(env, url, variant === "kept");
+  const hwm = Number(/VmHWM:\s+(\d+)/.exec(await Deno.readTextFile("/proc/self/status"))![1]);
+  console.log((hwm / 1024).toFixed(0));
+  Deno.exit(0);
+}
+
+const { url, child: server } = await startServer();
+try {
+  const env = makeEnv();
+  // Warm-up: compilation and heap growth, as early in any long run.
+  await runBare(url, Math.min(n, 5_000));
+  await runEvaluate(env, url, false, Math.min(n, 5_000));
+  const runs: Record<string, Run[]> = { bare: [], kept: [], flat: [] };
+  for (let r = 0; r < repeats; r++) {
+    runs.bare.push(await runBare(url));
+    runs.kept.push(await runEvaluate(env, url, true));
+    runs.flat.push(await runEvaluate(env, url, false));
+  }
+  const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
+  const best = (k: string) => sorted(runs[k].map((x) => x.wallUs))[0];
+  const median = (k: string) => sorted(runs[k].map((x) => x.wallUs))[Math.floor(repeats / 2)];
+  console.log(
+    `${n} single-turn rollouts at concurrency ${CONCURRENCY}, ${repeats} runs of each in turn; ` +
+      `load average ${Deno.loadavg().map((x) => x.toFixed(1)).join(", ")}\n`,
+  );
+  console.log(
+    "| variant | fastest µs per rollout | median µs | bare / variant (fastest) | bare / variant (median) | KB allocated per rollout |",
+  );
+  console.log("| --- | ---: | ---: | ---: | ---: | ---: |");
+  const names: Record<string, string> = {
+    bare: "bare HTTP/1.1-pool loop",
+    kept: "`evaluate`, outputs kept (default)",
+    flat: "`evaluate`, `keepOutputs: false` (vf eval)",
+  };
+  for (const k of ["bare", "kept", "flat"]) {
+    const kb = runs[k].at(-1)!.bytes / 1024;
+    console.log(
+      `| ${names[k]} | ${best(k).toFixed(1)} | ${median(k).toFixed(1)} | ${
+        (best("bare") / best(k)).toFixed(2)
+      } | ${(median("bare") / median(k)).toFixed(2)} | ${kb.toFixed(1)} |`,
+    );
+  }
+  if (Deno.args.includes("--peak")) {
+    console.log("\nPeak RSS of one run in a fresh process (MiB):");
+    for (const k of ["bare", "kept", "flat"]) {
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", new URL(import.meta.url).pathname, "--child", k, url, String(n)],
+        stdout: "piped",
+        stderr: "inherit",
+      }).output();
+      console.log(`  ${names[k]}: ${new TextDecoder().decode(out.stdout).trim()}`);
+    }
+  }
+} finally {
+  server.kill("SIGTERM");
+  await server.status;
+}
