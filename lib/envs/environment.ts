@@ -17,7 +17,7 @@ import { formatRows, parseInfo } from "../data/formatting.ts";
 import { copyPlain } from "../_plain.ts";
 import { normalizeMessages, normalizeToolDefs } from "../messages.ts";
 import { Parser } from "../scoring/parser.ts";
-import { Rubric, RubricGroup, sortHandlers } from "../scoring/rubric.ts";
+import { RESOLVED, Rubric, RubricGroup, sortHandlers } from "../scoring/rubric.ts";
 import { newTiming, nowSeconds, type RolloutOutput, type State, stateToOutput } from "../state.ts";
 import type {
   AssistantMessage,
@@ -409,13 +409,15 @@ export abstract class Environment {
     } else if (independent) {
       for (const s of states) await this.rubric.scoreRollout(s);
     } else {
-      await this.rubric.scoreGroup(states);
+      const scoring = this.rubric.scoreGroup(states);
+      if (scoring !== RESOLVED) await scoring;
     }
     const end = nowSeconds();
     for (const s of states) {
       s.timing.scoring.end = end;
       try {
-        await this.rubric.cleanup(s);
+        const cleaning = this.rubric.cleanup(s);
+        if (cleaning !== RESOLVED) await cleaning;
       } catch (error) {
         console.warn(`Rubric cleanup failed: ${error}`);
       }
@@ -435,6 +437,9 @@ function sample(ds: Dataset, n: number, seed?: number | null): Dataset {
   if (n > 0 && n < out.length) out = out.select([...Array(n).keys()]);
   return out;
 }
+
+/** What a rollout's timer resolves with when it wins the race against the rollout. */
+const TIMEOUT = Symbol("timeout");
 
 /** The signal of a rollout nobody can cancel (no run signal, no rollout timeout). */
 const NEVER_ABORTED = new AbortController().signal;
@@ -534,7 +539,8 @@ export abstract class MultiTurnEnv extends Environment {
     state.timing.generation.start = nowSeconds();
     state.timing.setup.start = state.timing.generation.start;
     try {
-      await this.setupState(state);
+      const setup = this.setupState(state);
+      if (setup) await setup;
     } catch (error) {
       if (isFatalError(error) || signal.aborted) throw error;
       state.error = error;
@@ -590,7 +596,6 @@ export abstract class MultiTurnEnv extends Environment {
     const signal = controller?.signal ?? outer ?? NEVER_ABORTED;
     state.signal = signal;
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const TIMEOUT = Symbol("timeout");
     try {
       const loop = this.#loop(state, signal);
       if (controller) {

@@ -299,7 +299,11 @@ export class Rubric {
   }
 }
 
-const RESOLVED: Promise<void> = Promise.resolve();
+/**
+ * The promise `scoreGroup` and `cleanup` return when they finished synchronously: callers may
+ * skip awaiting it.
+ */
+export const RESOLVED: Promise<void> = Promise.resolve();
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === "function";
