@@ -9,6 +9,7 @@ import { formatRows } from "../data/formatting.ts";
 import { applyGroupScores, Rubric } from "../scoring/rubric.ts";
 import type { State } from "../state.ts";
 import type { Row } from "../types.ts";
+import { RewardError } from "../errors.ts";
 
 /** Options of {@link EnvGroup}. */
 export interface EnvGroupOptions extends Omit<EnvironmentOptions, "dataset" | "evalDataset"> {
@@ -16,7 +17,10 @@ export interface EnvGroupOptions extends Omit<EnvironmentOptions, "dataset" | "e
   envNames?: string[];
 }
 
-/** Scores a state with the rubric of the environment its task routes to, zero-filling other names. */
+/**
+ * Scores a state with the rubric of the environment its task routes to, zero-filling other
+ * names. A task no environment has is not scored: its rollouts get a `RewardError`.
+ */
 export class EnvGroupRubric extends Rubric {
   #envs: Map<string, Environment>;
 
@@ -38,7 +42,13 @@ export class EnvGroupRubric extends Rubric {
     const names = this.#allNames();
     const env = this.#envs.get(states[0].task);
     if (!env) {
-      console.warn(`No environment for task "${states[0].task}"; scoring 0`);
+      // No rubric ran: an error on each rollout (left out of averages), never a score of 0.
+      const known = [...this.#envs.keys()].map((k) => `"${k}"`).join(", ");
+      for (const s of states) {
+        s.error ??= new RewardError(
+          `No environment in the group for task "${s.task}" (tasks: ${known}); it was not scored`,
+        );
+      }
       applyGroupScores(states, states.map(() => 0), states.map(() => zeroFill(names, {})));
       return;
     }

@@ -2,7 +2,9 @@ import assert from "node:assert/strict";
 import { OpenAIChatClient } from "../model/client.ts";
 import { EnvGroup, EnvGroupRubric } from "./group.ts";
 import { SingleTurnEnv } from "./environment.ts";
-import { ConfigError } from "../errors.ts";
+import { ConfigError, RewardError } from "../errors.ts";
+import { stateToOutput } from "../state.ts";
+import { isUnscoredOutput } from "../eval/results.ts";
 import { generate } from "../eval/evaluate.ts";
 import { contentText } from "../messages.ts";
 import { lastUserText, startModelServer } from "../../tests/model_server.ts";
@@ -117,7 +119,7 @@ Deno.test("EnvGroup with an eval-only child keeps its rows out of the training s
   assert.equal((await allEvalOnly.getEvalDataset()).length, 1);
 });
 
-Deno.test("EnvGroupRubric zero-fills every child's metric names and scores unknown tasks 0", async () => {
+Deno.test("EnvGroupRubric zero-fills every child's metric names; an unknown task is an error, never a 0", async () => {
   await using server = await startModelServer({ responder: () => ({ content: "2" }) });
   const client = new OpenAIChatClient({ base_url: server.url, max_retries: 0, timeout: 5 });
   const { math, writing } = children();
@@ -132,7 +134,10 @@ Deno.test("EnvGroupRubric zero-fills every child's metric names and scores unkno
   const stray = await math.rollout({ ...first, task: "chemistry" }, client, "m");
   assert.equal(stray.task, "chemistry");
   await group.rubric.scoreRollout(stray);
-  assert.equal(stray.reward, 0);
+  assert.ok(stray.error instanceof RewardError, String(stray.error));
+  assert.match((stray.error as Error).message, /task "chemistry".*"math", "writing".*not scored/);
+  const output = stateToOutput(stray);
+  assert.ok(isUnscoredOutput(output), "left out of averages and pass@k");
   assert.deepEqual(stray.metrics, { exact: 0, long: 0, num_turns: 0, reward_0: 0 });
 });
 
