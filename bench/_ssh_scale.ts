@@ -25,7 +25,7 @@ import type { Runtime, SshRuntimeSpec } from "../runtimes/runtime.ts";
 import type { SandboxSource } from "../runtimes/pool.ts";
 import { sshConnections, sshConnectionsClosed } from "../runtimes/ssh/mod.ts";
 import { startModelServer, textReply, toolCallReply } from "../tests/model_server.ts";
-import type { SshdHost } from "../tests/_sshd_hosts.ts";
+import { type SshdHost, sshSpecFor } from "../tests/_sshd_hosts.ts";
 
 /** The agent's commands: look at the input three ways, then write the sum. */
 const COMMANDS = [
@@ -145,14 +145,7 @@ export async function runSshScale(options: SshScaleOptions): Promise<SshScaleRes
       const host = hosts[next++ % hosts.length];
       const sshSpec: SshRuntimeSpec = {
         ...(spec as SshRuntimeSpec),
-        type: "ssh",
-        host: host.host,
-        port: host.port,
-        user: host.user,
-        privateKeyPath: host.privateKeyPath,
-        knownHostsPath: host.knownHostsPath,
-        sshConfigPath: null,
-        maxSessions: options.maxSessions,
+        ...sshSpecFor(host, { sshConfigPath: null, maxSessions: options.maxSessions }),
       };
       const rt: Runtime = createRuntime(sshSpec, { runId, task: o?.task });
       await rt.start({ signal: o?.signal });

@@ -13,6 +13,7 @@
 import v8 from "node:v8";
 import { evaluate, OpenAIChatClient, Rubric, SingleTurnEnv } from "../mod.ts";
 import { http1Request } from "../lib/model/http1.ts";
+import { startLoopbackModel } from "./_loopback_model.ts";
 
 // A child (`--child <variant> <url> <rollouts>`) runs one variant once for its peak RSS.
 const child = Deno.args[0] === "--child" ? Deno.args.slice(1) : null;
@@ -21,27 +22,6 @@ const n = Number(args[0] ?? 20_000);
 const repeats = Number(args[1] ?? 6);
 const CONCURRENCY = 256;
 const question = (i: number) => `What is 2+2? (#${i})`;
-
-const SERVER = `
-const body = JSON.stringify({ id: "c", object: "chat.completion", created: 0, model: "bench",
-  choices: [{ index: 0, message: { role: "assistant", content: "The answer is 4." }, finish_reason: "stop" }],
-  usage: { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 } });
-Deno.serve({ port: 0, hostname: "127.0.0.1", onListen: ({ port }) => console.log(port) }, async (req) => {
-  await req.arrayBuffer();
-  return new Response(body, { headers: { "content-type": "application/json" } });
-});`;
-
-async function startServer(): Promise<{ url: string; child: Deno.ChildProcess }> {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["eval", SERVER],
-    stdout: "piped",
-    stderr: "inherit",
-  }).spawn();
-  const reader = child.stdout.getReader();
-  const port = Number(new TextDecoder().decode((await reader.read()).value).trim());
-  reader.releaseLock();
-  return { url: `http://127.0.0.1:${port}/v1`, child };
-}
 
 /** Bytes the heap has allocated so far (Deno's V8 reports it; the Node typings do not list it). */
 const allocated = () =>
@@ -131,7 +111,7 @@ if (child) {
   Deno.exit(0);
 }
 
-const { url, child: server } = await startServer();
+const { url, kill } = await startLoopbackModel();
 try {
   const env = makeEnv();
   // Warm-up: compilation and heap growth, as early in any long run.
@@ -179,6 +159,5 @@ try {
     }
   }
 } finally {
-  server.kill("SIGTERM");
-  await server.status;
+  kill();
 }

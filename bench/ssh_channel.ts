@@ -6,7 +6,7 @@
  *   deno run -A bench/ssh_channel.ts [iterations=40]
  * @module
  */
-import { startSshdHost } from "../tests/_sshd_hosts.ts";
+import { sshSpecFor, startSshdHost } from "../tests/_sshd_hosts.ts";
 import { SshRuntime } from "../runtimes/ssh/mod.ts";
 
 const iterations = Number(Deno.args[0] ?? 40);
@@ -17,15 +17,7 @@ const rows: string[] = [];
 const results: Record<string, number> = {};
 try {
   for (const execChannel of [true, false]) {
-    const rt = new SshRuntime({
-      type: "ssh",
-      host: host.host,
-      port: host.port,
-      user: host.user,
-      privateKeyPath: host.privateKeyPath,
-      knownHostsPath: host.knownHostsPath,
-      execChannel,
-    });
+    const rt = new SshRuntime(sshSpecFor(host, { execChannel }));
     await rt.start();
     try {
       const times: number[] = [];

@@ -24,6 +24,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { evaluate, OpenAIChatClient, Rubric, SingleTurnEnv } from "../mod.ts";
 import { http1Request } from "../lib/model/http1.ts";
+import { startLoopbackModel } from "./_loopback_model.ts";
 
 function flag(name: string, fallback: string): string {
   const args = process.argv.slice(2);
@@ -38,31 +39,6 @@ const REPEATS = Number(flag("repeats", "3"));
 const PF_CASES = Number(flag("promptfoo-cases", "2000"));
 const SYSTEM = "Answer briefly.";
 const question = (i: number) => `What is 2+2? (#${i})`;
-
-const SERVER = `
-const body = JSON.stringify({
-  id: "c", object: "chat.completion", created: 0, model: "bench",
-  choices: [{ index: 0, message: { role: "assistant", content: "The answer is 4." }, finish_reason: "stop" }],
-  usage: { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 },
-});
-const s = Deno.serve({ port: 0, hostname: "127.0.0.1", onListen: ({ port }) => console.log(port) }, async (req) => {
-  await req.arrayBuffer();
-  return new Response(body, { headers: { "content-type": "application/json" } });
-});
-`;
-
-async function startServer(): Promise<{ url: string; kill: () => void }> {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["eval", SERVER],
-    stdout: "piped",
-    stderr: "inherit",
-  }).spawn();
-  const reader = child.stdout.getReader();
-  const { value } = await reader.read();
-  const port = Number(new TextDecoder().decode(value).trim());
-  reader.releaseLock();
-  return { url: `http://127.0.0.1:${port}/v1`, kill: () => child.kill("SIGTERM") };
-}
 
 /** The bodies vf sends for rows 0..n-1 (system prompt + question), built before timing. */
 function requestBodies(n: number): string[] {
@@ -372,7 +348,7 @@ if (childAt >= 0) {
   Deno.exit(0);
 }
 
-const server = await startServer();
+const server = await startLoopbackModel();
 const work = await mkdtemp(join(tmpdir(), "vf-bench-pf-"));
 try {
   const pf = await promptfooVersion();

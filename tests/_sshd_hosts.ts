@@ -16,6 +16,7 @@
  */
 
 import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import type { SshRuntimeSpec } from "../runtimes/runtime.ts";
 
 /** Where host records live: one directory per host, also its subnet reservation. */
 const STATE_ROOT = "/run/vf-test-hosts";
@@ -271,6 +272,19 @@ function sshdConfig(address: string): string {
     "MaxStartups 100:30:200",
     "",
   ].join("\n");
+}
+
+/** The ssh runtime spec that reaches `host` as root with its key and known_hosts file. */
+export function sshSpecFor(host: SshdHost, extra: Partial<SshRuntimeSpec> = {}): SshRuntimeSpec {
+  return {
+    type: "ssh",
+    host: host.host,
+    port: host.port,
+    user: host.user,
+    privateKeyPath: host.privateKeyPath,
+    knownHostsPath: host.knownHostsPath,
+    ...extra,
+  };
 }
 
 /** Starts one sshd test host. */

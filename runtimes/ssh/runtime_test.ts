@@ -24,7 +24,7 @@ import { loadSsh2 } from "./connection.ts";
 import { tarSideExcludes } from "./runtime.ts";
 import { readTar } from "../_tar.ts";
 import { ConfigError } from "../../lib/errors.ts";
-import { startSshdHosts } from "../../tests/_sshd_hosts.ts";
+import { sshSpecFor, startSshdHosts } from "../../tests/_sshd_hosts.ts";
 
 const [host, doomed] = await startSshdHosts(2);
 globalThis.addEventListener("unload", () => {
@@ -35,15 +35,7 @@ globalThis.addEventListener("unload", () => {
 const tmp = await mkdtemp(join(tmpdir(), "vf-ssh-test-"));
 
 function specFor(h = host, extra: Partial<SshRuntimeSpec> = {}): SshRuntimeSpec {
-  return {
-    type: "ssh",
-    host: h.host,
-    port: h.port,
-    user: h.user,
-    privateKeyPath: h.privateKeyPath,
-    knownHostsPath: h.knownHostsPath,
-    ...extra,
-  };
+  return sshSpecFor(h, extra);
 }
 
 /** A test body that leaves no SSH socket open behind it. */
