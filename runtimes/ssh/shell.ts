@@ -31,22 +31,42 @@ printf '\\037vf:%s\\n' "$$" >&2
 exec "$@"`;
 
 /**
- * A kill script over the pids given as arguments: it walks /proc for their descendants (by
- * PPid, following processes that left the group), stopping each as it is found so none can
- * fork away, then SIGKILLs them. With `roots`, the pids' process groups and the pids
- * themselves are stopped first and killed too; without, the pids are left alive (a channel
- * supervisor outlives the command it ran). Without /proc only the groups are killed.
+ * A kill script over the pids given as arguments: it finds their descendants (following
+ * processes that left the group), stopping each as it is found so none can fork away, then
+ * SIGKILLs them and waits (briefly) until they are gone, so a caller that returns after it
+ * finds none left. Descendants come from the kernel's children lists where it has them (a
+ * walk of the tree only); otherwise from every process's PPid under /proc, which on a host
+ * with hundreds of processes costs a second or more per pass. With `roots`, the pids'
+ * process groups and the pids themselves are stopped first and killed too; without, the pids
+ * are left alive (a channel supervisor outlives the command it ran). Without /proc only the
+ * groups are killed. `childrenLists: false` always walks /proc (for tests of that branch).
  */
-function killScript(roots: boolean): string {
+export function killScript(roots: boolean, childrenLists = true): string {
   const stopRoot = roots ? ` kill -STOP -- "-$p" 2>/dev/null || kill -STOP "$p" 2>/dev/null;` : "";
   const killRoots = roots
     ? `for p in "$@"; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done\n`
     : "";
+  // The roots' own processes are killed (and waited for) only with \`roots\`.
+  const killed = roots ? "$all" : "$kids";
+  // A found pid joins $all and $kids and is stopped; another pass runs while one finds more.
+  const found =
+    `case "$all" in *" $n "*) ;; *) all="$all$n "; kids="$kids $n"; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac`;
   return `all=" "
 kids=
 for p in "$@"; do all="$all$p ";${stopRoot} done
-if [ -d /proc/self ]; then
-  changed=1
+changed=1
+if ${childrenLists ? "" : "false && "}[ -r "/proc/$$/task/$$/children" ]; then
+  while [ "$changed" = 1 ]; do
+    changed=0
+    for p in $all; do
+      for f in /proc/"$p"/task/*/children; do
+        line=
+        read -r line 2>/dev/null <"$f"
+        for n in $line; do ${found}; done
+      done
+    done
+  done
+elif [ -d /proc/self ]; then
   while [ "$changed" = 1 ]; do
     changed=0
     for d in /proc/[0-9]*; do
@@ -57,11 +77,22 @@ if [ -d /proc/self ]; then
       while read -r k v rest; do
         if [ "$k" = "PPid:" ]; then pp=$v; break; fi
       done 2>/dev/null <"$d/status"
-      case "$all" in *" $pp "*) all="$all$n "; kids="$kids $n"; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac
+      case "$all" in *" $pp "*) ${found} ;; esac
     done
   done
 fi
 ${killRoots}for n in $kids; do kill -KILL "$n" 2>/dev/null; done
+for n in ${killed}; do
+  i=0
+  while [ "$i" -lt 2000 ]; do
+    st=Z
+    while read -r k v rest; do
+      if [ "$k" = "State:" ]; then st=$v; break; fi
+    done 2>/dev/null <"/proc/$n/status"
+    case $st in Z|X) break ;; esac
+    i=$((i + 1))
+  done
+done
 exit 0`;
 }
 
