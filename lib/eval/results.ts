@@ -242,6 +242,8 @@ export class ResultsWriter {
   readonly dir: string;
   /** Minimum time between metadata rewrites; pending metadata is written by `flush()`. */
   readonly metadataIntervalMs: number;
+  /** Appends within this many ms of the last write wait to be written with the next ones. */
+  readonly coalesceMs: number;
   #repaired = false;
   #dirReady = false;
   /** `results.jsonl`, open for appending while appends keep coming (see `#writeLines`). */
@@ -260,9 +262,10 @@ export class ResultsWriter {
   #metadataTimer: ReturnType<typeof setTimeout> | undefined;
   #lastMetadataAt = 0;
 
-  constructor(dir: string, options: { metadataIntervalMs?: number } = {}) {
+  constructor(dir: string, options: { metadataIntervalMs?: number; coalesceMs?: number } = {}) {
     this.dir = dir;
     this.metadataIntervalMs = options.metadataIntervalMs ?? 500;
+    this.coalesceMs = options.coalesceMs ?? COALESCE_MS;
   }
 
   /** Outputs appended whose lines are not on disk yet. */
@@ -287,7 +290,7 @@ export class ResultsWriter {
   /**
    * Append outputs (serialised one per line), repairing a torn last line first. Appends
    * that arrive together are written with one call, and so are appends that arrive within
-   * `COALESCE_MS` of the last write (rollouts finishing one by one, as replies come in, would
+   * `coalesceMs` (10 ms) of the last write (rollouts finishing one by one, as replies come in, would
    * otherwise cost a write each); the promise resolves once on disk.
    */
   append(outputs: RolloutOutput[]): Promise<void> {
@@ -298,7 +301,7 @@ export class ResultsWriter {
     );
     if (!this.#flushScheduled) {
       this.#flushScheduled = true;
-      const wait = this.#lastFlushAt + COALESCE_MS - performance.now();
+      const wait = this.#lastFlushAt + this.coalesceMs - performance.now();
       if (wait <= 0) queueMicrotask(() => this.#enqueue(this.#writePending));
       else {
         this.#flushTimer = setTimeout(() => {

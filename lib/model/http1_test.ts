@@ -484,7 +484,8 @@ Deno.test("http1Request() times out a long timeout by the shared once-a-second s
   const elapsed = performance.now() - start;
   assert.ok(error instanceof Http1TimeoutError, String(error));
   assert.equal(error.phase, "send");
-  assert.ok(elapsed >= 9_990 && elapsed < 11_500, `took ${elapsed} ms`);
+  // Never early; late by the sweep's second at most, plus room for a loaded test machine.
+  assert.ok(elapsed >= 9_990 && elapsed < 13_000, `took ${elapsed} ms`);
 });
 
 Deno.test("http1Request() times out in phase receive when the reply stalls midway", async () => {
