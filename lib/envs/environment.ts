@@ -374,7 +374,8 @@ export abstract class Environment {
           this.rollout(input, withCacheSalt(client, String(i)), model, options)
         ),
       );
-    await this.scoreStates(states, options.independentScoring ?? false);
+    const scoring = this.scoreStates(states, options.independentScoring ?? false);
+    if (scoring !== RESOLVED) await scoring;
     return states;
   }
 
@@ -397,31 +398,61 @@ export abstract class Environment {
     };
   }
 
-  /** Score finished states (group scoring by default). */
-  async scoreStates(states: State[], independent = false): Promise<void> {
-    const start = nowSeconds();
-    for (const s of states) s.timing.scoring.start = start;
-    if (!this.scoreRollouts) {
-      for (const s of states) {
-        s.reward = 0;
-        s.metrics = {};
+  /**
+   * Score finished states (group scoring by default). Synchronous while the rubric and its
+   * cleanups are (the returned promise is then the shared resolved one).
+   */
+  scoreStates(states: State[], independent = false): Promise<void> {
+    try {
+      const start = nowSeconds();
+      for (const s of states) s.timing.scoring.start = start;
+      if (!this.scoreRollouts) {
+        for (const s of states) {
+          s.reward = 0;
+          s.metrics = {};
+        }
+      } else if (independent) {
+        return this.#scoreEach(states);
+      } else {
+        const scoring = this.rubric.scoreGroup(states);
+        if (scoring !== RESOLVED) return scoring.then(() => this.#afterScoring(states, 0));
       }
-    } else if (independent) {
-      for (const s of states) await this.rubric.scoreRollout(s);
-    } else {
-      const scoring = this.rubric.scoreGroup(states);
-      if (scoring !== RESOLVED) await scoring;
+      return this.#afterScoring(states, 0);
+    } catch (error) {
+      return Promise.reject(error);
     }
-    const end = nowSeconds();
-    for (const s of states) {
-      s.timing.scoring.end = end;
+  }
+
+  async #scoreEach(states: State[]): Promise<void> {
+    for (const s of states) await this.rubric.scoreRollout(s);
+    await this.#afterScoring(states, 0);
+  }
+
+  /** Stamps the end of scoring (at `from` = 0), then runs the rubric's cleanup from `from` on. */
+  #afterScoring(states: State[], from: number): Promise<void> {
+    if (from === 0) {
+      const end = nowSeconds();
+      for (const s of states) s.timing.scoring.end = end;
+    }
+    for (let i = from; i < states.length; i++) {
+      let cleaning: Promise<void>;
       try {
-        const cleaning = this.rubric.cleanup(s);
-        if (cleaning !== RESOLVED) await cleaning;
+        cleaning = this.rubric.cleanup(states[i]);
       } catch (error) {
         console.warn(`Rubric cleanup failed: ${error}`);
+        continue;
+      }
+      if (cleaning !== RESOLVED) {
+        return cleaning.then(
+          () => this.#afterScoring(states, i + 1),
+          (error) => {
+            console.warn(`Rubric cleanup failed: ${error}`);
+            return this.#afterScoring(states, i + 1);
+          },
+        );
       }
     }
+    return RESOLVED;
   }
 
   /** Run the teardown hooks: the rubric's, then the environment's. */
@@ -535,97 +566,128 @@ export abstract class MultiTurnEnv extends Environment {
     state.completion = full.slice(state.prompt.length);
   }
 
-  async #loop(state: State, signal: AbortSignal): Promise<void> {
-    state.timing.generation.start = nowSeconds();
-    state.timing.setup.start = state.timing.generation.start;
+  /**
+   * The turn loop. With \`finish\`, it also runs the cleanups and renders the completion once
+   * it ends, however it ends: a rollout without a timeout of its own is one async frame.
+   */
+  async #loop(state: State, signal: AbortSignal, finish: boolean): Promise<State> {
     try {
-      const setup = this.setupState(state);
-      if (setup) await setup;
-    } catch (error) {
-      if (isFatalError(error) || signal.aborted) throw error;
-      state.error = error;
-    } finally {
-      state.timing.setup.end = nowSeconds();
-    }
-    for (;;) {
-      let done = this.isCompleted(state);
-      if (typeof done !== "boolean") done = await done;
-      if (done) break;
-      signal.throwIfAborted();
+      state.timing.generation.start = nowSeconds();
+      state.timing.setup.start = state.timing.generation.start;
       try {
-        const t0 = nowSeconds();
-        let prompt = this.getPromptMessages(state);
-        if (!Array.isArray(prompt)) prompt = await prompt;
-        if (state.trajectory.length > 0) {
-          state.timing.env.spans.push({ start: t0, end: nowSeconds() });
-        }
-        if (state.final_env_response !== null) continue;
-        const t1 = nowSeconds();
-        const response = await this.getModelResponse(state, prompt);
-        state.timing.model.spans.push({ start: t1, end: nowSeconds() });
-        this.addModelResponse(state, prompt, response);
+        const setup = this.setupState(state);
+        if (setup) await setup;
       } catch (error) {
-        if (signal.aborted || isFatalError(error)) throw error;
-        if (error instanceof OverlongPromptError) {
-          state.prompt_too_long = true;
-          state.is_truncated = true;
-        } else {
-          state.error = error;
+        if (isFatalError(error) || signal.aborted) throw error;
+        state.error = error;
+      } finally {
+        state.timing.setup.end = nowSeconds();
+      }
+      for (;;) {
+        let done = this.isCompleted(state);
+        if (typeof done !== "boolean") done = await done;
+        if (done) break;
+        signal.throwIfAborted();
+        try {
+          const t0 = nowSeconds();
+          let prompt = this.getPromptMessages(state);
+          if (!Array.isArray(prompt)) prompt = await prompt;
+          if (state.trajectory.length > 0) {
+            state.timing.env.spans.push({ start: t0, end: nowSeconds() });
+          }
+          if (state.final_env_response !== null) continue;
+          const t1 = nowSeconds();
+          const response = await this.getModelResponse(state, prompt);
+          state.timing.model.spans.push({ start: t1, end: nowSeconds() });
+          this.addModelResponse(state, prompt, response);
+        } catch (error) {
+          if (signal.aborted || isFatalError(error)) throw error;
+          if (error instanceof OverlongPromptError) {
+            state.prompt_too_long = true;
+            state.is_truncated = true;
+          } else {
+            state.error = error;
+          }
         }
       }
+    } finally {
+      if (finish) {
+        const cleaning = this.#finish(state);
+        if (cleaning) await cleaning;
+      }
     }
+    return state;
   }
 
-  async rollout(
+  /** Cleanups, the end of generation, and the completion rendered. */
+  #finish(state: State): Promise<void> | void {
+    const cleaning = this.runCleanups(state);
+    if (cleaning) {
+      return cleaning.then(() => {
+        state.timing.generation.end = nowSeconds();
+        this.renderCompletion(state);
+      });
+    }
+    state.timing.generation.end = nowSeconds();
+    this.renderCompletion(state);
+  }
+
+  rollout(
     input: Row,
     client: ChatClient,
     model: string,
     options: RolloutOptions = {},
   ): Promise<State> {
-    const state = this.initState(input, client, model, options.samplingArgs);
-    const outer = options.signal;
-    const timed = this.timeoutSeconds !== null && this.timeoutSeconds > 0;
-    // A rollout needs a signal of its own only to time out alone; otherwise the run's signal
-    // serves (thousands of rollouts adding and removing listeners on it cost measurable CPU).
-    const controller = timed ? new AbortController() : undefined;
-    const onAbort = () => controller!.abort(outer?.reason);
-    if (controller) {
-      if (outer?.aborted) onAbort();
-      outer?.addEventListener("abort", onAbort, { once: true });
+    let state: State;
+    try {
+      state = this.initState(input, client, model, options.samplingArgs);
+    } catch (error) {
+      return Promise.reject(error);
     }
-    const signal = controller?.signal ?? outer ?? NEVER_ABORTED;
+    const outer = options.signal;
+    if (this.timeoutSeconds === null || this.timeoutSeconds <= 0) {
+      // No signal of its own: the run's serves (thousands of rollouts adding and removing
+      // listeners on it cost measurable CPU).
+      const signal = outer ?? NEVER_ABORTED;
+      state.signal = signal;
+      return this.#loop(state, signal, true);
+    }
+    return this.#timed(state, outer, this.timeoutSeconds);
+  }
+
+  /** A rollout with a timeout of its own: a signal, a timer, and a grace for slow hooks. */
+  async #timed(state: State, outer: AbortSignal | undefined, seconds: number): Promise<State> {
+    const controller = new AbortController();
+    const onAbort = () => controller.abort(outer?.reason);
+    if (outer?.aborted) onAbort();
+    outer?.addEventListener("abort", onAbort, { once: true });
+    const signal = controller.signal;
     state.signal = signal;
     let timer: ReturnType<typeof setTimeout> | undefined;
     try {
-      const loop = this.#loop(state, signal);
-      if (controller) {
-        const timeout = new Promise<typeof TIMEOUT>((resolve) => {
-          timer = setTimeout(() => resolve(TIMEOUT), this.timeoutSeconds! * 1000);
-        });
-        const winner = await Promise.race([loop, timeout]);
-        if (winner === TIMEOUT) {
-          controller.abort(new VfError("Rollout timed out"));
-          // Give hooks that ignore the signal a moment to settle, but never hang on them.
-          let grace: ReturnType<typeof setTimeout> | undefined;
-          await Promise.race([
-            loop.catch(() => {}),
-            new Promise((r) => (grace = setTimeout(r, 2000))),
-          ]);
-          clearTimeout(grace);
-          state.timed_out = true;
-          state.is_completed = true;
-          state.stop_condition = "timeout_reached";
-        }
-      } else {
-        await loop;
+      const loop = this.#loop(state, signal, false);
+      const timeout = new Promise<typeof TIMEOUT>((resolve) => {
+        timer = setTimeout(() => resolve(TIMEOUT), seconds * 1000);
+      });
+      const winner = await Promise.race([loop, timeout]);
+      if (winner === TIMEOUT) {
+        controller.abort(new VfError("Rollout timed out"));
+        // Give hooks that ignore the signal a moment to settle, but never hang on them.
+        let grace: ReturnType<typeof setTimeout> | undefined;
+        await Promise.race([
+          loop.catch(() => {}),
+          new Promise((r) => (grace = setTimeout(r, 2000))),
+        ]);
+        clearTimeout(grace);
+        state.timed_out = true;
+        state.is_completed = true;
+        state.stop_condition = "timeout_reached";
       }
     } finally {
       clearTimeout(timer);
-      if (controller) outer?.removeEventListener("abort", onAbort);
-      const cleaning = this.runCleanups(state);
+      outer?.removeEventListener("abort", onAbort);
+      const cleaning = this.#finish(state);
       if (cleaning) await cleaning;
-      state.timing.generation.end = nowSeconds();
-      this.renderCompletion(state);
     }
     return state;
   }

@@ -11,6 +11,7 @@ import {
   startModelServer,
 } from "../../tests/model_server.ts";
 import type { State } from "../state.ts";
+import { RESOLVED, Rubric } from "../scoring/rubric.ts";
 import type { Messages, Row } from "../types.ts";
 
 const ROWS = [
@@ -436,4 +437,77 @@ Deno.test("rollout() with an already aborted signal rejects without calling the 
     /cancelled before start/,
   );
   assert.equal(server.requests.length, 0);
+});
+
+Deno.test("scoreStates() is synchronous for a synchronous rubric; an async or failing cleanup keeps the order and the rest", async () => {
+  const client = new OpenAIChatClient({ base_url: "http://127.0.0.1:9/v1" }); // never called
+  const rows = (await new SingleTurnEnv({ dataset: ROWS }).getDataset()).toList().slice(0, 3);
+  const states = () =>
+    rows.map((row) => {
+      const env = new SingleTurnEnv({ dataset: ROWS });
+      const state = env.initState(row, client, "m");
+      state.completion = [{ role: "assistant", content: String(state.answer) }];
+      return state;
+    });
+
+  // A synchronous rubric without cleanups: scored before scoreStates() returns.
+  const plain = new SingleTurnEnv({
+    dataset: ROWS,
+    rubric: new Rubric({ funcs: [({ answer }) => answer.length] }),
+  });
+  const sync = states();
+  assert.equal(plain.scoreStates(sync), RESOLVED);
+  assert.deepEqual(sync.map((s) => s.reward), [1, 1, 1]);
+  for (const s of sync) assert.ok(s.timing.scoring.end! >= s.timing.scoring.start!);
+
+  // Cleanups that wait, and one that fails: each state's runs, in order; the failure is
+  // reported, not thrown.
+  const seen: number[] = [];
+  const rubric = new Rubric({ funcs: [() => 1] });
+  rubric.addCleanup(async (state: State) => {
+    await new Promise((r) => setTimeout(r, 5));
+    seen.push(state.example_id);
+    if (state.example_id === 0) throw new Error("boom");
+  });
+  const env = new SingleTurnEnv({ dataset: ROWS, rubric });
+  const warnings: string[] = [];
+  const warn = console.warn;
+  console.warn = (message: string) => warnings.push(message);
+  try {
+    const scored = states();
+    const scoring = env.scoreStates(scored);
+    assert.notEqual(scoring, RESOLVED);
+    await scoring;
+    assert.deepEqual(seen, [0, 1, 2]);
+    assert.deepEqual(scored.map((s) => s.reward), [1, 1, 1]);
+    assert.deepEqual(warnings, ["Rubric cleanup failed: Error: boom"]);
+
+    // Independent scoring runs the same cleanups after scoring each state.
+    seen.length = 0;
+    warnings.length = 0;
+    const each = states();
+    await env.scoreStates(each, true);
+    assert.deepEqual(seen, [0, 1, 2]);
+    assert.deepEqual(each.map((s) => s.reward), [1, 1, 1]);
+    assert.deepEqual(warnings, ["Rubric cleanup failed: Error: boom"]);
+  } finally {
+    console.warn = warn;
+  }
+});
+
+Deno.test("rollout() rejects (never throws) on a bad row, with or without a timeout of its own", async () => {
+  const client = new OpenAIChatClient({ base_url: "http://127.0.0.1:9/v1" }); // never called
+  const row = { ...(await firstRow(new EchoEnv())), info: { oai_tools: [] } };
+  for (const timeoutSeconds of [null, 5]) {
+    const env = new EchoEnv({ timeoutSeconds });
+    let thrown: unknown;
+    let promise: Promise<State> | undefined;
+    try {
+      promise = env.rollout(row, client, "m");
+    } catch (error) {
+      thrown = error;
+    }
+    assert.equal(thrown, undefined);
+    await assert.rejects(promise!, /info.oai_tools is not supported/);
+  }
 });
