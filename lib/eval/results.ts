@@ -236,6 +236,9 @@ const IDLE_CLOSE_MS = 1000;
 const RESOLVED: Promise<void> = Promise.resolve();
 /** Appends within this long of the last write wait for it, to be written together. */
 const COALESCE_MS = 10;
+/** A batch buffer up to this size is kept for the next batch; a larger one is let go. */
+const KEEP_BUFFER_BYTES = 1 << 20;
+const encoder = new TextEncoder();
 
 /** Appends outputs to `results.jsonl` and rewrites `metadata.json` atomically. */
 export class ResultsWriter {
@@ -252,6 +255,12 @@ export class ResultsWriter {
   #lastWriteAt = 0;
   #queue: Promise<void> = Promise.resolve();
   #pendingLines: string[] = [];
+  /**
+   * The bytes of the batch being written, reused by the next (writes never overlap). Joining
+   * a batch into one string and converting that made two large objects per batch, which the
+   * old-generation collector then had to sweep.
+   */
+  #buffer = new Uint8Array(64 * 1024);
   /** Lines appended but not yet on disk (queued or being written). */
   #unwritten = 0;
   #pendingWaiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
@@ -318,12 +327,12 @@ export class ResultsWriter {
     this.#flushScheduled = false;
     this.#lastFlushAt = performance.now();
     const count = this.#pendingLines.length;
-    const lines = count ? this.#pendingLines.join("\n") + "\n" : "";
     const waiters = this.#pendingWaiters;
+    const lines = this.#pendingLines;
     this.#pendingLines = [];
     this.#pendingWaiters = [];
     try {
-      await this.#writeLines(lines);
+      await this.#writeLines(this.#encodeLines(lines));
       for (const w of waiters) w.resolve();
     } catch (error) {
       for (const w of waiters) w.reject(error);
@@ -331,6 +340,25 @@ export class ResultsWriter {
       this.#unwritten -= count;
     }
   };
+
+  /** The lines as UTF-8, each followed by a newline, in the reused buffer. */
+  #encodeLines(lines: string[]): Uint8Array {
+    let buffer = this.#buffer;
+    let at = 0;
+    for (const line of lines) {
+      // UTF-8 takes at most three bytes per UTF-16 unit.
+      const room = line.length * 3 + 1;
+      if (buffer.length - at < room) {
+        const grown = new Uint8Array(Math.max(buffer.length * 2, at + room));
+        grown.set(buffer.subarray(0, at));
+        buffer = grown;
+      }
+      at += encoder.encodeInto(line, buffer.subarray(at)).written;
+      buffer[at++] = 10;
+    }
+    if (buffer.length <= KEEP_BUFFER_BYTES) this.#buffer = buffer;
+    return buffer.subarray(0, at);
+  }
 
   async #ensureDir(): Promise<void> {
     await mkdir(this.dir, { recursive: true });
@@ -342,7 +370,7 @@ export class ResultsWriter {
    * for every append cost more than the write itself. The handle is closed by `flush()` and
    * after `IDLE_CLOSE_MS` without appends. Runs on the queue, so writes never interleave.
    */
-  async #writeLines(lines: string): Promise<void> {
+  async #writeLines(lines: Uint8Array): Promise<void> {
     if (!this.#handle) {
       if (!this.#dirReady) await this.#ensureDir();
       if (!this.#repaired) {

@@ -495,6 +495,26 @@ Deno.test("ResultsWriter writes appends that follow a write closely together, an
   });
 });
 
+Deno.test("ResultsWriter writes multi-byte text and batches larger than its buffer intact, batch after batch", async () => {
+  await withTempDir(async (dir) => {
+    const writer = new ResultsWriter(dir, { coalesceMs: 0 });
+    // Three-byte and four-byte characters, a batch far over the 64 KiB starting buffer, then
+    // a small batch into the reused buffer.
+    const text = (i: number) => `${"€".repeat(200)} ${"𝄞".repeat(100)} #${i} ` + "x".repeat(i * 7);
+    const big = Array.from(
+      { length: 300 },
+      (_, i) => out(i, 1, { completion: [{ role: "assistant", content: text(i) }] }),
+    );
+    await writer.append(big);
+    const small = [out(300, 0, { completion: [{ role: "assistant", content: "é" }] })];
+    await writer.append(small);
+    await writer.flush();
+    const lines = (await readFile(writer.resultsPath, "utf8")).split("\n");
+    assert.equal(lines.pop(), "", "every line ends with a newline");
+    assert.deepEqual(lines.map((l) => JSON.parse(l)), [...big, ...small]);
+  });
+});
+
 Deno.test("ResultsWriter truncates a torn last line before its first append", async () => {
   await withTempDir(async (dir) => {
     const writer = new ResultsWriter(dir);
