@@ -5,6 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { runTaskset, Task, type TaskHookContext, Taskset, type TaskTrace } from "../mod.ts";
+import { GroupForks } from "../lib/tasks/fork.ts";
+import { runTaskRollout } from "../lib/tasks/rollout.ts";
 import type { ChatClient } from "../lib/model/client.ts";
 import { cleanupContainers, DockerEngine, DockerRuntime } from "../runtimes/docker/mod.ts";
 import type { HarnessContext } from "../lib/tasks/harness.ts";
@@ -145,6 +147,48 @@ Deno.test("fork_group on a runtime that cannot snapshot: every rollout sets up o
     [1, undefined],
   ]);
   assert.deepEqual(Object.fromEntries(taskset.setups), { a: 2 });
+});
+
+Deno.test("fork_group: a member's wait for a slow leader does not count against its own setup timeout", async () => {
+  class HostProbe extends ProbeTask {
+    override get needsContainer() {
+      return false;
+    }
+  }
+  const setups = new Map<string, number>();
+  const task = new HostProbe("slow-leader", setups);
+  // The test leads the group, and settles it (no snapshot: set up on your own) only after
+  // longer than the member's setup timeout.
+  const forks = new GroupForks();
+  const lead = forks.join(`agent\0${task.key}`);
+  assert.ok(lead.lead);
+  const settle = setTimeout(() => lead.settle(null), 3_000);
+  const started = performance.now();
+  try {
+    const trace = await runTaskRollout({
+      task,
+      tasksetId: "fork-probes",
+      policy: {
+        runtime: { type: "subprocess" },
+        harness,
+        scoring: { mode: "shared" },
+        timeouts: { setup: 2 },
+      },
+      client: noModel,
+      model: "none",
+      runId: `fork-slow-${crypto.randomUUID().slice(0, 6)}`,
+      forks,
+    });
+    assert.equal(trace.error, null, JSON.stringify(trace.error));
+    assert.equal(trace.reward, 1);
+    // Before, the wait hit the setup timeout: a second attempt then set up without waiting.
+    assert.ok(performance.now() - started >= 3_000, "the member waited for its leader");
+    assert.equal(trace.runtime.attempts ?? 1, 1, "one attempt");
+    assert.deepEqual(Object.fromEntries(setups), { "slow-leader": 1 }, "it set up on its own");
+  } finally {
+    clearTimeout(settle);
+    await forks.close();
+  }
 });
 
 Deno.test("vf cleanup's sweep removes the snapshots a killed run left (labelled vf.fork=1 with the run's labels)", async () => {

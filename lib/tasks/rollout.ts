@@ -756,12 +756,16 @@ export class TaskRollout {
       let seed: ForkSeed | null = null;
       await inPhase("setup", () =>
         this.#timed("setup", async () => {
+          // A member waits for its leader's setup and snapshot outside its own setup timeout:
+          // the leader's timeout bounds that wait (it settles the group however its setup
+          // ends), and a member whose wait counted would time out behind a slow leader.
+          if (fork && !fork.lead) seed = await (signal ? awaitSeed(fork, signal) : fork.seed);
           for (let attempt = 0;; attempt++) {
             if (attempt > 0) this.trace.runtime.attempts = attempt + 1;
             let ready = false;
             try {
               await phase("setup", this.#timeout("setup"), signal, async (s) => {
-                let t1 = performance.now();
+                const t1 = performance.now();
                 if (box) {
                   if ((task.deploymentSpec() ?? this.#options.services ?? null) !== null) {
                     throw new ConfigError(
@@ -771,10 +775,6 @@ export class TaskRollout {
                   }
                   this.#agent = box.runtime;
                 } else {
-                  if (fork && !fork.lead && attempt === 0) {
-                    seed = await awaitSeed(fork, s);
-                    t1 = performance.now(); // the wait for the leader is setup, not the sandbox
-                  }
                   const own = this.#agentSpec!;
                   const spec = await this.#prepareNetwork(
                     seed ? { ...own, image: seed.image } as RuntimeSpec : own,
