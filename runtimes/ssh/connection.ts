@@ -16,6 +16,7 @@ import { hostKeyVerifier, knownHostKeyAlgorithms } from "./known_hosts.ts";
 import { SandboxError, SandboxUnavailableError } from "../errors.ts";
 import { ExecChannel, type SupervisorLauncher, type SupervisorStream } from "../_channel.ts";
 import { shCommand } from "./shell.ts";
+import { unrefTimer } from "../../lib/_timers.ts";
 
 /** Why an SSH connection could not be made. */
 export type SshFailure = "network" | "timeout" | "auth" | "host-key" | "identity";
@@ -441,7 +442,7 @@ export class SshConnection {
         }
         // sshd confirms the close only once the command has exited; if it never does (a
         // process that could not be killed), stop counting the channel against our limit.
-        giveUp ??= setTimeout(release, 10_000);
+        giveUp ??= unrefTimer(setTimeout(release, 10_000));
       },
     };
   }
@@ -505,11 +506,13 @@ export class SshConnection {
       release();
       return null;
     }
+    let giveUp: ReturnType<typeof setTimeout> | undefined;
     const done = new Promise<void>((resolve) => {
       stream.on("data", io.onStdout);
       stream.stderr.on("data", io.onStderr);
       stream.on("error", () => {});
       stream.on("close", () => {
+        clearTimeout(giveUp);
         release();
         resolve();
       });
@@ -524,6 +527,9 @@ export class SshConnection {
         } catch {
           // already closed
         }
+        // As for exec(): sshd confirms the close once the supervisor has exited; if it never
+        // does, stop counting its channel against our limit after a while.
+        giveUp ??= unrefTimer(setTimeout(release, 10_000));
       },
     };
   }
