@@ -23,6 +23,11 @@ export interface ZmqBrokerOptions {
   address?: string;
   /** Told about replies that could not be delivered. Default: warn. */
   onWarning?: (message: string) => void;
+  /**
+   * How long each worker has to answer the broker's first `health` (it is serving already,
+   * so a worker that stays silent is wedged); default 60 s.
+   */
+  healthTimeoutMs?: number;
 }
 
 /** A running broker. */
@@ -86,6 +91,7 @@ export async function startZmqBroker(
   options: ZmqBrokerOptions = {},
 ): Promise<ZmqBroker> {
   const warn = options.onWarning ?? ((m: string) => console.warn(`warning: ${m}`));
+  const healthTimeoutMs = options.healthTimeoutMs ?? 60_000;
   const zmq = await loadZmq();
   const socketOptions = {
     linger: 0,
@@ -199,13 +205,21 @@ export async function startZmqBroker(
   for (const worker of pool.workers) members.push(join(worker));
   await Promise.all(members.map(async (m) => {
     const id = `broker-health-${m.worker.index}`;
-    const health = await new Promise<Record<string, unknown>>((resolve) =>
+    const health = await new Promise<Record<string, unknown>>((resolve) => {
+      const timer = setTimeout(() =>
+        settle(id, {
+          success: false,
+          error: `no reply within ${healthTimeoutMs / 1000} s (pid ${m.worker.pid})`,
+        }), healthTimeoutMs);
       forward(m, id, [encoder.encode(id), encoder.encode("health"), pack({})], {
         method: "health",
         requestId: encoder.encode(id),
-        resolve,
-      })
-    );
+        resolve: (reply) => {
+          clearTimeout(timer);
+          resolve(reply);
+        },
+      });
+    });
     if (health.success !== true) {
       throw new Error(`Worker ${m.worker.index} does not answer health: ${health.error}`);
     }
