@@ -33,8 +33,8 @@ exec "$@"`;
 /**
  * A kill script over the pids given as arguments: it finds their descendants (following
  * processes that left the group), stopping each as it is found so none can fork away, then
- * SIGKILLs them and waits (briefly) until they are gone, so a caller that returns after it
- * finds none left. Descendants come from the kernel's children lists where it has them (a
+ * SIGKILLs them and waits until the ones it could kill are gone (a few reads of their status,
+ * then 50 ms naps, 2 s at most in all), so a caller that returns after it finds none left. Descendants come from the kernel's children lists where it has them (a
  * walk of the tree only); otherwise from every process's PPid under /proc, which on a host
  * with hundreds of processes costs a second or more per pass. With `roots`, the pids'
  * process groups and the pids themselves are stopped first and killed too; without, the pids
@@ -43,11 +43,10 @@ exec "$@"`;
  */
 export function killScript(roots: boolean, childrenLists = true): string {
   const stopRoot = roots ? ` kill -STOP -- "-$p" 2>/dev/null || kill -STOP "$p" 2>/dev/null;` : "";
-  const killRoots = roots
-    ? `for p in "$@"; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done\n`
-    : "";
   // The roots' own processes are killed (and waited for) only with \`roots\`.
-  const killed = roots ? "$all" : "$kids";
+  const killRoots = roots
+    ? `for p in "$@"; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null && dead="$dead $p"; done\n`
+    : "";
   // A found pid joins $all and $kids and is stopped; another pass runs while one finds more.
   const found =
     `case "$all" in *" $n "*) ;; *) all="$all$n "; kids="$kids $n"; kill -STOP "$n" 2>/dev/null; changed=1 ;; esac`;
@@ -81,16 +80,21 @@ elif [ -d /proc/self ]; then
     done
   done
 fi
-${killRoots}for n in $kids; do kill -KILL "$n" 2>/dev/null; done
-for n in ${killed}; do
-  i=0
-  while [ "$i" -lt 2000 ]; do
+dead=
+${killRoots}for n in $kids; do kill -KILL "$n" 2>/dev/null && dead="$dead $n"; done
+ticks=0
+for n in $dead; do
+  spins=0
+  while :; do
     st=Z
     while read -r k v rest; do
       if [ "$k" = "State:" ]; then st=$v; break; fi
     done 2>/dev/null <"/proc/$n/status"
     case $st in Z|X) break ;; esac
-    i=$((i + 1))
+    if [ "$spins" -lt 50 ]; then spins=$((spins + 1)); continue; fi
+    [ "$ticks" -lt 40 ] || break
+    ticks=$((ticks + 1))
+    sleep 0.05 2>/dev/null || break
   done
 done
 exit 0`;
