@@ -415,7 +415,9 @@ export abstract class Environment {
         return this.#scoreEach(states);
       } else {
         const scoring = this.rubric.scoreGroup(states);
-        if (scoring !== RESOLVED) return scoring.then(() => this.#afterScoring(states, 0));
+        if (scoring !== RESOLVED && isThenable(scoring)) {
+          return Promise.resolve(scoring).then(() => this.#afterScoring(states, 0));
+        }
       }
       return this.#afterScoring(states, 0);
     } catch (error) {
@@ -442,8 +444,9 @@ export abstract class Environment {
         console.warn(`Rubric cleanup failed: ${error}`);
         continue;
       }
-      if (cleaning !== RESOLVED) {
-        return cleaning.then(
+      // A rubric written in JavaScript may return nothing: that is a cleanup done.
+      if (cleaning !== RESOLVED && isThenable(cleaning)) {
+        return Promise.resolve(cleaning).then(
           () => this.#afterScoring(states, i + 1),
           (error) => {
             console.warn(`Rubric cleanup failed: ${error}`);
@@ -467,6 +470,11 @@ function sample(ds: Dataset, n: number, seed?: number | null): Dataset {
   if (seed !== undefined && seed !== null) out = out.shuffle(seed);
   if (n > 0 && n < out.length) out = out.select([...Array(n).keys()]);
   return out;
+}
+
+/** Whether a hook returned something to wait for (a promise, or any thenable). */
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null | undefined)?.then === "function";
 }
 
 /** What a rollout's timer resolves with when it wins the race against the rollout. */
@@ -622,8 +630,8 @@ export abstract class MultiTurnEnv extends Environment {
   /** Cleanups, the end of generation, and the completion rendered. */
   #finish(state: State): Promise<void> | void {
     const cleaning = this.runCleanups(state);
-    if (cleaning) {
-      return cleaning.then(() => {
+    if (isThenable(cleaning)) {
+      return Promise.resolve(cleaning).then(() => {
         state.timing.generation.end = nowSeconds();
         this.renderCompletion(state);
       });

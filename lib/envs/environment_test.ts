@@ -495,6 +495,24 @@ Deno.test("scoreStates() is synchronous for a synchronous rubric; an async or fa
   }
 });
 
+Deno.test("scoreStates() takes a rubric whose cleanup returns nothing (as JavaScript may) as done", async () => {
+  const client = new OpenAIChatClient({ base_url: "http://127.0.0.1:9/v1" }); // never called
+  const seen: number[] = [];
+  class LooseRubric extends Rubric {
+    override cleanup(state: State): Promise<void> {
+      seen.push(state.example_id);
+      return undefined as unknown as Promise<void>;
+    }
+  }
+  const env = new SingleTurnEnv({ dataset: ROWS });
+  env.rubric = new LooseRubric({ funcs: [() => 1] });
+  const rows = (await env.getDataset()).toList().slice(0, 2);
+  const states = rows.map((row) => env.initState(row, client, "m"));
+  await env.scoreStates(states);
+  assert.deepEqual(seen, [0, 1]);
+  assert.deepEqual(states.map((s) => s.reward), [1, 1]);
+});
+
 Deno.test("rollout() rejects (never throws) on a bad row, with or without a timeout of its own", async () => {
   const client = new OpenAIChatClient({ base_url: "http://127.0.0.1:9/v1" }); // never called
   const row = { ...(await firstRow(new EchoEnv())), info: { oai_tools: [] } };
