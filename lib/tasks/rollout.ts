@@ -756,9 +756,9 @@ export class TaskRollout {
       let seed: ForkSeed | null = null;
       await inPhase("setup", () =>
         this.#timed("setup", async () => {
-          // A member waits for its leader's setup and snapshot outside its own setup timeout:
-          // the leader's timeout bounds that wait (it settles the group however its setup
-          // ends), and a member whose wait counted would time out behind a slow leader.
+          // A member waits for its leader's setup and snapshot outside its own setup timeout
+          // (counted in it, a slow leader made every member time out and set up anyway). The
+          // leader's first attempt bounds the wait: it settles the group however that ends.
           if (fork && !fork.lead) seed = await (signal ? awaitSeed(fork, signal) : fork.seed);
           for (let attempt = 0;; attempt++) {
             if (attempt > 0) this.trace.runtime.attempts = attempt + 1;
@@ -801,7 +801,7 @@ export class TaskRollout {
                 }
                 await task.setup(this.#ctx(this.#agent!, s));
                 if (data.agent_user) await grantAgentUser(this.#agent!, task, data.agent_user);
-                if (fork?.lead) await this.#seedGroup(fork, s);
+                if (fork?.lead && this.#leading === fork) await this.#seedGroup(fork, s);
               });
               return;
             } catch (raw) {
@@ -813,6 +813,9 @@ export class TaskRollout {
                   { cause: raw },
                 );
               }
+              // The members set up on their own now, not after this leader's retries.
+              this.#leading?.settle(null);
+              this.#leading = null;
               const stale = this.#agent;
               this.#agent = null;
               if (!box) await stale?.stop().catch(() => {});
