@@ -25,7 +25,7 @@ export interface ZmqBrokerOptions {
   onWarning?: (message: string) => void;
   /**
    * How long each worker has to answer the broker's first `health` (it is serving already,
-   * so a worker that stays silent is wedged); default 60 s.
+   * so a worker that stays silent is wedged); default 60 s, `Infinity` for no limit.
    */
   healthTimeoutMs?: number;
 }
@@ -202,20 +202,25 @@ export async function startZmqBroker(
 
   // Ask every worker for its health: it is up, and its env id and run limit.
   let envId = "";
+  const healthTimers = new Set<ReturnType<typeof setTimeout>>();
   for (const worker of pool.workers) members.push(join(worker));
   await Promise.all(members.map(async (m) => {
     const id = `broker-health-${m.worker.index}`;
     const health = await new Promise<Record<string, unknown>>((resolve) => {
-      const timer = setTimeout(() =>
-        settle(id, {
-          success: false,
-          error: `no reply within ${healthTimeoutMs / 1000} s (pid ${m.worker.pid})`,
-        }), healthTimeoutMs);
+      const timer = Number.isFinite(healthTimeoutMs)
+        ? setTimeout(() =>
+          settle(id, {
+            success: false,
+            error: `no reply within ${healthTimeoutMs / 1000} s (pid ${m.worker.pid})`,
+          }), healthTimeoutMs)
+        : undefined;
+      if (timer !== undefined) healthTimers.add(timer);
       forward(m, id, [encoder.encode(id), encoder.encode("health"), pack({})], {
         method: "health",
         requestId: encoder.encode(id),
         resolve: (reply) => {
           clearTimeout(timer);
+          healthTimers.delete(timer!);
           resolve(reply);
         },
       });
@@ -226,6 +231,8 @@ export async function startZmqBroker(
     m.maxConcurrent = Number(health.max_concurrent ?? 0);
     envId ||= String(health.env_id ?? "");
   })).catch(async (error) => {
+    // The other workers' health requests are given up with the start.
+    for (const timer of healthTimers) clearTimeout(timer);
     router.close();
     for (const m of members) m.dealer.close();
     await Promise.all(members.map((m) => m.loop));

@@ -442,7 +442,7 @@ export class SshConnection {
         }
         // sshd confirms the close only once the command has exited; if it never does (a
         // process that could not be killed), stop counting the channel against our limit.
-        giveUp ??= unrefTimer(setTimeout(release, 10_000));
+        if (!closed) giveUp ??= unrefTimer(setTimeout(release, 10_000));
       },
     };
   }
@@ -507,11 +507,13 @@ export class SshConnection {
       return null;
     }
     let giveUp: ReturnType<typeof setTimeout> | undefined;
+    let closed = false;
     const done = new Promise<void>((resolve) => {
       stream.on("data", io.onStdout);
       stream.stderr.on("data", io.onStderr);
       stream.on("error", () => {});
       stream.on("close", () => {
+        closed = true;
         clearTimeout(giveUp);
         release();
         resolve();
@@ -529,7 +531,7 @@ export class SshConnection {
         }
         // As for exec(): sshd confirms the close once the supervisor has exited; if it never
         // does, stop counting its channel against our limit after a while.
-        giveUp ??= unrefTimer(setTimeout(release, 10_000));
+        if (!closed) giveUp ??= unrefTimer(setTimeout(release, 10_000));
       },
     };
   }
