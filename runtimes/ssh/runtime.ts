@@ -159,6 +159,8 @@ export class SshRuntime implements Runtime {
   #ownsWorkdir: boolean;
   /** The workdir was prepared (and, when owned, created) on the host. */
   #created = false;
+  /** The command that creates the workdir was sent: it may exist though no reply came. */
+  #preparing = false;
   #switch: "runuser" | "sudo" | "none" = "none";
   #uid = -1;
   #life = new StartOnce();
@@ -248,6 +250,7 @@ export class SshRuntime implements Runtime {
     await this.#connection.client();
     this.#checkNotStopped();
     signal?.throwIfAborted();
+    this.#preparing = true;
     const { code, stdout, stderr } = await this.#capture(
       shCommand(PREPARE, [this.#workdir, this.#ownsWorkdir ? "new" : "ensure"]),
     );
@@ -719,7 +722,10 @@ export class SshRuntime implements Runtime {
     this.#below.clear();
     if (below.length) await this.#kill(KILL_BELOW, below).catch(() => {});
     if (this.#options.disposable) return;
-    if (this.#created && this.#ownsWorkdir && this.#workdir.startsWith("/tmp/vf-")) {
+    // A workdir whose creation was cut off (the connection dropped before the reply) may
+    // exist all the same: it is removed like a created one, or stays live in the ledger.
+    const made = this.#created || this.#preparing;
+    if (made && this.#ownsWorkdir && this.#workdir.startsWith("/tmp/vf-")) {
       const removed = await removeWorkdir(this.#connection!, this.#workdir);
       // The host went away (sshd killed, network down): the workdir stays live in the ledger,
       // so `vf cleanup` removes it once this run has ended, instead of it leaking unrecorded.

@@ -423,6 +423,53 @@ Deno.test(
 );
 
 Deno.test(
+  "ssh: a workdir whose creation was cut off with the connection stays live in the ledger, and vf cleanup removes it",
+  settled(async () => {
+    const { Ledger, cleanupLedger, defaultLedger, setDefaultLedger, liveEntries } = await import(
+      "../ledger.ts"
+    );
+    const [flaky] = await startSshdHosts(1);
+    const before = defaultLedger();
+    const ledger = new Ledger(join(tmp, "ledger-cut.jsonl"));
+    setDefaultLedger(ledger);
+    try {
+      // \`id\` on this host answers after 5 s: start() has made the workdir and waits there
+      // when sshd goes down, so its reply never comes.
+      await flaky.exec([
+        "sh",
+        "-c",
+        "printf '#!/bin/sh\\nsleep 5\\nexec /usr/bin/id \"$@\"\\n' >/usr/local/bin/id && " +
+        "chmod 755 /usr/local/bin/id",
+      ]);
+      const runId = `ssh-cut-${crypto.randomUUID().slice(0, 8)}`;
+      const rt = new SshRuntime(specFor(flaky), { runId });
+      const starting = rt.start().then(() => undefined, (e) => e);
+      let dir = "";
+      for (let i = 0; !dir || !(await flaky.exists(dir)); i++) {
+        assert.ok(i < 400, "start() never made its workdir");
+        await new Promise((r) => setTimeout(r, 25));
+        if (rt.id) dir = `/tmp/${rt.id}`;
+      }
+      await flaky.stopSshd();
+      assert.ok(await starting instanceof Error, "start() failed with the connection");
+      await rt.stop(); // the host is down: the workdir cannot be removed now
+      await flaky.exec(["rm", "-f", "/usr/local/bin/id"]);
+      await flaky.startSshd();
+      assert.ok(await flaky.exists(dir), "the workdir is still on the host");
+      assert.deepEqual((await liveEntries({ runId })).map((l) => l.key), [
+        `${flaky.host}:${flaky.port}:${dir}`,
+      ]);
+      const report = await cleanupLedger({ runId }, { ledger });
+      assert.deepEqual(report.failed, []);
+      assert.equal(await flaky.exists(dir), false, "cleanup removed the workdir");
+    } finally {
+      setDefaultLedger(before);
+      await flaky.close();
+    }
+  }),
+);
+
+Deno.test(
   "ssh: a host alias from an ssh config file supplies HostName, User, Port, IdentityFile and UserKnownHostsFile",
   settled(async () => {
     const config = join(tmp, "ssh_config");
