@@ -226,7 +226,10 @@ export async function runTaskset(
   }
   const episodes: Episode[] = [...done.values()];
   const total = tasks.length * r;
-  const forks = (options.forkGroup ?? options.taskset.forkGroup) ? new GroupForks() : undefined;
+  // Each group (a task, a role) has r rollouts: a leader and r − 1 members.
+  const forks = (options.forkGroup ?? options.taskset.forkGroup)
+    ? new GroupForks({ members: r - 1 })
+    : undefined;
   let writeQueue = Promise.resolve();
   const persist = (episode: Episode) => {
     for (const t of episode.traces) t.model_retries = modelRetries(t);

@@ -62,7 +62,13 @@ import type { TokenLimits } from "./harness.ts";
 
 const tokenLimitNames = new Set(["max_input_tokens", "max_output_tokens", "max_total_tokens"]);
 import { Enclosure } from "./enclosure.ts";
-import { awaitSeed, type ForkLead, type ForkSeed, type GroupForks } from "./fork.ts";
+import {
+  awaitSeed,
+  type ForkLead,
+  type ForkMember,
+  type ForkSeed,
+  type GroupForks,
+} from "./fork.ts";
 import { recordingRuntime, type SandboxRecord } from "./record.ts";
 import {
   CLOSED_POLICY,
@@ -793,6 +799,8 @@ export class TaskRollout {
                 ready = true;
                 timing.sandbox_ms = Math.round(performance.now() - t1);
                 if (seed) {
+                  // Its sandbox runs from the snapshot: the group is told once it is removed.
+                  if (fork && !fork.lead) this.#forkMember = fork;
                   // A member starts where the leader's setup left off: files, info and state.
                   Object.assign(this.trace.info, structuredClone(seed.info));
                   Object.assign(this.state, structuredClone(seed.state));
@@ -801,7 +809,9 @@ export class TaskRollout {
                 }
                 await task.setup(this.#ctx(this.#agent!, s));
                 if (data.agent_user) await grantAgentUser(this.#agent!, task, data.agent_user);
-                if (fork?.lead && this.#leading === fork) await this.#seedGroup(fork, s);
+                if (fork?.lead && fork.wanted && this.#leading === fork) {
+                  await this.#seedGroup(fork, s);
+                }
               });
               return;
             } catch (raw) {
@@ -1133,9 +1143,20 @@ export class TaskRollout {
   async #stopAgent(): Promise<void> {
     const agent = this.#agent;
     this.#agent = null;
-    if (agent && agent !== this.#options.box?.runtime) await agent.stop().catch(() => {});
+    let removed = true;
+    if (agent && agent !== this.#options.box?.runtime) {
+      await agent.stop().catch(() => (removed = false));
+    }
+    // A snapshot deleted while a container still runs from it is only untagged and left
+    // behind: a member whose sandbox could not be removed keeps it until the run ends.
+    const member = this.#forkMember;
+    this.#forkMember = null;
+    if (removed) member?.released();
     await this.#releaseNetwork();
   }
+
+  /** The fork group whose snapshot this rollout's sandbox runs from, until it is removed. */
+  #forkMember: ForkMember | null = null;
 
   /** The grader's egress policy: `scoring.network`, else the agent's. */
   #graderPolicy(): NetworkPolicy {
