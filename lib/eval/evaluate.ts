@@ -162,6 +162,8 @@ export async function generate(
   const tally = new OutputTally();
 
   let pending = groups;
+  /** Rewards of the saved rollouts of a group the resumed run completes (null: unscored). */
+  let savedRewards: Map<number, Array<number | null>> | undefined;
   if (options.resume && writer) {
     const saved = await loadOutputs(writer.dir);
     if (saved.length > 0) {
@@ -218,6 +220,14 @@ export async function generate(
       builder.add(kept);
       tally.add(kept);
       if (keep) all.push(...kept);
+      // A group cut short gets its advantages over all of its rollouts, the saved ones too.
+      savedRewards = new Map();
+      for (const o of kept) {
+        if ((done.get(o.example_id) ?? 0) >= r) continue;
+        const rewards = savedRewards.get(o.example_id) ?? [];
+        rewards.push(isUnscoredOutput(o) ? null : o.reward);
+        savedRewards.set(o.example_id, rewards);
+      }
       pending = groups
         .map((g) => g.slice(Math.min(g.length, done.get(Number(g[0].example_id)) ?? 0)))
         .filter((g) => g.length > 0);
@@ -267,7 +277,11 @@ export async function generate(
       rewards.push(unscored ? null : o.reward);
       if (o.error) errors++;
     }
-    const advantages = groupAdvantages(rewards, { normalizeStd: options.advantageStd });
+    const saved = savedRewards?.get(Number(group[0].example_id));
+    const advantages = saved
+      ? groupAdvantages([...saved, ...rewards], { normalizeStd: options.advantageStd })
+        .slice(saved.length)
+      : groupAdvantages(rewards, { normalizeStd: options.advantageStd });
     for (let i = 0; i < outputs.length; i++) outputs[i].advantage = advantages[i];
     builder.add(outputs);
     tally.add(outputs);

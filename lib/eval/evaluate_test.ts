@@ -247,6 +247,33 @@ Deno.test("resume completes only the missing rollouts", async () => {
   }
 });
 
+Deno.test("resume gives a group cut short advantages over all its rollouts, the saved ones too", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_eval_test_" });
+  try {
+    await using right = await startModelServer({ responder: rightAnswer });
+    await evaluate(echoEnv(1), clientFor(right), "m", {
+      rolloutsPerExample: 2,
+      resultsDir: dir,
+    });
+    // Lose one of the two saved rollouts (both scored 1).
+    const resultsPath = join(dir, "results.jsonl");
+    const lines = Deno.readTextFileSync(resultsPath).trimEnd().split("\n");
+    Deno.writeTextFileSync(resultsPath, lines[0] + "\n");
+
+    // The resumed rollout answers wrong: reward 0 beside the saved 1, so its advantage is
+    // 0 - mean(1, 0) = -0.5 (alone in its group it would have been 0).
+    await using wrong = await startModelServer({ responder: () => ({ content: "nope" }) });
+    const { outputs } = await evaluate(echoEnv(1), clientFor(wrong), "m", {
+      rolloutsPerExample: 2,
+      resultsDir: dir,
+      resume: true,
+    });
+    assert.deepEqual(outputs.map((o) => [o.reward, o.advantage]), [[1, 0], [0, -0.5]]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("resume rejects a run saved with another model, listing the mismatch", async () => {
   const dir = await Deno.makeTempDir({ prefix: "vf_eval_test_" });
   try {
