@@ -433,12 +433,12 @@ Deno.test(
     const ledger = new Ledger(join(tmp, "ledger-cut.jsonl"));
     setDefaultLedger(ledger);
     try {
-      // \`id\` on this host answers after 5 s: start() has made the workdir and waits there
+      // `id` on this host answers after 30 s: start() has made the workdir and waits there
       // when sshd goes down, so its reply never comes.
       await flaky.exec([
         "sh",
         "-c",
-        "printf '#!/bin/sh\\nsleep 5\\nexec /usr/bin/id \"$@\"\\n' >/usr/local/bin/id && " +
+        "printf '#!/bin/sh\\nsleep 30\\nexec /usr/bin/id \"$@\"\\n' >/usr/local/bin/id && " +
         "chmod 755 /usr/local/bin/id",
       ]);
       const runId = `ssh-cut-${crypto.randomUUID().slice(0, 8)}`;
