@@ -653,14 +653,16 @@ export abstract class MultiTurnEnv extends Environment {
       return Promise.reject(error);
     }
     const outer = options.signal;
-    if (this.timeoutSeconds === null || this.timeoutSeconds <= 0) {
+    const seconds = this.timeoutSeconds;
+    // Anything but a positive number (null, and undefined or NaN set from outside) is no limit.
+    if (seconds === null || !(seconds > 0)) {
       // No signal of its own: the run's serves (thousands of rollouts adding and removing
       // listeners on it cost measurable CPU).
       const signal = outer ?? NEVER_ABORTED;
       state.signal = signal;
       return this.#loop(state, signal, true);
     }
-    return this.#timed(state, outer, this.timeoutSeconds);
+    return this.#timed(state, outer, seconds);
   }
 
   /** A rollout with a timeout of its own: a signal, a timer, and a grace for slow hooks. */

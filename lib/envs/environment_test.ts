@@ -518,6 +518,7 @@ Deno.test("rollout() rejects (never throws) on a bad row, with or without a time
   const row = { ...(await firstRow(new EchoEnv())), info: { oai_tools: [] } };
   for (const timeoutSeconds of [null, 5]) {
     const env = new EchoEnv({ timeoutSeconds });
+    assert.equal(env.timeoutSeconds, timeoutSeconds);
     let thrown: unknown;
     let promise: Promise<State> | undefined;
     try {
@@ -528,4 +529,14 @@ Deno.test("rollout() rejects (never throws) on a bad row, with or without a time
     assert.equal(thrown, undefined);
     await assert.rejects(promise!, /info.oai_tools is not supported/);
   }
+});
+
+Deno.test("a timeoutSeconds left undefined (set from JavaScript) means no rollout timeout", async () => {
+  await using server = await serve(scriptedResponder([{ content: "4" }]));
+  const env = new SingleTurnEnv({ dataset: ROWS });
+  (env as { timeoutSeconds: number | null | undefined }).timeoutSeconds = undefined;
+  const state = await env.rollout(await firstRow(env), clientFor(server), "m");
+  assert.equal(state.timed_out, false);
+  assert.equal(state.error, null);
+  assert.equal(state.stop_condition, "max_turns_reached");
 });
