@@ -159,7 +159,7 @@ export class SshRuntime implements Runtime {
   #ownsWorkdir: boolean;
   /** The workdir was prepared (and, when owned, created) on the host. */
   #created = false;
-  /** The command that creates the workdir was sent: it may exist though no reply came. */
+  /** The command that creates the workdir was sent and never answered: it may exist. */
   #preparing = false;
   #switch: "runuser" | "sudo" | "none" = "none";
   #uid = -1;
@@ -254,6 +254,8 @@ export class SshRuntime implements Runtime {
     const { code, stdout, stderr } = await this.#capture(
       shCommand(PREPARE, [this.#workdir, this.#ownsWorkdir ? "new" : "ensure"]),
     );
+    // It answered: the workdir is made (below) or was not (a failure is never ours to remove).
+    this.#preparing = false;
     if (code !== 0) {
       throw new SandboxError(
         `Cannot create working directory "${this.#workdir}" on ${this.#label()}: ` +
