@@ -17,7 +17,7 @@ import { formatRows, parseInfo } from "../data/formatting.ts";
 import { copyPlain } from "../_plain.ts";
 import { normalizeMessages, normalizeToolDefs } from "../messages.ts";
 import { Parser } from "../scoring/parser.ts";
-import { RESOLVED, Rubric, RubricGroup, sortHandlers } from "../scoring/rubric.ts";
+import { isThenable, RESOLVED, Rubric, RubricGroup, sortHandlers } from "../scoring/rubric.ts";
 import { newTiming, nowSeconds, type RolloutOutput, type State, stateToOutput } from "../state.ts";
 import type {
   AssistantMessage,
@@ -472,11 +472,6 @@ function sample(ds: Dataset, n: number, seed?: number | null): Dataset {
   return out;
 }
 
-/** Whether a hook returned something to wait for (a promise, or any thenable). */
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return typeof (value as PromiseLike<unknown> | null | undefined)?.then === "function";
-}
-
 /** What a rollout's timer resolves with when it wins the race against the rollout. */
 const TIMEOUT = Symbol("timeout");
 
@@ -575,7 +570,7 @@ export abstract class MultiTurnEnv extends Environment {
   }
 
   /**
-   * The turn loop. With \`finish\`, it also runs the cleanups and renders the completion once
+   * The turn loop. With `finish`, it also runs the cleanups and renders the completion once
    * it ends, however it ends: a rollout without a timeout of its own is one async frame.
    */
   async #loop(state: State, signal: AbortSignal, finish: boolean): Promise<State> {

@@ -305,8 +305,9 @@ export class Rubric {
  */
 export const RESOLVED: Promise<void> = Promise.resolve();
 
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return typeof (value as PromiseLike<unknown> | null)?.then === "function";
+/** Whether a hook returned something to wait for (a promise, or any thenable). */
+export function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null | undefined)?.then === "function";
 }
 
 /** Like Python's float(): null, "", [] and objects are not numbers (Number() says 0). */

@@ -43,7 +43,7 @@ exec "$@"`;
  */
 export function killScript(roots: boolean, childrenLists = true): string {
   const stopRoot = roots ? ` kill -STOP -- "-$p" 2>/dev/null || kill -STOP "$p" 2>/dev/null;` : "";
-  // The roots' own processes are killed (and waited for) only with \`roots\`.
+  // The roots' own processes are killed (and waited for) only with `roots`.
   const killRoots = roots
     ? `for p in "$@"; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null && dead="$dead $p"; done\n`
     : "";

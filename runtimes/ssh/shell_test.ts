@@ -51,44 +51,40 @@ async function runKill(script: string, pid: number): Promise<number> {
   return code;
 }
 
+/** Runs `body` on a fresh tree; whatever of it is left afterwards is killed. */
+async function withTree(body: (marker: number, leader: Deno.ChildProcess) => Promise<void>) {
+  const marker = 10_000 + Math.floor(Math.random() * 50_000);
+  const leader = await startTree(marker);
+  try {
+    await body(marker, leader);
+  } finally {
+    for (const pid of sleepers(marker)) Deno.kill(pid, "SIGKILL");
+    try {
+      leader.kill("SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+}
+
 for (const childrenLists of [true, false]) {
   const how = childrenLists ? "children lists" : "the /proc walk";
 
-  Deno.test(`kill script (${how}): a tree is gone, its root too, when the script returns`, async () => {
-    const marker = 10_000 + Math.floor(Math.random() * 50_000);
-    const leader = await startTree(marker);
-    try {
+  Deno.test(`kill script (${how}): a tree is gone, its root too, when the script returns`, () =>
+    withTree(async (marker, leader) => {
       assert.equal(await runKill(killScript(true, childrenLists), leader.pid), 0);
       assert.deepEqual(sleepers(marker), []);
       const status = await leader.status;
       assert.equal(status.signal, "SIGKILL");
-    } finally {
-      for (const pid of sleepers(marker)) Deno.kill(pid, "SIGKILL");
-      try {
-        leader.kill("SIGKILL");
-      } catch {
-        // already gone
-      }
-    }
-  });
+    }));
 
-  Deno.test(`kill script (${how}): below a supervisor, everything but the supervisor`, async () => {
-    const marker = 10_000 + Math.floor(Math.random() * 50_000);
-    const leader = await startTree(marker);
-    try {
+  Deno.test(`kill script (${how}): below a supervisor, everything but the supervisor`, () =>
+    withTree(async (marker, leader) => {
       assert.equal(await runKill(killScript(false, childrenLists), leader.pid), 0);
       assert.deepEqual(sleepers(marker), []);
       // The supervisor (here the leader shell waiting for its child) lives on, and sees its
       // child end by the kill.
       const status = await leader.status;
       assert.equal(status.code, 0, "the supervisor ended on its own, not killed");
-    } finally {
-      for (const pid of sleepers(marker)) Deno.kill(pid, "SIGKILL");
-      try {
-        leader.kill("SIGKILL");
-      } catch {
-        // already gone
-      }
-    }
-  });
+    }));
 }
