@@ -27,6 +27,7 @@ import {
 } from "../tasks/task.ts";
 import type { Row, SamplingArgs } from "../types.ts";
 import { fromBase64, RemoteError, RpcPeer, toBase64 } from "./protocol.ts";
+import { fetchEnv } from "../_fetch_env.ts";
 
 /** What a sandboxed environment may do beyond loading its own modules. */
 export interface SandboxPermissions {
@@ -77,9 +78,6 @@ export function findDeno(): string {
       "install it (npm install -g deno) or pass --trust to run the environment unsandboxed",
   );
 }
-
-const PASS_ENV =
-  /^(SSL_CERT_FILE|SSL_CERT_DIR|NODE_EXTRA_CA_CERTS|DENO_CERT|DENO_TLS_CA_STORE|NPM_CONFIG_REGISTRY|HTTPS?_PROXY|NO_PROXY|https?_proxy|no_proxy)$/;
 
 function isUrl(spec: string): boolean {
   return /^https?:\/\//.test(spec);
@@ -409,9 +407,7 @@ export async function startSandboxHost(
       };
     // Deno itself needs these to fetch modules; the environment's code cannot read them
     // (no --allow-env), and no credentials are passed.
-    for (const [k, v] of Object.entries(process.env)) {
-      if (v && PASS_ENV.test(k)) childEnv[k] = v;
-    }
+    Object.assign(childEnv, fetchEnv());
     const child = spawn(deno, args, {
       cwd: options.trusted ? process.cwd() : cacheDir,
       env: childEnv,

@@ -8,6 +8,7 @@
 import process from "node:process";
 import type { Client } from "npm:@modelcontextprotocol/sdk@^1.32.0/client/index.js";
 import { ConfigError, InfraError } from "../errors.ts";
+import { fetchEnv } from "../_fetch_env.ts";
 import type { Tool } from "../types.ts";
 import { TOOLSET_NAME, type ToolsetSpec } from "./toolset.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
@@ -84,12 +85,17 @@ export function checkToolsets(specs: ToolsetSpec[], field = "toolsets"): void {
   });
 }
 
-/** Variables a stdio server inherits: the basics, never credentials. */
+/**
+ * Variables a stdio server inherits: the basics, and what fetching its packages needs (a
+ * `npx`/`deno run npm:` server behind a TLS-inspecting network needs its CA bundle); never
+ * credentials.
+ */
 function baseEnv(): Record<string, string> {
-  const keep = ["PATH", "HOME", "LANG", "TMPDIR", "DENO_DIR", "NPM_CONFIG_REGISTRY"];
-  return Object.fromEntries(
-    keep.flatMap((k) => (process.env[k] ? [[k, process.env[k]!]] : [])),
-  );
+  const keep = ["PATH", "HOME", "LANG", "TMPDIR", "DENO_DIR"];
+  return {
+    ...Object.fromEntries(keep.flatMap((k) => (process.env[k] ? [[k, process.env[k]!]] : []))),
+    ...fetchEnv(),
+  };
 }
 
 /** The open toolsets of one rollout. */
