@@ -7,6 +7,7 @@
  * removes what an interrupted run left.
  * @module
  */
+import { networkInterfaces } from "node:os";
 import { DockerEngine } from "../../runtimes/docker/engine_api.ts";
 import { DockerRuntime } from "../../runtimes/docker/mod.ts";
 import { ownerLabels } from "../../runtimes/owner.ts";
@@ -40,8 +41,11 @@ export async function evaluatorHost(): Promise<string> {
   }
   const bridge = await engine.inspectNetwork("bridge") as {
     IPAM?: { Config?: Array<{ Gateway?: string }> };
+    Options?: Record<string, string>;
   } | undefined;
-  const gateway = bridge?.IPAM?.Config?.find((c) => c.Gateway && !c.Gateway.includes(":"))?.Gateway;
+  const gateway =
+    bridge?.IPAM?.Config?.find((c) => c.Gateway && !c.Gateway.includes(":"))?.Gateway ??
+      bridgeAddress(bridge?.Options?.["com.docker.network.bridge.name"]);
   if (!gateway) {
     throw new InfraError(
       `The Docker engine's default bridge network has no IPv4 gateway; the sandbox cannot ` +
@@ -49,6 +53,20 @@ export async function evaluatorHost(): Promise<string> {
     );
   }
   return gateway;
+}
+
+/**
+ * The IPv4 address of the default bridge's interface on this machine, which is its gateway.
+ * Some engines (Debian's 20.10 here) leave `Gateway` out of the default bridge's IPAM config
+ * when they take the address from an existing `docker0`.
+ */
+export function bridgeAddress(name: string | undefined): string | undefined {
+  if (!name) return undefined;
+  try {
+    return networkInterfaces()[name]?.find((a) => a.family === "IPv4")?.address;
+  } catch {
+    return undefined; // no permission to list interfaces: the caller names what is missing
+  }
 }
 
 /** One rollout's network, and its gateway relay once asked for. */
