@@ -813,6 +813,8 @@ Deno.test("artifacts: a missing required artifact fails the rollout, a missing o
     [required.error.error, required.error.phase, required.error.message],
     ["TaskError", "artifacts", 'Required artifact "/app/nope" is missing in the agent sandbox'],
   );
+  // The grader started while the artifacts were being collected is removed with the rest.
+  assert.deepEqual(await managedContainers(run.runId), []);
 
   const optional = traces["optional-missing"];
   assert.equal(optional.ok, true, describeTrace(optional));

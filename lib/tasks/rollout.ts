@@ -410,6 +410,8 @@ async function phase<T>(
   seconds: number | undefined,
   signal: AbortSignal | undefined,
   fn: (signal: AbortSignal) => Promise<T>,
+  /** The timeout to name when it passes, when `seconds` is what was left of it. */
+  stated: number | undefined = seconds,
 ): Promise<T> {
   const controller = new AbortController();
   const signals = [controller.signal, ...(signal ? [signal] : [])];
@@ -420,7 +422,7 @@ async function phase<T>(
       const reason = combined.reason;
       reject(
         reason instanceof DOMException && reason.name === "TimeoutError"
-          ? new TaskError(`Phase "${name}" timed out after ${seconds}s`, { cause: reason })
+          ? new TaskError(`Phase "${name}" timed out after ${stated}s`, { cause: reason })
           : reason,
       );
     };
@@ -462,35 +464,30 @@ async function grantAgentUser(runtime: Runtime, task: Task, user: string): Promi
   }
 }
 
-/** Copy declared artifacts (and /logs/artifacts) out of a sandbox. */
+/**
+ * Copy declared artifacts (and /logs/artifacts) out of a sandbox. The declared ones come one
+ * after another, each within what is left of `artifact_max_bytes`; /logs/artifacts comes
+ * alongside the last of them, within the whole limit, and counts toward it once both are in
+ * (at most twice the limit is ever held). The operations are asked for in the order a record
+ * of the sandbox keeps for `vf replay`: every declared path, then /logs/artifacts.
+ */
 export async function collectArtifacts(
   runtime: Runtime,
   task: Task,
 ): Promise<Map<string, Uint8Array | null>> {
   const out = new Map<string, Uint8Array | null>();
   const limit = task.data.artifact_max_bytes ?? DEFAULT_ARTIFACT_MAX_BYTES;
-  let total = 0;
-  const declared: Artifact[] = [...(task.data.artifacts ?? []), {
-    source: "/logs/artifacts",
-    required: false,
-  }];
-  for (const artifact of declared) {
-    const path = absolute(artifact.source, task.data.workdir);
-    if (out.has(path)) continue;
-    let tar: Uint8Array;
+  const tooMany = (source: string) =>
+    new TaskError(
+      `Artifacts exceed artifact_max_bytes (${limit} bytes) at "${source}"; ` +
+        `exclude files or raise TaskData.artifact_max_bytes`,
+    );
+  const fetch = async (artifact: Artifact, path: string, maxBytes: number) => {
     try {
-      // Excluded entries and anything past the remaining budget are never held.
-      tar = await runtime.archiveOut(path, {
-        maxBytes: limit - total,
-        exclude: artifact.exclude ?? [],
-      });
+      // Excluded entries and anything past the budget are never held.
+      return await runtime.archiveOut(path, { maxBytes, exclude: artifact.exclude ?? [] });
     } catch (error) {
-      if (error instanceof SandboxFileTooLargeError) {
-        throw new TaskError(
-          `Artifacts exceed artifact_max_bytes (${limit} bytes) at "${artifact.source}"; ` +
-            `exclude files or raise TaskData.artifact_max_bytes`,
-        );
-      }
+      if (error instanceof SandboxFileTooLargeError) throw tooMany(artifact.source);
       if (error instanceof SandboxFileNotFoundError) {
         if (artifact.required ?? true) {
           // Blame the task only once the sandbox proves it is still there: a sandbox that
@@ -500,19 +497,48 @@ export async function collectArtifacts(
             `Required artifact "${artifact.source}" is missing in the agent sandbox`,
           );
         }
-        out.set(path, null);
-        continue;
+        return null;
       }
       throw error;
     }
-    total += tar.length;
-    if (total > limit) {
-      throw new TaskError(
-        `Artifacts exceed artifact_max_bytes (${limit} bytes) at "${artifact.source}"; ` +
-          `exclude files or raise TaskData.artifact_max_bytes`,
-      );
+  };
+  const logs: Artifact = { source: "/logs/artifacts", required: false };
+  const logsPath = absolute(logs.source, task.data.workdir);
+  const declared = (task.data.artifacts ?? [])
+    .map((artifact) => ({ artifact, path: absolute(artifact.source, task.data.workdir) }))
+    .filter(({ path }, i, all) => all.findIndex((d) => d.path === path) === i);
+  const logsDeclared = declared.some(({ path }) => path === logsPath);
+  let logsFetch: Promise<Uint8Array | null> | null = null;
+  const fetchLogs = () => {
+    const bytes = fetch(logs, logsPath, limit);
+    bytes.catch(() => {}); // its failure is awaited below, after the declared ones'
+    return bytes;
+  };
+  if (!logsDeclared && declared.length === 0) logsFetch = fetchLogs();
+  let total = 0;
+  try {
+    for (let i = 0; i < declared.length; i++) {
+      const { artifact, path } = declared[i];
+      const tar = fetch(artifact, path, limit - total);
+      if (i === declared.length - 1 && !logsDeclared) logsFetch = fetchLogs();
+      const bytes = await tar;
+      if (bytes) {
+        total += bytes.length;
+        if (total > limit) throw tooMany(artifact.source);
+      }
+      out.set(path, bytes);
     }
-    out.set(path, tar);
+    if (logsFetch) {
+      const bytes = await logsFetch;
+      if (bytes) {
+        total += bytes.length;
+        if (total > limit) throw tooMany(logs.source);
+      }
+      out.set(logsPath, bytes);
+    }
+  } catch (error) {
+    await logsFetch?.catch(() => {}); // nothing left running on the sandbox
+    throw error;
   }
   return out;
 }
@@ -1224,14 +1250,6 @@ export class TaskRollout {
     const { task, policy, signal } = this.#options;
     const data = task.data;
     const scoring = this.#scoring;
-    const artifacts = await inPhase(
-      "artifacts",
-      () => this.#timed("artifacts", () => collectArtifacts(this.#agent!, task)),
-    );
-    this.view.artifacts = artifacts;
-    // The agent's sandbox is removed while grading starts, off the critical path (dispose()
-    // waits for it); the toolsets stay up: rewards may still call them.
-    this.#agentStopping = this.#stopAgent().catch(() => {});
     const envLookup = this.#options.env ?? ((n: string) => process.env[n]);
     const graderConfig: RuntimeConfig = { ...policy.runtime, ...(scoring.runtime ?? {}) };
     const scoringEnv: Record<string, string> = {};
@@ -1277,6 +1295,19 @@ export class TaskRollout {
     const graderServices = scoring.services && compose !== null
       ? await inPhase("scoring", () => loadServices(compose))
       : null;
+    // The artifacts are collected while the grader starts and runs the task's setup, which
+    // does not need them; the agent's sandbox is removed once they are out, off the critical
+    // path (dispose() waits for it); the toolsets stay up: rewards may still call them.
+    const agent = this.#agent!;
+    const artifacts = inPhase(
+      "artifacts",
+      () => this.#timed("artifacts", () => collectArtifacts(agent, task)),
+    ).then((collected) => {
+      this.view.artifacts = collected;
+      this.#agentStopping = this.#stopAgent().catch(() => {});
+      return collected;
+    });
+    artifacts.catch(() => {}); // gradeIsolated awaits it, and a failure is thrown from there
     const denied: EgressDenial[] = [];
     try {
       return await inPhase(
@@ -1338,8 +1369,12 @@ export async function gradeSubmission(
         `one (task "${task.key}"); use docker or prime for scoring.runtime`,
     );
   }
-  const artifacts = await collectArtifacts(ctx.runtime, task);
-  ctx.trace.artifacts = artifacts;
+  // Collected while the grader starts and runs the task's setup (see gradeIsolated).
+  const artifacts = collectArtifacts(ctx.runtime, task).then((collected) => {
+    ctx.trace.artifacts = collected;
+    return collected;
+  });
+  artifacts.catch(() => {}); // gradeIsolated awaits it and throws its failure
   const runId = ctx.runId ?? "validate";
   const trace = { scoring: { mode: "isolated", attempts: 0 } } as TaskTrace;
   return await gradeIsolated(
@@ -1559,7 +1594,7 @@ async function startSandbox(
 
 async function gradeIsolated(
   spec: RuntimeSpec,
-  artifacts: Map<string, Uint8Array | null>,
+  artifacts: Map<string, Uint8Array | null> | Promise<Map<string, Uint8Array | null>>,
   retries: number,
   options: TaskRolloutOptions,
   trace: TaskTrace,
@@ -1579,6 +1614,20 @@ async function gradeIsolated(
 ): Promise<TaskScores> {
   const task = options.task;
   const records = surround.records;
+  // Artifacts still being collected: the first grader starts and runs the task's setup
+  // meanwhile. Waiting for them does not count against the scoring timeout, and a failure to
+  // collect them ends grading with that failure (it is not the grader's, so no retry).
+  const cancel = new AbortController();
+  let collected = artifacts instanceof Map ? artifacts : null;
+  let uncollected: { error: unknown } | null = null;
+  const arrived = artifacts instanceof Map ? null : artifacts.then(
+    (map) => void (collected = map),
+    (error) => {
+      uncollected = { error };
+      cancel.abort(error);
+    },
+  );
+  const outer = signal ? AbortSignal.any([signal, cancel.signal]) : cancel.signal;
   let last: unknown;
   for (let attempt = 0; attempt <= retries; attempt++) {
     trace.scoring.attempts = attempt + 1;
@@ -1587,7 +1636,8 @@ async function gradeIsolated(
     let grader = null as Runtime | null;
     let enclosure = null as Enclosure | null;
     try {
-      return await phase("scoring", timeoutSeconds, signal, async (s) => {
+      const started = performance.now();
+      await phase("scoring", timeoutSeconds, outer, async (s) => {
         let graderSpec = spec;
         const needs = {
           runId: options.runId,
@@ -1616,14 +1666,24 @@ async function gradeIsolated(
           (rt) => (grader = rt),
           records,
         );
+        await task.setup(hookContext(grader!, s));
+      });
+      const spent = (performance.now() - started) / 1000;
+      await arrived;
+      if (uncollected) throw (uncollected as { error: unknown }).error;
+      // What is left of the attempt's timeout, the wait for the artifacts not counted.
+      const left = timeoutSeconds && timeoutSeconds > 0
+        ? Math.max(timeoutSeconds - spent, 0.001)
+        : undefined;
+      return await phase("scoring", left, outer, async (s) => {
         const ctx = hookContext(grader!, s);
-        await task.setup(ctx);
-        await restoreArtifacts(grader!, artifacts);
+        await restoreArtifacts(grader!, collected!);
         await task.stageVerifier(ctx);
         if (surround.egress) enclosure?.route?.session.setPhase("grade", surround.egress.policy);
         return await task.score(ctx);
-      });
+      }, timeoutSeconds);
     } catch (error) {
+      if (uncollected) throw (uncollected as { error: unknown }).error;
       if (signal?.aborted) throw error;
       last = error;
       if (records) records.length = mark;
