@@ -107,6 +107,7 @@ export class MetadataBuilder {
   #byExample = new Map<number, { n: number; scored: number; correct: number }>();
   #toolKey: string | null | undefined = undefined;
   #tools: Tool[] | null = null;
+  #lastToolDefs: RolloutOutput["tool_defs"] | undefined = undefined;
 
   constructor(base: MetadataBase) {
     this.#base = base;
@@ -129,12 +130,16 @@ export class MetadataBuilder {
 
   /** Fold outputs in. */
   add(outputs: RolloutOutput[]): void {
+    // pass@k needs each example's counts only when there are several rollouts of it.
+    const perExample = this.#base.rollouts_per_example > 1;
     for (const o of outputs) {
       this.#n++;
       this.#retries += Number(o.model_retries ?? 0);
-      let ex = this.#byExample.get(o.example_id);
-      if (!ex) this.#byExample.set(o.example_id, ex = { n: 0, scored: 0, correct: 0 });
-      ex.n++;
+      let ex = perExample ? this.#byExample.get(o.example_id) : undefined;
+      if (perExample && !ex) {
+        this.#byExample.set(o.example_id, ex = { n: 0, scored: 0, correct: 0 });
+      }
+      if (ex) ex.n++;
       this.#addTools(o);
       if (o.token_usage) {
         this.#usage.n++;
@@ -147,8 +152,10 @@ export class MetadataBuilder {
         continue;
       }
       this.#scored++;
-      ex.scored++;
-      if (Number(o.reward ?? 0) >= this.#base.pass_threshold) ex.correct++;
+      if (ex) {
+        ex.scored++;
+        if (Number(o.reward ?? 0) >= this.#base.pass_threshold) ex.correct++;
+      }
       this.#rewardSum += Number(o.reward ?? 0);
       const metrics = o.metrics ?? {};
       for (const k in metrics) {
@@ -164,6 +171,9 @@ export class MetadataBuilder {
 
   /** The tool list, kept while every output had the same one. */
   #addTools(o: RolloutOutput): void {
+    // Rollouts of one environment mostly share one list: nothing to compare then.
+    if (o.tool_defs === this.#lastToolDefs) return;
+    this.#lastToolDefs = o.tool_defs;
     const key = o.tool_defs?.length ? o.tool_defs.map((t) => t.name).sort().join(",") : "";
     if (this.#toolKey === undefined) {
       this.#toolKey = key;
