@@ -91,3 +91,33 @@ Deno.test("WarmPool with graderSize keeps never-used grading sandboxes apart fro
   assert.equal(started.length, 4);
   assert.deepEqual(started.filter((rt) => existsSync(rt.id)), []);
 });
+
+Deno.test("WarmPool refills a moment after a hand-out, by itself, and not at all once closed", async () => {
+  let created = 0;
+  const pool = new WarmPool({
+    size: 1,
+    create: (spec) => {
+      created++;
+      return new SubprocessRuntime(spec as never);
+    },
+  });
+  const spec: RuntimeSpec = { type: "subprocess" };
+  await pool.prewarm(spec);
+  assert.equal(created, 1);
+  const first = await pool.acquire(spec);
+  // Not at once: the borrower's first command has the event loop to itself.
+  assert.equal(created, 1);
+  assert.equal(pool.stats.starting, 0);
+  // Then by itself, with no prewarm() or acquire() to prompt it.
+  for (let i = 0; i < 200 && pool.stats.ready < 1; i++) {
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  assert.equal(created, 2);
+  assert.equal(pool.stats.ready, 1);
+  const second = await pool.acquire(spec);
+  await pool.close(); // within the refill's delay
+  await new Promise((r) => setTimeout(r, 100));
+  assert.equal(created, 2, "a refill after close() would start a sandbox nobody stops");
+  await first.stop();
+  await second.stop();
+});
