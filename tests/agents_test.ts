@@ -150,11 +150,22 @@ type = "subprocess"
 model = "user-m"
 [env.user.client]
 base_url = "${server.url}"
+[models."assistant-m"]
+input_per_mtok = 1
+output_per_mtok = 1
+[models."user-m"]
+input_per_mtok = 1
+output_per_mtok = 1
 `,
   );
   const res = await s.cli(["eval", "@", "run.toml", "-o", "out"]);
   assert.equal(res.code, 0, transcript(res));
   const { lines, metadata } = await runOf(res);
+  // The user model's own endpoint is metered with the run's: every call is in its spend.
+  assert.deepEqual([metadata.cost.calls, metadata.cost.unpriced_calls], [
+    server.requests.length,
+    0,
+  ]);
   assert.equal(lines.length, 1);
   const episode = lines[0];
   assert.equal(episode.kind, "episode");

@@ -117,6 +117,9 @@ view = "last_reply"
 model = "judge-m"
 base_url = "${judge.url}"
 api_key_var = "JUDGE_KEY"
+[models."judge-m"]
+input_per_mtok = 1000000
+output_per_mtok = 0
 `,
     );
     const res = await runIn(dir, ["eval", "@", "run.toml", "-o", "out"], {
@@ -144,6 +147,17 @@ api_key_var = "JUDGE_KEY"
     assert.deepEqual(fr.judge_usage, { input_tokens: 110, output_tokens: 21 });
     const metadata = JSON.parse(await Deno.readTextFile(join(runDir!, "metadata.json")));
     assert.deepEqual(metadata.judge_usage, { input_tokens: 220, output_tokens: 42 });
+    // The judges' calls are in the run's spend ($1 per judge input token; the agent's model
+    // has no price): the summary and --max-cost see them.
+    const agentCalls = agent.requests.length;
+    assert.deepEqual(
+      [metadata.cost.usd, metadata.cost.calls, metadata.cost.unpriced_calls],
+      [220, agentCalls + 4, agentCalls],
+    );
+    assert.match(
+      res.stdout,
+      new RegExp(`cost: \\$220\\.0000 over ${agentCalls + 4} model calls \\(${agentCalls} of a`),
+    );
     // The judges called their own endpoint with their own model and key, the agent never did.
     assert.equal(judge.requests.length, 4);
     assert.ok(judge.requests.every((r) => r.body.model === "judge-m"));

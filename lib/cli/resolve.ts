@@ -233,10 +233,13 @@ export function budgetOf(config: EvalConfig, meter: CostMeter): CostBudget | nul
 export async function judgeEndpointResolver(
   config: EvalConfig,
   agent: { client: ChatClient; model: string },
+  /** The run's meter: a judge on an endpoint of its own is metered alongside the agent. */
+  meter?: CostMeter,
 ): Promise<(entry: JudgeEndpointEntry) => JudgeEndpoint | null> {
   const registryPath = config.endpoints_path ??
     (existsSync("configs/endpoints.toml") ? "configs/endpoints.toml" : null);
   const registry = registryPath ? await loadEndpoints(registryPath) : new Map();
+  const metered = (client: ChatClient): ChatClient => meter?.alongside(client) ?? client;
   return (entry) => {
     const samplingArgs = entry.sampling;
     if (entry.endpoint) {
@@ -249,23 +252,30 @@ export async function judgeEndpointResolver(
         );
       }
       const r = replicas[0];
+      const model = entry.model ?? r.model;
+      // The registry's price for the alias, unless [models."<model>"] gives one.
+      if (meter && r.price && !meter.prices[model]) meter.prices[model] = r.price;
       return {
-        client: new OpenAIChatClient({
-          base_url: entry.base_url ?? r.url,
-          api_key_var: entry.api_key_var ?? r.key,
-          extra_headers: { ...(r.headers ?? {}), ...(entry.headers ?? {}) },
-        }),
-        model: entry.model ?? r.model,
+        client: metered(
+          new OpenAIChatClient({
+            base_url: entry.base_url ?? r.url,
+            api_key_var: entry.api_key_var ?? r.key,
+            extra_headers: { ...(r.headers ?? {}), ...(entry.headers ?? {}) },
+          }),
+        ),
+        model,
         samplingArgs,
       };
     }
     if (entry.base_url) {
       return {
-        client: new OpenAIChatClient({
-          base_url: entry.base_url,
-          api_key_var: entry.api_key_var,
-          extra_headers: entry.headers,
-        }),
+        client: metered(
+          new OpenAIChatClient({
+            base_url: entry.base_url,
+            api_key_var: entry.api_key_var,
+            extra_headers: entry.headers,
+          }),
+        ),
         model: entry.model!,
         samplingArgs,
       };

@@ -166,7 +166,8 @@ export async function runTasks(
       client: modelClient,
       model,
       samplingArgs: config.sampling_args,
-      makeClient: (c) => limited(roleClient(c)),
+      // A role on an endpoint of its own is metered alongside the agent's calls.
+      makeClient: (c) => limited(meter.alongside(roleClient(c))),
       sandboxes,
       trust: config.trust === true,
       tasksetEnv: rawEnv.id ? null : await tasksetEnvOf(rawTaskset.id, config),
@@ -183,7 +184,7 @@ export async function runTasks(
         { field: "env.taskset.task.judges", entries: taskConfig?.judges },
       ], {
         baseDir,
-        endpointOf: await judgeEndpointResolver(config, { client: modelClient, model }),
+        endpointOf: await judgeEndpointResolver(config, { client: modelClient, model }, meter),
       });
     } catch (error) {
       if (error instanceof ConfigError) throw new ConfigError(`${source}: ${error.message}`);

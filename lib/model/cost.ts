@@ -27,15 +27,25 @@ export interface CostSummary {
 
 /** Adds up the cost of every call that reaches the endpoint. */
 export class CostMeter implements ChatClient {
-  readonly summary: CostSummary = {
-    usd: 0,
-    input_tokens: 0,
-    output_tokens: 0,
-    calls: 0,
-    unpriced_calls: 0,
-  };
+  constructor(
+    readonly inner: ChatClient,
+    readonly prices: Record<string, ModelPrice>,
+    readonly summary: CostSummary = {
+      usd: 0,
+      input_tokens: 0,
+      output_tokens: 0,
+      calls: 0,
+      unpriced_calls: 0,
+    },
+  ) {}
 
-  constructor(readonly inner: ChatClient, readonly prices: Record<string, ModelPrice>) {}
+  /**
+   * A meter around another endpoint's client (a judge's, a role's own) that adds to this
+   * run's spend, with the same prices, so the summary and `--max-cost` count its calls too.
+   */
+  alongside(inner: ChatClient): CostMeter {
+    return new CostMeter(inner, this.prices, this.summary);
+  }
 
   get baseUrl(): string {
     return this.inner.baseUrl;
