@@ -248,6 +248,8 @@ const RESOLVED: Promise<void> = Promise.resolve();
 const COALESCE_MS = 10;
 /** A batch buffer up to this size is kept for the next batch; a larger one is let go. */
 const KEEP_BUFFER_BYTES = 1 << 20;
+/** A batch buffer's first size. */
+const BATCH_BUFFER_BYTES = 64 * 1024;
 const encoder = new TextEncoder();
 
 /** Appends outputs to `results.jsonl` and rewrites `metadata.json` atomically. */
@@ -264,13 +266,16 @@ export class ResultsWriter {
   #idleTimer: ReturnType<typeof setTimeout> | undefined;
   #lastWriteAt = 0;
   #queue: Promise<void> = Promise.resolve();
-  #pendingLines: string[] = [];
   /**
-   * The bytes of the batch being written, reused by the next (writes never overlap). Joining
-   * a batch into one string and converting that made two large objects per batch, which the
-   * old-generation collector then had to sweep.
+   * The lines appended since the last write began, as UTF-8 with their newlines: each line is
+   * encoded as it is appended, so its string dies young instead of waiting (and surviving a
+   * scavenge) until the batch is written.
    */
-  #buffer = new Uint8Array(64 * 1024);
+  #pending = new Uint8Array(BATCH_BUFFER_BYTES);
+  #pendingAt = 0;
+  #pendingCount = 0;
+  /** The buffer of the write in flight, which becomes the next batch's once it is done. */
+  #spare: Uint8Array<ArrayBuffer> | null = new Uint8Array(BATCH_BUFFER_BYTES);
   /** Lines appended but not yet on disk (queued or being written). */
   #unwritten = 0;
   #pendingWaiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
@@ -313,7 +318,7 @@ export class ResultsWriter {
    * otherwise cost a write each); the promise resolves once on disk.
    */
   append(outputs: RolloutOutput[]): Promise<void> {
-    for (const o of outputs) this.#pendingLines.push(JSON.stringify(o));
+    for (const o of outputs) this.#push(JSON.stringify(o));
     this.#unwritten += outputs.length;
     const done = new Promise<void>((resolve, reject) =>
       this.#pendingWaiters.push({ resolve, reject })
@@ -336,38 +341,43 @@ export class ResultsWriter {
   #writePending = async (): Promise<void> => {
     this.#flushScheduled = false;
     this.#lastFlushAt = performance.now();
-    const count = this.#pendingLines.length;
+    const count = this.#pendingCount;
     const waiters = this.#pendingWaiters;
-    const lines = this.#pendingLines;
-    this.#pendingLines = [];
+    const batch = this.#pending;
+    const bytes = batch.subarray(0, this.#pendingAt);
+    // Appends made while this batch is written go to the other buffer (writes never overlap,
+    // so the last write's buffer is free by now).
+    this.#pending = this.#spare ?? new Uint8Array(BATCH_BUFFER_BYTES);
+    this.#spare = null;
+    this.#pendingAt = 0;
+    this.#pendingCount = 0;
     this.#pendingWaiters = [];
     try {
-      await this.#writeLines(this.#encodeLines(lines));
+      await this.#writeLines(bytes);
       for (const w of waiters) w.resolve();
     } catch (error) {
       for (const w of waiters) w.reject(error);
     } finally {
       this.#unwritten -= count;
+      if (batch.length <= KEEP_BUFFER_BYTES) this.#spare = batch;
     }
   };
 
-  /** The lines as UTF-8, each followed by a newline, in the reused buffer. */
-  #encodeLines(lines: string[]): Uint8Array {
-    let buffer = this.#buffer;
-    let at = 0;
-    for (const line of lines) {
-      // UTF-8 takes at most three bytes per UTF-16 unit.
-      const room = line.length * 3 + 1;
-      if (buffer.length - at < room) {
-        const grown = new Uint8Array(Math.max(buffer.length * 2, at + room));
-        grown.set(buffer.subarray(0, at));
-        buffer = grown;
-      }
-      at += encoder.encodeInto(line, buffer.subarray(at)).written;
-      buffer[at++] = 10;
+  /** One line, encoded onto the pending batch. */
+  #push(line: string): void {
+    // UTF-8 takes at most three bytes per UTF-16 unit.
+    const room = line.length * 3 + 1;
+    let buffer = this.#pending;
+    const at = this.#pendingAt;
+    if (buffer.length - at < room) {
+      const grown = new Uint8Array(Math.max(buffer.length * 2, at + room));
+      grown.set(buffer.subarray(0, at));
+      this.#pending = buffer = grown;
     }
-    if (buffer.length <= KEEP_BUFFER_BYTES) this.#buffer = buffer;
-    return buffer.subarray(0, at);
+    const end = at + encoder.encodeInto(line, buffer.subarray(at)).written;
+    buffer[end] = 10;
+    this.#pendingAt = end + 1;
+    this.#pendingCount++;
   }
 
   async #ensureDir(): Promise<void> {
