@@ -172,6 +172,12 @@ export interface TaskTrace {
   /** `infra`: the failure was infrastructure (sandbox, engine), not the agent's or the task's. */
   error: (SerializedError & { phase: string; infra?: boolean }) | null;
   usage: { input_tokens: number; output_tokens: number };
+  /**
+   * `started_at` (epoch seconds) and milliseconds per phase (`setup_ms`, `sandbox_ms`,
+   * `agent_ms`, `finalize_ms`, `artifacts_ms`, `scoring_ms`, `judge_ms`, `total_ms`). In
+   * isolated scoring the grader starts while the artifacts are collected, so `artifacts_ms`
+   * lies within `scoring_ms`.
+   */
   timing: Record<string, number>;
   info: Record<string, unknown>;
 }
