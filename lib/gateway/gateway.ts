@@ -45,6 +45,7 @@ import {
   parseMessagesRequest,
 } from "./anthropic.ts";
 import { parseResponsesRequest, responsesBody, responsesStream } from "./responses.ts";
+import { unrefTimer } from "../_timers.ts";
 
 /** A connection the network policy refused. */
 export interface EgressDenial {
@@ -260,6 +261,8 @@ function parseHead(text: string): Head | null {
 }
 
 const MAX_HEAD = 64 * 1024;
+/** Default of {@link Gateway.requestTimeoutMs}. */
+const REQUEST_TIMEOUT_MS = 60_000;
 const MAX_BODY = 64 * 1024 * 1024;
 
 const REASONS: Record<number, string> = {
@@ -378,6 +381,17 @@ function readBody(socket: net.Socket, rest: Buffer, head: Head): Promise<Buffer>
 /** The gateway: one listener per address, every rollout a session on it. */
 export class Gateway {
   static #shared: Gateway | null = null;
+  /**
+   * A connection has this long to deliver its whole request (head and body; for the egress
+   * proxy, until its tunnel is up), else it is closed. A sandbox that connects and goes quiet,
+   * or is removed mid-request (its end of the connection then vanishes without a word), would
+   * otherwise hold a socket in the evaluator for good.
+   */
+  readonly requestTimeoutMs: number;
+
+  constructor(options: { requestTimeoutMs?: number } = {}) {
+    this.requestTimeoutMs = options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
+  }
   readonly #listeners = new Map<string, Promise<net.Server>>();
   readonly #byModelSecret = new Map<string, GatewaySession>();
   readonly #byProxySecret = new Map<string, GatewaySession>();
@@ -437,7 +451,12 @@ export class Gateway {
   #connection(socket: net.Socket): void {
     socket.on("error", () => {});
     this.#sockets.add(socket);
-    socket.on("close", () => this.#sockets.delete(socket));
+    const deadline = unrefTimer(setTimeout(() => socket.destroy(), this.requestTimeoutMs));
+    const received = () => clearTimeout(deadline);
+    socket.on("close", () => {
+      received();
+      this.#sockets.delete(socket);
+    });
     let buf = Buffer.alloc(0);
     const onData = (chunk: Buffer) => {
       buf = Buffer.concat([buf, chunk]);
@@ -452,8 +471,8 @@ export class Gateway {
       const rest = buf.subarray(end + 4);
       if (!head) return reply(socket, 400, "malformed request", "text/plain");
       const handle = head.method === "CONNECT" || /^[a-z]+:\/\//i.test(head.target)
-        ? this.#proxy(socket, head, rest)
-        : this.#serve(socket, head, rest);
+        ? this.#proxy(socket, head, rest, received)
+        : this.#serve(socket, head, rest, received);
       handle.catch((error) => {
         if (error instanceof GatewayRefusal) {
           replyJson(socket, error.status, errorBody(error.message));
@@ -463,7 +482,12 @@ export class Gateway {
     socket.on("data", onData);
   }
 
-  async #proxy(socket: net.Socket, head: Head, rest: Buffer): Promise<void> {
+  async #proxy(
+    socket: net.Socket,
+    head: Head,
+    rest: Buffer,
+    received: () => void,
+  ): Promise<void> {
     const auth = head.headers.get("proxy-authorization") ?? "";
     const m = /^Basic\s+(\S+)$/i.exec(auth);
     const password = m
@@ -539,6 +563,7 @@ export class Gateway {
     });
     socket.on("close", () => upstream.destroy());
     upstream.on("connect", () => {
+      received(); // the tunnel is up: it may idle as long as the phase lasts
       if (head.method === "CONNECT") {
         socket.write("HTTP/1.1 200 Connection Established\r\n\r\n");
       } else {
@@ -559,7 +584,12 @@ export class Gateway {
     });
   }
 
-  async #serve(socket: net.Socket, head: Head, rest: Buffer): Promise<void> {
+  async #serve(
+    socket: net.Socket,
+    head: Head,
+    rest: Buffer,
+    received: () => void,
+  ): Promise<void> {
     const path = head.target.split("?")[0];
     if (head.method === "GET" && path === "/health") return replyJson(socket, 200, { ok: true });
     const bearer = /^Bearer\s+(\S+)$/i.exec(head.headers.get("authorization") ?? "")?.[1] ??
@@ -569,6 +599,7 @@ export class Gateway {
       return replyJson(socket, 401, errorBody("unknown or expired gateway key"));
     }
     const body = await readBody(socket, rest, head);
+    received(); // the answer may take as long as the model does
     if (head.method === "GET" && (path === "/v1/models" || path === "/models")) {
       return replyJson(socket, 200, {
         object: "list",

@@ -375,3 +375,45 @@ Deno.test("gateway: the Anthropic Messages and Responses dialects map to vf's me
     await gateway.close();
   }
 });
+
+Deno.test("gateway: a connection that does not deliver its request in time is closed; a model answer slower than that still arrives", async () => {
+  const gateway = new Gateway({ requestTimeoutMs: 300 });
+  try {
+    const port = await gateway.listen("127.0.0.1");
+    // Half a request head, then silence (a program that hung, or a sandbox removed mid-send).
+    const quiet = net.connect({ host: "127.0.0.1", port });
+    const closed = new Promise<number>((resolve) => {
+      const t0 = performance.now();
+      quiet.on("close", () => resolve(performance.now() - t0));
+      quiet.on("error", () => {});
+    });
+    quiet.write("POST /v1/chat/completions HTTP/1.1\r\nContent-Type: appl");
+    const waited = await Promise.race([
+      closed,
+      new Promise<null>((r) => setTimeout(() => r(null), 10_000)),
+    ]);
+    quiet.destroy();
+    assert.ok(waited !== null, "the gateway kept a connection whose request never came");
+    assert.ok(waited >= 250, `closed after ${waited} ms, before the deadline`);
+
+    // The deadline covers receiving the request, not the model's answer.
+    const session = gateway.open("m");
+    session.handler = {
+      chat: async () => {
+        await new Promise((r) => setTimeout(r, 900));
+        return reply("slow but fine");
+      },
+    };
+    const body = JSON.stringify({ model: "x", messages: [{ role: "user", content: "hi" }] });
+    const res = await raw(
+      port,
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${session.modelSecret}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+    );
+    assert.match(res, /^HTTP\/1\.1 200 /);
+    assert.match(res, /slow but fine/);
+    session.close();
+  } finally {
+    await gateway.close();
+  }
+});
