@@ -286,6 +286,33 @@ Deno.test("the ledger records a container as requested before the engine creates
   await Deno.remove(dir, { recursive: true });
 });
 
+Deno.test("a start aborted while the engine is creating the container leaves no container behind", async () => {
+  const dir = await tempDir("vf_abort_create_");
+  const runId = `abort-${crypto.randomUUID().slice(0, 8)}`;
+  try {
+    for (let i = 0; i < 5; i++) {
+      const controller = new AbortController();
+      // Aborts the moment the create request goes out (the ledger's "requested" comes first).
+      class AbortingLedger extends Ledger {
+        override async record(entry: Parameters<Ledger["record"]>[0]): Promise<void> {
+          await super.record(entry);
+          if (entry.event === "requested") setTimeout(() => controller.abort(), 0);
+        }
+      }
+      const ledger = new AbortingLedger(join(dir, `ledger-${i}.jsonl`));
+      const rt = new DockerRuntime({ type: "docker", image: IMAGE }, { runId, ledger });
+      await assert.rejects(() => rt.start({ signal: controller.signal }));
+      await rt.stop();
+    }
+    // A create the engine finished after the removal would show up here, in state "created".
+    await new Promise((r) => setTimeout(r, 500));
+    assert.deepEqual((await runContainers(runId)).map((c) => `${c.Names} ${c.State}`), []);
+  } finally {
+    await cleanupContainers({ runId });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("vf cleanup --run removes what an evaluator killed with SIGKILL mid-run left behind, on the engine and in the ledger", async () => {
   const dir = await tempDir("vf_sigkill_");
   const ledgerPath = join(dir, "ledger.jsonl");

@@ -441,15 +441,22 @@ export class DockerEngine {
   }
 
   /**
-   * `POST /commit`: an image of the container's filesystem (paused while it is taken), its
-   * config that of the container plus `labels`. Returns the image id.
+   * `POST /commit`: an image of the container's filesystem (paused while it is taken, unless
+   * `pause` is false), its config that of the container plus `labels`. Returns the image id.
    */
   async commitContainer(
     id: string,
-    options: { repo: string; tag: string; labels?: Record<string, string>; signal?: AbortSignal },
+    options: {
+      repo: string;
+      tag: string;
+      labels?: Record<string, string>;
+      /** Freeze the container while it is committed (the engine's default). */
+      pause?: boolean;
+      signal?: AbortSignal;
+    },
   ): Promise<string> {
     const result = await this.#json<{ Id: string }>("POST", "/commit", {
-      query: { container: id, repo: options.repo, tag: options.tag, pause: true },
+      query: { container: id, repo: options.repo, tag: options.tag, pause: options.pause ?? true },
       json: { Labels: options.labels ?? {} },
       signal: options.signal,
     });

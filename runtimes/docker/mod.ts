@@ -272,6 +272,9 @@ export class DockerRuntime implements Runtime {
       ? { Cmd: spec.command }
       : { Entrypoint: [""], Cmd: ["sleep", "infinity"] };
     const seconds = (s: number | undefined) => (s === undefined ? undefined : Math.round(s * 1e9));
+    // No signal: a create abandoned mid-request still completes in the engine, after the
+    // removal by name has found nothing, and leaves a container nobody removes. It is quick;
+    // the abort is honoured right after it, with the id known.
     this.#id = await engine.createContainer({
       Image: spec.image,
       ...run,
@@ -294,7 +297,7 @@ export class DockerRuntime implements Runtime {
           EndpointsConfig: { [spec.networkName]: { Aliases: spec.aliases ?? [] } },
         },
       }),
-    }, { name, signal });
+    }, { name });
     await this.#record("created", engine, name);
     this.#checkNotStopped();
     signal?.throwIfAborted();
@@ -322,18 +325,24 @@ export class DockerRuntime implements Runtime {
   }
 
   /**
-   * Commits the container to an image labelled `vf.fork=1` (paused while it is taken; its
-   * labels carry the run's, so `vf cleanup` finds what a killed run left).
+   * Commits the container to an image labelled `vf.fork=1`, without pausing it (its labels
+   * carry the run's, so `vf cleanup` finds what a killed run left).
    */
   async snapshot(options: { signal?: AbortSignal } = {}): Promise<RuntimeSnapshot> {
     const id = this.#requireRunning();
     const engine = this.#engine;
     const image = `${FORK_REPO}:${randomHex(8)}`;
     const [repo, tag] = image.split(":");
+    // Not paused: freezing the container while an exec is joining it (the command channel
+    // opening beside the start, a command of its own) hangs runc's exec, the freeze never
+    // completes and the engine holds the container for good (seen here with cgroup v1). The
+    // snapshot is taken after the task's setup, when nothing of it should be writing.
+    await this.#channelOpening;
     await engine.commitContainer(id, {
       repo,
       tag,
       labels: { [FORK_LABEL]: "1" },
+      pause: false,
       signal: options.signal,
     });
     let removing: Promise<void> | undefined;
