@@ -792,10 +792,12 @@ Deno.test("artifacts: a missing required artifact fails the rollout, a missing o
   const module = await s.file("custom_tasks.ts", CUSTOM_TASKSET);
   await using server = await modelServer(() => textReply("done"));
   const args = vfRun(module, server, "--env.taskset.variant");
-  const [artifacts, relative, relativeElsewhere] = await Promise.all([
+  const [artifacts, relative, relativeElsewhere, noGrader] = await Promise.all([
     s.cli([...args, "artifacts"]),
     s.cli([...args, "relative"]),
     s.cli([...args, "relative", "--env.agent.scoring.runtime.workdir", "/elsewhere"]),
+    // Graders that cannot start, while the artifacts are being collected.
+    s.cli([...args, "artifacts", "--env.agent.scoring.runtime.image", "vf-no-such-image:1"]),
   ]);
   const run = await runOf(artifacts);
   const traces = Object.fromEntries(run.traces.map((t: Json) => [t.task.key, t]));
@@ -815,6 +817,19 @@ Deno.test("artifacts: a missing required artifact fails the rollout, a missing o
   );
   // The grader started while the artifacts were being collected is removed with the rest.
   assert.deepEqual(await managedContainers(run.runId), []);
+  // A missing required artifact is the rollout's error even when every grader failed too
+  // (the collection's failure outranks the grader's), and nothing is left behind.
+  const noGraderRun = await runOf(noGrader);
+  const unstarted = noGraderRun.traces.find((t: Json) => t.task.key === "required-missing");
+  assert.deepEqual(
+    [unstarted.error.error, unstarted.error.phase],
+    ["TaskError", "artifacts"],
+    describeTrace(unstarted),
+  );
+  const present = noGraderRun.traces.find((t: Json) => t.task.key === "optional-missing");
+  assert.equal(present.reward, null);
+  assert.equal(present.error.phase, "scoring", describeTrace(present));
+  assert.deepEqual(await managedContainers(noGraderRun.runId), []);
 
   const optional = traces["optional-missing"];
   assert.equal(optional.ok, true, describeTrace(optional));

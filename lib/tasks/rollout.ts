@@ -70,6 +70,7 @@ import {
   type GroupForks,
 } from "./fork.ts";
 import { recordingRuntime, type SandboxRecord } from "./record.ts";
+import { unrefTimer } from "../_timers.ts";
 import {
   CLOSED_POLICY,
   composePolicies,
@@ -410,6 +411,18 @@ function absolute(path: string, workdir: string | undefined): string {
   return posix.isAbsolute(path) ? path : posix.join(workdir ?? "/", path);
 }
 
+/** Resolves once `work` settles, or after `ms` (its timer cleared either way). */
+function settledWithin(work: Promise<unknown>, ms: number): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = unrefTimer(setTimeout(resolve, ms));
+    const done = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    work.then(done, done);
+  });
+}
+
 /** Race a phase against its timeout (seconds) and the run's signal. */
 async function phase<T>(
   name: string,
@@ -418,6 +431,8 @@ async function phase<T>(
   fn: (signal: AbortSignal) => Promise<T>,
   /** The timeout to name when it passes, when `seconds` is what was left of it. */
   stated: number | undefined = seconds,
+  /** Gets `fn`'s own promise, which may still run after the phase was cut short. */
+  running?: (work: Promise<T>) => void,
 ): Promise<T> {
   const controller = new AbortController();
   const signals = [controller.signal, ...(signal ? [signal] : [])];
@@ -434,9 +449,9 @@ async function phase<T>(
     };
     if (combined.aborted) return onAbort();
     combined.addEventListener("abort", onAbort, { once: true });
-    fn(combined).then(resolve, reject).finally(() =>
-      combined.removeEventListener("abort", onAbort)
-    );
+    const work = fn(combined);
+    running?.(work);
+    work.then(resolve, reject).finally(() => combined.removeEventListener("abort", onAbort));
   }).finally(() => controller.abort());
 }
 
@@ -470,30 +485,35 @@ async function grantAgentUser(runtime: Runtime, task: Task, user: string): Promi
   }
 }
 
-/**
- * Copy declared artifacts (and /logs/artifacts) out of a sandbox. The declared ones come one
- * after another, each within what is left of `artifact_max_bytes`; /logs/artifacts comes
- * alongside the last of them, within the whole limit, and counts toward it once both are in
- * (at most twice the limit is ever held). The operations are asked for in the order a record
- * of the sandbox keeps for `vf replay`: every declared path, then /logs/artifacts.
- */
+/** Copy declared artifacts (and /logs/artifacts) out of a sandbox. */
 export async function collectArtifacts(
   runtime: Runtime,
   task: Task,
 ): Promise<Map<string, Uint8Array | null>> {
   const out = new Map<string, Uint8Array | null>();
   const limit = task.data.artifact_max_bytes ?? DEFAULT_ARTIFACT_MAX_BYTES;
-  const tooMany = (source: string) =>
-    new TaskError(
-      `Artifacts exceed artifact_max_bytes (${limit} bytes) at "${source}"; ` +
-        `exclude files or raise TaskData.artifact_max_bytes`,
-    );
-  const fetch = async (artifact: Artifact, path: string, maxBytes: number) => {
+  let total = 0;
+  const declared: Artifact[] = [...(task.data.artifacts ?? []), {
+    source: "/logs/artifacts",
+    required: false,
+  }];
+  for (const artifact of declared) {
+    const path = absolute(artifact.source, task.data.workdir);
+    if (out.has(path)) continue;
+    let tar: Uint8Array;
     try {
-      // Excluded entries and anything past the budget are never held.
-      return await runtime.archiveOut(path, { maxBytes, exclude: artifact.exclude ?? [] });
+      // Excluded entries and anything past the remaining budget are never held.
+      tar = await runtime.archiveOut(path, {
+        maxBytes: limit - total,
+        exclude: artifact.exclude ?? [],
+      });
     } catch (error) {
-      if (error instanceof SandboxFileTooLargeError) throw tooMany(artifact.source);
+      if (error instanceof SandboxFileTooLargeError) {
+        throw new TaskError(
+          `Artifacts exceed artifact_max_bytes (${limit} bytes) at "${artifact.source}"; ` +
+            `exclude files or raise TaskData.artifact_max_bytes`,
+        );
+      }
       if (error instanceof SandboxFileNotFoundError) {
         if (artifact.required ?? true) {
           // Blame the task only once the sandbox proves it is still there: a sandbox that
@@ -503,48 +523,19 @@ export async function collectArtifacts(
             `Required artifact "${artifact.source}" is missing in the agent sandbox`,
           );
         }
-        return null;
+        out.set(path, null);
+        continue;
       }
       throw error;
     }
-  };
-  const logs: Artifact = { source: "/logs/artifacts", required: false };
-  const logsPath = absolute(logs.source, task.data.workdir);
-  const declared = (task.data.artifacts ?? [])
-    .map((artifact) => ({ artifact, path: absolute(artifact.source, task.data.workdir) }))
-    .filter(({ path }, i, all) => all.findIndex((d) => d.path === path) === i);
-  const logsDeclared = declared.some(({ path }) => path === logsPath);
-  let logsFetch: Promise<Uint8Array | null> | null = null;
-  const fetchLogs = () => {
-    const bytes = fetch(logs, logsPath, limit);
-    bytes.catch(() => {}); // its failure is awaited below, after the declared ones'
-    return bytes;
-  };
-  if (!logsDeclared && declared.length === 0) logsFetch = fetchLogs();
-  let total = 0;
-  try {
-    for (let i = 0; i < declared.length; i++) {
-      const { artifact, path } = declared[i];
-      const tar = fetch(artifact, path, limit - total);
-      if (i === declared.length - 1 && !logsDeclared) logsFetch = fetchLogs();
-      const bytes = await tar;
-      if (bytes) {
-        total += bytes.length;
-        if (total > limit) throw tooMany(artifact.source);
-      }
-      out.set(path, bytes);
+    total += tar.length;
+    if (total > limit) {
+      throw new TaskError(
+        `Artifacts exceed artifact_max_bytes (${limit} bytes) at "${artifact.source}"; ` +
+          `exclude files or raise TaskData.artifact_max_bytes`,
+      );
     }
-    if (logsFetch) {
-      const bytes = await logsFetch;
-      if (bytes) {
-        total += bytes.length;
-        if (total > limit) throw tooMany(logs.source);
-      }
-      out.set(logsPath, bytes);
-    }
-  } catch (error) {
-    await logsFetch?.catch(() => {}); // nothing left running on the sandbox
-    throw error;
+    out.set(path, tar);
   }
   return out;
 }
@@ -1310,7 +1301,8 @@ export class TaskRollout {
       () => this.#timed("artifacts", () => collectArtifacts(agent, task)),
     ).then((collected) => {
       this.view.artifacts = collected;
-      this.#agentStopping = this.#stopAgent().catch(() => {});
+      // Unless the rollout is already being torn down (dispose() stops the agent then).
+      if (this.#agent === agent) this.#agentStopping = this.#stopAgent().catch(() => {});
       return collected;
     });
     artifacts.catch(() => {}); // gradeIsolated awaits it, and a failure is thrown from there
@@ -1634,79 +1626,115 @@ async function gradeIsolated(
     },
   );
   const outer = signal ? AbortSignal.any([signal, cancel.signal]) : cancel.signal;
-  let last: unknown;
-  for (let attempt = 0; attempt <= retries; attempt++) {
-    trace.scoring.attempts = attempt + 1;
-    // A failed attempt's grading sandbox is not what a replay should serve.
-    const mark = records?.length ?? 0;
-    let grader = null as Runtime | null;
-    let enclosure = null as Enclosure | null;
-    try {
-      const started = performance.now();
-      await phase("scoring", timeoutSeconds, outer, async (s) => {
-        let graderSpec = spec;
-        const needs = {
-          runId: options.runId,
-          task: task.key,
-          model: options.model,
-          services: surround.services,
-          gateway: false,
-          egress: surround.egress !== undefined,
-          alias: "grader",
-          healthTimeout: timeoutSeconds,
-          signal: s,
-        };
-        if (Enclosure.needed(needs)) {
-          // Fresh services, and a network out only through the proxy: setup, the restore and
-          // stageVerifier are unrestricted, the rewards run under the grader's policy.
-          const opened = await Enclosure.open(spec, needs);
-          enclosure = opened.enclosure;
-          graderSpec = opened.spec;
-        }
-        await startSandbox(
-          options.policy,
-          graderSpec,
-          "grader",
-          options,
-          s,
-          (rt) => (grader = rt),
-          records,
-        );
-        await task.setup(hookContext(grader!, s));
-      });
-      const spent = (performance.now() - started) / 1000;
-      await arrived;
-      if (uncollected) throw (uncollected as { error: unknown }).error;
-      // What is left of the attempt's timeout, the wait for the artifacts not counted.
-      const left = timeoutSeconds && timeoutSeconds > 0
-        ? Math.max(timeoutSeconds - spent, 0.001)
-        : undefined;
-      return await phase("scoring", left, outer, async (s) => {
-        const ctx = hookContext(grader!, s);
-        await restoreArtifacts(grader!, collected!);
-        await task.stageVerifier(ctx);
-        if (surround.egress) enclosure?.route?.session.setPhase("grade", surround.egress.policy);
-        return await task.score(ctx);
-      }, timeoutSeconds);
-    } catch (error) {
-      if (uncollected) throw (uncollected as { error: unknown }).error;
-      if (signal?.aborted) throw error;
-      last = error;
-      if (records) records.length = mark;
-    } finally {
-      const removal = (grader as Runtime | null)?.stop().catch(() => {});
-      if (enclosure || !surround.defer) {
-        // An enclosure's network goes only once its sandboxes have.
-        await removal;
-        const denied = await (enclosure as Enclosure | null)?.close() ?? [];
-        surround.egress?.denied.push(...denied);
-      } else if (removal) surround.defer(removal);
-    }
+  let outcome: { scores: TaskScores } | { error: unknown };
+  try {
+    outcome = { scores: await attempts() };
+  } catch (error) {
+    outcome = { error };
   }
-  throw new InfraError(
-    `Grading failed in ${retries + 1} fresh sandbox${retries ? "es" : ""}: ${
-      last instanceof Error ? last.message : String(last)
-    }`,
-    { cause: last },
-  );
+  // However grading ended, the collection is over before the caller goes on (it may remove
+  // the agent's sandbox next), and its failure outranks the grader's.
+  await arrived;
+  if (uncollected) throw (uncollected as { error: unknown }).error;
+  if ("error" in outcome) throw outcome.error;
+  return outcome.scores;
+
+  async function attempts(): Promise<TaskScores> {
+    let last: unknown;
+    for (let attempt = 0; attempt <= retries; attempt++) {
+      trace.scoring.attempts = attempt + 1;
+      // A failed attempt's grading sandbox is not what a replay should serve.
+      const mark = records?.length ?? 0;
+      let grader = null as Runtime | null;
+      let enclosure = null as Enclosure | null;
+      const hold = (rt: Runtime) => void (grader = rt);
+      /** Phase 1's own work, which goes on for a while when the phase is cut short. */
+      let running: Promise<unknown> = Promise.resolve();
+      try {
+        const started = performance.now();
+        await phase(
+          "scoring",
+          timeoutSeconds,
+          outer,
+          async (s) => {
+            let graderSpec = spec;
+            const needs = {
+              runId: options.runId,
+              task: task.key,
+              model: options.model,
+              services: surround.services,
+              gateway: false,
+              egress: surround.egress !== undefined,
+              alias: "grader",
+              healthTimeout: timeoutSeconds,
+              signal: s,
+            };
+            if (Enclosure.needed(needs)) {
+              // Fresh services, and a network out only through the proxy: setup, the restore and
+              // stageVerifier are unrestricted, the rewards run under the grader's policy.
+              const opened = await Enclosure.open(spec, needs);
+              if (s.aborted) {
+                // The attempt is over (timeout, a failed collection): nobody else will close it.
+                await opened.enclosure.close().catch(() => {});
+                throw s.reason;
+              }
+              enclosure = opened.enclosure;
+              graderSpec = opened.spec;
+            }
+            await startSandbox(
+              options.policy,
+              graderSpec,
+              "grader",
+              options,
+              s,
+              hold,
+              records,
+            );
+            s.throwIfAborted();
+            await task.setup(hookContext(grader!, s));
+          },
+          timeoutSeconds,
+          (work) => (running = work),
+        );
+        const spent = (performance.now() - started) / 1000;
+        await arrived;
+        if (uncollected) throw (uncollected as { error: unknown }).error;
+        // What is left of the attempt's timeout, the wait for the artifacts not counted.
+        const left = timeoutSeconds && timeoutSeconds > 0
+          ? Math.max(timeoutSeconds - spent, 0.001)
+          : undefined;
+        return await phase("scoring", left, outer, async (s) => {
+          const ctx = hookContext(grader!, s);
+          await restoreArtifacts(grader!, collected!);
+          await task.stageVerifier(ctx);
+          if (surround.egress) enclosure?.route?.session.setPhase("grade", surround.egress.policy);
+          return await task.score(ctx);
+        }, timeoutSeconds);
+      } catch (error) {
+        if (uncollected) throw (uncollected as { error: unknown }).error;
+        if (signal?.aborted) throw error;
+        last = error;
+        if (records) records.length = mark;
+      } finally {
+        // The grader as known now, then again once phase 1's work has settled: a phase cut
+        // short (a timeout, a failed collection) may still be starting one.
+        // (A hook that ignores its signal and never settles is waited for 30 s, not forever.)
+        const stopGrader = () => (grader as Runtime | null)?.stop().catch(() => {});
+        const settled = settledWithin(running, 30_000);
+        const removal = Promise.all([stopGrader(), settled.then(stopGrader)]).then(() => {});
+        if (enclosure || !surround.defer) {
+          // An enclosure's network goes only once its sandboxes have.
+          await removal;
+          const denied = await (enclosure as Enclosure | null)?.close() ?? [];
+          surround.egress?.denied.push(...denied);
+        } else surround.defer(removal);
+      }
+    }
+    throw new InfraError(
+      `Grading failed in ${retries + 1} fresh sandbox${retries ? "es" : ""}: ${
+        last instanceof Error ? last.message : String(last)
+      }`,
+      { cause: last },
+    );
+  }
 }
