@@ -86,6 +86,11 @@ Deno.test("WarmPool with graderSize keeps never-used grading sandboxes apart fro
   // The pooled grader was never touched: its workspace is empty.
   assert.equal((await second.run(["sh", "-c", "ls -A . | wc -l"])).stdout.trim(), "0");
   for (const rt of [agent, first, second]) await rt.stop();
+  // The spare that replaces the second comes a moment after its hand-out: wait for it.
+  for (let i = 0; i < 100 && pool.stats.ready < 1; i++) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.equal(pool.stats.ready, 1);
   await pool.close();
   // Everything it started is gone, the spare it still held included.
   assert.equal(started.length, 4);

@@ -253,8 +253,10 @@ export async function judgeEndpointResolver(
       }
       const r = replicas[0];
       const model = entry.model ?? r.model;
-      // The registry's price for the alias, unless [models."<model>"] gives one.
-      if (meter && r.price && !meter.prices[model]) meter.prices[model] = r.price;
+      // The registry's price for the alias's own model, unless [models."<model>"] gives one.
+      if (meter && r.price && model === r.model && !meter.prices[model]) {
+        meter.prices[model] = r.price;
+      }
       return {
         client: metered(
           new OpenAIChatClient({

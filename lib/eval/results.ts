@@ -92,6 +92,8 @@ export interface RunMetadata extends MetadataBase {
   tools: Tool[] | null;
 }
 
+const NONE_YET = Symbol("none yet");
+
 /** Incrementally aggregates outputs into {@link RunMetadata}. */
 export class MetadataBuilder {
   #base: MetadataBase;
@@ -107,7 +109,8 @@ export class MetadataBuilder {
   #byExample = new Map<number, { n: number; scored: number; correct: number }>();
   #toolKey: string | null | undefined = undefined;
   #tools: Tool[] | null = null;
-  #lastToolDefs: RolloutOutput["tool_defs"] | undefined = undefined;
+  /** The last output's tool list (`NONE_YET` before any): the same list needs no new key. */
+  #lastToolDefs: RolloutOutput["tool_defs"] | undefined | typeof NONE_YET = NONE_YET;
 
   constructor(base: MetadataBase) {
     this.#base = base;

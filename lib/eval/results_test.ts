@@ -299,6 +299,14 @@ Deno.test("MetadataBuilder reports no tools when only some outputs have tools", 
   const none = new MetadataBuilder(base());
   none.add([out(0, 1), out(1, 1)]);
   assert.equal(none.build().tools, null);
+  // A first output without the field at all (an older results line read on resume) counts
+  // as "no tools" too; one list shared by the outputs after it is compared once.
+  const older = new MetadataBuilder(base());
+  const shared = [tool("calc")];
+  const legacy = out(0, 1);
+  delete (legacy as { tool_defs?: unknown }).tool_defs;
+  older.add([legacy, out(1, 1, { tool_defs: shared }), out(2, 1, { tool_defs: shared })]);
+  assert.equal(older.build().tools, null);
 });
 
 // ---- stateToOutput ----------------------------------------------------------------------

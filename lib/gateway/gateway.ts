@@ -543,6 +543,7 @@ export class Gateway {
     } catch {
       return reply(socket, 502, `vf egress proxy: cannot resolve ${host}`, "text/plain");
     }
+    if (socket.destroyed) return; // the request's deadline passed during the lookup
     if (isReservedAddress(canonicalHost(address)) && !session.names(host)) {
       session.refuse(host, port);
       return reply(

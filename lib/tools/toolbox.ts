@@ -88,13 +88,13 @@ export function checkToolsets(specs: ToolsetSpec[], field = "toolsets"): void {
 /**
  * Variables a stdio server inherits: the basics, and what fetching its packages needs (a
  * `npx`/`deno run npm:` server behind a TLS-inspecting network needs its CA bundle); never
- * credentials.
+ * credentials (a proxy's `user:password@` is left out: give it in the toolset's `env`).
  */
 function baseEnv(): Record<string, string> {
   const keep = ["PATH", "HOME", "LANG", "TMPDIR", "DENO_DIR"];
   return {
     ...Object.fromEntries(keep.flatMap((k) => (process.env[k] ? [[k, process.env[k]!]] : []))),
-    ...fetchEnv(),
+    ...fetchEnv({ credentials: false }),
   };
 }
 

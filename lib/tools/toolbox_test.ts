@@ -8,16 +8,21 @@ import { McpServer } from "npm:@modelcontextprotocol/sdk@^1.32.0/server/mcp.js";
 import { StdioServerTransport } from "npm:@modelcontextprotocol/sdk@^1.32.0/server/stdio.js";
 const server = new McpServer({ name: "env", version: "1" });
 server.registerTool("names", { description: "Variable names", inputSchema: {} },
-  () => ({ content: [{ type: "text", text: JSON.stringify(Object.keys(Deno.env.toObject())) }] }));
+  () => ({ content: [{ type: "text", text: JSON.stringify({
+    names: Object.keys(Deno.env.toObject()),
+    proxy: Deno.env.get("HTTPS_PROXY") ?? null,
+  }) }] }));
 await server.connect(new StdioServerTransport());
 `;
 
-Deno.test("a stdio toolset's server gets what fetching its packages needs (CA trust, registry), its own env, and no credentials", async () => {
+Deno.test("a stdio toolset's server gets what fetching its packages needs (CA trust, registry, proxy), its own env, and no credentials", async () => {
   const dir = await Deno.makeTempDir({ prefix: "vf_toolbox_env_" });
   const set = {
     DENO_TLS_CA_STORE: "system", // how a server behind a TLS-inspecting network trusts its CA
     OPENAI_API_KEY: "sk-never-passed",
     VF_TOOLBOX_TEST_TOKEN: "never-passed",
+    // A proxy goes through, its credentials do not (nothing listens there; nothing is fetched).
+    HTTPS_PROXY: "http://someone:proxy-secret@127.0.0.1:9/",
   };
   const before = Object.fromEntries(Object.keys(set).map((k) => [k, Deno.env.get(k)]));
   for (const [k, v] of Object.entries(set)) Deno.env.set(k, v);
@@ -34,7 +39,8 @@ Deno.test("a stdio toolset's server gets what fetching its packages needs (CA tr
     try {
       const result = await box.call("env_names", {});
       assert.equal(result.isError, false, result.text);
-      const names: string[] = JSON.parse(result.text);
+      const { names, proxy }: { names: string[]; proxy: string | null } = JSON.parse(result.text);
+      assert.equal(proxy, "http://127.0.0.1:9/");
       assert.ok(names.includes("DENO_TLS_CA_STORE"), names.join(","));
       assert.ok(names.includes("OWN"), names.join(","));
       assert.ok(names.includes("PATH"), names.join(","));
