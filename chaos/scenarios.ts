@@ -292,8 +292,16 @@ async function finishTaskScenario(
   for (const t of all) latest.set(`${(t.task as Json).key}#${t.rollout_index}`, t);
   const solved = [...latest.values()].filter((t) => t.reward === 1).length;
   if (latest.size !== n * r || solved !== n * r) {
+    // What each unsolved rollout ended with, so a failure in CI says why.
+    const why = [...latest.values()].filter((t) => t.reward !== 1).map((t) => {
+      const e = t.error as { phase?: string; error?: string; message?: string } | null;
+      return `${(t.task as Json).key}#${t.rollout_index}: ${
+        e ? `${e.phase} ${e.error}: ${String(e.message).slice(0, 300)}` : `reward ${t.reward}`
+      }`;
+    });
     tally.problems.push(
-      `after --resume: ${solved} of ${n * r} rollouts solved (${latest.size} present)`,
+      `after --resume: ${solved} of ${n * r} rollouts solved (${latest.size} present)` +
+        (why.length ? `; ${why.join("; ")}` : ""),
     );
   }
   // The resumed run ended normally; whatever the first cleanup missed must be gone by now.
