@@ -1592,7 +1592,8 @@ async function startSandbox(
 
 async function gradeIsolated(
   spec: RuntimeSpec,
-  artifacts: Map<string, Uint8Array | null> | Promise<Map<string, Uint8Array | null>>,
+  /** Still being collected: the first grader starts and runs the task's setup meanwhile. */
+  artifacts: Promise<Map<string, Uint8Array | null>>,
   retries: number,
   options: TaskRolloutOptions,
   trace: TaskTrace,
@@ -1612,13 +1613,12 @@ async function gradeIsolated(
 ): Promise<TaskScores> {
   const task = options.task;
   const records = surround.records;
-  // Artifacts still being collected: the first grader starts and runs the task's setup
-  // meanwhile. Waiting for them does not count against the scoring timeout, and a failure to
+  // Waiting for the artifacts does not count against the scoring timeout, and a failure to
   // collect them ends grading with that failure (it is not the grader's, so no retry).
   const cancel = new AbortController();
-  let collected = artifacts instanceof Map ? artifacts : null;
+  let collected: Map<string, Uint8Array | null> | null = null;
   let uncollected: { error: unknown } | null = null;
-  const arrived = artifacts instanceof Map ? null : artifacts.then(
+  const arrived = artifacts.then(
     (map) => void (collected = map),
     (error) => {
       uncollected = { error };
