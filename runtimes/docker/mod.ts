@@ -68,7 +68,7 @@ const TAR_FAILED = "vf-tar-failed";
 /** Room for tar framing (headers, padding, end blocks, record padding) above a byte limit. */
 const TAR_SLACK = 64 * 1024;
 /** `tar -x` of stdin into `$1` (created first), owners and modes as archived. */
-const ARCHIVE_IN = `mkdir -p "$1" 2>/dev/null; cd "$1" || exit 3
+const ARCHIVE_IN = `[ -d "$1" ] || mkdir -p "$1" 2>/dev/null; cd "$1" || exit 3
 command -v tar >/dev/null 2>&1 || exit 5
 exec tar -x -f -`;
 
