@@ -285,6 +285,7 @@ export type {
   LedgerEntry,
   LiveSandbox,
   SandboxLimit,
+  SandboxSlot,
   SandboxSource,
 } from "./runtimes/mod.ts";
 export { limitModelConnections, Semaphore } from "./lib/model/limits.ts";

@@ -26,6 +26,14 @@ export interface SandboxLimit {
   createBurst?: number;
 }
 
+/** More sandboxes asked for at once than a limit ever allows. */
+export class SandboxLimitError extends RangeError {
+  constructor(readonly count: number, readonly limit: number) {
+    super(`${count} sandboxes at once cannot fit a limit of ${limit} alive at once`);
+    this.name = "SandboxLimitError";
+  }
+}
+
 function abortError(signal: AbortSignal): unknown {
   return signal.reason ?? new DOMException("Aborted", "AbortError");
 }
@@ -99,7 +107,9 @@ export interface SandboxSlot {
 }
 
 interface Waiter {
-  resolve: (slot: SandboxSlot) => void;
+  /** Slots wanted, all granted at once. */
+  count: number;
+  resolve: (slots: SandboxSlot[]) => void;
   reject: (e: unknown) => void;
   signal?: AbortSignal;
 }
@@ -158,13 +168,26 @@ export class SandboxLimiter {
     };
   }
 
+  #grantMany(count: number): SandboxSlot[] {
+    const slots: SandboxSlot[] = [];
+    for (let i = 0; i < count; i++) slots.push(this.#grant());
+    return slots;
+  }
+
+  /** Grants waiters in order while the first one's slots are free (it is never overtaken). */
   #wake(): void {
     const max = this.limit.maxLive ?? Infinity;
-    while (this.#live < max) {
-      const next = this.#high.shift() ?? this.#low.shift();
+    for (;;) {
+      const queue = this.#high.length ? this.#high : this.#low;
+      const next = queue[0];
       if (!next) return;
-      if (next.signal?.aborted) continue;
-      next.resolve(this.#grant());
+      if (next.signal?.aborted) {
+        queue.shift();
+        continue;
+      }
+      if (this.#live + next.count > max) return;
+      queue.shift();
+      next.resolve(this.#grantMany(next.count));
     }
   }
 
@@ -175,35 +198,61 @@ export class SandboxLimiter {
   async acquire(
     options: { signal?: AbortSignal; priority?: "normal" | "low" } = {},
   ): Promise<SandboxSlot> {
-    const { signal } = options;
-    signal?.throwIfAborted();
-    const max = this.limit.maxLive ?? Infinity;
-    let slot: SandboxSlot;
-    const queue = options.priority === "low" ? this.#low : this.#high;
-    const ahead = options.priority === "low" ? this.waiting : this.#high.length;
-    if (this.#live < max && ahead === 0) slot = this.#grant();
-    else {
-      slot = await new Promise<SandboxSlot>((resolve, reject) => {
-        const waiter: Waiter = { resolve, reject, signal };
-        queue.push(waiter);
-        signal?.addEventListener("abort", () => {
-          const i = queue.indexOf(waiter);
-          if (i >= 0) {
-            queue.splice(i, 1);
-            reject(abortError(signal));
-          }
-        }, { once: true });
-      });
-    }
+    const [slot] = await this.#slots(1, options);
     if (this.#bucket) {
       try {
-        await this.#bucket.take({ signal });
+        await this.#bucket.take({ signal: options.signal });
       } catch (error) {
         slot.release();
         throw error;
       }
     }
     return slot;
+  }
+
+  /**
+   * Waits until `count` slots are free and takes them all at once, with no creation token:
+   * what one sandbox needs around it (its services, a relay) and the sandbox itself, so a
+   * rollout never holds some of them while it waits for the rest (rollouts doing that could
+   * hold every slot between them and wait forever). A waiter is served in turn: later ones,
+   * even smaller, wait behind it. Each slot is released on its own.
+   * @throws {SandboxLimitError} when `count` is more than the limit allows at all
+   */
+  reserve(count: number, options: { signal?: AbortSignal } = {}): Promise<SandboxSlot[]> {
+    return this.#slots(count, { signal: options.signal, priority: "normal" });
+  }
+
+  /** A creation token (slots taken by {@link reserve} come without one). */
+  async token(options: { signal?: AbortSignal } = {}): Promise<void> {
+    await this.#bucket?.take(options);
+  }
+
+  #slots(
+    count: number,
+    options: { signal?: AbortSignal; priority?: "normal" | "low" },
+  ): Promise<SandboxSlot[]> {
+    const { signal } = options;
+    if (signal?.aborted) return Promise.reject(abortError(signal));
+    const max = this.limit.maxLive ?? Infinity;
+    if (!(count >= 1) || count > max) {
+      return Promise.reject(new SandboxLimitError(count, max));
+    }
+    const queue = options.priority === "low" ? this.#low : this.#high;
+    const ahead = options.priority === "low" ? this.waiting : this.#high.length;
+    if (this.#live + count <= max && ahead === 0) return Promise.resolve(this.#grantMany(count));
+    return new Promise<SandboxSlot[]>((resolve, reject) => {
+      const waiter: Waiter = { count, resolve, reject, signal };
+      queue.push(waiter);
+      signal?.addEventListener("abort", () => {
+        const i = queue.indexOf(waiter);
+        if (i >= 0) {
+          queue.splice(i, 1);
+          reject(abortError(signal));
+          // The ones behind it may fit now.
+          if (i === 0) this.#wake();
+        }
+      }, { once: true });
+    });
   }
 }
 
@@ -236,9 +285,19 @@ export class SandboxLimits {
    * Wraps a runtime (not started) so its `start()` first takes a slot and a creation token
    * of its type and its `stop()` gives the slot back.
    * @param options.priority `low` for warm-pool refills
+   * @param options.slot a slot the caller already took for it ({@linkcode SandboxLimiter.reserve}):
+   *   `start()` then takes only a creation token, and `stop()` still gives the slot back
    */
-  wrap(runtime: Runtime, options: { priority?: "normal" | "low" } = {}): LimitedRuntime {
-    return new LimitedRuntime(runtime, this.for(runtime.type), options.priority ?? "normal");
+  wrap(
+    runtime: Runtime,
+    options: { priority?: "normal" | "low"; slot?: SandboxSlot } = {},
+  ): LimitedRuntime {
+    return new LimitedRuntime(
+      runtime,
+      this.for(runtime.type),
+      options.priority ?? "normal",
+      options.slot,
+    );
   }
 }
 
@@ -249,14 +308,22 @@ export class LimitedRuntime implements Runtime {
   readonly #limiter: SandboxLimiter;
   readonly #priority: "normal" | "low";
   #slot: SandboxSlot | undefined;
+  /** A slot taken for it beforehand, used instead of waiting for one. */
+  readonly #held: SandboxSlot | undefined;
   #starting: Promise<void> | undefined;
   #stopped = false;
 
   /** The wrapped runtime's snapshot, where it has one. */
   readonly snapshot?: Runtime["snapshot"];
 
-  constructor(inner: Runtime, limiter: SandboxLimiter, priority: "normal" | "low" = "normal") {
+  constructor(
+    inner: Runtime,
+    limiter: SandboxLimiter,
+    priority: "normal" | "low" = "normal",
+    slot?: SandboxSlot,
+  ) {
     this.inner = inner;
+    this.#held = this.#slot = slot;
     if (inner.snapshot) this.snapshot = (options) => inner.snapshot!(options);
     this.#limiter = limiter;
     this.#priority = priority;
@@ -275,12 +342,21 @@ export class LimitedRuntime implements Runtime {
   /** Waits for a slot and a creation token, then starts the wrapped runtime. */
   start(options: { signal?: AbortSignal } = {}): Promise<void> {
     return this.#starting ??= (async () => {
-      this.#slot = await this.#limiter.acquire({
-        signal: options.signal,
-        priority: this.#priority,
-      });
+      if (this.#held) {
+        try {
+          await this.#limiter.token({ signal: options.signal });
+        } catch (error) {
+          this.#held.release();
+          throw error;
+        }
+      } else {
+        this.#slot = await this.#limiter.acquire({
+          signal: options.signal,
+          priority: this.#priority,
+        });
+      }
       if (this.#stopped) {
-        this.#slot.release();
+        this.#slot!.release();
         throw new DOMException("The runtime was stopped while waiting for a slot", "AbortError");
       }
       try {

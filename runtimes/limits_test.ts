@@ -42,6 +42,64 @@ Deno.test("SandboxLimiter.acquire() rejects with the signal's reason and leaves 
   assert.equal(limiter.live, 0);
 });
 
+Deno.test("SandboxLimiter.reserve() takes its slots all at once, in turn, never more than the limit", async () => {
+  const limiter = new SandboxLimiter({ maxLive: 3 });
+  const one = await limiter.acquire();
+  const order: string[] = [];
+  // Three at once cannot fit beside one held: it waits, and a later single waits behind it.
+  const three = limiter.reserve(3).then((s) => (order.push("three"), s));
+  const single = limiter.acquire().then((s) => (order.push("single"), s));
+  await new Promise((r) => setTimeout(r, 10));
+  assert.deepEqual(order, [], "a part of the reservation, or the single behind it, was granted");
+  assert.equal(limiter.live, 1);
+  one.release();
+  const slots = await three;
+  assert.equal(slots.length, 3);
+  assert.equal(limiter.live, 3);
+  assert.deepEqual(order, ["three"]);
+  // Each slot goes back on its own; the single waiter gets the first one freed.
+  slots[0].release();
+  (await single).release();
+  assert.deepEqual(order, ["three", "single"]);
+  slots[1].release();
+  slots[2].release();
+  slots[2].release(); // idempotent
+  assert.equal(limiter.live, 0);
+  assert.equal(limiter.peak, 3);
+  await assert.rejects(limiter.reserve(4), RangeError);
+});
+
+Deno.test("SandboxLimiter: a reservation that gives up waiting lets the smaller waiters behind it in", async () => {
+  const limiter = new SandboxLimiter({ maxLive: 2 });
+  const held = await limiter.acquire();
+  const controller = new AbortController();
+  const pair = limiter.reserve(2, { signal: controller.signal });
+  let served = false;
+  const single = limiter.acquire().then((s) => ((served = true), s));
+  await new Promise((r) => setTimeout(r, 10));
+  assert.equal(served, false);
+  controller.abort(new Error("gave up"));
+  await assert.rejects(pair, /gave up/);
+  (await single).release();
+  held.release();
+  assert.equal(limiter.live, 0);
+  assert.equal(limiter.waiting, 0);
+});
+
+Deno.test("SandboxLimits.wrap() with a reserved slot starts without waiting for another and gives it back on stop", async () => {
+  const limits = new SandboxLimits({ maxLive: 2 });
+  const limiter = limits.for("subprocess");
+  const [own, beside] = await limiter.reserve(2);
+  const rt = limits.wrap(new SubprocessRuntime({ type: "subprocess" }), { slot: own });
+  await rt.start(); // the limit is full: a start that waited for a slot of its own would hang
+  assert.equal(limiter.live, 2);
+  assert.equal((await rt.run(["echo", "x"])).stdout, "x\n");
+  await rt.stop();
+  assert.equal(limiter.live, 1);
+  beside.release();
+  assert.equal(limiter.live, 0);
+});
+
 Deno.test("SandboxLimits.wrap() holds a slot from start() until stop() on a real runtime", async () => {
   const limits = new SandboxLimits({ maxLive: 1 });
   const a = limits.wrap(new SubprocessRuntime({ type: "subprocess" }));

@@ -104,8 +104,10 @@ export {
   LimitedRuntime,
   type SandboxLimit,
   SandboxLimiter,
+  SandboxLimitError,
   SandboxLimits,
   sandboxLimitsFromConfig,
+  type SandboxSlot,
   TokenBucket,
 } from "./limits.ts";
 export {

@@ -15,7 +15,7 @@
  */
 
 import { SandboxStateError } from "./errors.ts";
-import type { SandboxLimits } from "./limits.ts";
+import type { SandboxLimits, SandboxSlot } from "./limits.ts";
 import { createRuntime } from "./create.ts";
 import type { Runtime, RuntimeSpec } from "./runtime.ts";
 
@@ -34,6 +34,11 @@ export interface AcquireOptions {
    * a one-off shape, such as a fork group's snapshot, must not leave a pool of its kind behind.
    */
   unpooled?: boolean;
+  /**
+   * A live slot the caller already took for this sandbox ({@linkcode SandboxSource.reserve},
+   * with the slots of what surrounds it): the sandbox starts fresh on it.
+   */
+  slot?: SandboxSlot;
   signal?: AbortSignal;
 }
 
@@ -43,6 +48,17 @@ export interface SandboxSource {
   acquire(spec: RuntimeSpec, options?: AcquireOptions): Promise<Runtime>;
   /** Stops what the source still holds. */
   close(): Promise<void>;
+  /**
+   * Takes `count` live slots of `type` at once, for a sandbox and what surrounds it (its
+   * services, a relay); the sandbox's own goes to `acquire` as `slot`. Null when the source
+   * applies no limit to that type. A source without it limits nothing of the kind.
+   * @throws {SandboxLimitError} when `count` is more than the limit ever allows at once
+   */
+  reserve?(
+    type: string,
+    count: number,
+    options?: { signal?: AbortSignal },
+  ): Promise<SandboxSlot[] | null>;
   /**
    * A replay's source: its sandboxes answer from a record, so what surrounds a sandbox
    * (networks, services, relays) is not built again.
@@ -180,8 +196,30 @@ export class WarmPool implements SandboxSource {
     };
   }
 
-  #wrap(runtime: Runtime, priority: "normal" | "low"): Runtime {
-    return this.#options.limits ? this.#options.limits.wrap(runtime, { priority }) : runtime;
+  #wrap(runtime: Runtime, priority: "normal" | "low", slot?: SandboxSlot): Runtime {
+    if (!this.#options.limits) {
+      slot?.release();
+      return runtime;
+    }
+    return this.#options.limits.wrap(runtime, { priority, slot });
+  }
+
+  /**
+   * Takes `count` slots of `type` at once, stopping idle pooled sandboxes while it waits
+   * (they could otherwise hold the slots it needs while nobody uses them).
+   */
+  async reserve(
+    type: string,
+    count: number,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<SandboxSlot[] | null> {
+    const limiter = this.#options.limits?.for(type);
+    if (!limiter || limiter.limit.maxLive === undefined) return null;
+    const reserving = limiter.reserve(count, options);
+    let done = false;
+    reserving.then(() => (done = true), () => (done = true));
+    while (!done && await this.#evictIdle(type));
+    return await reserving;
   }
 
   /** Starts a sandbox now (outside the pool). */
@@ -189,9 +227,10 @@ export class WarmPool implements SandboxSource {
     const runtime = this.#wrap(
       this.#create(spec, { runId: options.runId ?? this.#options.runId, task: options.task }),
       "normal",
+      options.slot,
     );
     const limiter = this.#options.limits?.for(spec.type);
-    const full = limiter !== undefined && !limiter.hasFreeSlot;
+    const full = !options.slot && limiter !== undefined && !limiter.hasFreeSlot;
     // Queue for a slot first, so a slot freed by an eviction comes to this request.
     const starting = runtime.start({ signal: options.signal });
     if (full) await this.#evictIdle(spec.type);
@@ -204,16 +243,17 @@ export class WarmPool implements SandboxSource {
    * otherwise idle pooled sandboxes (of another shape, or when a grader asks) could hold
    * every slot while nobody can use them.
    */
-  async #evictIdle(type: string): Promise<void> {
+  async #evictIdle(type: string): Promise<boolean> {
     for (const bucket of this.#buckets.values()) {
       if (bucket.spec.type !== type) continue;
       const idle = bucket.ready.shift();
       if (idle) {
         this.#evicted++;
         await idle.stop().catch(() => {});
-        return;
+        return true;
       }
     }
+    return false;
   }
 
   #bucket(spec: RuntimeSpec, role: "agent" | "grader" = "agent"): Bucket {
@@ -292,7 +332,10 @@ export class WarmPool implements SandboxSource {
     if (this.#closed) throw new SandboxStateError("The warm pool is closed");
     options.signal?.throwIfAborted();
     const role = options.role ?? "agent";
-    if (options.unpooled || (role === "grader" ? this.graderSize === 0 : this.size === 0)) {
+    if (
+      options.unpooled || options.slot ||
+      (role === "grader" ? this.graderSize === 0 : this.size === 0)
+    ) {
       if (role === "grader") this.#fresh++;
       else this.#misses++;
       return await this.#startFresh(spec, options);

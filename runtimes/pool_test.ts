@@ -58,6 +58,36 @@ Deno.test("WarmPool serves started sandboxes, refills, keeps graders fresh (evic
   await assert.rejects(() => pool.acquire(spec), /closed/);
 });
 
+Deno.test("WarmPool.reserve() takes slots for a sandbox and what surrounds it at once, evicting idle pooled ones, and the sandbox starts on its own slot", async () => {
+  const limits = new SandboxLimits({}, { subprocess: { maxLive: 3 } });
+  const pool = new WarmPool({
+    size: 2,
+    limits,
+    create: (spec) => new SubprocessRuntime(spec as never),
+  });
+  const spec: RuntimeSpec = { type: "subprocess" };
+  await pool.prewarm(spec);
+  const limiter = limits.for("subprocess");
+  assert.equal(limiter.live, 2, "two idle pooled sandboxes hold two of the three slots");
+  // A sandbox with two containers beside it needs all three: the idle ones make way.
+  const slots = await pool.reserve("subprocess", 3);
+  assert.ok(slots);
+  assert.equal(slots.length, 3);
+  assert.equal(pool.stats.evicted, 2);
+  const own = await pool.acquire(spec, { slot: slots[0] });
+  assert.equal(pool.stats.hits, 0, "a reserved slot starts a fresh sandbox, never a pooled one");
+  assert.equal((await own.run(["echo", "ok"])).stdout, "ok\n");
+  assert.equal(limiter.live, 3);
+  await own.stop();
+  assert.equal(limiter.live, 2);
+  for (const slot of slots) slot.release();
+  assert.equal(limiter.live, 0);
+  assert.equal(limiter.peak, 3);
+  await assert.rejects(pool.reserve("subprocess", 4), RangeError);
+  assert.equal(await pool.reserve("docker", 2), null, "no limit of that type: nothing to take");
+  await pool.close();
+});
+
 Deno.test("WarmPool with graderSize keeps never-used grading sandboxes apart from the agents' and hands each out once", async () => {
   const started: Runtime[] = [];
   const pool = new WarmPool({

@@ -16,6 +16,7 @@ import { DockerEngine } from "../runtimes/docker/engine_api.ts";
 import { packTar } from "../runtimes/_tar.ts";
 import { startModelServer } from "./model_server.ts";
 import { cliCommand, type CliResult, collect, MOD_URL, transcript } from "./_cli.ts";
+import { EngineEvents } from "./_engine_events.ts";
 
 // deno-lint-ignore no-explicit-any
 type Json = any;
@@ -502,6 +503,92 @@ Deno.test("services: Compose volumes (named, fresh per rollout, and binds within
     );
   } finally {
     for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+const LIMITED_TASKSET = `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class DbTask extends Task {
+  static override NEEDS_CONTAINER = true;
+  override deploymentSpec() { return "compose.yaml"; }
+  // The service is there, by name, on the sandbox's network (the grader's own, when isolated).
+  db_known = reward(async ({ runtime }) => {
+    const r = await runtime.run(["nslookup", "db"]);
+    return r.exit_code === 0 ? 1 : 0;
+  });
+}
+class Dbs extends Taskset {
+  get id() { return "dbs"; }
+  *load() { yield new DbTask({ id: "db", prompt: "Nothing to do.", image: "busybox:latest" }); }
+}
+export function loadTaskset(config) { return new Dbs(config); }
+`;
+
+Deno.test("services count against [limits] max_sandboxes: a sandbox and its services are taken together, isolated grading with services of its own does not deadlock, and a limit that can never fit them is a clear error", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_services_limits_" });
+  const runIds: string[] = [];
+  await using model = await startModelServer({ responder: () => ({ content: "Done." }) });
+  await Deno.writeTextFile(join(dir, "dbs.ts"), LIMITED_TASKSET);
+  await Deno.writeTextFile(
+    join(dir, "compose.yaml"),
+    'services:\n  db:\n    image: busybox:latest\n    command: ["sleep", "600"]\n',
+  );
+  // Every vf container's creation and removal, as the engine reports them.
+  await using events = new EngineEvents();
+  await events.ready();
+  try {
+    const common = [
+      "run",
+      "./dbs.ts",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-o",
+      "out",
+      "-r",
+      "3",
+      "-c",
+      "3",
+    ];
+    for (const mode of ["shared", "isolated"]) {
+      const res = await run(dir, [
+        ...common,
+        "--limits.max_sandboxes",
+        "2",
+        "--env.agent.scoring.mode",
+        mode,
+        "--env.agent.scoring.services",
+        "true",
+      ]);
+      runIds.push(res.runId);
+      assert.equal(res.code, 0, transcript(res));
+      const traces = (await Deno.readTextFile(join(res.runDir, "traces.jsonl"))).trim()
+        .split("\n").map((l) => JSON.parse(l));
+      assert.equal(traces.length, 3);
+      for (const t of traces) {
+        assert.equal(t.error, null, JSON.stringify(t.error));
+        assert.deepEqual(t.rewards, { db_known: 1 });
+        assert.equal(t.scoring.mode, mode);
+      }
+      // Each sandbox needs one service beside it: with 2 slots, one pair at a time. Without
+      // the services counted (or with a sandbox on its own network not counted at all, as
+      // before), three rollouts at once held up to six containers.
+      assert.equal(events.maxLive(res.runId), 2, `${mode}: ${events.maxLive(res.runId)} at once`);
+      assert.deepEqual(await leftovers(res.runId), { containers: 0, networks: 0 });
+    }
+    // A sandbox and its service can never fit one slot: said before anything starts.
+    const tight = await run(dir, [...common, "--limits.max_sandboxes", "1"]);
+    runIds.push(tight.runId);
+    assert.notEqual(tight.code, 0, transcript(tight));
+    assert.match(
+      tight.stderr + (await Deno.readTextFile(join(tight.runDir, "traces.jsonl")).catch(() => "")),
+      /needs 2 docker containers at once \(its sandbox, 1 service\), more than \[limits\] max_sandboxes = 1 allows/,
+    );
+    assert.deepEqual(events.of(tight.runId), [], "something started under a limit it cannot fit");
+  } finally {
+    for (const id of runIds) if (id) await cleanupContainers({ runId: id });
     await Deno.remove(dir, { recursive: true });
   }
 });

@@ -5,6 +5,8 @@
  * The agent's sandbox and an isolated grading sandbox each get one.
  * @module
  */
+import { SandboxLimitError, type SandboxSlot } from "../../runtimes/limits.ts";
+import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { RuntimeSpec } from "../../runtimes/runtime.ts";
 import { ConfigError } from "../errors.ts";
 import { type EgressDenial, Gateway, type GatewayRoute } from "../gateway/gateway.ts";
@@ -54,6 +56,7 @@ export class Enclosure {
   route: GatewayRoute | null = null;
   #network: RolloutNetwork | null = null;
   #services: ServiceGroup | null = null;
+  #slots: SandboxSlot[] = [];
 
   /** Whether `needs` asks for anything at all. */
   static needed(needs: Pick<EnclosureNeeds, "services" | "gateway" | "egress">): boolean {
@@ -61,21 +64,57 @@ export class Enclosure {
   }
 
   /**
-   * Set up what `needs` asks for around a sandbox of `spec`; returns the enclosure and the
-   * spec joined to it. What was set up is removed again when a later step fails.
-   * @throws {ConfigError} when the runtime cannot have it
+   * Set up what `needs` asks for around a sandbox of `spec`; returns the enclosure, the spec
+   * joined to it and, when `source` limits sandboxes of that type, the live slot the sandbox
+   * itself is to start on (`AcquireOptions.slot`). The enclosure's containers (services, the
+   * relay) count against the same limit: their slots and the sandbox's are taken at once,
+   * before anything starts, and the enclosure gives them back when it closes. What was set
+   * up is removed again when a later step fails.
+   * @throws {ConfigError} when the runtime cannot have it, or the limit cannot ever fit it
    */
   static async open(
     spec: RuntimeSpec,
     needs: EnclosureNeeds,
-  ): Promise<{ enclosure: Enclosure; spec: RuntimeSpec }> {
+    source?: SandboxSource,
+  ): Promise<{ enclosure: Enclosure; spec: RuntimeSpec; slot?: SandboxSlot }> {
     const enclosure = new Enclosure();
     try {
-      return { enclosure, spec: await enclosure.#open(spec, needs) };
+      const slot = await enclosure.#reserve(spec, needs, source);
+      return { enclosure, spec: await enclosure.#open(spec, needs), slot };
     } catch (error) {
       await enclosure.close();
       throw error;
     }
+  }
+
+  /** Slots for the sandbox and the containers beside it, taken at once. */
+  async #reserve(
+    spec: RuntimeSpec,
+    needs: EnclosureNeeds,
+    source: SandboxSource | undefined,
+  ): Promise<SandboxSlot | undefined> {
+    if (spec.type !== "docker" || !source?.reserve) return undefined;
+    const services = needs.services?.services.length ?? 0;
+    const relay = needs.gateway || needs.egress ? 1 : 0;
+    let slots: SandboxSlot[] | null;
+    try {
+      slots = await source.reserve(spec.type, 1 + services + relay, { signal: needs.signal });
+    } catch (error) {
+      if (!(error instanceof SandboxLimitError)) throw error;
+      const parts = [
+        "its sandbox",
+        ...(services ? [`${services} service${services === 1 ? "" : "s"}`] : []),
+        ...(relay ? ["the gateway relay"] : []),
+      ];
+      throw new ConfigError(
+        `Task "${needs.task}" needs ${1 + services + relay} docker containers at once ` +
+          `(${parts.join(", ")}), more than [limits] max_sandboxes = ${error.limit} allows; ` +
+          `raise it`,
+        { cause: error },
+      );
+    }
+    this.#slots = slots ?? [];
+    return slots?.[0];
   }
 
   async #open(spec: RuntimeSpec, needs: EnclosureNeeds): Promise<RuntimeSpec> {
@@ -143,10 +182,17 @@ export class Enclosure {
     route?.session.close();
     const services = this.#services;
     this.#services = null;
-    await services?.stop();
     const network = this.#network;
     this.#network = null;
-    await network?.stop();
+    const slots = this.#slots;
+    this.#slots = [];
+    try {
+      await services?.stop();
+      await network?.stop();
+    } finally {
+      // The sandbox's own slot too, in case it never started (releasing is idempotent).
+      for (const slot of slots) slot.release();
+    }
     return route?.session.denials ?? [];
   }
 }

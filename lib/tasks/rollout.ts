@@ -14,6 +14,7 @@ import {
   SandboxUnsupportedError,
 } from "../../runtimes/errors.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
+import type { SandboxSlot } from "../../runtimes/limits.ts";
 import { createRuntime } from "../../runtimes/create.ts";
 import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
 import { excludeMatcher, joinTars, packTar, readTar, type TarEntry } from "../../runtimes/_tar.ts";
@@ -809,6 +810,8 @@ export class TaskRollout {
                     seed ? { ...own, image: seed.image } as RuntimeSpec : own,
                     s,
                   );
+                  const slot = this.#agentSlot;
+                  this.#agentSlot = undefined;
                   await startSandbox(
                     seed ? unpooled(policy) : policy,
                     spec,
@@ -817,6 +820,7 @@ export class TaskRollout {
                     s,
                     (rt) => (this.#agent = rt),
                     this.sandboxRecords,
+                    slot,
                   );
                 }
                 ready = true;
@@ -1221,11 +1225,15 @@ export class TaskRollout {
       }
       return spec;
     }
-    const opened = await Enclosure.open(spec, needs);
+    const opened = await Enclosure.open(spec, needs, policy.sandboxes);
     this.#enclosure = opened.enclosure;
     this.#gateway = opened.enclosure.route;
+    this.#agentSlot = opened.slot;
     return opened.spec;
   }
+
+  /** The live slot the agent's sandbox starts on, taken with its enclosure's. */
+  #agentSlot: SandboxSlot | undefined;
 
   /** Seal the gateway session (its refusals go on the trace), stop services and network. */
   async #releaseNetwork(): Promise<void> {
@@ -1540,6 +1548,7 @@ function unpooled(policy: AgentPolicy): AgentPolicy {
     sandboxes: {
       acquire: (spec, options) => source.acquire(spec, { ...options, unpooled: true }),
       close: () => Promise.resolve(),
+      ...(source.reserve ? { reserve: source.reserve.bind(source) } : {}),
     },
   };
 }
@@ -1552,6 +1561,8 @@ async function startSandbox(
   signal: AbortSignal,
   hold: (runtime: Runtime) => void,
   records?: SandboxRecord[],
+  /** Its live slot, taken with its enclosure's (see `Enclosure.open`). */
+  slot?: SandboxSlot,
 ): Promise<Runtime> {
   const labels = { runId: options.runId, task: options.task.key };
   // Every operation on it is recorded, for vf replay.
@@ -1568,8 +1579,8 @@ async function startSandbox(
     hold(wrapped);
     return wrapped;
   };
-  // A sandbox on a rollout's own services network is made for it, never pooled.
-  if (!policy.sandboxes || (spec.type === "docker" && spec.networkName)) {
+  if (!policy.sandboxes) {
+    slot?.release();
     const runtime = createRuntime(spec, labels);
     hold(runtime);
     await runtime.start({ signal });
@@ -1579,6 +1590,9 @@ async function startSandbox(
     ...labels,
     role,
     rollout: options.rolloutIndex ?? 0,
+    // A sandbox on a rollout's own network is made for it, never pooled; it starts on the
+    // slot taken with its enclosure's, so it counts against [limits] with its services.
+    ...(spec.type === "docker" && spec.networkName ? { unpooled: true, slot } : {}),
     signal,
   });
   if (signal.aborted) {
@@ -1658,6 +1672,7 @@ async function gradeIsolated(
           outer,
           async (s) => {
             let graderSpec = spec;
+            let graderSlot: SandboxSlot | undefined;
             const needs = {
               runId: options.runId,
               task: task.key,
@@ -1672,7 +1687,8 @@ async function gradeIsolated(
             if (Enclosure.needed(needs)) {
               // Fresh services, and a network out only through the proxy: setup, the restore and
               // stageVerifier are unrestricted, the rewards run under the grader's policy.
-              const opened = await Enclosure.open(spec, needs);
+              const opened = await Enclosure.open(spec, needs, options.policy.sandboxes);
+              graderSlot = opened.slot;
               if (s.aborted) {
                 // The attempt is over (timeout, a failed collection): nobody else will close it.
                 await opened.enclosure.close().catch(() => {});
@@ -1689,6 +1705,7 @@ async function gradeIsolated(
               s,
               hold,
               records,
+              graderSlot,
             );
             s.throwIfAborted();
             await task.setup(hookContext(grader!, s));
