@@ -15,7 +15,10 @@
  *   the command in the background with its stdout and stderr on the supervisor's own (the
  *   stream keeps them apart, binary-safe), and waits for it;
  * - `g <marker> <path> <limit|"">`: a file's bytes (`head -c`, or `cat`);
- * - `w <marker> <path> <mode> <fresh-mode> <bytes>` and the bytes: a file written.
+ * - `w <marker> <path> <mode> <fresh-mode> <bytes>` and the bytes: a file written;
+ * - `a <marker> <dir> <name> <limit|"">`: a tar of `<name>` in `<dir>` (`tar -c`, cut after the
+ *   limit by `head -c`); status 4 when it does not exist and 5 without `tar`, both found
+ *   without starting a process.
  * When it is done the supervisor prints `<marker> <status>\n` on stdout and `<marker>\n` on
  * stderr; what came before the markers is the command's output. A command that leaves a
  * daemon behind still ends when its own process does (a plain exec waits for every holder
@@ -115,6 +118,16 @@ while IFS= read -r line; do
       printf '%s %s\\n' "$k" "$?"
     fi
     printf '%s\\n' "$k" >&2
+    ;;
+  a)
+    if [ ! -d "$1" ] || { [ ! -e "$1/$2" ] && [ ! -h "$1/$2" ]; }; then rc=4
+    elif ! command -v tar >/dev/null 2>&1; then rc=5
+    elif [ -n "$3" ]; then
+      { tar -C "$1" -cf - -- "$2" || echo vf-tar-failed >&2; } </dev/null | head -c "$3"
+      rc=$?
+    else tar -C "$1" -cf - -- "$2" </dev/null; rc=$?
+    fi
+    printf '%s %s\\n' "$k" "$rc"; printf '%s\\n' "$k" >&2
     ;;
   w)
     f=$1; mode=$2; fresh=$3; n=$4; ex=
@@ -458,7 +471,7 @@ export class ExecChannel {
    * for a supervisor is never sent.
    */
   async request(
-    op: "r" | "g" | "w",
+    op: "r" | "g" | "w" | "a",
     words: string[],
     options: ChannelRequestOptions = {},
   ): Promise<ChannelResult> {

@@ -54,16 +54,7 @@ export { DockerEngine } from "./engine_api.ts";
 
 /** Label every vf container carries. */
 export const MANAGED_LABEL = "vf.managed";
-/**
- * `tar -c` of `$2` in directory `$1` on stdout; exit 4 when it does not exist, 5 without
- * `tar`. With a cap (`$3`), output past it is cut (the caller sees it is too large) and a
- * failing tar says so on stderr, since the pipeline's status is `head`'s.
- */
-const ARCHIVE_OUT = `cd "$1" 2>/dev/null || exit 4
-[ -e "$2" ] || [ -h "$2" ] || exit 4
-command -v tar >/dev/null 2>&1 || exit 5
-[ -n "$3" ] || exec tar -cf - -- "$2"
-{ tar -cf - -- "$2" || echo vf-tar-failed >&2; } | head -c "$3"`;
+/** What the supervisor's `a` says on stderr when `tar` failed under a cap (`head` has the status). */
 const TAR_FAILED = "vf-tar-failed";
 /** Room for tar framing (headers, padding, end blocks, record padding) above a byte limit. */
 const TAR_SLACK = 64 * 1024;
@@ -815,18 +806,7 @@ export class DockerRuntime implements Runtime {
     if (target === "/") return null;
     const where = `container ${this.#short()}`;
     const cap = maxBytes === undefined ? "" : String(maxBytes + TAR_SLACK);
-    const r = await channel.request("r", [
-      "/",
-      "-",
-      "0",
-      "/bin/sh",
-      "-c",
-      ARCHIVE_OUT,
-      "vf-archive",
-      posix.dirname(target),
-      posix.basename(target),
-      cap,
-    ], {});
+    const r = await channel.request("a", [posix.dirname(target), posix.basename(target), cap], {});
     if (r.status === "4") {
       throw new SandboxFileNotFoundError(path, `Path "${path}" does not exist in ${where}`);
     }
