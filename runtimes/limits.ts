@@ -150,8 +150,18 @@ export class SandboxLimiter {
 
   /** True when a slot is free now and nobody is queued for it. */
   get hasFreeSlot(): boolean {
-    return this.waiting === 0 && (this.limit.maxLive === undefined ||
-      this.#live < this.limit.maxLive);
+    return this.fits(1);
+  }
+
+  /** True when `count` slots are free now and nobody is queued for them. */
+  fits(count: number): boolean {
+    return this.waiting === 0 &&
+      (this.limit.maxLive === undefined || this.#live + count <= this.limit.maxLive);
+  }
+
+  /** True when a request at normal priority waits for a slot (a pool should not keep one idle). */
+  get wanted(): boolean {
+    return this.#high.length > 0;
   }
 
   #grant(): SandboxSlot {

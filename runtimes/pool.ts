@@ -215,9 +215,12 @@ export class WarmPool implements SandboxSource {
   ): Promise<SandboxSlot[] | null> {
     const limiter = this.#options.limits?.for(type);
     if (!limiter || limiter.limit.maxLive === undefined) return null;
+    if (limiter.fits(count)) return await limiter.reserve(count, options);
     const reserving = limiter.reserve(count, options);
     let done = false;
     reserving.then(() => (done = true), () => (done = true));
+    // Pooled sandboxes still starting are not evicted here: one that finds a request waiting
+    // once started stops again instead of joining the pool (see #refill).
     while (!done && await this.#evictIdle(type));
     return await reserving;
   }
@@ -309,6 +312,11 @@ export class WarmPool implements SandboxSource {
             this.#hits++;
             waiter.resolve(runtime);
             this.#refill(bucket);
+          } else if (this.#options.limits?.for(bucket.spec.type).wanted) {
+            // A request waits for a slot (a fresh sandbox, a reservation): idle in the pool,
+            // this one would hold it while nobody uses it.
+            this.#evicted++;
+            return runtime.stop().catch(() => {});
           } else bucket.ready.push(runtime);
         },
         () => {

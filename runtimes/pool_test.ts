@@ -88,6 +88,57 @@ Deno.test("WarmPool.reserve() takes slots for a sandbox and what surrounds it at
   await pool.close();
 });
 
+Deno.test("WarmPool.reserve() evicts nothing while its slots are free, and a refill that finishes while a reservation waits makes way instead of idling", async () => {
+  const limits = new SandboxLimits({}, { subprocess: { maxLive: 3 } });
+  // Pooled starts wait for the test's word, so a refill can be caught under way.
+  let gate: () => void = () => {};
+  let gated = false;
+  const pool = new WarmPool({
+    size: 1,
+    limits,
+    create: (spec) => {
+      const rt = new SubprocessRuntime(spec as never);
+      if (!gated) return rt;
+      const start = rt.start.bind(rt);
+      rt.start = (o) => new Promise<void>((r) => (gate = r)).then(() => start(o));
+      return rt;
+    },
+  });
+  const spec: RuntimeSpec = { type: "subprocess" };
+  const limiter = limits.for("subprocess");
+  await pool.prewarm(spec);
+  // Two free beside the pooled one: nothing is evicted for them.
+  const free = (await pool.reserve("subprocess", 2))!;
+  assert.equal(pool.stats.evicted, 0);
+  assert.equal(pool.stats.ready, 1);
+  for (const slot of free) slot.release();
+
+  // Hand the pooled one out; its refill takes a slot and is held mid-start.
+  gated = true;
+  const agent = await pool.acquire(spec);
+  // The refill starts 25 ms after a hand-out (longer on a loaded machine).
+  for (let i = 0; i < 500 && pool.stats.starting === 0; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.equal(pool.stats.starting, 1);
+  assert.equal(limiter.live, 2);
+  // Two slots wanted, one free: the refill holds the other and nothing is idle to evict.
+  const reserving = pool.reserve("subprocess", 2);
+  let reserved = false;
+  reserving.then(() => (reserved = true), () => {});
+  await new Promise((r) => setTimeout(r, 20));
+  assert.equal(reserved, false);
+  gate(); // the refill finishes starting: it must give its slot up, not sit in the pool
+  const slots = (await reserving)!;
+  assert.equal(slots.length, 2);
+  assert.equal(pool.stats.ready, 0);
+  assert.equal(pool.stats.evicted, 1);
+  for (const slot of slots) slot.release();
+  await agent.stop();
+  assert.equal(limiter.live, 0);
+  await pool.close();
+});
+
 Deno.test("WarmPool with graderSize keeps never-used grading sandboxes apart from the agents' and hands each out once", async () => {
   const started: Runtime[] = [];
   const pool = new WarmPool({

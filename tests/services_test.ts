@@ -581,6 +581,7 @@ Deno.test("services count against [limits] max_sandboxes: a sandbox and its serv
     // A sandbox and its service can never fit one slot: said before anything starts.
     const tight = await run(dir, [...common, "--limits.max_sandboxes", "1"]);
     runIds.push(tight.runId);
+    assert.ok(tight.runId, transcript(tight));
     assert.notEqual(tight.code, 0, transcript(tight));
     assert.match(
       tight.stderr + (await Deno.readTextFile(join(tight.runDir, "traces.jsonl")).catch(() => "")),

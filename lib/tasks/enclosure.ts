@@ -66,10 +66,11 @@ export class Enclosure {
   /**
    * Set up what `needs` asks for around a sandbox of `spec`; returns the enclosure, the spec
    * joined to it and, when `source` limits sandboxes of that type, the live slot the sandbox
-   * itself is to start on (`AcquireOptions.slot`). The enclosure's containers (services, the
-   * relay) count against the same limit: their slots and the sandbox's are taken at once,
-   * before anything starts, and the enclosure gives them back when it closes. What was set
-   * up is removed again when a later step fails.
+   * itself is to start on (`AcquireOptions.slot`; the caller releases it if the sandbox never
+   * gets it). The enclosure's containers (services, the relay) count against the same limit:
+   * their slots and the sandbox's are taken at once, before anything starts, and the
+   * enclosure gives its own back when it closes. What was set up is removed again when a
+   * later step fails.
    * @throws {ConfigError} when the runtime cannot have it, or the limit cannot ever fit it
    */
   static async open(
@@ -78,11 +79,13 @@ export class Enclosure {
     source?: SandboxSource,
   ): Promise<{ enclosure: Enclosure; spec: RuntimeSpec; slot?: SandboxSlot }> {
     const enclosure = new Enclosure();
+    let slot: SandboxSlot | undefined;
     try {
-      const slot = await enclosure.#reserve(spec, needs, source);
+      slot = await enclosure.#reserve(spec, needs, source);
       return { enclosure, spec: await enclosure.#open(spec, needs), slot };
     } catch (error) {
       await enclosure.close();
+      slot?.release();
       throw error;
     }
   }
@@ -113,7 +116,9 @@ export class Enclosure {
         { cause: error },
       );
     }
-    this.#slots = slots ?? [];
+    // The sandbox's own slot is the caller's from here: it goes back when the sandbox is
+    // removed, which may be after this enclosure closes (a start still under way).
+    this.#slots = slots?.slice(1) ?? [];
     return slots?.[0];
   }
 
@@ -190,7 +195,6 @@ export class Enclosure {
       await services?.stop();
       await network?.stop();
     } finally {
-      // The sandbox's own slot too, in case it never started (releasing is idempotent).
       for (const slot of slots) slot.release();
     }
     return route?.session.denials ?? [];

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { SandboxLimitError, SandboxLimits } from "../../runtimes/limits.ts";
 import { WarmPool } from "../../runtimes/pool.ts";
+import { DockerEngine } from "../../runtimes/docker/engine_api.ts";
 import { ConfigError } from "../errors.ts";
 import { Enclosure, type EnclosureNeeds } from "./enclosure.ts";
 
@@ -23,7 +24,8 @@ const twoServices = {
 Deno.test("Enclosure.open() takes the sandbox's slot with its services' and relay's at once, and a limit that can never fit them is a ConfigError before anything starts", async () => {
   // Limits on docker that can never fit: the reservation fails before any network,
   // relay or service is created (nothing here reaches an engine).
-  const pool = new WarmPool({ limits: new SandboxLimits({}, { docker: { maxLive: 2 } }) });
+  const limits = new SandboxLimits({}, { docker: { maxLive: 2 } });
+  const pool = new WarmPool({ limits });
   const cases: Array<[Partial<EnclosureNeeds>, RegExp]> = [
     [
       { egress: true, services: twoServices },
@@ -42,7 +44,8 @@ Deno.test("Enclosure.open() takes the sandbox's slot with its services' and rela
     assert.match(error.message, message);
     assert.ok(error.cause instanceof SandboxLimitError);
   }
-  assert.equal(pool.stats.fresh + pool.stats.misses, 0);
+  // A refused reservation holds nothing.
+  assert.equal(limits.for("docker").live, 0);
   await pool.close();
 });
 
@@ -71,4 +74,29 @@ Deno.test("Enclosure.open() asks a source for exactly the containers it will sta
   assert.equal(opened.slot, undefined);
   await opened.enclosure.close();
   assert.equal(asked.length, 3);
+});
+
+Deno.test("Enclosure: the sandbox's own slot is the caller's, the relay's goes back when the enclosure closes (Docker)", async () => {
+  const limits = new SandboxLimits({}, { docker: { maxLive: 2 } });
+  const pool = new WarmPool({ limits });
+  const limiter = limits.for("docker");
+  const opened = await Enclosure.open(
+    { type: "docker", image: "busybox:latest" },
+    needs({ runId: `enclosure-${crypto.randomUUID().slice(0, 8)}`, gateway: true }),
+    pool,
+  );
+  try {
+    assert.ok(opened.slot, "no slot for the sandbox");
+    assert.equal(limiter.live, 2, "the sandbox's slot and the relay's");
+    assert.ok((opened.spec as { networkName?: string }).networkName);
+  } finally {
+    await opened.enclosure.close();
+  }
+  // The relay is gone; the sandbox's slot stays taken until its sandbox (never started here)
+  // would have been removed: a start still under way keeps counting.
+  assert.equal(limiter.live, 1);
+  opened.slot!.release();
+  assert.equal(limiter.live, 0);
+  await pool.close();
+  await DockerEngine.closeShared();
 });

@@ -1226,6 +1226,13 @@ export class TaskRollout {
       return spec;
     }
     const opened = await Enclosure.open(spec, needs, policy.sandboxes);
+    if (signal.aborted) {
+      // The phase ended while it opened (a step that takes no signal): the attempt's cleanup
+      // has run already, so nobody else would close it.
+      opened.slot?.release();
+      await opened.enclosure.close().catch(() => {});
+      throw signal.reason;
+    }
     this.#enclosure = opened.enclosure;
     this.#gateway = opened.enclosure.route;
     this.#agentSlot = opened.slot;
@@ -1586,15 +1593,22 @@ async function startSandbox(
     await runtime.start({ signal });
     return recorded(runtime);
   }
-  const runtime = await policy.sandboxes.acquire(spec, {
-    ...labels,
-    role,
-    rollout: options.rolloutIndex ?? 0,
-    // A sandbox on a rollout's own network is made for it, never pooled; it starts on the
-    // slot taken with its enclosure's, so it counts against [limits] with its services.
-    ...(spec.type === "docker" && spec.networkName ? { unpooled: true, slot } : {}),
-    signal,
-  });
+  let runtime: Runtime;
+  try {
+    runtime = await policy.sandboxes.acquire(spec, {
+      ...labels,
+      role,
+      rollout: options.rolloutIndex ?? 0,
+      // A sandbox on a rollout's own network is made for it, never pooled; it starts on the
+      // slot taken with its enclosure's, so it counts against [limits] with its services.
+      ...(spec.type === "docker" && spec.networkName ? { unpooled: true, slot } : {}),
+      signal,
+    });
+  } catch (error) {
+    // Never handed to a sandbox (refused at once), or its sandbox is already removed.
+    slot?.release();
+    throw error;
+  }
   if (signal.aborted) {
     // The phase is over (timeout, interrupt): nobody will use or stop this one.
     await runtime.stop().catch(() => {});
@@ -1691,6 +1705,7 @@ async function gradeIsolated(
               graderSlot = opened.slot;
               if (s.aborted) {
                 // The attempt is over (timeout, a failed collection): nobody else will close it.
+                graderSlot?.release();
                 await opened.enclosure.close().catch(() => {});
                 throw s.reason;
               }
