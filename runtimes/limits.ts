@@ -349,9 +349,18 @@ export class LimitedRuntime implements Runtime {
     return this.inner.capabilities;
   }
 
-  /** Waits for a slot and a creation token, then starts the wrapped runtime. */
-  start(options: { signal?: AbortSignal } = {}): Promise<void> {
+  /**
+   * Waits for a slot and a creation token, then starts the wrapped runtime.
+   * @param options.onQueue told when it starts waiting for a slot (true) and when it has it
+   *   and its token (false), before the start
+   */
+  start(
+    options: { signal?: AbortSignal; onQueue?: (waiting: boolean) => void } = {},
+  ): Promise<void> {
     return this.#starting ??= (async () => {
+      // Only a wait for a slot is told (a creation token comes within 1/rate seconds).
+      const waited = !this.#held && !this.#limiter.hasFreeSlot;
+      if (waited) options.onQueue?.(true);
       if (this.#held) {
         try {
           await this.#limiter.token({ signal: options.signal });
@@ -369,8 +378,9 @@ export class LimitedRuntime implements Runtime {
         this.#slot!.release();
         throw new DOMException("The runtime was stopped while waiting for a slot", "AbortError");
       }
+      if (waited) options.onQueue?.(false);
       try {
-        await this.inner.start(options);
+        await this.inner.start({ signal: options.signal });
       } catch (error) {
         await this.stop().catch(() => {});
         throw error;

@@ -15,7 +15,7 @@
  */
 
 import { SandboxStateError } from "./errors.ts";
-import type { SandboxLimits, SandboxSlot } from "./limits.ts";
+import type { LimitedRuntime, SandboxLimits, SandboxSlot } from "./limits.ts";
 import { createRuntime } from "./create.ts";
 import type { Runtime, RuntimeSpec } from "./runtime.ts";
 
@@ -39,6 +39,12 @@ export interface AcquireOptions {
    * with the slots of what surrounds it): the sandbox starts fresh on it.
    */
   slot?: SandboxSlot;
+  /**
+   * Told when a sandbox started fresh starts waiting for its live slot (true) and when it
+   * has it (false), before it is created: a caller timing the start can stop its clock
+   * meanwhile.
+   */
+  onQueue?: (waiting: boolean) => void;
   signal?: AbortSignal;
 }
 
@@ -57,7 +63,7 @@ export interface SandboxSource {
   reserve?(
     type: string,
     count: number,
-    options?: { signal?: AbortSignal },
+    options?: { signal?: AbortSignal; onQueue?: (waiting: boolean) => void },
   ): Promise<SandboxSlot[] | null>;
   /**
    * A replay's source: its sandboxes answer from a record, so what surrounds a sandbox
@@ -211,12 +217,14 @@ export class WarmPool implements SandboxSource {
   async reserve(
     type: string,
     count: number,
-    options: { signal?: AbortSignal } = {},
+    options: { signal?: AbortSignal; onQueue?: (waiting: boolean) => void } = {},
   ): Promise<SandboxSlot[] | null> {
     const limiter = this.#options.limits?.for(type);
     if (!limiter || limiter.limit.maxLive === undefined) return null;
     if (limiter.fits(count)) return await limiter.reserve(count, options);
+    options.onQueue?.(true);
     const reserving = limiter.reserve(count, options);
+    reserving.then(() => options.onQueue?.(false), () => {});
     let done = false;
     reserving.then(() => (done = true), () => (done = true));
     // Pooled sandboxes still starting are not evicted here: one that finds a request waiting
@@ -235,7 +243,10 @@ export class WarmPool implements SandboxSource {
     const limiter = this.#options.limits?.for(spec.type);
     const full = !options.slot && limiter !== undefined && !limiter.hasFreeSlot;
     // Queue for a slot first, so a slot freed by an eviction comes to this request.
-    const starting = runtime.start({ signal: options.signal });
+    const starting = (runtime as LimitedRuntime).start({
+      signal: options.signal,
+      onQueue: options.onQueue,
+    });
     if (full) await this.#evictIdle(spec.type);
     await starting;
     return runtime;

@@ -541,6 +541,42 @@ Deno.test("[limits] max_sandboxes = 2 with 6 concurrent rollouts: the engine nev
   await Deno.remove(dir, { recursive: true });
 });
 
+Deno.test("[limits]: a rollout waiting its turn for a sandbox slot is not timed out by its setup timeout", async () => {
+  // One slot, two rollouts, a 1 s setup timeout: the second waits ~8 s for the first's slot.
+  // Counted against its setup, that wait used to fail it (three attempts of 1 s each).
+  const dir = await tempDir("vf_limits_wait_");
+  const res = await withModelServer(
+    bashModel(`sleep 8; ${SOLVE}`),
+    (server) =>
+      cli(
+        fileSumRun(
+          server,
+          "-n",
+          "1",
+          "-r",
+          "2",
+          "-c",
+          "2",
+          "--limits.max_sandboxes",
+          "1",
+          "--env.agent.timeout.setup",
+          "1",
+          "--env.agent.scoring.mode",
+          "shared",
+        ),
+        dir,
+        { VF_LEDGER: join(dir, "ledger.jsonl") },
+      ),
+  );
+  const runId = await solvedRun(res, 2);
+  const traces = await readTraces(runDirOf(res.stderr)!);
+  // One of them did wait (its sandbox phase spans the other's whole rollout).
+  const waited = Math.max(...traces.map((t) => t.timing.setup_ms ?? 0));
+  assert.ok(waited >= 5_000, `the longest setup took ${waited} ms: nobody waited for the slot`);
+  assert.deepEqual(await runContainers(runId), []);
+  await Deno.remove(dir, { recursive: true });
+});
+
 Deno.test("sandbox_create_rate: container creations are spaced by the token bucket", async () => {
   const runId = `rate-${crypto.randomUUID().slice(0, 8)}`;
   const rate = 4;

@@ -32,6 +32,8 @@ export interface EnclosureNeeds {
   /** Seconds to wait for the services' health. */
   healthTimeout?: number;
   signal: AbortSignal;
+  /** Told when it starts and stops waiting for its live slots (before anything starts). */
+  onQueue?: (waiting: boolean) => void;
 }
 
 /** The environment that sends a sandbox's HTTP(S) through the session's egress proxy. */
@@ -101,7 +103,10 @@ export class Enclosure {
     const relay = needs.gateway || needs.egress ? 1 : 0;
     let slots: SandboxSlot[] | null;
     try {
-      slots = await source.reserve(spec.type, 1 + services + relay, { signal: needs.signal });
+      slots = await source.reserve(spec.type, 1 + services + relay, {
+        signal: needs.signal,
+        onQueue: needs.onQueue,
+      });
     } catch (error) {
       if (!(error instanceof SandboxLimitError)) throw error;
       const parts = [

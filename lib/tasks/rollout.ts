@@ -424,12 +424,16 @@ function settledWithin(work: Promise<unknown>, ms: number): Promise<void> {
   });
 }
 
-/** Race a phase against its timeout (seconds) and the run's signal. */
+/**
+ * Race a phase against its timeout (seconds) and the run's signal. `fn` can stop the
+ * timeout's clock while it waits its turn (for a sandbox slot under [limits]) and start it
+ * afresh once served: queueing behind other rollouts is not the phase taking too long.
+ */
 async function phase<T>(
   name: string,
   seconds: number | undefined,
   signal: AbortSignal | undefined,
-  fn: (signal: AbortSignal) => Promise<T>,
+  fn: (signal: AbortSignal, queued: (waiting: boolean) => void) => Promise<T>,
   /** The timeout to name when it passes, when `seconds` is what was left of it. */
   stated: number | undefined = seconds,
   /** Gets `fn`'s own promise, which may still run after the phase was cut short. */
@@ -437,7 +441,23 @@ async function phase<T>(
 ): Promise<T> {
   const controller = new AbortController();
   const signals = [controller.signal, ...(signal ? [signal] : [])];
-  if (seconds && seconds > 0) signals.push(AbortSignal.timeout(seconds * 1000));
+  const clock = new AbortController();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const arm = () => {
+    clearTimeout(timer);
+    timer = unrefTimer(setTimeout(() => {
+      clock.abort(new DOMException(`Timed out after ${seconds} s`, "TimeoutError"));
+    }, seconds! * 1000));
+  };
+  if (seconds && seconds > 0) {
+    signals.push(clock.signal);
+    arm();
+  }
+  const queued = (waiting: boolean) => {
+    if (!(seconds && seconds > 0) || clock.signal.aborted) return;
+    if (waiting) clearTimeout(timer);
+    else arm();
+  };
   const combined = AbortSignal.any(signals);
   return await new Promise<T>((resolve, reject) => {
     const onAbort = () => {
@@ -450,10 +470,13 @@ async function phase<T>(
     };
     if (combined.aborted) return onAbort();
     combined.addEventListener("abort", onAbort, { once: true });
-    const work = fn(combined);
+    const work = fn(combined, queued);
     running?.(work);
     work.then(resolve, reject).finally(() => combined.removeEventListener("abort", onAbort));
-  }).finally(() => controller.abort());
+  }).finally(() => {
+    clearTimeout(timer);
+    controller.abort();
+  });
 }
 
 class PhaseError extends Error {
@@ -794,7 +817,7 @@ export class TaskRollout {
             if (attempt > 0) this.trace.runtime.attempts = attempt + 1;
             let ready = false;
             try {
-              await phase("setup", this.#timeout("setup"), signal, async (s) => {
+              await phase("setup", this.#timeout("setup"), signal, async (s, queued) => {
                 const t1 = performance.now();
                 if (box) {
                   if ((task.deploymentSpec() ?? this.#options.services ?? null) !== null) {
@@ -806,9 +829,11 @@ export class TaskRollout {
                   this.#agent = box.runtime;
                 } else {
                   const own = this.#agentSpec!;
+                  // Waiting for a sandbox slot under [limits] is not setup taking too long.
                   const spec = await this.#prepareNetwork(
                     seed ? { ...own, image: seed.image } as RuntimeSpec : own,
                     s,
+                    queued,
                   );
                   const slot = this.#agentSlot;
                   this.#agentSlot = undefined;
@@ -821,6 +846,7 @@ export class TaskRollout {
                     (rt) => (this.#agent = rt),
                     this.sandboxRecords,
                     slot,
+                    queued,
                   );
                 }
                 ready = true;
@@ -1196,7 +1222,11 @@ export class TaskRollout {
    * own with the task's services, the gateway relay for an agent program or a network policy.
    * Returns the sandbox's spec joined to it.
    */
-  async #prepareNetwork(spec: RuntimeSpec, signal: AbortSignal): Promise<RuntimeSpec> {
+  async #prepareNetwork(
+    spec: RuntimeSpec,
+    signal: AbortSignal,
+    onQueue?: (waiting: boolean) => void,
+  ): Promise<RuntimeSpec> {
     const { task, policy, runId, model } = this.#options;
     const compose = task.deploymentSpec() ?? this.#options.services ?? null;
     const needs = {
@@ -1209,6 +1239,7 @@ export class TaskRollout {
       alias: "agent",
       healthTimeout: this.#timeout("setup"),
       signal,
+      onQueue,
     };
     if (!Enclosure.needed(needs)) return spec;
     if (policy.sandboxes?.replaying) {
@@ -1570,6 +1601,8 @@ async function startSandbox(
   records?: SandboxRecord[],
   /** Its live slot, taken with its enclosure's (see `Enclosure.open`). */
   slot?: SandboxSlot,
+  /** Told when it starts and stops waiting for a live slot (`AcquireOptions.onQueue`). */
+  onQueue?: (waiting: boolean) => void,
 ): Promise<Runtime> {
   const labels = { runId: options.runId, task: options.task.key };
   // Every operation on it is recorded, for vf replay.
@@ -1602,6 +1635,7 @@ async function startSandbox(
       // A sandbox on a rollout's own network is made for it, never pooled; it starts on the
       // slot taken with its enclosure's, so it counts against [limits] with its services.
       ...(spec.type === "docker" && spec.networkName ? { unpooled: true, slot } : {}),
+      ...(slot ? {} : { onQueue }),
       signal,
     });
   } catch (error) {
@@ -1679,12 +1713,17 @@ async function gradeIsolated(
       /** Phase 1's own work, which goes on for a while when the phase is cut short. */
       let running: Promise<unknown> = Promise.resolve();
       try {
-        const started = performance.now();
+        let started = performance.now();
         await phase(
           "scoring",
           timeoutSeconds,
           outer,
-          async (s) => {
+          async (s, queued) => {
+            // Waiting for a sandbox slot under [limits] is not grading taking too long.
+            const onQueue = (waiting: boolean) => {
+              if (!waiting) started = performance.now();
+              queued(waiting);
+            };
             let graderSpec = spec;
             let graderSlot: SandboxSlot | undefined;
             const needs = {
@@ -1697,6 +1736,7 @@ async function gradeIsolated(
               alias: "grader",
               healthTimeout: timeoutSeconds,
               signal: s,
+              onQueue,
             };
             if (Enclosure.needed(needs)) {
               // Fresh services, and a network out only through the proxy: setup, the restore and
@@ -1721,6 +1761,7 @@ async function gradeIsolated(
               hold,
               records,
               graderSlot,
+              onQueue,
             );
             s.throwIfAborted();
             await task.setup(hookContext(grader!, s));
