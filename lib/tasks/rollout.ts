@@ -424,6 +424,9 @@ function settledWithin(work: Promise<unknown>, ms: number): Promise<void> {
   });
 }
 
+/** The longest delay a timer takes (a longer one would fire at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * Race a phase against its timeout (seconds) and the run's signal. `fn` can stop the
  * timeout's clock while it waits its turn (for a sandbox slot under [limits]) and start it
@@ -447,7 +450,7 @@ async function phase<T>(
     clearTimeout(timer);
     timer = unrefTimer(setTimeout(() => {
       clock.abort(new DOMException(`Timed out after ${seconds} s`, "TimeoutError"));
-    }, seconds! * 1000));
+    }, Math.min(seconds! * 1000, MAX_TIMER_MS)));
   };
   if (seconds && seconds > 0) {
     signals.push(clock.signal);
