@@ -76,6 +76,9 @@ export interface ChannelRequestOptions {
   hold?: Promise<unknown>;
 }
 
+/** What `a` says on stderr when `tar` failed under a cap (`head` has the status then). */
+export const TAR_FAILED = "vf-tar-failed";
+
 /**
  * The supervisor's script (POSIX sh). `$1` = 1 starts each command in a session of its own
  * (`setsid`, where the host has it), so a `kill 0` in one command reaches its own process group
@@ -123,7 +126,7 @@ while IFS= read -r line; do
     if [ ! -d "$1" ] || { [ ! -e "$1/$2" ] && [ ! -h "$1/$2" ]; }; then rc=4
     elif ! command -v tar >/dev/null 2>&1; then rc=5
     elif [ -n "$3" ]; then
-      { tar -C "$1" -cf - -- "$2" || echo vf-tar-failed >&2; } </dev/null | head -c "$3"
+      { tar -C "$1" -cf - -- "$2" || echo ${TAR_FAILED} >&2; } </dev/null | head -c "$3"
       rc=$?
     else tar -C "$1" -cf - -- "$2" </dev/null; rc=$?
     fi

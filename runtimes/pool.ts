@@ -224,9 +224,11 @@ export class WarmPool implements SandboxSource {
     if (limiter.fits(count)) return await limiter.reserve(count, options);
     options.onQueue?.(true);
     const reserving = limiter.reserve(count, options);
-    reserving.then(() => options.onQueue?.(false), () => {});
     let done = false;
-    reserving.then(() => (done = true), () => (done = true));
+    reserving.then(() => {
+      done = true;
+      options.onQueue?.(false);
+    }, () => (done = true));
     // Pooled sandboxes still starting are not evicted here: one that finds a request waiting
     // once started stops again instead of joining the pool (see #refill).
     while (!done && await this.#evictIdle(type));

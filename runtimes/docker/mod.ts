@@ -47,15 +47,13 @@ import type {
   RuntimeSnapshot,
 } from "../runtime.ts";
 import { DockerEngine, isDirectoryMode } from "./engine_api.ts";
-import { ExecChannel, runCommand, type SupervisorLauncher } from "../_channel.ts";
+import { ExecChannel, runCommand, type SupervisorLauncher, TAR_FAILED } from "../_channel.ts";
 import { KILL_BELOW, KILL_TREES } from "../ssh/shell.ts";
 
 export { DockerEngine } from "./engine_api.ts";
 
 /** Label every vf container carries. */
 export const MANAGED_LABEL = "vf.managed";
-/** What the supervisor's `a` says on stderr when `tar` failed under a cap (`head` has the status). */
-const TAR_FAILED = "vf-tar-failed";
 /** Room for tar framing (headers, padding, end blocks, record padding) above a byte limit. */
 const TAR_SLACK = 64 * 1024;
 /** `tar -x` of stdin into `$1` (created first), owners and modes as archived. */
