@@ -30,6 +30,7 @@ import {
   toolCallReply,
 } from "./model_server.ts";
 import { cliCommand, type CliResult, collect, MOD_URL, transcript } from "./_cli.ts";
+import { EngineEvents } from "./_engine_events.ts";
 
 const DOCKER_SOCKET = "/var/run/docker.sock";
 const MODEL = "vf-test";
@@ -474,6 +475,62 @@ Deno.test("vf validate passes file-sum and py-grader, fails a wrong gold answer,
     subprocess.stdout.split("\n").filter((l) => / FAIL .*needs a container runtime/.test(l)).length,
     5,
   );
+});
+
+Deno.test("vf validate under --limits.max_sandboxes: every sandbox it starts counts, gold graders beside their agents never deadlock, and a limit too small for a grader is named", async () => {
+  await using s = await scenario();
+  const events = new EngineEvents();
+  let runs: CliResult[];
+  try {
+    await events.ready();
+    runs = await Promise.all([
+      s.cli(["validate", "file-sum", "-n", "2", "-c", "2", "--limits.max_sandboxes", "1"]),
+      // Four checks at once would each hold an agent while two gradeSubmission graders wait.
+      s.cli([
+        "validate",
+        "py-grader",
+        "-n",
+        "2",
+        "-c",
+        "2",
+        "--probe",
+        "--limits.max_sandboxes",
+        "2",
+      ]),
+      s.cli(["validate", "py-grader", "-n", "1", "--limits.max_sandboxes", "1"]),
+    ]);
+  } finally {
+    await events[Symbol.asyncDispose](); // the last events in, before they are read
+  }
+  const [fileSum, pyGrader, tooSmall] = runs;
+  const summaryOf = (res: CliResult) => JSON.parse(res.stdout.trim().split("\n").at(-1)!);
+
+  assert.equal(fileSum.code, 0, transcript(fileSum));
+  const fileSumRun = summaryOf(fileSum).run_id;
+  assert.match(fileSumRun, /^validate-/);
+  // Two tasks, a gold and an untouched check each: four sandboxes, one at a time.
+  assert.equal(events.of(fileSumRun).filter((e) => e.action === "create").length, 4);
+  assert.equal(events.maxLive(fileSumRun), 1);
+
+  assert.equal(pyGrader.code, 0, transcript(pyGrader));
+  const pyRun = summaryOf(pyGrader).run_id;
+  assert.deepEqual([summaryOf(pyGrader).passed, summaryOf(pyGrader).failed], [2, 0]);
+  // Per task: gold agent + its grader, untouched agent, and an agent and a grader per probe.
+  const probes = (summaryOf(pyGrader).results[0].probes as Json[]).length;
+  assert.equal(
+    events.of(pyRun).filter((e) => e.action === "create").length,
+    2 * (3 + 2 * probes),
+  );
+  // The gold check's agent and grader are alive together, and nothing beyond them.
+  assert.equal(events.maxLive(pyRun), 2);
+
+  assert.equal(tooSmall.code, 1, transcript(tooSmall));
+  const [result] = summaryOf(tooSmall).results as Json[];
+  assert.match(
+    result.error,
+    /^ConfigError: limits\.max_sandboxes: grading task "py-grader-add"'s gold answer .* needs 2 docker sandboxes at once .* limit of 1/,
+  );
+  assert.deepEqual(await managedContainers(summaryOf(tooSmall).run_id), []);
 });
 
 // ---------------------------------------------------------------------------------------

@@ -7,14 +7,21 @@ import process from "node:process";
 import { PROBES } from "../tasks/probe.ts";
 import { validateTaskset } from "../tasks/run.ts";
 import { RuntimeTable, validateEvalConfig } from "../config.ts";
+import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
 import { ConfigError } from "../errors.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
 import { loadTasksetFor } from "./resolve.ts";
 
-const VALIDATE_HELP = `vf validate <taskset> [-n N] [--runtime.type docker|subprocess] [--probe]
+const VALIDATE_HELP =
+  `vf validate <taskset> [-n N] [-c N] [--runtime.type docker|subprocess] [--probe]
+            [--limits.max_sandboxes N] [--limits.sandbox_create_rate R]
 
 Per task, in fresh sandboxes: the gold answer (Task.validate) must score 1.0 and an
 untouched workspace 0.0. Prints a table and a JSON summary; exits 1 when any task fails.
+  -c N      tasks validated at once (default 4); each runs its two checks together
+  --limits.*  as [limits] in a run: every sandbox started (agents, services, graders,
+            probes) counts against max_sandboxes, and starts at most sandbox_create_rate
+            a second
   --probe   also try known exploits against each task's grader, scored as in a run
             (isolated grading included): ${PROBES.map((p) => p.name).join(", ")}.
             A task that scores above 0 under any of them fails, naming the probe.
@@ -41,7 +48,9 @@ export async function cmdValidate(argv: string[]): Promise<number> {
   const runtime = validateRuntimeTable((raw.runtime ?? {}) as Record<string, unknown>);
   const evalConfig = validateEvalConfig(
     Object.fromEntries(
-      Object.entries(raw).filter(([k]) => ["sandbox", "trust", "reload", "lock_file"].includes(k)),
+      Object.entries(raw).filter(([k]) =>
+        ["sandbox", "trust", "reload", "lock_file", "limits"].includes(k)
+      ),
     ),
     "command line",
   );
@@ -58,6 +67,7 @@ export async function cmdValidate(argv: string[]): Promise<number> {
     runId,
     maxConcurrent: typeof raw.max_concurrent === "number" ? raw.max_concurrent : 4,
     probe: raw.probe === true,
+    limits: sandboxLimitsFromConfig(evalConfig.limits),
   });
   const rows = [
     ["task", "gold", "untouched", "result"],
@@ -88,6 +98,7 @@ export async function cmdValidate(argv: string[]): Promise<number> {
   process.stdout.write(
     JSON.stringify({
       taskset: taskset.id,
+      run_id: runId,
       runtime: runtime.type ?? "docker",
       tasks: results.length,
       passed: results.length - failed,

@@ -13,7 +13,8 @@
 
 import { posix } from "node:path";
 import { createRuntime } from "../../runtimes/create.ts";
-import type { Runtime } from "../../runtimes/runtime.ts";
+import type { SandboxSource } from "../../runtimes/pool.ts";
+import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
 import {
   type AgentPolicy,
   collectArtifacts,
@@ -145,7 +146,15 @@ async function artifactFiles(runtime: Runtime, task: Task): Promise<string[]> {
 export async function runProbe(
   task: Task,
   probe: Probe,
-  options: { runtime: AgentPolicy["runtime"]; runId: string; signal?: AbortSignal },
+  options: {
+    runtime: AgentPolicy["runtime"];
+    runId: string;
+    signal?: AbortSignal;
+    /** Where its sandboxes come from (the run's limits); default: started here. */
+    sandboxes?: SandboxSource;
+    /** Takes the probe's share of the limit before it starts anything (`vf validate`). */
+    take?: (task: Task, gold: boolean) => Promise<() => void>;
+  },
 ): Promise<ProbeResult> {
   const mode = task.data.scoring?.mode ?? "shared";
   const view: TraceView = { info: {}, messages: [], artifacts: new Map() };
@@ -158,12 +167,27 @@ export async function runProbe(
     state,
     signal: options.signal,
   });
+  const labels = { runId: options.runId, task: task.key };
+  // One sandbox at a time (the agent's is stopped before the grader starts).
+  const start = async (spec: RuntimeSpec, role: "agent" | "grader"): Promise<Runtime> => {
+    if (options.sandboxes) {
+      return await options.sandboxes.acquire(spec, { ...labels, role, signal: options.signal });
+    }
+    const runtime = createRuntime(spec, labels);
+    try {
+      await runtime.start({ signal: options.signal });
+    } catch (error) {
+      await runtime.stop().catch(() => {});
+      throw error;
+    }
+    return runtime;
+  };
+  const release = await options.take?.(task, false);
   try {
     const agentSpec = resolveRuntimeSpec(options.runtime, task, "agent");
     let reward: number;
     {
-      await using agent = createRuntime(agentSpec, { runId: options.runId, task: task.key });
-      await agent.start({ signal: options.signal });
+      await using agent = await start(agentSpec, "agent");
       await task.setup(ctxOf(agent));
       await probe.apply(agent, await artifactFiles(agent, task), task.data.workdir ?? "/");
       if (mode === "isolated") {
@@ -171,8 +195,7 @@ export async function runProbe(
         await agent.stop();
         const graderConfig = { ...options.runtime, ...(task.data.scoring?.runtime ?? {}) };
         const spec = resolveRuntimeSpec(graderConfig, task, "grader");
-        await using grader = createRuntime(spec, { runId: options.runId, task: task.key });
-        await grader.start({ signal: options.signal });
+        await using grader = await start(spec, "grader");
         const ctx = ctxOf(grader);
         await task.setup(ctx);
         await restoreArtifacts(grader, artifacts);
@@ -192,5 +215,7 @@ export async function runProbe(
       flagged: false,
       error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
     };
+  } finally {
+    release?.();
   }
 }

@@ -1428,7 +1428,7 @@ export async function gradeSubmission(
     spec,
     artifacts,
     scoring.retries ?? 2,
-    { task, runId, policy: { runtime: config } } as TaskRolloutOptions,
+    { task, runId, policy: { runtime: config, sandboxes: ctx.sandboxes } } as TaskRolloutOptions,
     trace,
     (runtime, s) => ({ ...ctx, runtime, signal: s }),
     task.data.timeout?.scoring,
@@ -1788,7 +1788,8 @@ async function gradeIsolated(
         }, timeoutSeconds);
       } catch (error) {
         if (uncollected) throw (uncollected as { error: unknown }).error;
-        if (signal?.aborted) throw error;
+        // A fresh sandbox cannot mend a configuration (a limit too small for the grader).
+        if (signal?.aborted || error instanceof ConfigError) throw error;
         last = error;
         if (records) records.length = mark;
       } finally {

@@ -5,6 +5,10 @@
  * @module
  */
 import { createRuntime } from "../../runtimes/create.ts";
+import type { SandboxLimits, SandboxSlot } from "../../runtimes/limits.ts";
+import { type SandboxSource, WarmPool } from "../../runtimes/pool.ts";
+import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
+import { Semaphore } from "../model/limits.ts";
 import { isFatalError } from "../envs/environment.ts";
 import { ConfigError } from "../errors.ts";
 import { seededShuffle } from "../random.ts";
@@ -255,7 +259,11 @@ export interface ValidationResult {
   probes?: ProbeResult[];
 }
 
-/** Per task: the gold answer (via `validate`) must score 1.0 and an untouched workspace 0.0. */
+/**
+ * Per task: the gold answer (via `validate`) must score 1.0 and an untouched workspace 0.0.
+ * With `limits`, every sandbox it starts (agents, services, graders, probes) counts against
+ * them, as in a run.
+ */
 export async function validateTaskset(
   taskset: Taskset,
   options: {
@@ -266,13 +274,124 @@ export async function validateTaskset(
     signal?: AbortSignal;
     /** Also run the integrity probes (PROBES) against each task's grader. */
     probe?: boolean;
+    /** Sandbox limits (`--limits.max_sandboxes`, `--limits.sandbox_create_rate`). */
+    limits?: SandboxLimits;
   },
 ): Promise<ValidationResult[]> {
   const tasks = await taskset.tasks(
     options.numTasks && options.numTasks > 0 ? options.numTasks : -1,
   );
   for (const task of tasks) requireRewards(task);
+  const sandboxes = options.limits
+    ? new WarmPool({ size: 0, runId: options.runId, limits: options.limits })
+    : undefined;
+  try {
+    const budget = await sandboxBudget(tasks, options);
+    return await validateTasks(tasks, { ...options, sandboxes, budget });
+  } finally {
+    await sandboxes?.close();
+  }
+}
+
+/** The sandboxes a check may hold at once, taken before it starts (see `sandboxBudget`). */
+interface SandboxBudget {
+  /** Waits for the check's share of the limit; returns its release. */
+  take(task: Task, gold: boolean): Promise<() => void>;
+  /**
+   * Null when the check's share covers a grader beside its own sandbox; else why a grader
+   * cannot start (its own sandbox and the grader together exceed the limit).
+   */
+  graderRefusal(task: Task): string | null;
+}
+
+/**
+ * How many sandboxes each check of a task holds at once, under a live-sandbox limit. A gold
+ * check of a task graded in isolation may hold its agent's sandbox while `gradeSubmission`
+ * waits for a grader: each check takes its whole share (agent and grader, each with its
+ * services) before it starts, so that wait always ends (two checks each holding an agent and
+ * waiting for a grader would wait forever). A share larger than the limit is capped at it:
+ * such a check runs alone, and a grader it asks for is refused with the reason.
+ */
+async function sandboxBudget(
+  tasks: Task[],
+  options: { runtime: AgentPolicy["runtime"]; limits?: SandboxLimits },
+): Promise<SandboxBudget | null> {
+  const type = (options.runtime as { type?: string }).type ?? "docker";
+  const max = options.limits?.for(type).limit.maxLive;
+  if (max === undefined) return null;
+  // Per task: its sandbox, each Compose service and a network policy's relay, as a rollout's.
+  const each = new Map<Task, number>();
+  for (const task of tasks) {
+    const compose = task.deploymentSpec();
+    const services = compose === null ? 0 : (await loadServices(compose)).services.length;
+    each.set(task, 1 + services + (resolveNetworkPolicy(options.runtime, task) !== null ? 1 : 0));
+  }
+  const need = (task: Task, gold: boolean): number =>
+    gold && task.data.scoring?.mode === "isolated" ? 2 * each.get(task)! : each.get(task)!;
+  const permits = new Semaphore(max);
+  // One check takes its permits at a time, so no two hold part of what they need.
+  const turn = new Semaphore(1);
+  return {
+    async take(task, gold) {
+      const releases: Array<() => void> = [];
+      const done = await turn.acquire();
+      try {
+        for (let i = Math.min(need(task, gold), max); i > 0; i--) {
+          releases.push(await permits.acquire());
+        }
+      } finally {
+        done();
+      }
+      return () => releases.forEach((release) => release());
+    },
+    graderRefusal(task) {
+      const both = need(task, true);
+      if (task.data.scoring?.mode !== "isolated" || both <= max) return null;
+      return `limits.max_sandboxes: grading task "${task.key}"'s gold answer in a fresh sandbox ` +
+        `beside its own needs ${both} ${type} sandboxes at once (with their services), more ` +
+        `than the limit of ${max}`;
+    },
+  };
+}
+
+/** A source that refuses graders (see `SandboxBudget.graderRefusal`). */
+function refusingGraders(source: SandboxSource, reason: string): SandboxSource {
+  return {
+    acquire: (spec, options) =>
+      options?.role === "grader"
+        ? Promise.reject(new ConfigError(reason))
+        : source.acquire(spec, options),
+    close: () => Promise.resolve(),
+    ...(source.reserve ? { reserve: source.reserve.bind(source) } : {}),
+  };
+}
+
+async function validateTasks(
+  tasks: Task[],
+  options: {
+    runtime: AgentPolicy["runtime"];
+    runId: string;
+    maxConcurrent?: number;
+    signal?: AbortSignal;
+    probe?: boolean;
+    sandboxes?: SandboxSource;
+    budget: SandboxBudget | null;
+  },
+): Promise<ValidationResult[]> {
+  const { sandboxes } = options;
+  const graderSource = (task: Task): SandboxSource => {
+    const refusal = options.budget?.graderRefusal(task);
+    return refusal ? refusingGraders(sandboxes!, refusal) : sandboxes!;
+  };
   const check = async (task: Task, gold: boolean): Promise<number> => {
+    const release = await options.budget?.take(task, gold);
+    try {
+      return await checkOnce(task, gold);
+    } finally {
+      release?.();
+    }
+  };
+  const checkOnce = async (task: Task, gold: boolean): Promise<number> => {
     let spec = resolveRuntimeSpec(options.runtime, task, "agent");
     // The task's services and network policy, as a rollout would have them.
     const compose = task.deploymentSpec();
@@ -288,13 +407,15 @@ export async function validateTaskset(
       signal: options.signal ?? new AbortController().signal,
     };
     let enclosure: Enclosure | null = null;
+    let slot: SandboxSlot | undefined;
     if (Enclosure.needed(needs)) {
-      const opened = await Enclosure.open(spec, needs);
+      const opened = await Enclosure.open(spec, needs, sandboxes);
       enclosure = opened.enclosure;
       spec = opened.spec;
+      slot = opened.slot;
     }
     try {
-      return await checkIn(task, gold, spec, enclosure, egress);
+      return await checkIn(task, gold, spec, slot, enclosure, egress);
     } finally {
       await enclosure?.close();
     }
@@ -302,11 +423,12 @@ export async function validateTaskset(
   const checkIn = async (
     task: Task,
     gold: boolean,
-    spec: ReturnType<typeof resolveRuntimeSpec>,
+    spec: RuntimeSpec,
+    slot: SandboxSlot | undefined,
     enclosure: Enclosure | null,
     egress: ReturnType<typeof resolveNetworkPolicy>,
   ): Promise<number> => {
-    await using runtime = createRuntime(spec, { runId: options.runId, task: task.key });
+    await using runtime = await startValidationSandbox(spec, task, slot, options);
     const view: TraceView = { info: {}, messages: [], artifacts: new Map() };
     const ctx: TaskHookContext = {
       runtime,
@@ -316,8 +438,8 @@ export async function validateTaskset(
       state: task.initialState(),
       runId: options.runId,
       signal: options.signal,
+      sandboxes: gold && sandboxes ? graderSource(task) : sandboxes,
     };
-    await runtime.start({ signal: options.signal });
     await task.setup(ctx);
     const session = enclosure?.route?.session;
     if (egress) session?.setPhase("agent", egress);
@@ -355,7 +477,7 @@ export async function validateTaskset(
         }
         if (options.probe) {
           result.probes = await Promise.all(
-            PROBES.map((p) => runProbe(task, p, { ...options, runtime: options.runtime })),
+            PROBES.map((p) => runProbe(task, p, { ...options, take: options.budget?.take })),
           );
           const flagged = result.probes.filter((p) => p.flagged);
           if (flagged.length) {
@@ -377,6 +499,38 @@ export async function validateTaskset(
     Array.from({ length: Math.max(1, Math.min(options.maxConcurrent ?? 4, tasks.length)) }, worker),
   );
   return out;
+}
+
+/** A started sandbox for one check: through the limits when there are any. */
+async function startValidationSandbox(
+  spec: RuntimeSpec,
+  task: Task,
+  slot: SandboxSlot | undefined,
+  options: { runId: string; signal?: AbortSignal; sandboxes?: SandboxSource },
+): Promise<Runtime> {
+  const labels = { runId: options.runId, task: task.key };
+  if (!options.sandboxes) {
+    slot?.release();
+    const runtime = createRuntime(spec, labels);
+    try {
+      await runtime.start({ signal: options.signal });
+    } catch (error) {
+      await runtime.stop().catch(() => {});
+      throw error;
+    }
+    return runtime;
+  }
+  try {
+    return await options.sandboxes.acquire(spec, {
+      ...labels,
+      // On its own network it starts on the slot taken with its services' (Enclosure.open).
+      ...(spec.type === "docker" && spec.networkName ? { unpooled: true, slot } : {}),
+      signal: options.signal,
+    });
+  } catch (error) {
+    slot?.release();
+    throw error;
+  }
 }
 
 /**

@@ -20,6 +20,7 @@ import type { NetworkPolicyInput } from "../gateway/policy.ts";
 import { createHash } from "node:crypto";
 import { ConfigError } from "../errors.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
+import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { Messages } from "../types.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import type { Toolbox } from "../tools/toolbox.ts";
@@ -172,6 +173,11 @@ export interface TaskHookContext<S extends Record<string, unknown> = Record<stri
   runId?: string;
   /** The rollout's toolsets, open until teardown: rewards may call their tools. */
   tools?: Toolbox;
+  /**
+   * Where `gradeSubmission` starts its grading sandbox: `vf validate` sets it when sandbox
+   * limits apply, so the grader counts against them. Default: started directly.
+   */
+  sandboxes?: SandboxSource;
   signal?: AbortSignal;
 }
 
