@@ -18,7 +18,10 @@
  * - `w <marker> <path> <mode> <fresh-mode> <bytes>` and the bytes: a file written;
  * - `a <marker> <dir> <name> <limit|"">`: a tar of `<name>` in `<dir>` (`tar -c`, cut after the
  *   limit by `head -c`); status 4 when it does not exist and 5 without `tar`, both found
- *   without starting a process.
+ *   without starting a process;
+ * - `x <marker> <dir> <bytes>` and the bytes: a tar extracted into `<dir>`, made first when
+ *   missing (`tar -C <dir> -x`, no shell in front of it); status 3 when `<dir>` cannot be made
+ *   and 5 without `tar`.
  * When it is done the supervisor prints `<marker> <status>\n` on stdout and `<marker>\n` on
  * stderr; what came before the markers is the command's output. A command that leaves a
  * daemon behind still ends when its own process does (a plain exec waits for every holder
@@ -130,6 +133,16 @@ while IFS= read -r line; do
       rc=$?
     else tar -C "$1" -cf - -- "$2" </dev/null; rc=$?
     fi
+    printf '%s %s\\n' "$k" "$rc"; printf '%s\\n' "$k" >&2
+    ;;
+  x)
+    head -c "$2" >"$in" || exit 1
+    if ! command -v tar >/dev/null 2>&1; then rc=5
+    elif [ -d "$1" ] || { mkdir -p "$1" 2>/dev/null && [ -d "$1" ]; }; then
+      tar -C "$1" -xf "$in" </dev/null; rc=$?
+    else rc=3
+    fi
+    : >"$in"
     printf '%s %s\\n' "$k" "$rc"; printf '%s\\n' "$k" >&2
     ;;
   w)
@@ -474,7 +487,7 @@ export class ExecChannel {
    * for a supervisor is never sent.
    */
   async request(
-    op: "r" | "g" | "w" | "a",
+    op: "r" | "g" | "w" | "a" | "x",
     words: string[],
     options: ChannelRequestOptions = {},
   ): Promise<ChannelResult> {

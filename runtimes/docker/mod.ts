@@ -56,10 +56,6 @@ export { DockerEngine } from "./engine_api.ts";
 export const MANAGED_LABEL = "vf.managed";
 /** Room for tar framing (headers, padding, end blocks, record padding) above a byte limit. */
 const TAR_SLACK = 64 * 1024;
-/** `tar -x` of stdin into `$1` (created first), owners and modes as archived. */
-const ARCHIVE_IN = `[ -d "$1" ] || mkdir -p "$1" 2>/dev/null; cd "$1" || exit 3
-command -v tar >/dev/null 2>&1 || exit 5
-exec tar -x -f -`;
 
 /** Label of the images {@linkcode DockerRuntime.snapshot} commits. */
 export const FORK_LABEL = "vf.fork";
@@ -826,16 +822,7 @@ export class DockerRuntime implements Runtime {
     const target = this.#resolve(dir);
     const channel = this.#fileChannel();
     if (channel) {
-      const r = await channel.request("r", [
-        "/",
-        String(tar.length),
-        "0",
-        "/bin/sh",
-        "-c",
-        ARCHIVE_IN,
-        "vf-archive",
-        target,
-      ], { data: tar });
+      const r = await channel.request("x", [target, String(tar.length)], { data: tar });
       if (r.status === "0") return;
       // No tar in the image, or it refused the archive: the endpoint has the last word.
     }
