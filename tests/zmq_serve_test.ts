@@ -15,6 +15,7 @@ import { startModelServer } from "./model_server.ts";
 import { MessageGraph, type MessageNode } from "../lib/graph.ts";
 import { toyPromptTokens } from "../lib/model/local_server.ts";
 import { cliCommand, tempDir } from "./_cli.ts";
+import { EngineEvents } from "./_engine_events.ts";
 
 const TASKSET = fileURLToPath(new URL("./_zmq_taskset.ts", import.meta.url));
 const DRIVER = fileURLToPath(new URL("./_zmq_client.py", import.meta.url));
@@ -206,6 +207,64 @@ Deno.test("ZmqEnvClient runs a legacy environment's row through vf serve --zmq",
       return true;
     },
   );
+});
+
+Deno.test("vf serve <taskset> --zmq keeps the warm pool its flags ask for, hands its sandboxes to runs, and leaves none behind", async () => {
+  await using tmp = await tempDir("vf_zmq_warm_");
+  await using model = await startModelServer({ responder: () => ({ content: "hi" }) });
+  const events = new EngineEvents();
+  // The server's run id (`serve-…`): no other test in the suite serves a taskset on Docker.
+  const served = (e: { labels: Record<string, string> }) =>
+    e.labels["vf.run_id"]?.startsWith("serve-") ?? false;
+  const pooled = (e: { labels: Record<string, string> }) => e.labels["vf.pool"] === "1";
+  try {
+    await events.ready();
+    await using server = await serve([
+      TASKSET,
+      "--zmq",
+      "tcp://127.0.0.1:0",
+      "--env.agent.runtime.type",
+      "docker",
+      "--env.agent.runtime.image",
+      "busybox",
+      "--env.agent.runtime.warm_pool",
+      "2",
+    ], tmp.path);
+    await using env = await ZmqEnvClient.connect(server.address);
+    await env.waitForServer({ timeoutMs: 60_000, intervalMs: 100 });
+    for (let i = 0; i < 3; i++) {
+      const episode = await env.run<{ ok: boolean; traces: Array<{ reward: number }> }>({
+        taskData: { prompt: `Say hi (${i})`, expected: "hi" },
+        client: { base_url: model.url },
+        model: "m",
+      });
+      assert.equal(episode.ok, true);
+      assert.equal(episode.traces[0].reward, 1);
+    }
+    // The pool refills after each hand-out: idle sandboxes are up when the server stops.
+    const live = () => {
+      const mine = events.events.filter(served);
+      return mine.filter((e) => e.action === "create").length -
+        mine.filter((e) => e.action === "destroy").length;
+    };
+    for (let waited = 0; live() < 2 && waited < 30_000; waited += 50) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(live() >= 2, `${live()} sandboxes up before the server stops`);
+  } finally {
+    await events[Symbol.asyncDispose]();
+  }
+  const runs = new Set(events.events.filter(served).map((e) => e.labels["vf.run_id"]));
+  assert.equal(runs.size, 1, [...runs].join(", "));
+  const [runId] = runs;
+  const creates = events.of(runId).filter((e) => e.action === "create");
+  // Every run's sandbox came from the pool (the first run waited for the pool's first start):
+  // none was started for a run on its own.
+  assert.ok(creates.length >= 3 + 2, `${creates.length} sandboxes created`);
+  assert.deepEqual(creates.filter((e) => !pooled(e)), []);
+  // Stopping the server removed every one, the pool's idle ones too.
+  const destroyed = events.of(runId).filter((e) => e.action === "destroy").length;
+  assert.equal(destroyed, creates.length);
 });
 
 /** A `health` reply of a `--workers` broker. */

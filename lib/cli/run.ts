@@ -124,34 +124,10 @@ export async function runTasks(
   const adaptive = config.limits?.adaptive
     ? new AdaptiveController({ max: config.max_concurrent ?? 4 })
     : null;
-  // Sandboxes come through the limits and the warm pool; model calls through their own limit.
-  const sandboxLimits = sandboxLimitsFromConfig(config.limits);
-  // One pool serves every role; it keeps the largest size any role asks for.
-  const warmPool = Math.max(
-    0,
-    ...Object.values(rawEnv).map((v) =>
-      (v as { runtime?: { warm_pool?: unknown } } | null)?.runtime?.warm_pool
-    ).filter((n): n is number => typeof n === "number"),
-  );
-  // Grading sandboxes started ahead of need (`[env.agent.scoring.runtime] warm_pool`): each
-  // is used once, by one grader, as fresh as one started on demand.
-  const graderPool = Math.max(
-    0,
-    ...Object.values(rawEnv).map((v) =>
-      (v as { scoring?: { runtime?: { warm_pool?: unknown } } } | null)?.scoring?.runtime
-        ?.warm_pool
-    ).filter((n): n is number => typeof n === "number"),
-  );
   const runId = crypto.randomUUID().slice(0, 8);
   const resumeDir = typeof config.resume === "string" ? resolve(config.resume) : null;
-  const pooled = sandboxLimits || warmPool > 0 || graderPool > 0
-    ? new WarmPool({
-      size: warmPool,
-      graderSize: graderPool,
-      runId: resumeDir ? resumeDir.split("/").pop()! : runId,
-      limits: sandboxLimits,
-    })
-    : undefined;
+  // Sandboxes come through the limits and the warm pool; model calls through their own limit.
+  const pooled = sandboxSourceOf(config, resumeDir ? resumeDir.split("/").pop()! : runId);
   const sandboxes = inject.sandboxes ?? pooled;
   // Relative paths in a TOML config (rubrics, judge prompts, hooks, toolsets, Compose) are
   // read from its folder; on the command line, from the cwd.
@@ -242,6 +218,30 @@ export async function runTasks(
   } finally {
     await sandboxes?.close();
   }
+}
+
+/**
+ * The sandbox source a run's config asks for: `[limits]`, and warm pools of agent sandboxes
+ * (`[env.<role>.runtime] warm_pool`) and of never-used grading sandboxes
+ * (`[env.<role>.scoring.runtime] warm_pool`); undefined when it asks for none of them. One pool
+ * serves every role and keeps the largest size any role asks for.
+ */
+export function sandboxSourceOf(config: EvalConfig, runId: string): WarmPool | undefined {
+  const rawEnv = (config.env ?? {}) as Record<string, unknown>;
+  const limits = sandboxLimitsFromConfig(config.limits);
+  const largest = (pick: (role: Record<string, unknown> | null) => unknown) =>
+    Math.max(
+      0,
+      ...Object.values(rawEnv).map((v) => pick(v as Record<string, unknown> | null))
+        .filter((n): n is number => typeof n === "number"),
+    );
+  const size = largest((role) => (role?.runtime as { warm_pool?: unknown })?.warm_pool);
+  // Each grading sandbox is used once, by one grader, as fresh as one started on demand.
+  const graderSize = largest((role) =>
+    (role?.scoring as { runtime?: { warm_pool?: unknown } })?.runtime?.warm_pool
+  );
+  if (!limits && size === 0 && graderSize === 0) return undefined;
+  return new WarmPool({ size, graderSize, runId, limits });
 }
 
 async function runEnv(

@@ -46,7 +46,9 @@ Evaluate through it with: vf eval <env> --server http://HOST:PORT -m <model> -b 
                               sampling} -> {success, error, episode}, cancel {request_id}.
                               A taskset (file-sum, or a module exporting loadTaskset()) is
                               served over ZeroMQ only, its [env] set with --env.* flags as
-                              for vf run; -c bounds its runs in flight
+                              for vf run (warm pools: --env.agent.runtime.warm_pool,
+                              --env.agent.scoring.runtime.warm_pool) and its sandboxes
+                              bounded by --limits.*; -c bounds its runs in flight
 Requests carry the model endpoint and its API key: keep the server on loopback, or behind
 TLS on a trusted network. When VF_SERVER_TOKEN is set, requests must send it as a bearer
 token (vf eval --server sends $VF_SERVER_TOKEN). Runs until SIGINT or SIGTERM.

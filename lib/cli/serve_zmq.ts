@@ -5,8 +5,6 @@
  * @module
  */
 import { TASKSETS } from "../../environments/mod.ts";
-import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
-import { WarmPool } from "../../runtimes/pool.ts";
 import { buildEnv, envClassOf, roleClient } from "../agents/load.ts";
 import { deepMerge, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
@@ -21,6 +19,7 @@ import { Toolbox } from "../tools/toolbox.ts";
 import { resolve } from "node:path";
 import { flagsToConfig, parseArgs } from "./args.ts";
 import { loadTasksetFor } from "./resolve.ts";
+import { sandboxSourceOf } from "./run.ts";
 
 /** Whether `spec` names a taskset (built-in, or a module exporting loadTaskset() only). */
 export async function isTasksetSpec(
@@ -94,8 +93,8 @@ export async function tasksetServeRunner(spec: string, argv: string[]): Promise<
     "command line",
   );
   const runId = `serve-${crypto.randomUUID().slice(0, 8)}`;
-  const limits = sandboxLimitsFromConfig(config.limits);
-  const sandboxes = limits ? new WarmPool({ size: 0, runId, limits }) : undefined;
+  // [limits] and warm pools (agents', graders') as `vf run` has them.
+  const sandboxes = sandboxSourceOf(config, runId);
   let tasksetEnv = null;
   if (!rawEnv.id) {
     try {
