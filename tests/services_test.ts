@@ -593,3 +593,58 @@ Deno.test("services count against [limits] max_sandboxes: a sandbox and its serv
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+const PROBED_TASKSET = `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class DbTask extends Task {
+  static override NEEDS_CONTAINER = true;
+  override deploymentSpec() { return "compose.yaml"; }
+  // Scores 1 whenever the service answers by name: any probe "games" it where the db is.
+  db_known = reward(async ({ runtime }) => {
+    const r = await runtime.run(["nslookup", "db"]);
+    return r.exit_code === 0 ? 1 : 0;
+  });
+}
+class Dbs extends Taskset {
+  get id() { return "dbs"; }
+  *load() {
+    const base = { prompt: "Nothing to do.", image: "busybox:latest" };
+    yield new DbTask({ ...base, id: "shared" });
+    yield new DbTask({ ...base, id: "graded-with-db", scoring: { mode: "isolated", services: true } });
+    yield new DbTask({ ...base, id: "graded-alone", scoring: { mode: "isolated" } });
+  }
+}
+export function loadTaskset(config) { return new Dbs(config); }
+`;
+
+Deno.test("vf validate --probe runs each probe with the task's services, and grades it where a run would: the grader has them only with scoring.services", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_services_probe_" });
+  let runId = "";
+  try {
+    await Deno.writeTextFile(join(dir, "dbs.ts"), PROBED_TASKSET);
+    await Deno.writeTextFile(
+      join(dir, "compose.yaml"),
+      'services:\n  db:\n    image: busybox:latest\n    command: ["sleep", "600"]\n',
+    );
+    const res = await run(dir, ["validate", "./dbs.ts", "--probe", "-c", "3"]);
+    // Every task scores 1 untouched (the db answers), so each one fails validation.
+    assert.equal(res.code, 1, transcript(res));
+    const summary = JSON.parse(res.stdout.trim().split("\n").at(-1)!);
+    runId = summary.run_id;
+    const probes = Object.fromEntries(
+      (summary.results as Json[]).map((r) => [
+        r.task,
+        (r.probes as Json[]).map((p) => [p.error, p.reward]),
+      ]),
+    );
+    const each = (reward: number) => probes.shared.map(() => [null, reward]);
+    assert.ok(probes.shared.length > 0);
+    assert.deepEqual(probes.shared, each(1), "probes of a shared task see its service");
+    assert.deepEqual(probes["graded-with-db"], each(1), "a grader with scoring.services has one");
+    assert.deepEqual(probes["graded-alone"], each(0), "a grader without it has none, as in a run");
+    assert.deepEqual(await leftovers(runId), { containers: 0, networks: 0 });
+  } finally {
+    if (runId) await cleanupContainers({ runId });
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -12,12 +12,15 @@
  */
 
 import { posix } from "node:path";
-import { createRuntime } from "../../runtimes/create.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
+import { parseNetworkPolicy } from "../gateway/policy.ts";
+import { loadServices } from "../services/compose.ts";
+import { type CheckedOptions, startChecked } from "./checked.ts";
 import {
   type AgentPolicy,
   collectArtifacts,
+  resolveNetworkPolicy,
   resolveRuntimeSpec,
   restoreArtifacts,
 } from "./rollout.ts";
@@ -140,8 +143,8 @@ async function artifactFiles(runtime: Runtime, task: Task): Promise<string[]> {
 }
 
 /**
- * Runs one probe on one task: setup in a fresh agent sandbox, the probe, then scoring as the
- * task's scoring mode says.
+ * Runs one probe on one task: setup in a fresh agent sandbox (with the task's services and
+ * network policy), the probe, then scoring as the task's scoring mode says.
  */
 export async function runProbe(
   task: Task,
@@ -167,43 +170,64 @@ export async function runProbe(
     state,
     signal: options.signal,
   });
-  const labels = { runId: options.runId, task: task.key };
-  // One sandbox at a time (the agent's is stopped before the grader starts).
-  const start = async (spec: RuntimeSpec, role: "agent" | "grader"): Promise<Runtime> => {
-    if (options.sandboxes) {
-      return await options.sandboxes.acquire(spec, { ...labels, role, signal: options.signal });
-    }
-    const runtime = createRuntime(spec, labels);
-    try {
-      await runtime.start({ signal: options.signal });
-    } catch (error) {
-      await runtime.stop().catch(() => {});
-      throw error;
-    }
-    return runtime;
-  };
   const release = await options.take?.(task, false);
   try {
-    const agentSpec = resolveRuntimeSpec(options.runtime, task, "agent");
+    const scoring = task.data.scoring ?? {};
+    const compose = task.deploymentSpec();
+    const services = compose === null ? null : await loadServices(compose);
+    const checked = (spec: RuntimeSpec, role: "agent" | "grader", o: Partial<CheckedOptions>) =>
+      startChecked(task, spec, {
+        runId: options.runId,
+        role,
+        services: null,
+        egress: null,
+        sandboxes: options.sandboxes,
+        signal: options.signal,
+        ...o,
+      });
     let reward: number;
     {
-      await using agent = await start(agentSpec, "agent");
-      await task.setup(ctxOf(agent));
-      await probe.apply(agent, await artifactFiles(agent, task), task.data.workdir ?? "/");
+      // The task's services and network policy around it, as in a run.
+      await using agent = await checked(
+        resolveRuntimeSpec(options.runtime, task, "agent"),
+        "agent",
+        {
+          services,
+          egress: resolveNetworkPolicy(options.runtime, task),
+        },
+      );
+      await task.setup(ctxOf(agent.runtime));
+      agent.phase("agent");
+      await probe.apply(
+        agent.runtime,
+        await artifactFiles(agent.runtime, task),
+        task.data.workdir ?? "/",
+      );
       if (mode === "isolated") {
-        const artifacts = await collectArtifacts(agent, task);
-        await agent.stop();
-        const graderConfig = { ...options.runtime, ...(task.data.scoring?.runtime ?? {}) };
-        const spec = resolveRuntimeSpec(graderConfig, task, "grader");
-        await using grader = await start(spec, "grader");
-        const ctx = ctxOf(grader);
+        const artifacts = await collectArtifacts(agent.runtime, task);
+        await agent[Symbol.asyncDispose](); // one sandbox at a time
+        // The grader as a run has it: its own policy, and services only with scoring.services.
+        const graderConfig = { ...options.runtime, ...(scoring.runtime ?? {}) };
+        await using grader = await checked(
+          resolveRuntimeSpec(graderConfig, task, "grader"),
+          "grader",
+          {
+            services: scoring.services ? services : null,
+            egress: scoring.network
+              ? parseNetworkPolicy(scoring.network, "scoring.network")
+              : resolveNetworkPolicy(graderConfig, task, "env.agent.scoring.runtime"),
+          },
+        );
+        const ctx = ctxOf(grader.runtime);
         await task.setup(ctx);
-        await restoreArtifacts(grader, artifacts);
+        await restoreArtifacts(grader.runtime, artifacts);
         await task.stageVerifier(ctx);
+        grader.phase("grade");
         reward = (await task.score(ctx)).reward;
       } else {
-        const ctx = ctxOf(agent);
+        const ctx = ctxOf(agent.runtime);
         await task.stageVerifier(ctx);
+        agent.phase("grade");
         reward = (await task.score(ctx)).reward;
       }
     }

@@ -4,10 +4,8 @@
  * (episodes of an Env) is `lib/agents/run.ts`.
  * @module
  */
-import { createRuntime } from "../../runtimes/create.ts";
-import type { SandboxLimits, SandboxSlot } from "../../runtimes/limits.ts";
+import type { SandboxLimits } from "../../runtimes/limits.ts";
 import { type SandboxSource, WarmPool } from "../../runtimes/pool.ts";
-import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
 import { Semaphore } from "../model/limits.ts";
 import { isFatalError } from "../envs/environment.ts";
 import { ConfigError } from "../errors.ts";
@@ -27,7 +25,7 @@ import {
   resolveRuntimeSpec,
   type TaskTrace,
 } from "./rollout.ts";
-import { Enclosure } from "./enclosure.ts";
+import { startChecked } from "./checked.ts";
 import { loadServices } from "../services/compose.ts";
 import { VERSION } from "../version.ts";
 
@@ -392,46 +390,24 @@ async function validateTasks(
     }
   };
   const checkOnce = async (task: Task, gold: boolean): Promise<number> => {
-    let spec = resolveRuntimeSpec(options.runtime, task, "agent");
     // The task's services and network policy, as a rollout would have them.
     const compose = task.deploymentSpec();
     const egress = resolveNetworkPolicy(options.runtime, task);
-    const needs = {
-      runId: options.runId,
-      task: task.key,
-      model: "validate",
-      services: compose === null ? null : await loadServices(compose),
-      gateway: false,
-      egress: egress !== null,
-      alias: "agent",
-      signal: options.signal ?? new AbortController().signal,
-    };
-    let enclosure: Enclosure | null = null;
-    let slot: SandboxSlot | undefined;
-    if (Enclosure.needed(needs)) {
-      const opened = await Enclosure.open(spec, needs, sandboxes);
-      enclosure = opened.enclosure;
-      spec = opened.spec;
-      slot = opened.slot;
-    }
-    try {
-      return await checkIn(task, gold, spec, slot, enclosure, egress);
-    } finally {
-      await enclosure?.close();
-    }
-  };
-  const checkIn = async (
-    task: Task,
-    gold: boolean,
-    spec: RuntimeSpec,
-    slot: SandboxSlot | undefined,
-    enclosure: Enclosure | null,
-    egress: ReturnType<typeof resolveNetworkPolicy>,
-  ): Promise<number> => {
-    await using runtime = await startValidationSandbox(spec, task, slot, options);
+    await using sandbox = await startChecked(
+      task,
+      resolveRuntimeSpec(options.runtime, task, "agent"),
+      {
+        runId: options.runId,
+        role: "agent",
+        services: compose === null ? null : await loadServices(compose),
+        egress,
+        sandboxes,
+        signal: options.signal,
+      },
+    );
     const view: TraceView = { info: {}, messages: [], artifacts: new Map() };
     const ctx: TaskHookContext = {
-      runtime,
+      runtime: sandbox.runtime,
       task,
       data: task.data,
       trace: view,
@@ -441,8 +417,7 @@ async function validateTasks(
       sandboxes: gold && sandboxes ? graderSource(task) : sandboxes,
     };
     await task.setup(ctx);
-    const session = enclosure?.route?.session;
-    if (egress) session?.setPhase("agent", egress);
+    sandbox.phase("agent");
     // As the seed has it: validate never stages private tests or moves artifacts by itself; a
     // task graded in isolation returns gradeSubmission(ctx) from its validate hook.
     if (gold) {
@@ -450,7 +425,7 @@ async function validateTasks(
       if (v === false) throw new Error("validate() returned false");
       if (v && typeof v === "object") return v.reward;
     }
-    if (egress) session?.setPhase("grade", egress);
+    sandbox.phase("grade");
     return (await task.score(ctx)).reward;
   };
   const out: ValidationResult[] = new Array(tasks.length);
@@ -499,38 +474,6 @@ async function validateTasks(
     Array.from({ length: Math.max(1, Math.min(options.maxConcurrent ?? 4, tasks.length)) }, worker),
   );
   return out;
-}
-
-/** A started sandbox for one check: through the limits when there are any. */
-async function startValidationSandbox(
-  spec: RuntimeSpec,
-  task: Task,
-  slot: SandboxSlot | undefined,
-  options: { runId: string; signal?: AbortSignal; sandboxes?: SandboxSource },
-): Promise<Runtime> {
-  const labels = { runId: options.runId, task: task.key };
-  if (!options.sandboxes) {
-    slot?.release();
-    const runtime = createRuntime(spec, labels);
-    try {
-      await runtime.start({ signal: options.signal });
-    } catch (error) {
-      await runtime.stop().catch(() => {});
-      throw error;
-    }
-    return runtime;
-  }
-  try {
-    return await options.sandboxes.acquire(spec, {
-      ...labels,
-      // On its own network it starts on the slot taken with its services' (Enclosure.open).
-      ...(spec.type === "docker" && spec.networkName ? { unpooled: true, slot } : {}),
-      signal: options.signal,
-    });
-  } catch (error) {
-    slot?.release();
-    throw error;
-  }
 }
 
 /**

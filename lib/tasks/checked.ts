@@ -1,0 +1,118 @@
+/**
+ * The sandboxes `vf validate` starts, for its checks and its integrity probes: a task's
+ * sandbox with what a rollout's has around it (the task's Compose services and network
+ * policy), through the run's sandbox source when there is one (its limits count them).
+ * @module
+ */
+import { createRuntime } from "../../runtimes/create.ts";
+import type { SandboxSlot } from "../../runtimes/limits.ts";
+import type { SandboxSource } from "../../runtimes/pool.ts";
+import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
+import type { NetworkPolicy } from "../gateway/policy.ts";
+import type { ServicesSpec } from "../services/compose.ts";
+import { Enclosure } from "./enclosure.ts";
+import type { Task } from "./task.ts";
+
+/** A started sandbox and what surrounds it; disposing of it removes both. */
+export interface CheckedSandbox extends AsyncDisposable {
+  readonly runtime: Runtime;
+  /**
+   * Puts the network policy's phase in force: `agent` once setup is done, `grade` for the
+   * rewards (setup, restores and staging run unrestricted, as in a run). No policy: nothing.
+   */
+  phase(name: "agent" | "grade"): void;
+}
+
+/** Options of {@link startChecked}. */
+export interface CheckedOptions {
+  runId: string;
+  role: "agent" | "grader";
+  /** Services started fresh beside it, as in a run (null: none). */
+  services: ServicesSpec | null;
+  /** Its network policy (null: the network as the runtime has it). */
+  egress: NetworkPolicy | null;
+  /** Where it comes from (limits); default: created and started here. */
+  sandboxes?: SandboxSource;
+  signal?: AbortSignal;
+}
+
+/** Starts a sandbox of `spec` for `task` inside its services and network policy. */
+export async function startChecked(
+  task: Task,
+  spec: RuntimeSpec,
+  options: CheckedOptions,
+): Promise<CheckedSandbox> {
+  const { egress, sandboxes, signal } = options;
+  const needs = {
+    runId: options.runId,
+    task: task.key,
+    model: "validate",
+    services: options.services,
+    gateway: false,
+    egress: egress !== null,
+    alias: options.role,
+    signal: signal ?? new AbortController().signal,
+  };
+  let enclosure: Enclosure | null = null;
+  let slot: SandboxSlot | undefined;
+  if (Enclosure.needed(needs)) {
+    const opened = await Enclosure.open(spec, needs, sandboxes);
+    enclosure = opened.enclosure;
+    spec = opened.spec;
+    slot = opened.slot;
+  }
+  let runtime: Runtime;
+  try {
+    runtime = await start(spec, task, slot, options);
+  } catch (error) {
+    await enclosure?.close();
+    throw error;
+  }
+  const session = enclosure?.route?.session;
+  return {
+    runtime,
+    phase(name) {
+      if (egress) session?.setPhase(name, egress);
+    },
+    async [Symbol.asyncDispose]() {
+      try {
+        await runtime.stop();
+      } finally {
+        // An enclosure's network goes only once its sandboxes have.
+        await enclosure?.close();
+      }
+    },
+  };
+}
+
+async function start(
+  spec: RuntimeSpec,
+  task: Task,
+  slot: SandboxSlot | undefined,
+  options: CheckedOptions,
+): Promise<Runtime> {
+  const labels = { runId: options.runId, task: task.key };
+  if (!options.sandboxes) {
+    slot?.release();
+    const runtime = createRuntime(spec, labels);
+    try {
+      await runtime.start({ signal: options.signal });
+    } catch (error) {
+      await runtime.stop().catch(() => {});
+      throw error;
+    }
+    return runtime;
+  }
+  try {
+    return await options.sandboxes.acquire(spec, {
+      ...labels,
+      role: options.role,
+      // On its own network it starts on the slot taken with its services' (Enclosure.open).
+      ...(spec.type === "docker" && spec.networkName ? { unpooled: true, slot } : {}),
+      signal: options.signal,
+    });
+  } catch (error) {
+    slot?.release();
+    throw error;
+  }
+}
