@@ -533,6 +533,62 @@ Deno.test("vf validate under --limits.max_sandboxes: every sandbox it starts cou
   assert.deepEqual(await managedContainers(summaryOf(tooSmall).run_id), []);
 });
 
+const GRADED_ANYWAY_TASKSET = `
+import { gradeSubmission, reward, Task, Taskset } from "${MOD_URL}";
+class T extends Task {
+  static override NEEDS_CONTAINER = true;
+  override deploymentSpec() { return this.data.id === "broken" ? "missing-compose.yaml" : null; }
+  ok = reward(async ({ runtime }) => {
+    const r = await runtime.run(["cat", "/app/x"]);
+    return r.stdout.trim() === "gold" ? 1 : 0;
+  });
+  // Shared scoring by default, yet the gold answer is graded in a fresh sandbox.
+  override async validate(ctx) {
+    await ctx.runtime.write("/app/x", "gold");
+    await ctx.runtime.run(["sleep", "1"]);
+    return await gradeSubmission(ctx);
+  }
+}
+class S extends Taskset {
+  get id() { return "graded-anyway"; }
+  *load() {
+    for (const id of ["a", "b", "broken"]) {
+      yield new T({ id, prompt: "x", image: "busybox:latest", workdir: "/app", artifacts: [{ source: "/app/x" }] });
+    }
+  }
+}
+export function loadTaskset(config) { return new S(config); }
+`;
+
+Deno.test("vf validate under --limits: a gold check of a shared-scoring task that calls gradeSubmission never deadlocks, and a task with a broken Compose file fails alone", async () => {
+  await using s = await scenario();
+  const module = await s.file("graded_anyway.ts", GRADED_ANYWAY_TASKSET);
+  const events = new EngineEvents();
+  let res: CliResult;
+  try {
+    await events.ready();
+    res = await s.cli(["validate", module, "-c", "3", "--limits.max_sandboxes", "2"]);
+  } finally {
+    await events[Symbol.asyncDispose]();
+  }
+  assert.equal(res.code, 1, transcript(res));
+  const summary = JSON.parse(res.stdout.trim().split("\n").at(-1)!);
+  const byTask = Object.fromEntries((summary.results as Json[]).map((r) => [r.task, r]));
+  for (const ok of ["a", "b"]) {
+    assert.deepEqual(
+      [byTask[ok].gold_reward, byTask[ok].empty_reward, byTask[ok].ok],
+      [1, 0, true],
+      JSON.stringify(byTask[ok]),
+    );
+  }
+  assert.equal(byTask.broken.ok, false);
+  assert.match(byTask.broken.error, /Compose file "missing-compose\.yaml" cannot be read/);
+  // Two gold checks each holding an agent while waiting for a grader would never end; each
+  // took room for both first, and the run stayed within the limit.
+  assert.equal(events.maxLive(summary.run_id), 2);
+  assert.deepEqual(await managedContainers(summary.run_id), []);
+});
+
 // ---------------------------------------------------------------------------------------
 // vf run
 

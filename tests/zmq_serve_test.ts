@@ -213,9 +213,9 @@ Deno.test("vf serve <taskset> --zmq keeps the warm pool its flags ask for, hands
   await using tmp = await tempDir("vf_zmq_warm_");
   await using model = await startModelServer({ responder: () => ({ content: "hi" }) });
   const events = new EngineEvents();
-  // The server's run id (`serve-…`): no other test in the suite serves a taskset on Docker.
-  const served = (e: { labels: Record<string, string> }) =>
-    e.labels["vf.run_id"]?.startsWith("serve-") ?? false;
+  // The server's run id, as its episodes report it.
+  const runIds = new Set<string>();
+  const served = (e: { labels: Record<string, string> }) => runIds.has(e.labels["vf.run_id"]);
   const pooled = (e: { labels: Record<string, string> }) => e.labels["vf.pool"] === "1";
   try {
     await events.ready();
@@ -233,11 +233,14 @@ Deno.test("vf serve <taskset> --zmq keeps the warm pool its flags ask for, hands
     await using env = await ZmqEnvClient.connect(server.address);
     await env.waitForServer({ timeoutMs: 60_000, intervalMs: 100 });
     for (let i = 0; i < 3; i++) {
-      const episode = await env.run<{ ok: boolean; traces: Array<{ reward: number }> }>({
+      const episode = await env.run<
+        { ok: boolean; run_id: string; traces: Array<{ reward: number }> }
+      >({
         taskData: { prompt: `Say hi (${i})`, expected: "hi" },
         client: { base_url: model.url },
         model: "m",
       });
+      runIds.add(episode.run_id);
       assert.equal(episode.ok, true);
       assert.equal(episode.traces[0].reward, 1);
     }
@@ -254,9 +257,9 @@ Deno.test("vf serve <taskset> --zmq keeps the warm pool its flags ask for, hands
   } finally {
     await events[Symbol.asyncDispose]();
   }
-  const runs = new Set(events.events.filter(served).map((e) => e.labels["vf.run_id"]));
-  assert.equal(runs.size, 1, [...runs].join(", "));
-  const [runId] = runs;
+  assert.equal(runIds.size, 1, [...runIds].join(", "));
+  const [runId] = runIds;
+  assert.match(runId, /^serve-/);
   const creates = events.of(runId).filter((e) => e.action === "create");
   // Every run's sandbox came from the pool (the first run waited for the pool's first start):
   // none was started for a run on its own.

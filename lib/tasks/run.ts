@@ -304,11 +304,12 @@ interface SandboxBudget {
 
 /**
  * How many sandboxes each check of a task holds at once, under a live-sandbox limit. A gold
- * check of a task graded in isolation may hold its agent's sandbox while `gradeSubmission`
- * waits for a grader: each check takes its whole share (agent and grader, each with its
- * services) before it starts, so that wait always ends (two checks each holding an agent and
- * waiting for a grader would wait forever). A share larger than the limit is capped at it:
- * such a check runs alone, and a grader it asks for is refused with the reason.
+ * check may hold its agent's sandbox while `gradeSubmission` waits for a fresh grader (one
+ * sandbox, without services): each check takes its whole share (its sandbox with its services
+ * and relay, and for a gold check one grader of the same runtime type) before it starts, so
+ * that wait always ends (two checks each holding an agent and waiting for a grader would wait
+ * forever). A share larger than the limit is capped at it: such a check runs alone, and a
+ * grader it asks for is refused with the reason.
  */
 async function sandboxBudget(
   tasks: Task[],
@@ -317,15 +318,27 @@ async function sandboxBudget(
   const type = (options.runtime as { type?: string }).type ?? "docker";
   const max = options.limits?.for(type).limit.maxLive;
   if (max === undefined) return null;
-  // Per task: its sandbox, each Compose service and a network policy's relay, as a rollout's.
-  const each = new Map<Task, number>();
+  // Per task: its sandbox, each Compose service and a network policy's relay, as a rollout's;
+  // and whether gradeSubmission's grader (the task's scoring.runtime) counts against the limit.
+  const own = new Map<Task, { each: number; grader: number }>();
   for (const task of tasks) {
-    const compose = task.deploymentSpec();
-    const services = compose === null ? 0 : (await loadServices(compose)).services.length;
-    each.set(task, 1 + services + (resolveNetworkPolicy(options.runtime, task) !== null ? 1 : 0));
+    let each = 1;
+    let grader = 1;
+    try {
+      const compose = task.deploymentSpec();
+      if (compose !== null) each += (await loadServices(compose)).services.length;
+      if (resolveNetworkPolicy(options.runtime, task) !== null) each += 1;
+      const scoring = task.data.scoring?.runtime ?? {};
+      if (resolveRuntimeSpec({ ...scoring }, task, "grader").type !== type) grader = 0;
+    } catch {
+      // A broken Compose file or policy: the task's own check reports it.
+    }
+    own.set(task, { each, grader });
   }
-  const need = (task: Task, gold: boolean): number =>
-    gold && task.data.scoring?.mode === "isolated" ? 2 * each.get(task)! : each.get(task)!;
+  const need = (task: Task, gold: boolean): number => {
+    const { each, grader } = own.get(task)!;
+    return gold ? each + grader : each;
+  };
   const permits = new Semaphore(max);
   // One check takes its permits at a time, so no two hold part of what they need.
   const turn = new Semaphore(1);
@@ -344,10 +357,12 @@ async function sandboxBudget(
     },
     graderRefusal(task) {
       const both = need(task, true);
-      if (task.data.scoring?.mode !== "isolated" || both <= max) return null;
-      return `limits.max_sandboxes: grading task "${task.key}"'s gold answer in a fresh sandbox ` +
-        `beside its own needs ${both} ${type} sandboxes at once (with their services), more ` +
-        `than the limit of ${max}`;
+      if (own.get(task)!.grader === 0 || both <= max) return null;
+      const { each } = own.get(task)!;
+      return `limits.max_sandboxes: grading task "${task.key}"'s gold answer in a fresh ` +
+        `sandbox beside its own needs ${both} ${type} sandboxes at once (its own` +
+        `${each > 1 ? ` with ${each - 1} beside it` : ""}, and the grader), more than the ` +
+        `limit of ${max}`;
     },
   };
 }
