@@ -19,8 +19,9 @@
  * - `a <marker> <dir> <name> <limit|"">`: a tar of `<name>` in `<dir>` (`tar -c`, cut after the
  *   limit by `head -c`); status 4 when it does not exist and 5 without `tar`, both found
  *   without starting a process;
- * - `x <marker> <dir> <bytes>` and the bytes: a tar extracted into `<dir>`, made first when
- *   missing (`tar -C <dir> -x`, no shell in front of it); status 3 when `<dir>` cannot be made
+ * - `x <marker> <dir> <bytes> <"own"|"">` and the bytes: a tar extracted into `<dir>`, made
+ *   first when missing (`tar -C <dir> -x`, no shell in front of it; with `own`, `-o`: files
+ *   belong to the supervisor's user, not the archive's); status 3 when `<dir>` cannot be made
  *   and 5 without `tar`.
  * When it is done the supervisor prints `<marker> <status>\n` on stdout and `<marker>\n` on
  * stderr; what came before the markers is the command's output. A command that leaves a
@@ -137,9 +138,10 @@ while IFS= read -r line; do
     ;;
   x)
     head -c "$2" >"$in" || exit 1
+    o=; [ "$3" = own ] && o=-o
     if ! command -v tar >/dev/null 2>&1; then rc=5
     elif [ -d "$1" ] || { mkdir -p "$1" 2>/dev/null && [ -d "$1" ]; }; then
-      tar -C "$1" -xf "$in" </dev/null; rc=$?
+      tar -C "$1" -x $o -f "$in" </dev/null; rc=$?
     else rc=3
     fi
     : >"$in"

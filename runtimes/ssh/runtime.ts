@@ -678,10 +678,20 @@ export class SshRuntime implements Runtime {
     return tar.finish();
   }
 
-  /** Extracts `tar` into `dir` with the host's `tar`, creating `dir` first. */
+  /**
+   * Extracts `tar` into `dir` with the host's `tar`, creating `dir` first, files owned by the
+   * login user: through a supervisor of the connection's channel, else (or when that fails) in
+   * a session of its own, which says why.
+   */
   async archiveIn(dir: string, tar: Uint8Array): Promise<void> {
-    this.#requireRunning();
+    const connection = this.#requireRunning();
     const target = this.#resolve(dir);
+    const channel = this.spec.execChannel === false ? null : await connection.channel();
+    if (channel?.alive) {
+      const r = await channel.request("x", [target, String(tar.length), "own"], { data: tar })
+        .catch(() => null);
+      if (r?.status === "0") return;
+    }
     const { code, stderr } = await this.#capture(
       shCommand('mkdir -p -- "$1" && exec tar -C "$1" -x -o -f -', [target]),
       tar,

@@ -22,7 +22,7 @@ import {
 } from "../mod.ts";
 import { loadSsh2 } from "./connection.ts";
 import { tarSideExcludes } from "./runtime.ts";
-import { readTar } from "../_tar.ts";
+import { packTar, readTar } from "../_tar.ts";
 import { ConfigError } from "../../lib/errors.ts";
 import { sshSpecFor, startSshdHosts } from "../../tests/_sshd_hosts.ts";
 
@@ -586,6 +586,36 @@ Deno.test(
     const count = async () =>
       (await host.exec(["sh", "-c", "ls /tmp/.vf-stdin.* 2>/dev/null | wc -l"])).stdout.trim();
     while (await count() !== "0") await new Promise((r) => setTimeout(r, 50));
+  }),
+);
+
+Deno.test(
+  "ssh: an archive extracted through the command channel, as in a session of its own, belongs to the login user",
+  settled(async () => {
+    const tar = packTar([
+      { name: "art", type: "directory", uid: 1234, gid: 2345 },
+      {
+        name: "art/f",
+        type: "file",
+        data: new TextEncoder().encode("x\n"),
+        mode: 0o640,
+        uid: 1234,
+        gid: 2345,
+      },
+    ]);
+    for (const execChannel of [true, false]) {
+      const rt = new SshRuntime(specFor(host, { execChannel }));
+      await rt.start();
+      try {
+        await rt.archiveIn("restored/here", tar);
+        const stat = await rt.run(["stat", "-c", "%u:%g %a", "restored/here/art/f"]);
+        // Root logs in on the test host: without -o its tar would restore 1234:2345.
+        assert.equal(stat.stdout.trim(), "0:0 640", `execChannel ${execChannel}`);
+        assert.equal(new TextDecoder().decode(await rt.read("restored/here/art/f")), "x\n");
+      } finally {
+        await rt.stop();
+      }
+    }
   }),
 );
 
