@@ -507,17 +507,23 @@ Deno.test("services: Compose volumes (named, fresh per rollout, and binds within
   }
 });
 
-const LIMITED_TASKSET = `
+/**
+ * A task with a Compose service "db" that scores 1 whenever the service answers by name: it is
+ * there on the sandbox's network (the grader's own, when isolated), so any probe "games" it.
+ */
+const DB_TASK = `
 import { reward, Task, Taskset } from "${MOD_URL}";
 class DbTask extends Task {
   static override NEEDS_CONTAINER = true;
   override deploymentSpec() { return "compose.yaml"; }
-  // The service is there, by name, on the sandbox's network (the grader's own, when isolated).
   db_known = reward(async ({ runtime }) => {
     const r = await runtime.run(["nslookup", "db"]);
     return r.exit_code === 0 ? 1 : 0;
   });
 }
+`;
+
+const LIMITED_TASKSET = `${DB_TASK}
 class Dbs extends Taskset {
   get id() { return "dbs"; }
   *load() { yield new DbTask({ id: "db", prompt: "Nothing to do.", image: "busybox:latest" }); }
@@ -594,17 +600,7 @@ Deno.test("services count against [limits] max_sandboxes: a sandbox and its serv
   }
 });
 
-const PROBED_TASKSET = `
-import { reward, Task, Taskset } from "${MOD_URL}";
-class DbTask extends Task {
-  static override NEEDS_CONTAINER = true;
-  override deploymentSpec() { return "compose.yaml"; }
-  // Scores 1 whenever the service answers by name: any probe "games" it where the db is.
-  db_known = reward(async ({ runtime }) => {
-    const r = await runtime.run(["nslookup", "db"]);
-    return r.exit_code === 0 ? 1 : 0;
-  });
-}
+const PROBED_TASKSET = `${DB_TASK}
 class Dbs extends Taskset {
   get id() { return "dbs"; }
   *load() {

@@ -9,9 +9,25 @@ import type { SandboxSlot } from "../../runtimes/limits.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
 import type { NetworkPolicy } from "../gateway/policy.ts";
-import type { ServicesSpec } from "../services/compose.ts";
+import { loadServices, type ServicesSpec } from "../services/compose.ts";
 import { Enclosure } from "./enclosure.ts";
 import type { Task } from "./task.ts";
+
+const SERVICES = new WeakMap<Task, Promise<(ServicesSpec & { dir: string }) | null>>();
+
+/**
+ * The task's Compose services (null: none), read once per task however many checks and probes
+ * start sandboxes for it; a file that cannot be read rejects each of them alike.
+ */
+export function servicesOf(task: Task): Promise<(ServicesSpec & { dir: string }) | null> {
+  let services = SERVICES.get(task);
+  if (!services) {
+    const compose = task.deploymentSpec();
+    services = compose === null ? Promise.resolve(null) : loadServices(compose);
+    SERVICES.set(task, services);
+  }
+  return services;
+}
 
 /** A started sandbox and what surrounds it; disposing of it removes both. */
 export interface CheckedSandbox extends AsyncDisposable {

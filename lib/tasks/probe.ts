@@ -15,8 +15,7 @@ import { posix } from "node:path";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
 import { parseNetworkPolicy } from "../gateway/policy.ts";
-import { loadServices } from "../services/compose.ts";
-import { type CheckedOptions, startChecked } from "./checked.ts";
+import { type CheckedOptions, servicesOf, startChecked } from "./checked.ts";
 import {
   type AgentPolicy,
   collectArtifacts,
@@ -173,17 +172,18 @@ export async function runProbe(
   const release = await options.take?.(task, false);
   try {
     const scoring = task.data.scoring ?? {};
-    const compose = task.deploymentSpec();
-    const services = compose === null ? null : await loadServices(compose);
-    const checked = (spec: RuntimeSpec, role: "agent" | "grader", o: Partial<CheckedOptions>) =>
+    const services = await servicesOf(task);
+    const checked = (
+      spec: RuntimeSpec,
+      role: "agent" | "grader",
+      around: Pick<CheckedOptions, "services" | "egress">,
+    ) =>
       startChecked(task, spec, {
         runId: options.runId,
         role,
-        services: null,
-        egress: null,
         sandboxes: options.sandboxes,
         signal: options.signal,
-        ...o,
+        ...around,
       });
     let reward: number;
     {

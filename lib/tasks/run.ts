@@ -25,8 +25,7 @@ import {
   resolveRuntimeSpec,
   type TaskTrace,
 } from "./rollout.ts";
-import { startChecked } from "./checked.ts";
-import { loadServices } from "../services/compose.ts";
+import { servicesOf, startChecked } from "./checked.ts";
 import { VERSION } from "../version.ts";
 
 /** Aggregates of a task run. */
@@ -325,8 +324,7 @@ async function sandboxBudget(
     let each = 1;
     let grader = 1;
     try {
-      const compose = task.deploymentSpec();
-      if (compose !== null) each += (await loadServices(compose)).services.length;
+      each += (await servicesOf(task))?.services.length ?? 0;
       if (resolveNetworkPolicy(options.runtime, task) !== null) each += 1;
       const scoring = task.data.scoring?.runtime ?? {};
       if (resolveRuntimeSpec({ ...scoring }, task, "grader").type !== type) grader = 0;
@@ -406,16 +404,14 @@ async function validateTasks(
   };
   const checkOnce = async (task: Task, gold: boolean): Promise<number> => {
     // The task's services and network policy, as a rollout would have them.
-    const compose = task.deploymentSpec();
-    const egress = resolveNetworkPolicy(options.runtime, task);
     await using sandbox = await startChecked(
       task,
       resolveRuntimeSpec(options.runtime, task, "agent"),
       {
         runId: options.runId,
         role: "agent",
-        services: compose === null ? null : await loadServices(compose),
-        egress,
+        services: await servicesOf(task),
+        egress: resolveNetworkPolicy(options.runtime, task),
         sandboxes,
         signal: options.signal,
       },
