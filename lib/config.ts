@@ -9,6 +9,66 @@ import { z } from "npm:zod@^4.6.0";
 import { ConfigError } from "./errors.ts";
 
 const jsonObject = z.record(z.string(), z.unknown());
+const nonNegative = z.number().min(0).optional();
+const count = z.number().int().min(1).optional();
+
+/**
+ * Sampling arguments (`sampling_args`, `[env.<role>.sampling]`): the chat-completions fields
+ * vf knows, typed, so `--sampling_args.max_tokens 100` reaches the endpoint as a number and a
+ * typo is refused. Keys only one server takes go under `extra_body`, as with the OpenAI SDK
+ * upstream's `verifiers` passes them to.
+ */
+export const SamplingSection = z.strictObject({
+  temperature: nonNegative,
+  top_p: nonNegative,
+  top_k: z.number().int().optional(),
+  min_p: nonNegative,
+  max_tokens: count,
+  max_completion_tokens: count,
+  min_tokens: z.number().int().min(0).optional(),
+  n: count,
+  seed: z.number().int().optional(),
+  stop: z.union([z.string(), z.array(z.string())]).nullable().optional(),
+  presence_penalty: z.number().optional(),
+  frequency_penalty: z.number().optional(),
+  repetition_penalty: nonNegative,
+  logprobs: z.boolean().optional(),
+  top_logprobs: z.number().int().min(0).optional(),
+  logit_bias: z.record(z.string(), z.number()).optional(),
+  response_format: jsonObject.optional(),
+  tool_choice: z.union([z.string(), jsonObject]).optional(),
+  parallel_tool_calls: z.boolean().optional(),
+  reasoning_effort: z.string().optional(),
+  reasoning: jsonObject.optional(),
+  verbosity: z.string().optional(),
+  service_tier: z.string().optional(),
+  user: z.string().optional(),
+  metadata: z.record(z.string(), z.string()).optional(),
+  store: z.boolean().optional(),
+  /** Record token data: true, false, or "required" (fail when the endpoint returns none). */
+  return_token_ids: z.union([z.boolean(), z.literal("required")]).optional(),
+  /** Fields sent as they are, merged into the request body (vLLM's own, for instance). */
+  extra_body: jsonObject.optional(),
+});
+
+/** The sampling keys vf knows, for messages. */
+export const SAMPLING_KEYS: readonly string[] = Object.keys(SamplingSection.shape);
+
+/**
+ * One schema issue as text: unknown keys listed by name, and for a sampling table the keys it
+ * takes and where the others go.
+ */
+export function describeIssue(issue: z.core.$ZodIssue): string {
+  if (issue.code !== "unrecognized_keys") return issue.message;
+  const keys = issue.keys;
+  let message = `unknown key${keys.length > 1 ? "s" : ""} ${keys.map((k) => `"${k}"`).join(", ")}`;
+  const last = issue.path[issue.path.length - 1];
+  if (last === "sampling" || last === "sampling_args") {
+    message += `; sampling takes ${SAMPLING_KEYS.join(", ")}; put other fields your endpoint ` +
+      `accepts under extra_body (e.g. --${issue.path.join(".")}.extra_body.${keys[0]})`;
+  }
+  return message;
+}
 
 /** The `[client]` table: how to reach the model. */
 export const ClientSection = z.strictObject({
@@ -41,7 +101,7 @@ export const EvalConfig = z.strictObject({
   num_examples: z.number().int().optional(),
   rollouts_per_example: z.number().int().min(1).optional(),
   max_concurrent: z.number().int().optional(),
-  sampling_args: jsonObject.optional(),
+  sampling_args: SamplingSection.optional(),
   max_tokens: z.number().int().positive().optional(),
   temperature: z.number().min(0).optional(),
   save_results: z.boolean().optional(),
@@ -99,6 +159,22 @@ export const EvalConfig = z.strictObject({
 /** A validated evaluation config. */
 export type EvalConfig = z.infer<typeof EvalConfig>;
 
+/**
+ * The run's sampling arguments: `sampling_args` with the `-t/--max-tokens` and
+ * `-T/--temperature` shorthands filled in where it does not set them (`vf eval` and `vf run`
+ * alike).
+ */
+export function samplingOf(config: EvalConfig): Record<string, unknown> {
+  const sampling: Record<string, unknown> = { ...(config.sampling_args ?? {}) };
+  if (config.max_tokens !== undefined && sampling.max_tokens === undefined) {
+    sampling.max_tokens = config.max_tokens;
+  }
+  if (config.temperature !== undefined && sampling.temperature === undefined) {
+    sampling.temperature = config.temperature;
+  }
+  return sampling;
+}
+
 /** Read and parse a TOML file, naming the file and line on syntax errors. */
 export async function readToml(path: string): Promise<Record<string, unknown>> {
   let text: string;
@@ -152,12 +228,7 @@ export function validateEvalConfig(raw: Record<string, unknown>, source: string)
   if (!result.success) {
     const issue = result.error.issues[0];
     const path = issue.path.join(".");
-    let message = issue.message;
-    if (issue.code === "unrecognized_keys") {
-      const keys = (issue as unknown as { keys: string[] }).keys;
-      message = `unknown key${keys.length > 1 ? "s" : ""} ${keys.map((k) => `"${k}"`).join(", ")}`;
-    }
-    throw new ConfigError(`${source}: ${path ? `${path}: ` : ""}${message}`);
+    throw new ConfigError(`${source}: ${path ? `${path}: ` : ""}${describeIssue(issue)}`);
   }
   return result.data;
 }
@@ -269,7 +340,7 @@ export const AgentTable = z.strictObject({
     headers: z.record(z.string(), z.string()).optional(),
   }).optional(),
   /** Sampling arguments merged over the run's. */
-  sampling: jsonObject.optional(),
+  sampling: SamplingSection.optional(),
   harness: z.strictObject({
     /** Default: the task's choice (`Task.HARNESS`), else `bash`. */
     id: z.string().optional(),
@@ -350,12 +421,9 @@ export function validateTaskEnv(raw: unknown, source: string): TaskEnvSection {
   const result = TaskEnvSection.safeParse(raw);
   if (!result.success) {
     const issue = result.error.issues[0];
-    let message = issue.message;
-    if (issue.code === "unrecognized_keys") {
-      const keys = (issue as unknown as { keys: string[] }).keys;
-      message = `unknown key${keys.length > 1 ? "s" : ""} ${keys.map((k) => `"${k}"`).join(", ")}`;
-    }
-    throw new ConfigError(`${source}: ${["env", ...issue.path].join(".")}: ${message}`);
+    throw new ConfigError(
+      `${source}: ${["env", ...issue.path].join(".")}: ${describeIssue(issue)}`,
+    );
   }
   return result.data;
 }

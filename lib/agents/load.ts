@@ -9,7 +9,7 @@ import { isAbsolute, resolve } from "node:path";
 import { stat } from "node:fs/promises";
 import type { z } from "npm:zod@^4.6.0";
 import type { SandboxSource } from "../../runtimes/pool.ts";
-import { AgentTable, deepMerge, EnvBase } from "../config.ts";
+import { AgentTable, deepMerge, describeIssue, EnvBase } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
 import { HARNESSES } from "../tasks/harnesses.ts";
@@ -156,14 +156,6 @@ export interface BuildEnvOptions {
   baseDir?: string;
 }
 
-function issueMessage(issue: z.core.$ZodIssue): string {
-  if (issue.code === "unrecognized_keys") {
-    const keys = (issue as unknown as { keys: string[] }).keys;
-    return `unknown key${keys.length > 1 ? "s" : ""} ${keys.map((k) => `"${k}"`).join(", ")}`;
-  }
-  return issue.message;
-}
-
 /**
  * Validate `[env]` against the Env it names and build it: roles deep-merged over the Env's
  * defaults, each with its model, endpoint, sampling and runtime policy.
@@ -203,7 +195,7 @@ export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
   const parsed = schema.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    let message = issueMessage(issue);
+    let message = describeIssue(issue);
     if (issue.code === "unrecognized_keys" && issue.path.length === 0) {
       message += `; "${id}" takes ${
         [...baseKeys, ...Object.keys(cls.roles), ...Object.keys(cls.options)]

@@ -5,7 +5,7 @@
  */
 
 import yargsParser from "npm:yargs-parser@^22.0.0";
-import { EvalConfig, RuntimeTable, setDotted } from "../config.ts";
+import { EvalConfig, readToml, RuntimeTable, setDotted } from "../config.ts";
 import { cliEnvSchema } from "../agents/load.ts";
 import { ConfigError } from "../errors.ts";
 
@@ -271,4 +271,27 @@ export function parseDuration(text: string): number {
   if (!m) throw new ConfigError(`--older-than "${text}" must look like 30s, 10m, 2h or 1d`);
   const unit = { s: 1e3, m: 60e3, h: 3600e3, d: 86400e3 }[(m[2] ?? "s") as "s" | "m" | "h" | "d"];
   return Number(m[1]) * unit;
+}
+
+/**
+ * A leading `@ file.toml` (or `@file.toml`) among the positional arguments: the file's
+ * config, its path as the source errors name, and the positionals after it.
+ */
+export async function configFileArg(
+  positional: string[],
+  command: string,
+): Promise<{ fileConfig: Record<string, unknown>; source: string; rest: string[] }> {
+  const first = positional[0];
+  if (first !== "@" && !first?.startsWith("@")) {
+    return { fileConfig: {}, source: "command line", rest: positional };
+  }
+  const path = first === "@" ? positional[1] : first.slice(1);
+  if (!path) {
+    throw new ConfigError(`vf ${command} @ needs a config file: vf ${command} @ config.toml`);
+  }
+  return {
+    fileConfig: await readToml(path),
+    source: path,
+    rest: positional.slice(first === "@" ? 2 : 1),
+  };
 }

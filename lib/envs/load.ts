@@ -7,6 +7,7 @@ import { stat } from "node:fs/promises";
 import { isAbsolute, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { ConfigError } from "../errors.ts";
+import { describeWhere } from "../_user_frame.ts";
 
 /** What an environment module exports. */
 export interface EnvironmentModule {
@@ -31,6 +32,7 @@ export async function resolveEnvironmentModule(
   entry: "loadEnvironment" | "loadTaskset" = "loadEnvironment",
 ): Promise<{ module: EnvironmentModule; id: string; source: string }> {
   const key = spec.replaceAll("_", "-");
+  const kind = entry === "loadTaskset" ? "Taskset" : "Environment";
   if (registry[spec] || registry[key]) {
     const load = registry[spec] ?? registry[key];
     return { module: await load(), id: registry[spec] ? spec : key, source: `built-in "${spec}"` };
@@ -43,12 +45,12 @@ export async function resolveEnvironmentModule(
       module = await import(spec);
     } catch (error) {
       throw new ConfigError(
-        `Environment module "${spec}" failed to load: ${(error as Error).message ?? error}`,
+        `${kind} module "${spec}" failed to load: ${(error as Error).message ?? error}`,
         { cause: error },
       );
     }
     if (typeof (module as unknown as Record<string, unknown>)[entry] !== "function") {
-      throw new ConfigError(`Environment module "${spec}" does not export a ${entry}() function`);
+      throw missingEntry(spec, module, entry);
     }
     const base = new URL(spec).pathname.replace(/\/mod\.ts$/, "").split("/").pop()!;
     return { module, id: base.replace(/\.(ts|js)$/, "").replaceAll("_", "-"), source: spec };
@@ -71,14 +73,14 @@ export async function resolveEnvironmentModule(
   try {
     info = await stat(path);
   } catch {
-    throw new ConfigError(`Environment path "${spec}" does not exist`);
+    throw new ConfigError(`${kind} path "${spec}" does not exist`);
   }
   if (info.isDirectory()) {
     const entry = join(path, "mod.ts");
     try {
       await stat(entry);
     } catch {
-      throw new ConfigError(`Environment folder "${spec}" has no mod.ts`);
+      throw new ConfigError(`${kind} folder "${spec}" has no mod.ts`);
     }
     path = entry;
   }
@@ -86,16 +88,32 @@ export async function resolveEnvironmentModule(
   try {
     module = await import(pathToFileURL(path).href);
   } catch (error) {
-    throw new ConfigError(
-      `Environment module "${spec}" failed to load: ${(error as Error).message ?? error}`,
-      { cause: error },
-    );
+    throw new ConfigError(`${kind} module "${spec}" failed to load: ${describeWhere(error)}`, {
+      cause: error,
+    });
   }
   if (typeof (module as unknown as Record<string, unknown>)[entry] !== "function") {
-    throw new ConfigError(`Environment module "${spec}" does not export a ${entry}() function`);
+    throw missingEntry(spec, module, entry);
   }
   const base = path.replace(/\/mod\.ts$/, "").split("/").pop()!.replace(/\.(ts|js)$/, "");
   return { module, id: base.replaceAll("_", "-"), source: path };
+}
+
+/** A module without the function it is loaded for; one exporting the other kind's says so. */
+function missingEntry(spec: string, module: unknown, entry: string): ConfigError {
+  const exports = module as Record<string, unknown>;
+  if (entry === "loadEnvironment" && typeof exports.loadTaskset === "function") {
+    return new ConfigError(
+      `Module "${spec}" exports loadTaskset(), not loadEnvironment(): it is a taskset; run it with vf run ${spec}`,
+    );
+  }
+  if (entry === "loadTaskset" && typeof exports.loadEnvironment === "function") {
+    return new ConfigError(
+      `Module "${spec}" exports loadEnvironment(), not loadTaskset(): it is an environment; evaluate it with vf eval ${spec}`,
+    );
+  }
+  const kind = entry === "loadTaskset" ? "Taskset" : "Environment";
+  return new ConfigError(`${kind} module "${spec}" does not export a ${entry}() function`);
 }
 
 /** Load and construct an environment. */
@@ -113,10 +131,9 @@ export async function loadEnvironment(
     if (error instanceof ConfigError) {
       throw new ConfigError(`Environment "${spec}": ${error.message}`, { cause: error });
     }
-    throw new ConfigError(
-      `loadEnvironment() of ${source} threw: ${(error as Error).message ?? error}`,
-      { cause: error },
-    );
+    throw new ConfigError(`loadEnvironment() of ${source} threw: ${describeWhere(error)}`, {
+      cause: error,
+    });
   }
   if (!env || typeof env !== "object") {
     throw new ConfigError(
@@ -146,11 +163,8 @@ export async function loadTasksetSpec(
     return await load(config);
   } catch (error) {
     if (error instanceof ConfigError) throw error;
-    throw new ConfigError(
-      `loadTaskset() of ${source} threw: ${(error as Error).message ?? error}`,
-      {
-        cause: error,
-      },
-    );
+    throw new ConfigError(`loadTaskset() of ${source} threw: ${describeWhere(error)}`, {
+      cause: error,
+    });
   }
 }

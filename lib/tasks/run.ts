@@ -208,6 +208,15 @@ export function summarizeTraces(
   }
   const infra = traces.filter((t) => t.error?.infra).length;
   const unscored = traces.length - counted.length;
+  const inPhases = (phases: string[]) =>
+    traces.filter((t) => t.error && !t.error.infra && phases.includes(t.error.phase)).length;
+  const blame = [
+    `${infra} failed on infrastructure`,
+    `${inPhases(["config", "setup", "finalize", "scoring"])} in the task's own hooks or rewards`,
+    ...[["judge", "in judges"], ["env", "in the env's own code"], ["stop", "in stop conditions"]]
+      .map(([phase, where]) => [inPhases([phase]), where] as const)
+      .filter(([n]) => n > 0).map(([n, where]) => `${n} ${where}`),
+  ];
   return {
     format_version: 1,
     ...base,
@@ -221,8 +230,7 @@ export function summarizeTraces(
         ? "no rollout ran"
         : infra === traces.length
         ? `every rollout (${traces.length}) failed on infrastructure`
-        : `no rollout (of ${traces.length}) was scored: ${infra} failed on infrastructure, ` +
-          `${unscored - infra} in the task's own hooks or rewards`,
+        : `no rollout (of ${traces.length}) was scored: ${blame.join(", ")}`,
     }),
     avg_rewards: keyed((t) => t.rewards),
     avg_metrics: keyed((t) => t.metrics),

@@ -18,7 +18,8 @@
  */
 import type { NetworkPolicyInput } from "../gateway/policy.ts";
 import { createHash } from "node:crypto";
-import { ConfigError } from "../errors.ts";
+import { ConfigError, RewardError, VfError } from "../errors.ts";
+import { describeWhere } from "../_user_frame.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { Messages } from "../types.ts";
@@ -554,12 +555,24 @@ export class Task<
         skipped.push(hook.name);
         continue;
       }
-      const value = await hook.fn(ctx);
+      let value;
+      try {
+        value = await hook.fn(ctx);
+      } catch (error) {
+        // vf's own errors (a sandbox gone, a timeout) keep their type: the caller retries or
+        // records them. Anything else is the hook's own failure, named.
+        if (error instanceof VfError) throw error;
+        throw new RewardError(`${hook.kind} "${hook.name}" failed: ${describeWhere(error)}`, {
+          cause: error,
+        });
+      }
       const entries: Array<[string, number]> = typeof value === "object"
         ? Object.entries(value).map(([k, v]) => [k, Number(v)])
         : [[hook.name, typeof value === "boolean" ? (value ? 1 : 0) : Number(value)]];
       for (const [name, v] of entries) {
-        if (!Number.isFinite(v)) throw new TypeError(`${hook.kind} "${name}" returned ${v}`);
+        if (!Number.isFinite(v)) {
+          throw new RewardError(`${hook.kind} "${name}" returned ${v}, not a number`);
+        }
         if (hook.kind === "reward") {
           rewards[name] = v;
           weights[name] = hook.weight;
