@@ -431,6 +431,11 @@ export class ExecChannel {
     return channel;
   }
 
+  /** The pids of its live supervisors (a sweep of the sandbox's processes spares them). */
+  get pids(): number[] {
+    return [...this.#all].filter((s) => !s.dead).map((s) => s.pid);
+  }
+
   /** False once a supervisor died or the channel was closed; callers then use plain execs. */
   get alive(): boolean {
     return !this.#closed && !this.#broken;

@@ -325,6 +325,8 @@ export class LimitedRuntime implements Runtime {
 
   /** The wrapped runtime's snapshot, where it has one. */
   readonly snapshot?: Runtime["snapshot"];
+  /** The wrapped runtime's killProcesses, where it has one. */
+  readonly killProcesses?: Runtime["killProcesses"];
 
   constructor(
     inner: Runtime,
@@ -335,6 +337,7 @@ export class LimitedRuntime implements Runtime {
     this.inner = inner;
     this.#held = this.#slot = slot;
     if (inner.snapshot) this.snapshot = (options) => inner.snapshot!(options);
+    if (inner.killProcesses) this.killProcesses = (options) => inner.killProcesses!(options);
     this.#limiter = limiter;
     this.#priority = priority;
   }

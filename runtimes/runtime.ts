@@ -50,6 +50,12 @@ export interface RuntimeCapabilities {
   users: boolean;
   /** Network access is off unless the spec asks for it. */
   network_control: boolean;
+  /**
+   * {@linkcode Runtime.killProcesses} ends every process in the sandbox but the runtime's own
+   * (its init and main process, the command channel), so nothing a finished agent left running
+   * can act after it. Absent means false.
+   */
+  kill_processes?: boolean;
 }
 
 /** A sandbox that runs commands and holds files. Stop it, or `await using` it. */
@@ -111,6 +117,13 @@ export interface Runtime extends AsyncDisposable {
       onStderr?: (chunk: Uint8Array) => void;
     },
   ): Promise<RuntimeProcess>;
+  /**
+   * Kills every process in the sandbox except the runtime's own (init, the main process, the
+   * command channel's supervisors) and returns once they are gone: what an agent left running
+   * (a daemon, a detached exec) cannot act after it. Declared by `capabilities.kill_processes`;
+   * runtimes that cannot leave this out.
+   */
+  killProcesses?(options?: { signal?: AbortSignal }): Promise<void>;
   /**
    * Saves the sandbox's filesystem (not its processes or mounts): a sandbox of the same spec
    * with `image` set to the snapshot's starts where this one is now. Runtimes that cannot

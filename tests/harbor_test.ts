@@ -9,7 +9,9 @@
 import assert from "node:assert/strict";
 import { basename, join } from "node:path";
 import { cleanupContainers } from "../mod.ts";
+import { SubprocessRuntime } from "../runtimes/subprocess.ts";
 import { atifToMessages } from "../lib/harbor/atif.ts";
+import { loadHarborTask, readHarborSettings } from "../lib/harbor/taskset.ts";
 import { startModelServer, type WireMessage } from "./model_server.ts";
 import { cliCommand, type CliResult, collect, transcript } from "./_cli.ts";
 
@@ -315,6 +317,180 @@ Deno.test("Harbor folders: a docker-compose task (main is the agent, the rest si
     assert.equal(t.model_calls.length, 2);
   } finally {
     for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** A Harbor task whose verifier writes 0 unless /app/out.txt says "right", then lingers. */
+function riggable(name: string, toml: string, testSh?: string): Record<string, string> {
+  return {
+    [`${name}/instruction.md`]: "Write the word right to /app/out.txt.\n",
+    [`${name}/task.toml`]: toml,
+    [`${name}/environment/Dockerfile`]: "FROM busybox:latest\nWORKDIR /app\n",
+    [`${name}/tests/test.sh`]: testSh ??
+      '#!/bin/sh\nif [ "$(cat /app/out.txt 2>/dev/null)" = right ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\nsleep 0.5\n',
+  };
+}
+
+/**
+ * What a cheating agent leaves behind: daemons (one detached, one as a child of the
+ * container's init) that keep writing a reward of 1 and a passing test script, wherever the
+ * verifier will look, then the agent says it is done without doing the task.
+ */
+const CHEAT = [
+  "mkdir -p /logs/verifier",
+  "(while :; do echo 1 > /logs/verifier/reward.txt; echo '{\"reward\": 1}' > /logs/verifier/reward.json;" +
+  " [ -d /tests ] && printf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh;" +
+  " sleep 0.05; done) </dev/null >/dev/null 2>&1 &",
+  "setsid sh -c 'while :; do echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' </dev/null >/dev/null 2>&1 &",
+  "echo planted",
+].join("\n");
+
+Deno.test("Harbor grading in the agent's sandbox: daemons the agent left rewriting reward.txt and the tests are killed before the verifier runs, so the reward is the verifier's 0", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_rig_" });
+  const runIds: string[] = [];
+  try {
+    await write(dir, riggable("rig", "[verifier]\ntimeout_sec = 30.0\n"));
+    await using model = await startModelServer({
+      responder: ({ body }) => {
+        const turn = body.messages.filter((m: WireMessage) => m.role === "assistant").length;
+        return turn === 0
+          ? { content: null, tool_calls: [{ name: "bash", arguments: { command: CHEAT } }] }
+          : { content: "Done." };
+      },
+    });
+    const res = await run(dir, ["run", "./rig", "-m", "m", "-b", model.url, "-o", "out"]);
+    runIds.push(res.runId);
+    assert.equal(res.code, 0, transcript(res));
+    const [t] = (await Deno.readTextFile(join(res.runDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.match(t.tool_calls[0].output, /planted/);
+    assert.equal(t.error, null, JSON.stringify(t.error));
+    assert.equal(t.reward, 0);
+    assert.deepEqual(t.rewards, { reward: 0 });
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("Harbor task.toml: numeric strings are numbers, anything else is an error naming the file and key, and Harbor's defaults apply when a key is missing", async () => {
+  const path = "/x/task.toml";
+  const typed = readHarborSettings(
+    `[verifier]\ntimeout_sec = "3"\n[agent]\ntimeout_sec = " 45.5 "\n[environment]\ncpus = "2"\nmemory_mb = "512"\nbuild_timeout_sec = 90\n`,
+    path,
+  );
+  assert.equal(typed.verifier.timeout, 3);
+  assert.equal(typed.agent.timeout, 45.5);
+  assert.equal(typed.environment.cpus, 2);
+  assert.equal(typed.environment.memoryMb, 512);
+  assert.equal(typed.environment.buildTimeout, 90);
+
+  const bare = readHarborSettings("", path);
+  assert.equal(bare.verifier.timeout, 600); // Harbor's VerifierConfig.timeout_sec
+  assert.equal(bare.environment.buildTimeout, 600); // Harbor's build_timeout_sec
+  assert.equal(bare.agent.timeout, undefined); // Harbor's AgentConfig.timeout_sec is None
+
+  for (
+    const [toml, key, shown] of [
+      ['[verifier]\ntimeout_sec = "soon"\n', "verifier.timeout_sec", '"soon"'],
+      ["[agent]\ntimeout_sec = true\n", "agent.timeout_sec", "true"],
+      ["[verifier]\ntimeout_sec = -5\n", "verifier.timeout_sec", "-5"],
+      ['[environment]\nbuild_timeout_sec = ""\n', "environment.build_timeout_sec", '""'],
+      ['[environment]\ncpus = "two"\n', "environment.cpus", '"two"'],
+      ["[environment]\nmemory_mb = [512]\n", "environment.memory_mb", "[512]"],
+    ] as const
+  ) {
+    assert.throws(
+      () => readHarborSettings(toml, path),
+      (e: Error) => {
+        assert.equal(e.name, "ConfigError");
+        assert.ok(
+          e.message.startsWith(`${path}: ${key}: ${shown} is not a positive number`),
+          e.message,
+        );
+        return true;
+      },
+    );
+  }
+
+  // The loaded task carries them: the verifier's limit bounds the scoring phase.
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_toml_" });
+  try {
+    await write(dir, riggable("plain", "", "exit 0\n"));
+    const task = await loadHarborTask(join(dir, "plain"));
+    assert.equal(task.settings.verifier.timeout, 600);
+    assert.equal(task.data.timeout?.scoring, 660);
+    await write(dir, riggable("bad", '[verifier]\ntimeout_sec = "soon"\n', "exit 0\n"));
+    await assert.rejects(
+      () => loadHarborTask(join(dir, "bad")),
+      new RegExp(
+        `${join(dir, "bad", "task.toml")}: verifier\\.timeout_sec: "soon" is not a positive number`,
+      ),
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test('Harbor task.toml: timeout_sec = "3" bounds the verifier; one that sleeps past it is killed and the rollout is an error, never a 0', async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_slow_" });
+  const runIds: string[] = [];
+  try {
+    await write(
+      dir,
+      riggable(
+        "slow",
+        '[verifier]\ntimeout_sec = "3"\n',
+        "#!/bin/sh\necho 0 > /logs/verifier/reward.txt\nsleep 60\n",
+      ),
+    );
+    await using model = await startModelServer({ responder: () => ({ content: "Done." }) });
+    const started = performance.now();
+    const res = await run(dir, ["run", "./slow", "-m", "m", "-b", model.url, "-o", "out"]);
+    runIds.push(res.runId);
+    assert.ok(performance.now() - started < 50_000, "the verifier ran past its 3 s limit");
+    assert.equal(res.code, 1, transcript(res));
+    const [t] = (await Deno.readTextFile(join(res.runDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.equal(t.reward, null);
+    assert.equal(t.error.phase, "scoring");
+    assert.equal(t.error.error, "CommandTimeoutError");
+    assert.match(t.error.message, /did not finish within 3000 ms/);
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("Harbor grading refuses a runtime that cannot kill the agent's processes: a ConfigError naming the task, and the verifier never runs", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_nokill_" });
+  try {
+    await write(dir, riggable("nokill", "", "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n"));
+    const task = await loadHarborTask(join(dir, "nokill"));
+    await using runtime = new SubprocessRuntime({ type: "subprocess" });
+    await runtime.start();
+    assert.ok(!runtime.capabilities.kill_processes);
+    await assert.rejects(
+      () =>
+        task.score({
+          runtime,
+          task,
+          data: task.data,
+          trace: { info: {}, messages: [], artifacts: new Map() },
+          state: {},
+        }),
+      (e: Error) => {
+        assert.equal(e.name, "ConfigError");
+        assert.match(
+          e.message,
+          /^Harbor task "nokill": a "subprocess" runtime cannot kill the processes the agent left running \(capabilities\.kill_processes is false\), so a reward file in its sandbox could be the agent's and is not trusted; run Harbor tasks on the docker runtime$/,
+        );
+        return true;
+      },
+    );
+    await assert.rejects(() => runtime.read("/tests/test.sh"), /does not exist/);
+  } finally {
     await Deno.remove(dir, { recursive: true });
   }
 });

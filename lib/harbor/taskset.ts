@@ -61,13 +61,21 @@ const KNOWN: Record<string, string[]> = {
   ],
 };
 
+/**
+ * Harbor's defaults where `task.toml` leaves a key out (its `TaskConfig` schema): the verifier
+ * and the image build get 600 s; the agent has no limit of its own there.
+ */
+export const HARBOR_DEFAULTS = { verifierTimeout: 600, buildTimeout: 600 } as const;
+
 /** The settings of one task folder's `task.toml`. */
 export interface HarborSettings {
-  verifier: { timeout?: number; env: Record<string, string>; user?: string };
+  /** `timeout` in seconds (default {@link HARBOR_DEFAULTS}). */
+  verifier: { timeout: number; env: Record<string, string>; user?: string };
   agent: { timeout?: number; user?: string };
   solution: { env: Record<string, string> };
   environment: {
-    buildTimeout?: number;
+    /** Seconds (default {@link HARBOR_DEFAULTS}). */
+    buildTimeout: number;
     image?: string;
     cpus?: number;
     memoryMb?: number;
@@ -77,8 +85,30 @@ export interface HarborSettings {
   unknown: string[];
 }
 
-function num(v: unknown): number | undefined {
-  return typeof v === "number" && Number.isFinite(v) ? v : undefined;
+/**
+ * A positive number from `task.toml`: a TOML number, or a string that spells one (`"3"`), as
+ * Harbor's schema reads it. Missing is undefined.
+ * @throws {ConfigError} naming the file and key for anything else
+ */
+function positive(v: unknown, path: string, key: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = typeof v === "number"
+    ? v
+    : typeof v === "string" && /^\s*(\d+\.?\d*|\.\d+)\s*$/.test(v)
+    ? Number(v)
+    : NaN;
+  if (Number.isFinite(n) && n > 0) return n;
+  let shown: string;
+  try {
+    shown = JSON.stringify(v) ?? String(v);
+  } catch {
+    shown = String(v);
+  }
+  const name = key.slice(key.indexOf(".") + 1);
+  throw new ConfigError(
+    `${path}: ${key}: ${shown.slice(0, 60)} is not a positive number; write one, e.g. ` +
+      `${name} = ${name === "cpus" ? 2 : name === "memory_mb" ? 2048 : 600}`,
+  );
 }
 
 function strMap(v: unknown, at: string): Record<string, string> {
@@ -113,22 +143,27 @@ export function readHarborSettings(text: string, path: string): HarborSettings {
   const a = (doc.agent ?? {}) as Record<string, unknown>;
   const s = (doc.solution ?? {}) as Record<string, unknown>;
   const e = (doc.environment ?? {}) as Record<string, unknown>;
-  const memory = num(e.memory_mb) ??
+  const at = (table: Record<string, unknown>, section: string, key: string) =>
+    positive(table[key], path, `${section}.${key}`);
+  const memory = at(e, "environment", "memory_mb") ??
     (typeof e.memory === "string" && /^\d+[gGmM]$/.test(e.memory)
       ? Number(e.memory.slice(0, -1)) * (/[gG]$/.test(e.memory) ? 1024 : 1)
       : undefined);
   return {
     verifier: {
-      timeout: num(v.timeout_sec),
+      timeout: at(v, "verifier", "timeout_sec") ?? HARBOR_DEFAULTS.verifierTimeout,
       env: strMap(v.env, `${path}: verifier.env`),
       user: typeof v.user === "string" ? v.user : undefined,
     },
-    agent: { timeout: num(a.timeout_sec), user: typeof a.user === "string" ? a.user : undefined },
+    agent: {
+      timeout: at(a, "agent", "timeout_sec"),
+      user: typeof a.user === "string" ? a.user : undefined,
+    },
     solution: { env: strMap(s.env, `${path}: solution.env`) },
     environment: {
-      buildTimeout: num(e.build_timeout_sec),
+      buildTimeout: at(e, "environment", "build_timeout_sec") ?? HARBOR_DEFAULTS.buildTimeout,
       image: typeof e.docker_image === "string" ? e.docker_image : undefined,
-      cpus: num(e.cpus),
+      cpus: at(e, "environment", "cpus"),
       memoryMb: memory,
       internet: e.allow_internet === true,
     },
@@ -142,6 +177,22 @@ async function stageFolder(runtime: Runtime, dir: string, name: string): Promise
   if (rm.exit_code !== 0) throw new TaskError(`Cannot clear /${name}: ${rm.stderr.trim()}`);
   const entries = await folderEntries(dir, { prefix: name });
   await runtime.archiveIn("/", packTar([{ name, type: "directory" }, ...entries]));
+}
+
+/**
+ * Kill whatever the agent left running before the verifier starts: in the agent's own sandbox a
+ * leftover process could write the reward file after `test.sh`, or change the tests.
+ * @throws {ConfigError} when the runtime cannot (its reward file could not be trusted)
+ */
+async function killLeftovers(runtime: Runtime, task: string, signal?: AbortSignal): Promise<void> {
+  if (!runtime.capabilities.kill_processes || !runtime.killProcesses) {
+    throw new ConfigError(
+      `Harbor task "${task}": a "${runtime.type}" runtime cannot kill the processes the agent ` +
+        `left running (capabilities.kill_processes is false), so a reward file in its sandbox ` +
+        `could be the agent's and is not trusted; run Harbor tasks on the docker runtime`,
+    );
+  }
+  await runtime.killProcesses({ signal });
 }
 
 /** Run a script with bash when the image has it, else sh. */
@@ -180,25 +231,28 @@ export class HarborTask extends Task {
   }
 
   /**
-   * The verifier: `tests/` is copied in as `/tests` now (never before: the agent is done),
-   * stale reward files are removed, `test.sh` runs with the verifier's env under its time
-   * limit, and the reward is read from `/logs/verifier/reward.txt` or `reward.json`. No
-   * reward file is an error, never a 0.
+   * The verifier. First every process the agent left in the sandbox is killed (a daemon could
+   * otherwise rewrite the reward or the tests after the verifier); then `tests/` is copied in
+   * as `/tests` (never before: the agent is done), `/logs/verifier` is emptied, `test.sh` runs
+   * with the verifier's env under its time limit, and the reward is read from
+   * `/logs/verifier/reward.txt` or `reward.json`, which only the verifier can have written. No
+   * reward file, or a verifier past its limit, is an error, never a 0.
+   * @throws {ConfigError} when the runtime cannot kill the agent's processes
    */
   override async score(ctx: TaskHookContext): Promise<TaskScores> {
     const { runtime, trace } = ctx;
+    await killLeftovers(runtime, this.key, ctx.signal);
     await stageFolder(runtime, join(this.folder, "tests"), "tests");
     const prep = await runtime.run([
       "sh",
       "-c",
-      "mkdir -p /logs/verifier && rm -f /logs/verifier/reward.txt /logs/verifier/reward.json",
+      "rm -rf /logs/verifier && mkdir -p /logs/verifier",
     ]);
     if (prep.exit_code !== 0) throw new TaskError(`Cannot prepare /logs/verifier: ${prep.stderr}`);
-    const timeout = this.settings.verifier.timeout;
     const r = await runtime.run(scriptArgv("/tests/test.sh"), {
       env: this.settings.verifier.env,
       user: this.settings.verifier.user,
-      timeoutMs: timeout ? timeout * 1000 : undefined,
+      timeoutMs: this.settings.verifier.timeout * 1000,
       signal: ctx.signal,
     });
     trace.info.verifier = {
@@ -293,9 +347,8 @@ export async function loadHarborTask(folder: string): Promise<HarborTask> {
         `${join(context, "Dockerfile")}: missing, and task.toml names no docker_image`,
       );
     }
-    const timeout = settings.environment.buildTimeout;
     image = await buildImage(`harbor-${name}`, context, {
-      signal: timeout ? AbortSignal.timeout(timeout * 1000) : undefined,
+      signal: AbortSignal.timeout(settings.environment.buildTimeout * 1000),
     });
   }
   const instruction = await readFile(instructionPath, "utf8");
@@ -313,7 +366,8 @@ export async function loadHarborTask(folder: string): Promise<HarborTask> {
       },
       timeout: {
         agent: settings.agent.timeout,
-        scoring: settings.verifier.timeout ? settings.verifier.timeout + 60 : undefined,
+        // The verifier's own limit, and a minute for the sweep, staging and the reward.
+        scoring: settings.verifier.timeout + 60,
       },
       scoring: { mode: "shared" },
       ...(compose && Object.keys(compose.main.env).length ? { env: compose.main.env } : {}),

@@ -28,7 +28,7 @@ import {
 
 /** One recorded operation. */
 export interface SandboxOp {
-  op: "run" | "read" | "write" | "archive_out" | "archive_in";
+  op: "run" | "read" | "write" | "archive_out" | "archive_in" | "kill_processes";
   /** What was asked (a command's argv and options; a path). */
   args: unknown;
   /** What came back (bytes as base64), or the error it threw. */
@@ -114,6 +114,12 @@ export function recordingRuntime(runtime: Runtime, record: SandboxRecord): Runti
     stop: () => runtime.stop(),
     ...(runtime.spawn ? { spawn: runtime.spawn.bind(runtime) } : {}),
     ...(runtime.snapshot ? { snapshot: runtime.snapshot.bind(runtime) } : {}),
+    ...(runtime.killProcesses
+      ? {
+        killProcesses: (o?: { signal?: AbortSignal }) =>
+          keep("kill_processes", {}, () => runtime.killProcesses!(o), () => null),
+      }
+      : {}),
     [Symbol.asyncDispose]: () => runtime.stop(),
   };
   return wrapped;
@@ -227,6 +233,15 @@ class ReplayRuntime implements Runtime {
   archiveIn(dir: string, _tar: Uint8Array): Promise<void> {
     try {
       this.#take("archive_in", { dir });
+      return Promise.resolve();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  killProcesses(): Promise<void> {
+    try {
+      this.#take("kill_processes", {});
       return Promise.resolve();
     } catch (error) {
       return Promise.reject(error);

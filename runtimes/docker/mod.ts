@@ -49,6 +49,7 @@ import type {
 import { DockerEngine, isDirectoryMode } from "./engine_api.ts";
 import { ExecChannel, runCommand, type SupervisorLauncher, TAR_FAILED } from "../_channel.ts";
 import { KILL_BELOW, KILL_TREES } from "../ssh/shell.ts";
+import { SWEEP } from "../_sweep.ts";
 
 export { DockerEngine } from "./engine_api.ts";
 
@@ -159,6 +160,7 @@ export class DockerRuntime implements Runtime {
     isolation: true,
     users: true,
     network_control: true,
+    kill_processes: true,
   };
   readonly spec: DockerRuntimeSpec;
   #options: DockerRuntimeOptions;
@@ -586,6 +588,55 @@ export class DockerRuntime implements Runtime {
           stream.destroy();
         })(),
     };
+  }
+
+  /**
+   * Kills every process in the container but Docker's init, the container's command and the
+   * command channel's supervisors (see {@link Runtime.killProcesses}); a plain exec as root.
+   * @throws {SandboxError} when some survive, or the image has no `/bin/sh` or `/proc`
+   */
+  async killProcesses(options: { signal?: AbortSignal } = {}): Promise<void> {
+    const id = this.#requireRunning();
+    // A supervisor still opening would be swept as a stranger: let it finish first.
+    await this.#channelOpening;
+    const channel = this.#channel;
+    const spare = channel?.alive ? channel.pids : [];
+    const execId = await this.#createExec(id, {
+      Cmd: ["/bin/sh", "-c", SWEEP, "vf-sweep", "main", ...spare.map(String)],
+      AttachStdout: true,
+      AttachStderr: true,
+      User: "0",
+    });
+    const out: Uint8Array[] = [];
+    const err: Uint8Array[] = [];
+    const stream = await this.#engine.startExec(execId, {
+      onStdout: (chunk) => out.push(chunk),
+      onStderr: (chunk) => err.push(chunk),
+    });
+    const { outcome } = await untilInterrupted(stream.done, {
+      timeoutMs: 60_000,
+      signal: options.signal,
+    });
+    if (outcome !== "done") {
+      stream.destroy();
+      if (outcome === "abort") throw options.signal!.reason;
+      throw new SandboxError(
+        `Killing the processes in container "${this.#short()}" did not finish within 60 s`,
+      );
+    }
+    const said = decodeChunks(out).trim();
+    if (said !== "0") {
+      const why = said === "noproc"
+        ? "it has no /proc"
+        : /^\d+$/.test(said)
+        ? `${said} process(es) survived SIGKILL`
+        : `the sweep could not run (exit ${await this.#exitCode(execId)}: ${
+          `${decodeChunks(err)}${said}`.trim().slice(0, 300)
+        }); the image needs /bin/sh`;
+      throw new SandboxError(
+        `Cannot kill the processes left in container "${this.#short()}": ${why}`,
+      );
+    }
   }
 
   async #killTree(id: string, pid: number): Promise<void> {
