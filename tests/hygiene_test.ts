@@ -542,11 +542,18 @@ Deno.test("[limits] max_sandboxes = 2 with 6 concurrent rollouts: the engine nev
 });
 
 Deno.test("[limits]: a rollout waiting its turn for a sandbox slot is not timed out by its setup timeout", async () => {
-  // One slot, two rollouts, a 1 s setup timeout: the second waits ~8 s for the first's slot.
-  // Counted against its setup, that wait used to fail it (three attempts of 1 s each).
+  // One slot, two rollouts, an 8 s setup timeout: the second waits ~30 s for the first's slot.
+  // Counted against its setup, that wait used to fail it (three attempts of 8 s each end
+  // before the slot frees). The setup timeout also covers creating and starting the
+  // container, which takes seconds at a load of 10: 8 s leaves it room, 30 s outlasts 3 x 8.
   const dir = await tempDir("vf_limits_wait_");
+  // Only the rollout that gets the slot first holds it; the one after it solves at once.
+  let started = 0;
   const res = await withModelServer(
-    bashModel(`sleep 8; ${SOLVE}`),
+    ({ body }) =>
+      body.messages.some((m) => m.role === "assistant")
+        ? textReply("done")
+        : toolCallReply("bash", { command: started++ === 0 ? `sleep 30; ${SOLVE}` : SOLVE }),
     (server) =>
       cli(
         fileSumRun(
@@ -560,7 +567,7 @@ Deno.test("[limits]: a rollout waiting its turn for a sandbox slot is not timed 
           "--limits.max_sandboxes",
           "1",
           "--env.agent.timeout.setup",
-          "1",
+          "8",
           "--env.agent.scoring.mode",
           "shared",
         ),
@@ -572,7 +579,7 @@ Deno.test("[limits]: a rollout waiting its turn for a sandbox slot is not timed 
   const traces = await readTraces(runDirOf(res.stderr)!);
   // One of them did wait (its sandbox phase spans the other's whole rollout).
   const waited = Math.max(...traces.map((t) => t.timing.setup_ms ?? 0));
-  assert.ok(waited >= 5_000, `the longest setup took ${waited} ms: nobody waited for the slot`);
+  assert.ok(waited >= 25_000, `the longest setup took ${waited} ms: nobody waited for the slot`);
   assert.deepEqual(await runContainers(runId), []);
   await Deno.remove(dir, { recursive: true });
 });
