@@ -196,6 +196,9 @@ export class MaybeThinkParser extends Parser<string> {
   }
 }
 
+/** Whether this process has printed XMLParser's warning about a "think" field. */
+let warnedThinkField = false;
+
 /** One field of an XMLParser: its canonical tag and every tag accepted for it. */
 interface XmlField {
   canonical: string;
@@ -247,11 +250,15 @@ export class XMLParser extends Parser<ParsedFields> {
         if (!this.#patterns.has(tag)) this.#patterns.set(tag, tagPattern(tag));
       }
     }
-    if (seen.has("think")) {
+    // Once per process: an environment may build a parser per sub-environment or per load,
+    // and the advice does not change.
+    if (seen.has("think") && !warnedThinkField) {
+      warnedThinkField = true;
       console.warn(
         'XMLParser has a "think" field: it only suits models that always emit ' +
           "<think>...</think> tags that the server leaves in place; with models whose chat " +
-          "template strips them (such as Qwen3 or DeepSeek-R1) that field is never found",
+          "template strips them (such as Qwen3 or DeepSeek-R1) that field is never found. " +
+          'Name the field "reasoning" to keep it without this warning',
       );
     }
   }
