@@ -22,6 +22,8 @@ import { loadMetadata, loadOutputs, writeJsonAtomic } from "../eval/results.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
 import {
   budgetOf,
+  budgetStopMessage,
+  costRecord,
   env,
   lockFileFor,
   recordRunCosts,
@@ -317,7 +319,12 @@ export async function cmdEval(argv: string[]): Promise<number> {
     await writeJsonAtomic(join(runDir, "config.json"), resolved);
     process.stderr.write(`Saving results to ${runDir}\n`);
   }
-  if (resume && runDir) await seedCosts(run.meter, runDir);
+  if (resume && runDir) {
+    await seedCosts(run.meter, runDir, { budget: run.budget, linesFile: "results.jsonl" });
+  }
+  // The spend goes into metadata.json with every rewrite, so a run that dies keeps it.
+  const cost = () => ({ cost: costRecord(run.meter, run.budget) });
+  const liveCost = costRecord(run.meter, run.budget) ? cost : undefined;
   try {
     const result = await evaluate(run.env, run.client, run.model, {
       numExamples: run.numExamples,
@@ -337,6 +344,7 @@ export async function cmdEval(argv: string[]): Promise<number> {
       signal: interrupt.signal,
       onProgress: display ? (p) => display.update(p) : undefined,
       metadataExtra: runDir ? { run_dir: runDir } : {},
+      metadataLive: liveCost,
       gate: allGates([run.budget, run.adaptive]),
     });
     display?.finish();
@@ -346,10 +354,8 @@ export async function cmdEval(argv: string[]): Promise<number> {
     }
     if (run.budget?.stopped) {
       process.stderr.write(
-        `Stopped at the cost budget ($${run.budget.maxUsd}): ${result.tally.count} rollouts ` +
-          `done${
-            runDir ? `; finish with: vf eval ... --resume ${runDir} (and a larger --max-cost)` : ""
-          }\n`,
+        budgetStopMessage(run.budget, { command: "eval", runDir, done: result.tally.count }) +
+          "\n",
       );
       return 1;
     }
@@ -359,6 +365,10 @@ export async function cmdEval(argv: string[]): Promise<number> {
     return outcome.code;
   } catch (error) {
     display?.finish();
+    // What was spent before the stop counts toward a resume's budget.
+    if (runDir && existsSync(join(runDir, "metadata.json"))) {
+      await recordRunCosts(runDir, run).catch(() => {});
+    }
     if (interrupt.interrupted) {
       const saved = runDir ? (await loadOutputs(runDir)).length : 0;
       process.stderr.write(

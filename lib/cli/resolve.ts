@@ -15,7 +15,7 @@ import { CachedChatClient, defaultCachePath, ModelCache } from "../model/cache.t
 import { CostBudget, CostMeter, type ModelPrice } from "../model/cost.ts";
 import type { AdaptiveController } from "../eval/adaptive.ts";
 import type { WarmPool } from "../../runtimes/pool.ts";
-import { writeJsonAtomic } from "../eval/results.ts";
+import { readJsonLines, writeJsonAtomic } from "../eval/results.ts";
 import type { EvalConfig } from "../config.ts";
 import { loadEndpoints, RoundRobinClient } from "../model/endpoints.ts";
 import { ConfigError } from "../errors.ts";
@@ -180,13 +180,9 @@ export async function recordRunCosts(
     lines.push(`cache: ${o.cache.counts.hits} hits, ${o.cache.counts.misses} misses`);
   }
   const s = o.meter.summary;
-  const priced = Object.keys(o.meter.prices).length > 0;
-  if (priced || o.budget) {
-    extra.cost = {
-      ...s,
-      usd: Math.round(s.usd * 1e6) / 1e6,
-      ...(o.budget ? { max_cost: o.budget.maxUsd, stopped_at_budget: o.budget.stopped } : {}),
-    };
+  const cost = costRecord(o.meter, o.budget);
+  if (cost) {
+    extra.cost = cost;
     lines.push(
       `cost: $${s.usd.toFixed(4)} over ${s.calls} model calls` +
         (s.unpriced_calls ? ` (${s.unpriced_calls} of a model without a price)` : "") +
@@ -201,16 +197,76 @@ export async function recordRunCosts(
   return lines;
 }
 
-/** A resumed run's spend so far (from its metadata.json) counts toward its total and budget. */
-export async function seedCosts(meter: CostMeter, runDir: string): Promise<void> {
-  const metadata = JSON.parse(
-    await readFile(join(runDir, "metadata.json"), "utf8").catch(() => "{}"),
-  );
-  const c = metadata.cost;
-  if (!c || typeof c !== "object") return;
-  for (const k of ["usd", "input_tokens", "output_tokens", "calls", "unpriced_calls"] as const) {
-    if (typeof c[k] === "number") meter.summary[k] += c[k];
+/** A run's spend as `metadata.json` keeps it (`cost`); null when nothing is priced or capped. */
+export function costRecord(
+  meter: CostMeter,
+  budget: CostBudget | null,
+): Record<string, unknown> | null {
+  if (Object.keys(meter.prices).length === 0 && !budget) return null;
+  const s = meter.summary;
+  return {
+    ...s,
+    usd: Math.round(s.usd * 1e6) / 1e6,
+    ...(budget ? { max_cost: budget.maxUsd, stopped_at_budget: budget.stopped } : {}),
+  };
+}
+
+/**
+ * A resumed run's spend so far (its metadata.json's `cost`) counts toward its total and
+ * budget, and so do the rollouts that spend paid for: the records of `linesFile` (one a
+ * rollout in results.jsonl, one an episode in traces.jsonl), so the budget's estimate per
+ * rollout is the run's own and not this session's alone.
+ */
+export async function seedCosts(
+  meter: CostMeter,
+  runDir: string,
+  o: { budget: CostBudget | null; linesFile: "results.jsonl" | "traces.jsonl" },
+): Promise<void> {
+  const path = join(runDir, "metadata.json");
+  const text = await readFile(path, "utf8").catch(() => null);
+  let c: Record<string, unknown> | undefined;
+  if (text !== null) {
+    try {
+      c = JSON.parse(text)?.cost;
+    } catch (error) {
+      throw new ConfigError(
+        `${path}: invalid metadata: ${(error as Error).message}; the run's spend so far cannot ` +
+          `be read, so its budget cannot be kept`,
+      );
+    }
   }
+  if (c && typeof c === "object") {
+    for (const k of ["usd", "input_tokens", "output_tokens", "calls", "unpriced_calls"] as const) {
+      const v = c[k];
+      // Run files are not trusted: a negative spend would lift the budget.
+      if (typeof v === "number" && Number.isFinite(v) && v >= 0) meter.summary[k] += v;
+    }
+  }
+  // Corrupt lines are reported when the run reads the file itself.
+  if (o.budget) {
+    o.budget.carryOver((await readJsonLines(join(runDir, o.linesFile), () => {})).length);
+  }
+}
+
+/**
+ * Why the budget stopped the run, for stderr: what was spent on what, and how to go on. A
+ * resume that started nothing says that the budget was already reached.
+ */
+export function budgetStopMessage(
+  budget: CostBudget,
+  o: { command: string; runDir: string | null; done: number },
+): string {
+  const usd = (n: number) => `$${n.toFixed(2)}`;
+  const { usd: before, rollouts } = budget.carried;
+  const what = budget.startedHere === 0 && rollouts > 0
+    ? `${usd(before)} of it was spent before this resume, on ${rollouts} rollouts; the next ` +
+      `would cost about ${usd(budget.perRollout)}, so none was started`
+    : `${o.done} rollouts done, ${usd(budget.meter.summary.usd)} spent`;
+  return `Stopped at the cost budget ($${budget.maxUsd}): ${what}${
+    o.runDir
+      ? `; finish with: vf ${o.command} ... --resume ${o.runDir} (and a larger --max-cost)`
+      : ""
+  }`;
 }
 
 /** The `--max-cost` gate of a run, when one is asked for. */

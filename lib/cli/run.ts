@@ -5,6 +5,7 @@
 
 import { AdaptiveController, allGates } from "../eval/adaptive.ts";
 import process from "node:process";
+import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { TASKSETS } from "../../environments/mod.ts";
@@ -30,6 +31,7 @@ import { writeJsonAtomic } from "../eval/results.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
 import {
   budgetOf,
+  budgetStopMessage,
   judgeEndpointResolver,
   loadTasksetFor,
   recordRunCosts,
@@ -292,7 +294,7 @@ async function runEnv(
   if (o.resumeDir) {
     runDir = o.resumeDir;
     resume = true;
-    await seedCosts(o.meter, runDir);
+    await seedCosts(o.meter, runDir, { budget: o.budget, linesFile: "traces.jsonl" });
   } else if (config.resume === true) {
     throw new ConfigError("Resuming a taskset run needs the run directory: --resume <dir>");
   }
@@ -356,10 +358,7 @@ async function runEnv(
     }
     if (o.budget?.stopped) {
       process.stderr.write(
-        `Stopped at the cost budget ($${o.budget.maxUsd}): ${summary.num_rollouts} rollouts ` +
-          `done${
-            runDir ? `; finish with: vf run ... --resume ${runDir} (and a larger --max-cost)` : ""
-          }\n`,
+        budgetStopMessage(o.budget, { command: "run", runDir, done: summary.num_rollouts }) + "\n",
       );
       return 1;
     }
@@ -368,6 +367,10 @@ async function runEnv(
     if (outcome.message) process.stderr.write(`error: ${outcome.message}\n`);
     return outcome.code;
   } catch (error) {
+    // What was spent before the stop counts toward a resume's budget.
+    if (runDir && existsSync(join(runDir, "metadata.json"))) {
+      await recordRunCosts(runDir, o).catch(() => {});
+    }
     if (interrupt.interrupted) {
       process.stderr.write(
         runDir

@@ -118,19 +118,19 @@ export function allGates(gates: Array<StartGate | null | undefined>): StartGate 
   const list = gates.filter((g): g is StartGate => Boolean(g));
   if (list.length <= 1) return list[0];
   return {
-    async allows() {
+    async allows(size?: number) {
       const taken: StartGate[] = [];
       for (const g of list) {
-        if (!(await g.allows())) {
-          for (const t of taken) t.finished(null);
+        if (!(await g.allows(size))) {
+          for (const t of taken) t.finished(null, size);
           return false;
         }
         taken.push(g);
       }
       return true;
     },
-    finished(outcome?: WorkOutcome | null) {
-      for (const g of list) g.finished(outcome);
+    finished(outcome?: WorkOutcome | null, size?: number) {
+      for (const g of list) g.finished(outcome, size);
     },
   };
 }

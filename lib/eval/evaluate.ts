@@ -63,6 +63,8 @@ export interface GenerateOptions {
   signal?: AbortSignal;
   /** Extra fields recorded in the metadata. */
   metadataExtra?: Record<string, unknown>;
+  /** Fields computed afresh each time the metadata is written (the run's spend, say). */
+  metadataLive?: () => Record<string, unknown>;
   /**
    * Keep outputs in memory for the return value. Default true; off, memory stays flat however
    * long the run (the outputs are on disk, and the result's `tally` summarises them).
@@ -87,8 +89,10 @@ export interface GenerateOptions {
  * finishes. `finished` hears how a unit went (null: it was let start but never ran).
  */
 export interface StartGate {
-  allows(): boolean | Promise<boolean>;
-  finished(outcome?: { ok: boolean; latencyMs?: number } | null): void;
+  /** May a unit of `size` rollouts (default 1) start? */
+  allows(size?: number): boolean | Promise<boolean>;
+  /** The unit let start with `size` rollouts finished. */
+  finished(outcome?: { ok: boolean; latencyMs?: number } | null, size?: number): void;
 }
 
 /** What {@link generate} returns. */
@@ -250,8 +254,8 @@ export async function generate(
     controller.abort(error);
   };
 
-  if (writer) await writer.writeMetadata(builder.build());
-  const buildMetadata = () => builder.build();
+  const buildMetadata = (): RunMetadata => ({ ...builder.build(), ...options.metadataLive?.() });
+  if (writer) await writer.writeMetadata(buildMetadata());
 
   const runOne = async (group: Row[]): Promise<"ok" | "infra" | void> => {
     let outputs: RolloutOutput[] = [];
@@ -320,13 +324,15 @@ export async function generate(
   let next = 0;
   const worker = async () => {
     while (next < pending.length && !controller.signal.aborted) {
+      // The group is taken before the gate is asked, so a budget hears how many rollouts
+      // it holds (a resumed group may be short).
+      const group = pending[next++];
       const gate = options.gate;
-      if (gate && !(await gate.allows())) return;
-      if (next >= pending.length || controller.signal.aborted) {
-        gate?.finished(null); // others took the rest while this one waited
+      if (gate && !(await gate.allows(group.length))) return;
+      if (controller.signal.aborted) {
+        gate?.finished(null, group.length);
         return;
       }
-      const group = pending[next++];
       const t0 = performance.now();
       let outcome: { ok: boolean; latencyMs?: number } = { ok: false };
       try {
@@ -336,7 +342,7 @@ export async function generate(
         stop(error);
         return;
       } finally {
-        gate?.finished(outcome);
+        gate?.finished(outcome, group.length);
       }
     }
   };
@@ -357,7 +363,7 @@ export async function generate(
     .map((o, i) => [o, i] as const)
     .sort((a, b) => a[0].example_id - b[0].example_id || a[1] - b[1])
     .map(([o]) => o);
-  return { outputs: sorted, metadata: builder.build(), tally };
+  return { outputs: sorted, metadata: buildMetadata(), tally };
 }
 
 /** Options of {@link evaluate}. */

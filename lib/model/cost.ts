@@ -80,12 +80,17 @@ export class CostMeter implements ChatClient {
 }
 
 /**
- * The `--max-cost` gate: `allows()` before each new rollout (or group) says whether it may
- * start. It expects each unit to cost the mean of those finished so far.
+ * The `--max-cost` gate: `allows(size)` before each new unit (a group of `size` rollouts, an
+ * episode) says whether it may start. It expects each rollout to cost the mean of those paid
+ * for so far; a resumed run counts the spend and the rollouts of its earlier sessions too
+ * ({@link CostBudget.carryOver}), so its estimate is the same as if it had never stopped.
  */
 export class CostBudget {
+  /** Rollouts let start, and those finished whose spend is in the meter (carried ones too). */
   #started = 0;
   #finished = 0;
+  #startedHere = 0;
+  #carried = { usd: 0, rollouts: 0 };
   #stopped = false;
 
   constructor(readonly meter: CostMeter, readonly maxUsd: number) {}
@@ -95,23 +100,52 @@ export class CostBudget {
     return this.#stopped;
   }
 
-  /** May another unit start? Counts it as started when it may. */
-  allows(): boolean {
+  /** Units started in this session. */
+  get startedHere(): number {
+    return this.#startedHere;
+  }
+
+  /** What earlier sessions of a resumed run spent, and on how many rollouts. */
+  get carried(): { usd: number; rollouts: number } {
+    return { ...this.#carried };
+  }
+
+  /** The expected cost of one more rollout (0 before any has finished). */
+  get perRollout(): number {
+    return this.#finished ? this.meter.summary.usd / this.#finished : 0;
+  }
+
+  /**
+   * A resumed run: the spend already in the meter paid for `rollouts` saved rollouts. Call it
+   * once, after the meter is seeded and before the first `allows()`.
+   */
+  carryOver(rollouts: number): void {
+    this.#carried = { usd: this.meter.summary.usd, rollouts };
+    this.#started += rollouts;
+    this.#finished += rollouts;
+  }
+
+  /** May a unit of `size` rollouts start? Counts it as started when it may. */
+  allows(size = 1): boolean {
     if (this.#stopped) return false;
     const spent = this.meter.summary.usd;
-    const perUnit = this.#finished ? spent / this.#finished : 0;
     const inFlight = this.#started - this.#finished;
-    if (spent + (inFlight + 1) * perUnit > this.maxUsd || spent >= this.maxUsd) {
+    const expected = spent + (inFlight + size) * this.perRollout;
+    // A hair of slack: prices in floating point must not stop a budget the run fits exactly.
+    if (spent >= this.maxUsd || expected > this.maxUsd * (1 + 1e-9)) {
       this.#stopped = true;
       return false;
     }
-    this.#started++;
+    this.#started += size;
+    this.#startedHere++;
     return true;
   }
 
-  /** A unit finished (null: it was let start but never ran). */
-  finished(outcome?: unknown): void {
-    if (outcome === null) this.#started--;
-    else this.#finished++;
+  /** A unit of `size` rollouts finished (a null outcome: it was let start but never ran). */
+  finished(outcome?: unknown, size = 1): void {
+    if (outcome === null) {
+      this.#started -= size;
+      this.#startedHere--;
+    } else this.#finished += size;
   }
 }
