@@ -6,8 +6,7 @@ import process from "node:process";
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
-import { serveHttp } from "../model/http_server.ts";
-import { findRuns, viewApp } from "../view/server.ts";
+import { findRuns, serveView } from "../view/server.ts";
 import { parseArgs } from "./args.ts";
 
 const VIEW_HELP = `vf view [outputs-dir | run-dir] [--port 8400] [--host 127.0.0.1]
@@ -16,6 +15,9 @@ Serve a web page of the runs under a folder (default ./outputs): the runs list, 
 summary, reward histogram and rollouts (filter, sort, page), each rollout's transcript, tool
 calls, model calls, sandbox commands, rewards and errors, and a paired comparison of two runs.
 A running eval's page follows it as results land. Stop with Ctrl-C.
+
+The page answers only at the address it prints (loopback, or the --host it is bound to) and
+only GET requests; run files are shown as text, never run as script.
 `;
 
 export async function cmdView(argv: string[]): Promise<number> {
@@ -36,21 +38,18 @@ export async function cmdView(argv: string[]): Promise<number> {
       `No runs under ${root} yet (no results.jsonl or traces.jsonl); the page lists them as they appear\n`,
     );
   }
-  const app = viewApp(root);
-  const listener = await serveHttp((request) => app.fetch(request), {
+  const server = await serveView(root, {
     port,
     hostname: typeof flags.host === "string" ? flags.host : "127.0.0.1",
   });
   process.stdout.write(
-    `vf view: ${runs.length} run${
-      runs.length === 1 ? "" : "s"
-    } at http://127.0.0.1:${listener.port}/\n`,
+    `vf view: ${runs.length} run${runs.length === 1 ? "" : "s"} at ${server.url}\n`,
   );
   await new Promise<void>((resolveStop) => {
     const stop = () => resolveStop();
     process.once("SIGINT", stop);
     process.once("SIGTERM", stop);
   });
-  await listener.close();
+  await server.close();
   return 0;
 }

@@ -59,26 +59,50 @@ function numberOr(value: unknown, fallback: number | null): number | null {
   return typeof value === "number" && Number.isFinite(value) ? value : fallback;
 }
 
-/** The fields the index keeps, from one parsed line of either layout. */
-export function summarizeLine(rec: Record<string, unknown>): Omit<IndexedRow, "line" | "corrupt"> {
+type Json = Record<string, unknown>;
+
+const objectOr = (v: unknown): Json =>
+  v !== null && typeof v === "object" && !Array.isArray(v) ? v as Json : {};
+
+/** A value from a file as text: a string as it is, another value as its JSON. */
+function label(v: unknown): string | null {
+  if (v === null || v === undefined) return null;
+  if (typeof v === "string") return v;
+  try {
+    return JSON.stringify(v) ?? String(v);
+  } catch {
+    return String(v);
+  }
+}
+
+/**
+ * The fields the index keeps, from one parsed line of either layout. The line may hold
+ * anything (it was written by environment code): every field is typed here, so a hostile
+ * line is indexed with what makes sense of it, never a crash.
+ */
+export function summarizeLine(line: unknown): Omit<IndexedRow, "line" | "corrupt"> {
+  const rec = objectOr(line);
   // vf run: a trace, or an episode holding traces (its first trainable one speaks for it).
-  const traces = Array.isArray(rec.traces) ? rec.traces as Record<string, unknown>[] : null;
+  const traces = Array.isArray(rec.traces) ? rec.traces.map(objectOr) : null;
   const t = traces ? (traces.find((x) => x.trainable !== false) ?? traces[0] ?? {}) : rec;
-  const task = t.task as { key?: string } | undefined;
-  const err = (t.error ?? (traces ? (rec.errors as unknown[] | undefined)?.[0] : null)) as
-    | Record<string, unknown>
-    | null
-    | undefined;
-  const usage = t.usage as Record<string, number> | undefined;
-  const messages = (t.messages ?? t.completion) as Array<{ role?: string }> | undefined;
+  const task = objectOr(t.task);
+  const errors = Array.isArray(rec.errors) ? rec.errors : [];
+  const err = t.error ?? (traces ? errors[0] : null);
+  const usage = objectOr(t.usage);
+  const messages = t.messages ?? t.completion;
+  const rollout = numberOr(t.rollout_index ?? rec.episode_index, 0)!;
   return {
-    example: task?.key ?? String(t.example_id ?? rec.example_id ?? ""),
-    rollout: Number(t.rollout_index ?? rec.episode_index ?? 0),
+    example: label(task.key ?? t.example_id ?? rec.example_id) ?? "",
+    rollout: Number.isInteger(rollout) ? rollout : 0,
     reward: numberOr(t.reward, null),
-    error: err ? String(err.error ?? err.type ?? "Error") : null,
+    error: err === null || err === undefined || err === false
+      ? null
+      : label(objectOr(err).error ?? objectOr(err).type) ?? "Error",
     stop: typeof t.stop_condition === "string" ? t.stop_condition : null,
-    turns: Array.isArray(messages) ? messages.filter((m) => m.role === "assistant").length : 0,
-    tokens: (usage?.input_tokens ?? 0) + (usage?.output_tokens ?? 0),
+    turns: Array.isArray(messages)
+      ? messages.filter((m) => objectOr(m).role === "assistant").length
+      : 0,
+    tokens: numberOr(usage.input_tokens, 0)! + numberOr(usage.output_tokens, 0)!,
   };
 }
 

@@ -1,17 +1,31 @@
 /**
  * `vf view`'s web app (hono): a JSON API over the runs under a folder, and one page that
- * renders it (no build step; the page is a string in {@link VIEW_PAGE}, so the single binary
- * carries it). Runs are found by their `metadata.json` beside `results.jsonl` or
- * `traces.jsonl`; each run's rows come from its {@link RunIndex}, refreshed on every request
- * so a running eval's page follows it.
+ * renders it (no build step; the page, its script and its stylesheet are strings in
+ * {@link VIEW_PAGE}, {@link VIEW_SCRIPT} and {@link VIEW_STYLE}, so the single binary carries
+ * them). Runs are found by their `metadata.json` beside `results.jsonl` or `traces.jsonl`;
+ * each run's rows come from its {@link RunIndex}, refreshed on every request so a running
+ * eval's page follows it.
+ *
+ * Run files may be written by untrusted environment code and the pages hold transcripts, so
+ * the server answers only GET and HEAD, only to a `Host` that names loopback or the address
+ * it is bound to (a page elsewhere cannot DNS-rebind its own name onto this port and read
+ * `/api/*`), refuses a foreign `Origin`, and sends a Content-Security-Policy without inline
+ * script or style. Every field read from a run's files is type-checked first: a hostile
+ * `metadata.json` shows "–", never a 500.
  * @module
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import { Hono } from "npm:hono@^4.13.0";
 import { pairedComparison, type RewardsByExample } from "../eval/compare.ts";
+import { serveHttp } from "../model/http_server.ts";
 import { type RowQuery, RunIndex } from "./index.ts";
-import { VIEW_PAGE } from "./page.ts";
+import { VIEW_PAGE, VIEW_SCRIPT, VIEW_STYLE } from "./page.ts";
+
+/** The page's Content-Security-Policy: no inline script or style, nothing from elsewhere. */
+export const VIEW_CSP: string = "default-src 'none'; script-src 'self'; style-src 'self'; " +
+  "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; " +
+  "frame-ancestors 'none'";
 
 /** One run found under the root. */
 export interface RunEntry {
@@ -62,39 +76,118 @@ export function findRuns(root: string): RunEntry[] {
   return out.sort((a, b) => mtime(b) - mtime(a));
 }
 
-function metadataOf(run: RunEntry): Record<string, unknown> {
+type Json = Record<string, unknown>;
+
+const isObject = (v: unknown): v is Json =>
+  v !== null && typeof v === "object" && !Array.isArray(v);
+const finite = (v: unknown): number | null =>
+  typeof v === "number" && Number.isFinite(v) ? v : null;
+
+/** A label from a file: a string as it is, another value as its JSON, nothing as null. */
+function label(v: unknown): string | null {
+  if (v === null || v === undefined) return null;
+  if (typeof v === "string") return v;
   try {
-    return JSON.parse(readFileSync(join(run.dir, "metadata.json"), "utf8"));
+    return JSON.stringify(v) ?? String(v);
+  } catch {
+    return String(v);
+  }
+}
+
+/** The run's `metadata.json` when it is an object; anything else (absent, torn, an array) is {}. */
+function metadataOf(run: RunEntry): Json {
+  try {
+    const m = JSON.parse(readFileSync(join(run.dir, "metadata.json"), "utf8"));
+    return isObject(m) ? m : {};
   } catch {
     return {};
   }
 }
 
-/** The row shown in the runs list. */
-function runSummary(run: RunEntry, index: RunIndex): Record<string, unknown> {
+/** `pass_at_k` when it is an object of numbers (other entries dropped), else null. */
+function passAtKOf(v: unknown): Record<string, number> | null {
+  if (!isObject(v)) return null;
+  const out: Record<string, number> = {};
+  for (const [k, x] of Object.entries(v)) {
+    const n = finite(x);
+    if (n !== null) out[k] = n;
+  }
+  return Object.keys(out).length ? out : null;
+}
+
+/** The row shown in the runs list. Every field is typed here, whatever the file held. */
+function runSummary(run: RunEntry, index: RunIndex): Json {
   const m = metadataOf(run);
-  const usage = (m.usage ?? {}) as Record<string, number>;
-  const cost = (m.cost ?? null) as { usd?: number } | null;
+  const usage = isObject(m.usage) ? m.usage : {};
+  const cost = isObject(m.cost) ? m.cost : {};
   const errors = index.histogram().errors;
+  const avgIn = finite(m.avg_input_tokens);
+  const avgOut = finite(m.avg_output_tokens);
+  const tokens = (finite(usage.input_tokens) ?? 0) + (finite(usage.output_tokens) ?? 0) ||
+    ((avgIn ?? 0) + (avgOut ?? 0)) * index.count || null;
   return {
     id: run.id,
     layout: run.layout,
-    env: m.env_id ?? m.taskset ?? null,
-    model: m.model ?? null,
-    date: m.date ?? m.time ?? null,
+    env: label(m.env_id ?? m.taskset),
+    model: label(m.model),
+    date: typeof m.date === "string" ? m.date : typeof m.time === "string" ? m.time : null,
     rollouts: index.count,
-    avg_reward: m.avg_reward ?? null,
-    pass_at_k: m.pass_at_k ?? null,
+    avg_reward: finite(m.avg_reward),
+    pass_at_k: passAtKOf(m.pass_at_k),
     errors: Object.values(errors).reduce((a, b) => a + b, 0),
-    tokens: (usage.input_tokens ?? 0) + (usage.output_tokens ?? 0) ||
-      ((m.avg_input_tokens as number ?? 0) + (m.avg_output_tokens as number ?? 0)) * index.count ||
-      null,
-    cost_usd: cost?.usd ?? null,
+    tokens,
+    cost_usd: finite(cost.usd),
   };
 }
 
+/** Options of {@link viewApp}. */
+export interface ViewOptions {
+  /** Where the run indexes are kept (default `~/.cache/vf/view`). */
+  indexDir?: string;
+  /**
+   * The address the server is bound to (default `127.0.0.1`): a `Host` naming it is answered,
+   * as are the loopback names. Bound to every interface (`0.0.0.0`, `::`), a `Host` that is an
+   * IP address is answered too (rebinding needs a name).
+   */
+  hostname?: string;
+  /** The port the server listens on, once known: a `Host` must name it. Unset: any port. */
+  port?: () => number | undefined;
+}
+
+const LOOPBACK_NAMES = new Set(["localhost", "127.0.0.1", "[::1]"]);
+const IP_LITERAL = /^(\d{1,3}(\.\d{1,3}){3}|\[[0-9a-f:.]+\])$/;
+const HOST_SHAPE = /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/;
+
+/**
+ * Whether a `Host` header names this server: a loopback name or the bound address, with the
+ * port it listens on (when given). The defence against DNS rebinding: a page on another
+ * origin that points its own name at 127.0.0.1 still sends its own name.
+ */
+export function hostAllowed(
+  host: string | undefined,
+  options: { hostname?: string; port?: number } = {},
+): boolean {
+  if (!host || !HOST_SHAPE.test(host)) return false;
+  let url: URL;
+  try {
+    url = new URL(`http://${host}/`);
+  } catch {
+    return false;
+  }
+  const name = url.hostname.toLowerCase();
+  const bound = (options.hostname ?? "127.0.0.1").toLowerCase();
+  const boundName = bound.includes(":") && !bound.startsWith("[") ? `[${bound}]` : bound;
+  const wildcard = bound === "0.0.0.0" || boundName === "[::]";
+  const known = LOOPBACK_NAMES.has(name) || name === boundName ||
+    (wildcard && IP_LITERAL.test(name));
+  if (!known) return false;
+  return options.port === undefined || Number(url.port || "80") === options.port;
+}
+
+const SAFE_METHODS = new Set(["GET", "HEAD"]);
+
 /** The viewer's app over the runs under `root`. */
-export function viewApp(root: string, options: { indexDir?: string } = {}): Hono {
+export function viewApp(root: string, options: ViewOptions = {}): Hono {
   const indexes = new Map<string, Promise<RunIndex>>();
   const runs = () => findRuns(root);
   const runById = (id: string) => runs().find((r) => r.id === id);
@@ -110,7 +203,45 @@ export function viewApp(root: string, options: { indexDir?: string } = {}): Hono
   };
 
   const app = new Hono();
+  app.use("*", async (c, next) => {
+    const host = c.req.header("host");
+    const origin = c.req.header("origin");
+    const method = c.req.method;
+    if (!hostAllowed(host, { hostname: options.hostname, port: options.port?.() })) {
+      c.res = c.json({
+        error: `Host "${host ?? ""}" is not this viewer's address; open the viewer at the ` +
+          `address "vf view" printed`,
+      }, 403);
+    } else if ((origin !== undefined || !SAFE_METHODS.has(method)) && origin !== `http://${host}`) {
+      c.res = c.json({ error: `Origin "${origin ?? ""}" is not this viewer's address` }, 403);
+    } else if (!SAFE_METHODS.has(method)) {
+      c.res = c.json({ error: `The viewer answers only GET and HEAD, not "${method}"` }, 405);
+      c.res.headers.set("allow", "GET, HEAD");
+    } else {
+      await next();
+    }
+    const headers = c.res.headers;
+    headers.set("content-security-policy", VIEW_CSP);
+    headers.set("x-content-type-options", "nosniff");
+    headers.set("x-frame-options", "DENY");
+    headers.set("referrer-policy", "no-referrer");
+    headers.set("cross-origin-resource-policy", "same-origin");
+    headers.set("cross-origin-opener-policy", "same-origin");
+    headers.set("cache-control", "no-store");
+  });
+  app.onError((error, c) =>
+    c.json({ error: `The viewer failed to answer: ${(error as Error).message}` }, 500)
+  );
   app.get("/", (c) => c.html(VIEW_PAGE));
+  app.get(
+    "/app.js",
+    (c) => c.body(VIEW_SCRIPT, 200, { "content-type": "text/javascript; charset=utf-8" }),
+  );
+  app.get(
+    "/app.css",
+    (c) => c.body(VIEW_STYLE, 200, { "content-type": "text/css; charset=utf-8" }),
+  );
+  app.get("/favicon.ico", (c) => c.body(null, 204));
   app.get("/api/runs", async (c) => {
     const list = runs();
     const out = [];
@@ -131,7 +262,10 @@ export function viewApp(root: string, options: { indexDir?: string } = {}): Hono
     const run = runById(c.req.query("id") ?? "");
     if (!run) return c.json({ error: "no such run" }, 404);
     const q = c.req.query();
-    const num = (v: string | undefined) => (v === undefined || v === "" ? undefined : Number(v));
+    const num = (v: string | undefined) => {
+      const n = v === undefined || v === "" ? NaN : Number(v);
+      return Number.isFinite(n) ? n : undefined;
+    };
     const query: RowQuery = {
       errors: q.errors === "only" || q.errors === "none" ? q.errors : undefined,
       errorType: q.error_type || undefined,
@@ -149,7 +283,8 @@ export function viewApp(root: string, options: { indexDir?: string } = {}): Hono
   app.get("/api/rollout", async (c) => {
     const run = runById(c.req.query("id") ?? "");
     if (!run) return c.json({ error: "no such run" }, 404);
-    const got = (await indexOf(run)).read(Number(c.req.query("line")));
+    const line = c.req.query("line") ?? "";
+    const got = /^\d+$/.test(line) ? (await indexOf(run)).read(Number(line)) : null;
     if (!got) return c.json({ error: "no such rollout" }, 404);
     return c.json({ layout: run.layout, ...got });
   });
@@ -177,4 +312,35 @@ export function viewApp(root: string, options: { indexDir?: string } = {}): Hono
     }
   });
   return app;
+}
+
+/** A running viewer: its port, the address to open, and how to stop it. */
+export interface ViewServer {
+  port: number;
+  url: string;
+  close(): Promise<void>;
+}
+
+/**
+ * Serves {@link viewApp} on `hostname:port` (default `127.0.0.1` and a free port); the app
+ * answers only a `Host` that names that port.
+ */
+export async function serveView(
+  root: string,
+  options: { port?: number; hostname?: string; indexDir?: string } = {},
+): Promise<ViewServer> {
+  const hostname = options.hostname ?? "127.0.0.1";
+  const bound: { port?: number } = {};
+  const app = viewApp(root, { indexDir: options.indexDir, hostname, port: () => bound.port });
+  const listener = await serveHttp((request) => app.fetch(request), {
+    port: options.port ?? 0,
+    hostname,
+  });
+  const port = bound.port = listener.port;
+  const shown = hostname === "0.0.0.0" || hostname === "::"
+    ? "127.0.0.1"
+    : hostname.includes(":")
+    ? `[${hostname}]`
+    : hostname;
+  return { port, url: `http://${shown}:${port}/`, close: () => listener.close() };
 }
