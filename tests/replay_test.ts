@@ -364,3 +364,100 @@ Deno.test("vf replay answers a stdio MCP toolset from the record (its server is 
   );
   assert.deepEqual(u.rewards, { counted: 1, noted: 1 });
 });
+
+const ECHOES = `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class Echo extends Task {
+  answered = reward(async ({ runtime }) => {
+    const r = await runtime.run(["sh", "-c", "cat answer.txt"]);
+    return r.stdout.trim() === this.data.id ? 1 : 0;
+  });
+}
+class Echoes extends Taskset {
+  get id() { return "echoes"; }
+  *load() {
+    for (const id of ["a", "b", "c"]) yield new Echo({ id, prompt: "Write " + id + " to answer.txt" });
+  }
+}
+export function loadTaskset(config) { return new Echoes(config); }
+`;
+
+Deno.test("vf replay of a run whose record.jsonl ends in a torn line replays the complete lines and names the file and line; a resume mends the torn line before appending", async () => {
+  await using tmp = await tempDir("vf_replay_torn_");
+  await Deno.writeTextFile(join(tmp.path, "echoes.ts"), ECHOES);
+  await using model = await startModelServer({
+    responder: ({ body }) => {
+      const turn = body.messages.filter((m) => m.role === "assistant").length;
+      const id = /Write (\w)/.exec(JSON.stringify(body.messages))![1];
+      // Task "c" gets a wrong answer, so the rewards differ between tasks.
+      return turn === 0
+        ? {
+          content: null,
+          tool_calls: [{
+            name: "bash",
+            arguments: { command: `echo ${id === "c" ? "x" : id} > answer.txt` },
+          }],
+        }
+        : { content: "Done." };
+    },
+  });
+  const cli = (args: string[]) =>
+    collect(cliCommand(args, { cwd: tmp.path, env: {}, registry: false }));
+  const flags = ["-m", "m", "-b", model.url, "-c", "1", "--env.agent.runtime.type", "subprocess"];
+  const first = await cli(["run", "./echoes.ts", ...flags, "-o", "out"]);
+  assert.equal(first.code, 0, transcript(first));
+  const source = /^Saving traces to (.+)$/m.exec(first.stderr)![1];
+  const tracesPath = join(source, "traces.jsonl");
+  const recordPath = join(source, "record.jsonl");
+  const traceLines = (await Deno.readTextFile(tracesPath)).trim().split("\n");
+  const recordLines = (await Deno.readTextFile(recordPath)).trim().split("\n");
+  assert.equal(traceLines.length, 3);
+  assert.equal(recordLines.length, 3);
+  const reward = (line: string) => [JSON.parse(line).task.key, JSON.parse(line).reward];
+  assert.deepEqual(traceLines.map(reward).sort(), [["a", 1], ["b", 1], ["c", 0]]);
+
+  // A crash while the last rollout's record was written: its trace never was (a record goes
+  // to disk before its trace), and the record's line is cut short.
+  const last = recordLines[2];
+  const lastKey = JSON.parse(last).task;
+  await Deno.writeTextFile(
+    tracesPath,
+    traceLines.filter((l) => JSON.parse(l).task.key !== lastKey).join("\n") + "\n",
+  );
+  await Deno.writeTextFile(
+    recordPath,
+    recordLines.slice(0, 2).join("\n") + "\n" + last.slice(0, last.length >> 1),
+  );
+  // The complete lines replay; the torn one is named by file and line. The rollout it belonged
+  // to never finished, so the replay cannot reproduce it and says so (exit 1).
+  const replay = await cli(["replay", source]);
+  assert.ok(
+    replay.stderr.includes(`${recordPath}:3: skipping a corrupt line (malformed JSON`),
+    transcript(replay),
+  );
+  assert.doesNotMatch(replay.stderr, /SyntaxError/);
+  assert.match(
+    replay.stdout,
+    /replayed 3 rollouts .*: 2 of 2 rewards as before; 1 rollouts the source run never finished/,
+  );
+  assert.ok(
+    replay.stderr.includes(
+      `(0 rewards differ; 1 rollouts were never finished in "${source}": finish it with ` +
+        `vf run ... --resume ${source}, then replay it)`,
+    ),
+    transcript(replay),
+  );
+  assert.equal(replay.code, 1, transcript(replay));
+
+  // Resuming runs the lost rollout again; its record starts a line of its own.
+  const before = model.requests.length;
+  const resumed = await cli(["run", "./echoes.ts", ...flags, "--resume", source]);
+  assert.equal(resumed.code, 0, transcript(resumed));
+  assert.equal(model.requests.length, before + 2, transcript(resumed));
+  const mended = (await Deno.readTextFile(recordPath)).trim().split("\n");
+  assert.deepEqual(mended.map((l) => JSON.parse(l).task).sort(), ["a", "b", "c"]);
+  const full = await cli(["replay", source]);
+  assert.equal(full.code, 0, transcript(full));
+  assert.doesNotMatch(full.stderr, /corrupt line/);
+  assert.match(full.stdout, /replayed 3 rollouts .*: 3 of 3 rewards as before/);
+});

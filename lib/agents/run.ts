@@ -204,6 +204,8 @@ export async function runTaskset(
   const done = new Map<string, Episode>();
   if (options.resume && options.runDir) {
     await repairTrailingLine(tracesPath!);
+    // A torn record would swallow the start of the next one appended after it.
+    await repairTrailingLine(join(options.runDir, "record.jsonl"));
     for (const e of await loadEpisodes(options.runDir)) {
       if (env.complete(e)) done.set(`${e.task.key}#${e.episode_index}`, e);
     }

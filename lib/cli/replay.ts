@@ -22,7 +22,7 @@ import { runTasks } from "./run.ts";
 import { loadTraces } from "../agents/run.ts";
 import { rescoreTrace, type TaskTrace } from "../tasks/rollout.ts";
 import { renderTaskSummary, summarizeTraces } from "../tasks/run.ts";
-import { ReplaySandboxSource, type RolloutRecord } from "../tasks/record.ts";
+import { loadRecords, ReplaySandboxSource } from "../tasks/record.ts";
 
 const HELP = {
   replay: `vf replay <run-dir> [-o <dir>]
@@ -108,18 +108,15 @@ export async function cmdReplay(argv: string[], mode: "replay" | "rescore"): Pro
     };
     const before = keyed(outputs);
     const after = keyed(result.outputs);
-    const same = [...after].filter(([k, v]) => before.has(k) && before.get(k) === v).length;
+    const c = compareRewards(before, after);
     process.stdout.write(
       `${
         mode === "replay" ? "replayed" : "rescored"
       } ${result.outputs.length} rollouts from ${runDir}: ` +
-        `${same} of ${after.size} rewards as before; ${client.served} replies from the record, ` +
-        `${client.missed} missing\n`,
+        `${c.text}; ${client.served} replies from the record, ${client.missed} missing\n`,
     );
-    if (mode === "replay" && (client.missed || same !== after.size)) {
-      process.stderr.write(
-        `error: the replay did not reproduce the run (${after.size - same} rewards differ)\n`,
-      );
+    if (mode === "replay" && (client.missed || c.same !== after.size)) {
+      process.stderr.write(notReproduced(c, runDir, "eval"));
       return 1;
     }
     return 0;
@@ -151,8 +148,7 @@ async function replayTasks(
       `${recordPath}: missing; the run was made before vf recorded sandbox I/O, so it cannot be replayed`,
     );
   }
-  const records = (await readFile(recordPath, "utf8")).trim().split("\n").filter(Boolean)
-    .map((l) => JSON.parse(l) as RolloutRecord);
+  const records = await loadRecords(recordPath);
   const traces = await loadTraces(runDir);
   const client = new ReplayClient(traces.map((t) => {
     const first = t.messages.findIndex((m) => m.role === "assistant");
@@ -184,18 +180,40 @@ async function replayTasks(
   });
   const before = taskRewards(traces);
   const after = taskRewards(await loadTraces(target));
-  const same = [...after].filter(([k, v]) => before.has(k) && before.get(k) === v).length;
+  const c = compareRewards(before, after);
   process.stdout.write(
-    `replayed ${after.size} rollouts from ${runDir}: ${same} of ${after.size} rewards as before; ` +
+    `replayed ${after.size} rollouts from ${runDir}: ${c.text}; ` +
       `${client.served} replies from the record, ${client.missed} missing\n`,
   );
-  if (code !== 0 || same !== after.size || client.missed) {
-    process.stderr.write(
-      `error: the replay did not reproduce the run (${after.size - same} rewards differ)\n`,
-    );
+  if (code !== 0 || c.same !== after.size || client.missed) {
+    process.stderr.write(notReproduced(c, runDir, "run"));
     return 1;
   }
   return 0;
+}
+
+/** A replay's rewards against its source's; rollouts the source never finished are apart. */
+function compareRewards(before: Map<string, unknown>, after: Map<string, unknown>) {
+  const unfinished = [...after.keys()].filter((k) => !before.has(k)).length;
+  const same = [...after].filter(([k, v]) => before.has(k) && before.get(k) === v).length;
+  const total = after.size - unfinished;
+  return {
+    same,
+    total,
+    unfinished,
+    text: `${same} of ${total} rewards as before` +
+      (unfinished ? `; ${unfinished} rollouts the source run never finished` : ""),
+  };
+}
+
+function notReproduced(c: ReturnType<typeof compareRewards>, runDir: string, command: string) {
+  const rest = c.unfinished
+    ? `; ${c.unfinished} rollouts were never finished in "${runDir}": finish it with ` +
+      `vf ${command} ... --resume ${runDir}, then replay it`
+    : "";
+  return `error: the replay did not reproduce the run (${
+    c.total - c.same
+  } rewards differ${rest})\n`;
 }
 
 /**

@@ -536,15 +536,27 @@ export interface CorruptLine {
   reason: string;
 }
 
+/** Options of {@linkcode readJsonLines}. */
+export interface ReadJsonLinesOptions {
+  /** Told of each corrupt line. Default: a warning on stderr naming file and line. */
+  onCorrupt?: (corrupt: CorruptLine) => void;
+  /** What is wrong with a line's object (null: nothing); a line it faults is corrupt too. */
+  check?: (value: Record<string, unknown>) => string | null;
+}
+
 /**
  * The records of a JSONL file: blank lines skipped, and a corrupt line anywhere (a torn
  * write, a disk error, an edit) skipped and reported to `onCorrupt` (default: a warning on
- * stderr naming file and line), so one bad line never hides the rest.
+ * stderr naming file and line), so one bad line never hides the rest. `options` may be the
+ * `onCorrupt` function itself.
  */
 export async function readJsonLines<T>(
   path: string,
-  onCorrupt: (corrupt: CorruptLine) => void = warnCorrupt,
+  options: ((corrupt: CorruptLine) => void) | ReadJsonLinesOptions = {},
 ): Promise<T[]> {
+  const { onCorrupt = warnCorrupt, check } = typeof options === "function"
+    ? { onCorrupt: options }
+    : options;
   let text: string;
   try {
     text = await readFile(path, "utf8");
@@ -566,6 +578,11 @@ export async function readJsonLines<T>(
       onCorrupt({ path, line: i + 1, reason: "not a JSON object" });
       continue;
     }
+    const problem = check?.(value as Record<string, unknown>);
+    if (problem) {
+      onCorrupt({ path, line: i + 1, reason: problem });
+      continue;
+    }
     out.push(value as T);
   }
   return out;
@@ -580,7 +597,9 @@ export async function loadOutputs(
   dir: string,
   options: { onCorrupt?: (corrupt: CorruptLine) => void } = {},
 ): Promise<RolloutOutput[]> {
-  return await readJsonLines<RolloutOutput>(join(dir, "results.jsonl"), options.onCorrupt);
+  return await readJsonLines<RolloutOutput>(join(dir, "results.jsonl"), {
+    onCorrupt: options.onCorrupt,
+  });
 }
 
 /** Read a run's `metadata.json`. */

@@ -20,6 +20,7 @@ import type {
 } from "../../runtimes/runtime.ts";
 import { CommandTimeoutError, InfraError } from "../errors.ts";
 import type { ToolboxRecord } from "../tools/toolbox.ts";
+import { readJsonLines } from "../eval/results.ts";
 import {
   SandboxFileNotFoundError,
   SandboxFileTooLargeError,
@@ -272,6 +273,38 @@ export interface RolloutRecord {
   sandboxes: SandboxRecord[];
   /** Its toolsets' tools and calls, when it had any. */
   tools?: ToolboxRecord | null;
+}
+
+/** What is wrong with a line of `record.jsonl` read back (null: nothing); every field is hostile. */
+function recordProblem(v: Record<string, unknown>): string | null {
+  if (v.format_version !== 1) return `format_version ${JSON.stringify(v.format_version)} is not 1`;
+  if (typeof v.task !== "string") return `"task" is not a string`;
+  if (!Number.isInteger(v.rollout_index) || (v.rollout_index as number) < 0) {
+    return `"rollout_index" is not a whole number`;
+  }
+  const sandboxes = v.sandboxes;
+  if (!Array.isArray(sandboxes)) return `"sandboxes" is not a list`;
+  for (const [i, s] of sandboxes.entries()) {
+    const ok = s !== null && typeof s === "object" && (s.role === "agent" || s.role === "grader") &&
+      typeof s.type === "string" && s.capabilities !== null && typeof s.capabilities === "object" &&
+      Array.isArray(s.ops) &&
+      s.ops.every((o: unknown) => o !== null && typeof (o as SandboxOp).op === "string");
+    if (!ok) return `"sandboxes[${i}]" is not a sandbox record (role, type, capabilities, ops)`;
+  }
+  if (v.tools != null && (typeof v.tools !== "object" || Array.isArray(v.tools))) {
+    return `"tools" is not an object`;
+  }
+  return null;
+}
+
+/**
+ * A run's `record.jsonl`. A line that is not a whole record (the torn last line of a run that
+ * was killed mid-write, an edit) is skipped with a warning naming the file and line, as the
+ * readers of `results.jsonl` and `traces.jsonl` do: a record is written before its trace, so
+ * a torn one belongs to a rollout whose trace was never written, and the rest replay whole.
+ */
+export async function loadRecords(path: string): Promise<RolloutRecord[]> {
+  return await readJsonLines<RolloutRecord>(path, { check: recordProblem });
 }
 
 /**
