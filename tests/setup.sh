@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Prepares this machine for the tests that need a real Docker engine.
+# (debootstrap uses the Debian mirror the apt sources name; see debian_mirror below.)
 #
 # Idempotent and safe to re-run: every step checks first and leaves an existing setup alone.
 # As root on Debian it installs the missing packages, starts dockerd when its socket does not
@@ -181,16 +182,84 @@ build_busybox() {
   log "built image busybox:latest from busybox-static"
 }
 
+# Every binary ("deb") entry the apt folder $1 names, one a line: "URI<TAB>suites<TAB>components".
+# Reads sources.list, then sources.list.d/*.list and *.sources in name order, as apt does;
+# one-line entries may carry [options], deb822 stanzas may be "Enabled: no" or have folded
+# fields (a Signed-By key block).
+apt_entries() {
+  local apt=${1:-/etc/apt} f
+  local files=()
+  [ -f "$apt/sources.list" ] && files+=("$apt/sources.list")
+  for f in "$apt"/sources.list.d/*; do
+    case "$f" in *.list | *.sources) [ -f "$f" ] && files+=("$f") ;; esac
+  done
+  for f in "${files[@]}"; do
+    case "$f" in
+      *.sources)
+        awk '
+          function flush() {
+            if (types ~ /(^| )deb( |$)/ && tolower(enabled) != "no" && uris != "")
+              printf "%s\t%s\t%s\n", uris, suites, comps
+            types = uris = suites = comps = enabled = key = ""
+          }
+          /^[ \t]*$/ { flush(); next }
+          /^#/ { next }
+          /^[ \t]/ { next }   # a folded continuation line (a key block): nothing we read
+          {
+            key = tolower(substr($0, 1, index($0, ":") - 1))
+            value = substr($0, index($0, ":") + 1)
+            gsub(/^[ \t]+|[ \t]+$/, "", value)
+            gsub(/[ \t]+/, " ", value)
+            if (key == "types") types = value
+            else if (key == "uris") { split(value, u, " "); uris = u[1] }
+            else if (key == "suites") suites = value
+            else if (key == "components") comps = value
+            else if (key == "enabled") enabled = value
+          }
+          END { flush() }
+        ' "$f"
+        ;;
+      *)
+        awk '
+          { sub(/#.*/, "") }
+          $1 == "deb" {
+            i = 2
+            if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+            if (i + 1 > NF) next
+            comps = ""
+            for (j = i + 2; j <= NF; j++) comps = comps (comps == "" ? "" : " ") $j
+            printf "%s\t%s\t%s\n", $i, $(i + 1), comps
+          }
+        ' "$f"
+        ;;
+    esac
+  done
+}
+
+# The Debian mirror debootstrap should use: the first apt entry for bookworm's main component,
+# else the first for another Debian release's (a mirror serves every release), never a
+# security archive or a third-party repository; deb.debian.org when there is none.
 debian_mirror() {
-  local m=""
-  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
-    m=$(awk '/^URIs:/ && $2 ~ /debian\/?$/ && $2 !~ /security/ {print $2; exit}' \
-      /etc/apt/sources.list.d/debian.sources)
-  fi
-  if [ -z "$m" ] && [ -f /etc/apt/sources.list ]; then
-    m=$(awk '$1=="deb" && $2 !~ /security/ && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list)
-  fi
-  printf '%s' "${m:-http://deb.debian.org/debian}"
+  local entries uri suites comps suite best=""
+  entries=$(apt_entries "${1:-/etc/apt}")
+  while IFS=$'\t' read -r uri suites comps; do
+    [[ " $comps " == *" main "* ]] || continue
+    [[ "$uri" == *security* ]] && continue
+    for suite in $suites; do
+      case "$suite" in
+        bookworm)
+          printf '%s' "$uri"
+          return
+          ;;
+        *-security | */updates) ;;
+        bullseye* | buster* | bookworm* | trixie* | forky* | duke* | sid | stable* | oldstable* | \
+          testing* | unstable | experimental)
+          [ -n "$best" ] || best=$uri
+          ;;
+      esac
+    done
+  done <<<"$entries"
+  printf '%s' "${best:-http://deb.debian.org/debian}"
 }
 
 build_python() {
@@ -254,6 +323,8 @@ fetch_codex() {
 }
 
 # -- main ---------------------------------------------------------------------------------
+# Sourced (tests/setup_mirror_test.ts reads the functions above): define, do not run.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 # One run at a time: concurrent test runs would race to start dockerd or import images.
 if [ "$(id -u)" = 0 ] && command -v flock >/dev/null 2>&1; then
   exec 9>/tmp/vf-setup.lock
