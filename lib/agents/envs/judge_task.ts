@@ -1,12 +1,14 @@
 /**
  * What an agentic judge works on: criteria (from a rubric file, or a default `solved`
  * yes/no), the {@link JudgeTask} that puts the judge in a sandbox holding the solver's
- * workspace, and the scoring of the verdicts it writes to `/tmp/verdict.json`.
+ * workspace, and the scoring of the verdicts it gives in its final reply. The reply is the
+ * one place the solver cannot write: any file in the sandbox can be rewritten by what the
+ * solver left running, or by its code when the judge runs it.
  * @module
  */
 import { EnvError, TaskError } from "../../errors.ts";
 import { choiceScore, type Criterion } from "../../scoring/judges/criteria.ts";
-import { readText, Task, type TaskHookContext, type TaskScores } from "../../tasks/task.ts";
+import { Task, type TaskHookContext, type TaskScores } from "../../tasks/task.ts";
 import { restoreArtifacts, type TaskTrace } from "../../tasks/rollout.ts";
 import type { AgentRun } from "../agent.ts";
 
@@ -60,9 +62,34 @@ export function scoreVerdict(
   return { score, scores };
 }
 
-/** Where the judge writes its verdict, and where the solver's trace is put for it. */
-export const VERDICT_PATH = "/tmp/verdict.json";
+/** Where the solver's trace is put for the judge. */
 export const TRACE_PATH = "/tmp/trace.json";
+
+/**
+ * The verdict in a judge's final reply: the reply itself as JSON, else its last fenced code
+ * block, else the text from its first `{` to its last `}`.
+ * @throws {TaskError} when none of them is JSON
+ */
+export function verdictFromReply(reply: string): unknown {
+  const text = reply.trim();
+  const fences = [...text.matchAll(/```[a-z]*\s*\n([\s\S]*?)```/gi)].map((m) => m[1]);
+  const braces = text.indexOf("{") >= 0
+    ? text.slice(text.indexOf("{"), text.lastIndexOf("}") + 1)
+    : "";
+  for (const candidate of [text, fences.at(-1), braces]) {
+    if (!candidate) continue;
+    try {
+      return JSON.parse(candidate);
+    } catch {
+      // the next form
+    }
+  }
+  throw new TaskError(
+    `The judge's final reply holds no JSON verdict (${
+      text ? `it begins "${text.slice(0, 80)}"` : "it is empty"
+    }); the judge must end with a reply of {"verdicts": [...]}`,
+  );
+}
 
 const DEFAULT_POLICY = "You are a strict grader. The work of an AI agent on the task below is " +
   "in your sandbox. Inspect it with your tools (run the code, read the files), then judge it.";
@@ -101,30 +128,28 @@ export class JudgeTask extends Task {
     this.options = options;
   }
 
-  override async setup({ runtime }: TaskHookContext): Promise<void> {
+  override async setup({ runtime, trace, signal }: TaskHookContext): Promise<void> {
     if (!this.options.shared) await restoreArtifacts(runtime, this.solver.artifacts);
-    // Anything already at these paths (a verdict the solver planted, a symlink) goes first.
-    const rm = await runtime.run(["rm", "-rf", VERDICT_PATH, TRACE_PATH]);
+    else if (runtime.capabilities.kill_processes && runtime.killProcesses) {
+      // The solver is done; what it left running must not change the workspace (or the trace
+      // file) while the judge looks at it.
+      await runtime.killProcesses({ signal });
+      trace.info.solver_processes_killed = true;
+    } else {
+      trace.info.solver_processes_killed = false;
+    }
+    // Anything already at this path (a file the solver planted, a symlink) goes first.
+    const rm = await runtime.run(["rm", "-rf", TRACE_PATH]);
     if (rm.exit_code !== 0) {
       throw new TaskError(`Cannot clear the judge's files: ${rm.stderr.trim()}`);
     }
     await runtime.write(TRACE_PATH, JSON.stringify(this.solver.trace, null, 2));
   }
 
-  override async finalize({ runtime, trace }: TaskHookContext): Promise<void> {
-    let text: string;
-    try {
-      text = await readText(runtime, VERDICT_PATH, 1_000_000);
-    } catch (error) {
-      throw new TaskError(`The judge wrote no verdict to ${VERDICT_PATH}`, { cause: error });
-    }
-    try {
-      trace.info.verdict = JSON.parse(text);
-    } catch (error) {
-      throw new TaskError(
-        `The judge's ${VERDICT_PATH} is not JSON: ${(error as Error).message}`,
-      );
-    }
+  // deno-lint-ignore require-await
+  override async finalize({ trace }: TaskHookContext): Promise<void> {
+    const last = [...trace.messages].reverse().find((m) => m.role === "assistant");
+    trace.info.verdict = verdictFromReply(textOf(last?.content));
     trace.info.solver_trace_id = this.solver.trace.trace_id;
   }
 
@@ -153,14 +178,16 @@ function judgePrompt(task: Task, solver: TaskTrace, options: JudgeTaskOptions): 
       ...options.criteria.map((c) =>
         `- ${c.name}: ${c.text} (answer one of: ${c.choices.join(", ")})`
       ),
-      `Write your verdicts as JSON to ${VERDICT_PATH}, one per criterion:`,
+      "When you are done, give your verdicts as your final reply (no tool call), as JSON, one " +
+      "per criterion; only that reply counts, files in the sandbox are not read:",
       `{"verdicts": [{"name": "<criterion>", "reason": "<why>", "verdict": "<choice>"}]}`,
     ].join("\n"),
   );
   const artifacts = (task.data.artifacts ?? []).map((a) => a.source);
   parts.push(
     options.shared
-      ? "## Workspace\nYou are in the agent's own sandbox, as the agent left it."
+      ? "## Workspace\nYou are in the agent's own sandbox, as the agent left it (the " +
+        "processes it left running were stopped where the sandbox allows it)."
       : `## Workspace\nYou are in a fresh sandbox holding only the agent's declared outputs${
         artifacts.length ? ` (${artifacts.join(", ")})` : ""
       }; nothing else the agent did is here.`,
@@ -170,6 +197,14 @@ function judgePrompt(task: Task, solver: TaskTrace, options: JudgeTaskOptions): 
       `Its final reply was:\n${finalReply(solver)}`,
   );
   return parts.join("\n\n");
+}
+
+/** A message's text: a string, or the text parts of a list. */
+function textOf(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return content.map((p) => (p?.type === "text" && typeof p.text === "string" ? p.text : ""))
+    .join("");
 }
 
 function finalReply(trace: TaskTrace): string {
