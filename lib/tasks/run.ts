@@ -97,7 +97,10 @@ export function renderTaskSummary(summary: TaskRunSummary): string {
         }: left out of reward and pass@k)`
         : ""
     }`,
-    ...Object.entries(summary.avg_rewards).map(([k, v]) => `  reward ${k}: ${v.toFixed(4)}`),
+    // A lone reward named "reward" (Harbor's) is the headline above, not a breakdown of it.
+    ...Object.entries(summary.avg_rewards)
+      .filter(([k]) => !(k === "reward" && Object.keys(summary.avg_rewards).length === 1))
+      .map(([k, v]) => `  reward ${k}: ${v.toFixed(4)}`),
     ...Object.entries(summary.avg_metrics).map(([k, v]) => `  metric ${k}: ${v.toFixed(4)}`),
     ...Object.entries(summary.pass_at_k).map(([k, v]) => `  pass@${k}: ${v.toFixed(3)}`),
     ...(summary.num_failed_episodes
@@ -496,28 +499,66 @@ async function validateTasks(
 }
 
 /**
- * A dedicated ssh host is one sandbox: rollouts on it at once would share its files (and
- * overwrite each other's answers). Refuse such a run before it starts instead of letting
- * the rollouts corrupt each other.
+ * A dedicated ssh host is one sandbox: sandboxes on it take turns (a grader on the agent's
+ * host waits until the agent has handed it back), so each dedicated host serves one rollout
+ * at a time. Refuse before the run starts what its hosts cannot serve, instead of letting
+ * rollouts fail one by one: more rollouts at once than one, on the agent's host or on a
+ * grading host of its own, or a warm sandbox that would sit on the host the next one waits for.
+ * @param options.tasks the run's tasks, whose own `scoring` may put graders on a dedicated host
+ * @param options.role the role whose policy this is, for messages; default `agent`
  * @throws {ConfigError}
  */
 export function requireIsolatableConcurrency(
-  runtime: AgentPolicy["runtime"],
+  policy: Pick<AgentPolicy, "runtime" | "scoring">,
   maxConcurrent: number,
+  options: { tasks?: Task[]; role?: string } = {},
 ): void {
-  const r = runtime as { type?: string; dedicated?: boolean; host?: string; warm_pool?: number };
-  if (r.type !== "ssh" || r.dedicated !== true) return;
-  if (maxConcurrent > 1) {
+  type Host = {
+    type?: string;
+    dedicated?: boolean;
+    host?: string;
+    port?: number;
+    user?: string;
+    warm_pool?: number;
+  };
+  const role = options.role ?? "agent";
+  const dedicated = (r: Host) => r.type === "ssh" && r.dedicated === true;
+  const turns = (r: Host, field: string, what: string) => {
+    if (maxConcurrent <= 1) return;
     throw new ConfigError(
-      `env.agent.runtime: ssh host "${r.host}" is dedicated, so it holds one sandbox at a time ` +
-        `and rollouts on it at once would share its files; run with -c 1 (max_concurrent = 1), ` +
-        `got ${maxConcurrent}`,
+      `${field}: ssh host "${r.host}" is dedicated, so it holds one sandbox at a time and ` +
+        `${what}; run with -c 1 (max_concurrent = 1), got ${maxConcurrent}`,
     );
+  };
+  const agent = policy.runtime as Host;
+  if (dedicated(agent)) {
+    turns(agent, `env.${role}.runtime`, "rollouts on it at once would share its files");
+    if ((agent.warm_pool ?? 0) > 0) {
+      throw new ConfigError(
+        `env.${role}.runtime: ssh host "${agent.host}" is dedicated, so it cannot keep warm ` +
+          `sandboxes beside the one in use; remove warm_pool`,
+      );
+    }
   }
-  if ((r.warm_pool ?? 0) > 0) {
-    throw new ConfigError(
-      `env.agent.runtime: ssh host "${r.host}" is dedicated, so it cannot keep warm sandboxes ` +
-        `beside the one in use; remove warm_pool`,
-    );
+  // Graders: the run's scoring.runtime over each isolated task's own, over the agent's runtime.
+  const tasks: Array<Task | null> = options.tasks?.length ? options.tasks : [null];
+  for (const task of tasks) {
+    const scoring = { ...(task?.data.scoring ?? {}), ...(policy.scoring ?? {}) };
+    if (scoring.mode !== "isolated") continue;
+    const grader = { ...policy.runtime, ...(scoring.runtime ?? {}) } as Host;
+    if (!dedicated(grader)) continue;
+    const field = policy.scoring?.runtime || !task
+      ? `env.${role}.scoring.runtime`
+      : `task "${task.key}" scoring.runtime`;
+    const agentsHost = dedicated(agent) && grader.host === agent.host &&
+      grader.port === agent.port && grader.user === agent.user;
+    if (agentsHost && (grader.warm_pool ?? 0) > 0) {
+      throw new ConfigError(
+        `${field}: ssh host "${grader.host}" is dedicated and holds the agent's sandboxes too, ` +
+          `so it cannot keep a warm grading sandbox: an idle one would hold the host the next ` +
+          `agent waits for; remove warm_pool, or give the grader a host of its own`,
+      );
+    }
+    if (!agentsHost) turns(grader, field, "grades one rollout at a time");
   }
 }

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { modelRetries, summarizeTraces } from "./run.ts";
+import { modelRetries, renderTaskSummary, summarizeTraces } from "./run.ts";
 import type { TaskTrace } from "./rollout.ts";
 
 function trace(task: string, reward: number | null, infra = false): TaskTrace {
@@ -103,4 +103,32 @@ Deno.test("summarizeTraces() and modelRetries() count retried model requests, fa
   assert.equal(modelRetries(a), 2);
   assert.equal(modelRetries(b), 3);
   assert.equal(summarizeTraces([a, b], base).num_model_retries, 5);
+});
+
+Deno.test("renderTaskSummary() does not repeat a lone reward named reward, and lists named ones", () => {
+  const harbor = summarizeTraces(
+    [{ ...trace("a", 1), rewards: { reward: 1 } } as unknown as TaskTrace],
+    { ...base, num_tasks: 1, rollouts_per_task: 1 },
+  );
+  const text = renderTaskSummary(harbor);
+  assert.match(text, /^reward 1\.0000/m);
+  assert.doesNotMatch(text, /reward reward/);
+  const named = renderTaskSummary(
+    summarizeTraces([trace("a", 1)], { ...base, rollouts_per_task: 1 }),
+  );
+  assert.match(named, /^  reward correct: 1\.0000$/m);
+});
+
+Deno.test("summarizeTraces(): a run lost to its judges says so, not that the task's hooks failed", () => {
+  const judged = (t: TaskTrace) =>
+    ({
+      ...t,
+      error: { phase: "judge", error: "JudgeVerdictError", message: "no verdict" },
+    }) as unknown as TaskTrace;
+  const s = summarizeTraces([judged(trace("a", null)), judged(trace("b", null))], {
+    ...base,
+    rollouts_per_task: 1,
+  });
+  assert.equal(s.avg_reward, null);
+  assert.match(s.no_score_reason!, /0 in the task's own hooks or rewards, 2 in judges/);
 });
