@@ -8,18 +8,18 @@ import process from "node:process";
 import { readdir, stat } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { BUILTINS } from "../../environments/mod.ts";
+import { BUILTINS, TASKSETS } from "../../environments/mod.ts";
 import { type ChatClient, tokenCapture } from "../model/client.ts";
-import { deepMerge, type EvalConfig, readToml, validateEvalConfig } from "../config.ts";
+import { deepMerge, type EvalConfig, samplingOf, validateEvalConfig } from "../config.ts";
 import type { Environment } from "../envs/environment.ts";
 import { ConfigError, describeError } from "../errors.ts";
 import { evaluate } from "../eval/evaluate.ts";
-import { loadEnvironment } from "../envs/load.ts";
+import { loadEnvironment, resolveEnvironmentModule } from "../envs/load.ts";
 import { forwardableConfig, ServerEnvironment } from "../serve/client.ts";
 import { RemoteEnvironment, startSandboxHost } from "../sandbox/remote.ts";
 import { ProgressDisplay, renderSummary } from "../eval/progress.ts";
 import { loadMetadata, loadOutputs, writeJsonAtomic } from "../eval/results.ts";
-import { flagsToConfig, parseArgs } from "./args.ts";
+import { configFileArg, flagsToConfig, parseArgs } from "./args.ts";
 import {
   budgetOf,
   budgetStopMessage,
@@ -154,13 +154,7 @@ export async function resolveEval(config: EvalConfig, source: string) {
   }
   if (config.extra_env_kwargs) environmentTyped.setKwargs(config.extra_env_kwargs);
   if (config.timeout) environmentTyped.setKwargs({ timeout_seconds: config.timeout });
-  const sampling: Record<string, unknown> = { ...(config.sampling_args ?? {}) };
-  if (config.max_tokens !== undefined && sampling.max_tokens === undefined) {
-    sampling.max_tokens = config.max_tokens;
-  }
-  if (config.temperature !== undefined && sampling.temperature === undefined) {
-    sampling.temperature = config.temperature;
-  }
+  const sampling = samplingOf(config);
   tokenCapture(sampling.return_token_ids); // a bad value fails here, before the run starts
   return {
     env: environmentTyped,
@@ -224,6 +218,23 @@ async function findResumable(
 }
 
 /** An environment spec as saved with a run: a local path made absolute, anything else as is. */
+/**
+ * Whether `spec` names a taskset rather than an environment: a built-in taskset, or a local
+ * module exporting `loadTaskset()` and no `loadEnvironment()`. URLs load in a host process
+ * and are taken as environments (their error points to vf run).
+ */
+async function isTaskset(spec: string): Promise<boolean> {
+  if (BUILTINS[spec] || BUILTINS[spec.replaceAll("_", "-")]) return false;
+  if (TASKSETS[spec] || TASKSETS[spec.replaceAll("_", "-")]) return true;
+  if (/^https?:\/\//.test(spec) || !/[./\\]/.test(spec)) return false;
+  try {
+    const { module } = await resolveEnvironmentModule(spec, {}, "loadTaskset");
+    return typeof (module as unknown as Record<string, unknown>).loadEnvironment !== "function";
+  } catch {
+    return false; // loading it as an environment names what is wrong
+  }
+}
+
 function envSource(spec: string): string {
   return /^[./]/.test(spec) && existsSync(spec) ? resolve(spec) : spec;
 }
@@ -234,21 +245,19 @@ export async function cmdEval(argv: string[]): Promise<number> {
     process.stdout.write(EVAL_HELP);
     return 0;
   }
-  const positional = flags._.map(String);
-  let fileConfig: Record<string, unknown> = {};
-  let source = "command line";
-  if (positional[0] === "@" || positional[0]?.startsWith("@")) {
-    const path = positional[0] === "@" ? positional[1] : positional[0].slice(1);
-    if (!path) throw new ConfigError("vf eval @ needs a config file: vf eval @ config.toml");
-    fileConfig = await readToml(path);
-    source = path;
-    positional.splice(0, positional[0] === "@" ? 2 : 1);
-  }
+  const { fileConfig, source, rest: positional } = await configFileArg(flags._.map(String), "eval");
   const cliConfig = flagsToConfig(flags as Record<string, unknown>);
-  if (positional[0]) cliConfig.env_id = positional[0];
   if (positional.length > 1) {
     throw new ConfigError(`Unexpected arguments: ${positional.slice(1).join(" ")}`);
   }
+  const spec = positional[0] ?? (fileConfig.env_id as string | undefined);
+  if (typeof spec === "string" && await isTaskset(spec)) {
+    // A taskset named where an environment goes: run it, as vf run would.
+    const merged = deepMerge(deepMerge(fileConfig, cliConfig), { env: { taskset: { id: spec } } });
+    delete merged.env_id;
+    return await runTasks(validateEvalConfig(merged, source), merged, source);
+  }
+  if (positional[0]) cliConfig.env_id = positional[0];
   const merged = deepMerge(fileConfig, cliConfig);
   const config = validateEvalConfig(merged, source);
   if (config.env && "taskset" in config.env) return await runTasks(config, merged, source);

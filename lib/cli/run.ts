@@ -23,12 +23,12 @@ import { loadPluggedHooks } from "../tasks/plugged.ts";
 import { loadToolsets } from "../tools/config.ts";
 import { loadServices } from "../services/compose.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
-import { type ChatClient, tokenCapture } from "../model/client.ts";
+import type { ChatClient } from "../model/client.ts";
 import { resolveEnvironmentModule } from "../envs/load.ts";
-import { deepMerge, type EvalConfig, validateEvalConfig } from "../config.ts";
+import { deepMerge, type EvalConfig, samplingOf, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
-import { flagsToConfig, parseArgs } from "./args.ts";
+import { configFileArg, flagsToConfig, parseArgs } from "./args.ts";
 import {
   budgetOf,
   budgetStopMessage,
@@ -45,7 +45,8 @@ import type { SandboxSource } from "../../runtimes/pool.ts";
 import { onInterrupt } from "./interrupt.ts";
 import { runOutcome } from "./outcome.ts";
 
-const RUN_HELP = `vf run <taskset> [options]     (same as: vf eval @ cfg.toml with [env.taskset] id)
+const RUN_HELP = `vf run <taskset> [options]     (same as: vf eval <taskset>)
+vf run @ <config.toml> [options]  the taskset and settings from a TOML file ([env.taskset] id)
 
 Runs an agent on each task of a taskset inside sandboxes and grades it.
   -n <tasks>  -r <rollouts per task>  -c <concurrent rollouts (default 4)>
@@ -107,18 +108,9 @@ export async function runTasks(
   if (typeof rawTaskset?.id !== "string" || !rawTaskset.id) {
     throw new ConfigError(`${source}: env.taskset.id: the taskset to run is required`);
   }
-  // A bad return_token_ids fails here, before any sandbox starts (each role's too).
-  tokenCapture(config.sampling_args?.return_token_ids);
-  for (const [name, role] of Object.entries(rawEnv)) {
-    const sampling = (role as { sampling?: Record<string, unknown> } | null)?.sampling;
-    if (sampling && typeof sampling === "object") {
-      try {
-        tokenCapture(sampling.return_token_ids);
-      } catch (error) {
-        throw new ConfigError(`${source}: env.${name}.sampling: ${(error as Error).message}`);
-      }
-    }
-  }
+  // sampling_args and each role's sampling were checked by their schema (return_token_ids
+  // among them) before any sandbox starts; -t/-T fill in what they do not set.
+  const samplingArgs = samplingOf(config);
   const resolved = await resolveClient(config);
   const { model, baseUrl, keyVar, cache, meter } = resolved;
   const client = inject.client ?? resolved.client;
@@ -143,7 +135,7 @@ export async function runTasks(
       source,
       client: modelClient,
       model,
-      samplingArgs: config.sampling_args,
+      samplingArgs,
       // A role on an endpoint of its own is metered alongside the agent's calls.
       makeClient: (c) => limited(meter.alongside(roleClient(c))),
       sandboxes,
@@ -321,7 +313,7 @@ async function runEnv(
       taskset,
       env,
       model,
-      samplingArgs: config.sampling_args,
+      samplingArgs: samplingOf(config),
       numTasks,
       rolloutsPerTask: rollouts,
       maxConcurrent: config.max_concurrent ?? 4,
@@ -399,10 +391,21 @@ export async function cmdRun(argv: string[]): Promise<number> {
     process.stdout.write(RUN_HELP);
     return 0;
   }
-  const positional = flags._.map(String);
-  if (!positional[0]) throw new ConfigError("vf run needs a taskset: vf run file-sum -n 1 -r 1");
+  const { fileConfig, source, rest: positional } = await configFileArg(flags._.map(String), "run");
+  if (positional.length > 1) {
+    throw new ConfigError(`Unexpected arguments: ${positional.slice(1).join(" ")}`);
+  }
+  const fromFile = (fileConfig.env as { taskset?: { id?: unknown } } | undefined)?.taskset?.id;
+  if (!positional[0] && !fromFile) {
+    throw new ConfigError(
+      source === "command line"
+        ? "vf run needs a taskset: vf run file-sum -n 1 -r 1, or vf run @ config.toml"
+        : `${source}: env.taskset.id: the taskset to run is required`,
+    );
+  }
   const cliConfig = flagsToConfig(flags as Record<string, unknown>);
-  const merged = deepMerge({ env: { taskset: { id: positional[0] } } }, cliConfig);
-  const config = validateEvalConfig(merged, "command line");
-  return await runTasks(config, merged, "command line");
+  const named = positional[0] ? { env: { taskset: { id: positional[0] } } } : {};
+  const merged = deepMerge(deepMerge(fileConfig, named), cliConfig);
+  const config = validateEvalConfig(merged, source);
+  return await runTasks(config, merged, source);
 }
