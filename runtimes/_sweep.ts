@@ -6,14 +6,16 @@
  */
 
 /**
- * Arguments: `main` or `-`, then the pids to spare (the command channel's supervisors). PID 1
- * and the sweep itself are always spared; with `main`, so is PID 1's oldest child (the
- * container's own command under Docker's init: killing it would stop the container).
+ * Arguments: the process name of the container's own command (`sleep`) or `-`, then the pids
+ * to spare (the command channel's supervisors). PID 1 and the sweep itself are always spared.
+ * When PID 1 is not that command (an init runs it, as Docker's does), the oldest child of PID
+ * 1 by that name is spared too: killing it would stop the container. No process can be older
+ * than the command, so a look-alike an agent left is not spared.
  *
  * Every other process is stopped as it is found (so none can fork away), pass after pass until
  * a pass finds no new one; then all are SIGKILLed and waited for (2 s at most). It prints the
- * number of those still alive after that (0 when the sweep succeeded) and exits 0; without
- * `/proc` it prints `noproc`.
+ * number of processes still alive after that, those it was not allowed to signal included (0
+ * when the sweep succeeded), and exits 0; without `/proc` it prints `noproc`.
  */
 export const SWEEP = `me=$$
 keep=" 1 $me "
@@ -21,12 +23,17 @@ want=$1
 shift
 for p in "$@"; do keep="$keep$p "; done
 [ -d /proc/self ] || { echo noproc; exit 0; }
-if [ "$want" = main ]; then
+st=
+read -r st 2>/dev/null </proc/1/stat
+c=\${st#*\\(}
+if [ "$want" != - ] && [ "\${c%\\)*}" != "$want" ]; then
   main=
   first=
   for d in /proc/[0-9]*; do
     st=
     read -r st 2>/dev/null <"$d/stat" || continue
+    c=\${st#*\\(}
+    [ "\${c%\\)*}" = "$want" ] || continue
     st=\${st##*) }
     set -- $st
     [ "$2" = 1 ] || continue
@@ -36,24 +43,36 @@ if [ "$want" = main ]; then
   [ -n "$main" ] && keep="$keep$main "
 fi
 stopped=" "
+denied=" "
 changed=1
 while [ "$changed" = 1 ]; do
   changed=0
   for d in /proc/[0-9]*; do
     n=\${d#/proc/}
-    case "$keep$stopped" in *" $n "*) continue ;; esac
+    case "$keep$stopped$denied" in *" $n "*) continue ;; esac
     st=
     read -r st 2>/dev/null <"$d/stat" || continue
     st=\${st##*) }
     set -- $st
     [ "$2" = "$me" ] && continue
-    kill -STOP "$n" 2>/dev/null || continue
+    if ! kill -STOP "$n" 2>/dev/null; then
+      # Gone meanwhile, or not ours to signal (a sandbox user that is not root): a survivor.
+      [ -e "$d" ] && denied="$denied$n "
+      continue
+    fi
     stopped="$stopped$n "
     changed=1
   done
 done
 for n in $stopped; do kill -KILL "$n" 2>/dev/null; done
 left=0
+for n in $denied; do
+  st=Z
+  while read -r k v rest; do
+    if [ "$k" = "State:" ]; then st=$v; break; fi
+  done 2>/dev/null <"/proc/$n/status"
+  case $st in Z|X) ;; *) left=$((left + 1)) ;; esac
+done
 ticks=0
 for n in $stopped; do
   spins=0

@@ -156,12 +156,7 @@ export interface DockerRuntimeOptions {
 /** A Docker container as a {@linkcode Runtime}. */
 export class DockerRuntime implements Runtime {
   readonly type = "docker";
-  readonly capabilities: RuntimeCapabilities = {
-    isolation: true,
-    users: true,
-    network_control: true,
-    kill_processes: true,
-  };
+  readonly capabilities: RuntimeCapabilities;
   readonly spec: DockerRuntimeSpec;
   #options: DockerRuntimeOptions;
   #id = "";
@@ -179,6 +174,13 @@ export class DockerRuntime implements Runtime {
   constructor(spec: DockerRuntimeSpec, options: DockerRuntimeOptions = {}) {
     if (!spec.image) throw new TypeError("A docker runtime needs an image");
     this.spec = spec;
+    // A sweep spares the container's command only when it is vf's own `sleep infinity`.
+    this.capabilities = {
+      isolation: true,
+      users: true,
+      network_control: true,
+      kill_processes: spec.command === undefined,
+    };
     this.#options = options;
     this.#ledger = options.ledger === undefined ? defaultLedger() : options.ledger;
   }
@@ -597,12 +599,17 @@ export class DockerRuntime implements Runtime {
    */
   async killProcesses(options: { signal?: AbortSignal } = {}): Promise<void> {
     const id = this.#requireRunning();
+    if (!this.capabilities.kill_processes) {
+      throw new SandboxStateError(
+        `Container "${this.#short()}" runs its own command, which a sweep cannot tell apart`,
+      );
+    }
     // A supervisor still opening would be swept as a stranger: let it finish first.
     await this.#channelOpening;
     const channel = this.#channel;
     const spare = channel?.alive ? channel.pids : [];
     const execId = await this.#createExec(id, {
-      Cmd: ["/bin/sh", "-c", SWEEP, "vf-sweep", "main", ...spare.map(String)],
+      Cmd: ["/bin/sh", "-c", SWEEP, "vf-sweep", "sleep", ...spare.map(String)],
       AttachStdout: true,
       AttachStderr: true,
       User: "0",

@@ -58,6 +58,7 @@ import type {
 import { parseMemory } from "../docker/mod.ts";
 import { ENV_NAME, KILL_TREES, PREPARE, READ_FILE, RUN_WRAPPER, WRITE_FILE } from "../ssh/shell.ts";
 import { tarSideExcludes } from "../ssh/runtime.ts";
+import { SWEEP } from "../_sweep.ts";
 import { KubeApiError, KubeClient, type KubeStatus, loadKubeTarget } from "./api.ts";
 import type { WebSocketConnection } from "./websocket.ts";
 
@@ -150,6 +151,7 @@ export class KubernetesRuntime implements Runtime {
     isolation: true,
     users: false,
     network_control: true,
+    kill_processes: true,
   };
   readonly spec: KubernetesRuntimeSpec;
   #options: KubernetesRuntimeOptions;
@@ -579,6 +581,42 @@ export class KubernetesRuntime implements Runtime {
     });
     await within(session.done.catch(() => {}), 5_000);
     session.close();
+  }
+
+  /**
+   * Kills every process in the pod's container but its command (`sleep infinity`, PID 1, or
+   * the child of an init there) and the sweep itself (see {@link Runtime.killProcesses}).
+   * @throws {SandboxError} when some survive (a process of another user than the container's),
+   *   or the image has no `/bin/sh` or `/proc`
+   */
+  async killProcesses(options: { signal?: AbortSignal } = {}): Promise<void> {
+    this.#requireRunning();
+    const out: Uint8Array[] = [];
+    const err: Uint8Array[] = [];
+    const session = await this.#exec(["/bin/sh", "-c", SWEEP, "vf-sweep", "sleep"], {
+      onStdout: (chunk) => out.push(chunk),
+      onStderr: (chunk) => err.push(chunk),
+    });
+    const ran = await untilInterrupted(session.done, { timeoutMs: 60_000, signal: options.signal });
+    if (ran.outcome !== "done") {
+      session.close();
+      if (ran.outcome === "abort") throw options.signal!.reason;
+      throw new SandboxError(
+        `Killing the processes in ${this.#label()} did not finish within 60 s`,
+      );
+    }
+    this.#groups.clear();
+    const said = decodeChunks(out).trim();
+    if (said !== "0") {
+      const why = said === "noproc"
+        ? "it has no /proc"
+        : /^\d+$/.test(said)
+        ? `${said} process(es) survived SIGKILL (the container's user may not signal them)`
+        : `the sweep could not run (exit ${ran.value}: ${
+          `${decodeChunks(err)}${said}`.trim().slice(0, 300)
+        }); the image needs /bin/sh`;
+      throw new SandboxError(`Cannot kill the processes left in ${this.#label()}: ${why}`);
+    }
   }
 
   /** A process kept running with its stdin open (see {@link Runtime.spawn}). */
