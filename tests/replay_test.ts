@@ -201,13 +201,16 @@ Deno.test("vf replay re-runs a vf run (file-sum in Docker) from its record with 
 });
 
 const CAPITALS = (check: string) => `
-import { reward, Task, Taskset } from "${MOD_URL}";
+import { metric, reward, Task, Taskset } from "${MOD_URL}";
 class Capital extends Task {
   static override HARNESS = "null";
   said = reward(({ trace }) => {
     const text = String(trace.messages.at(-1)?.content ?? "");
     return ${check} ? 1 : 0;
   }, { offline: true });
+  // Hooks that need the sandbox: a rescore cannot run them again.
+  looked = reward(() => 1, { weight: 0 });
+  probed = metric(() => 1);
 }
 class Capitals extends Taskset {
   get id() { return "capitals"; }
@@ -265,6 +268,18 @@ Deno.test("vf rescore re-applies a task run's changed offline reward to its save
   assert.equal(rescore.code, 0, transcript(rescore));
   const target = /^Saving traces to (.+)$/m.exec(rescore.stderr)![1];
   assert.deepEqual(await rewards(target), new Map([["fr", 1], ["it", 1]]));
+  // A reward and a metric that could not run again are both dropped, and named on the trace.
+  const before: Json = JSON.parse(
+    (await Deno.readTextFile(join(source, "traces.jsonl"))).split("\n")[0],
+  );
+  assert.equal(before.rewards.looked, 1);
+  assert.equal(before.metrics.probed, 1);
+  for (const line of (await Deno.readTextFile(join(target, "traces.jsonl"))).trim().split("\n")) {
+    const t = JSON.parse(line);
+    assert.deepEqual(Object.keys(t.rewards), ["said"]);
+    assert.equal(t.metrics.probed, undefined, "a skipped metric kept its old value");
+    assert.deepEqual(t.info.rescore_skipped.sort(), ["looked", "probed"]);
+  }
   const meta = JSON.parse(await Deno.readTextFile(join(target, "metadata.json")));
   assert.equal(meta.rescored_from, source);
   assert.equal(meta.avg_reward, 1);

@@ -257,14 +257,16 @@ async function rescoreTasks(runDir: string, flags: ReturnType<typeof parseArgs>)
           out.push({ ...t, run_id: id });
           continue;
         }
-        const { scores, info } = await rescoreTrace(task, t, { judges });
+        const { scores, skipped, info } = await rescoreTrace(task, t, { judges });
+        // What could not run again is dropped alike, rewards and metrics: an old value beside
+        // new ones would pass for a rescored one. The trace names what was skipped.
         out.push({
           ...t,
           run_id: id,
           reward: scores.reward,
           rewards: scores.rewards,
-          metrics: { ...t.metrics, ...scores.metrics },
-          info,
+          metrics: scores.metrics,
+          info: skipped.length ? { ...info, rescore_skipped: skipped } : info,
         });
       }
       await writeJsonAtomic(join(target, "config.json"), {
