@@ -587,6 +587,19 @@ Deno.test("vf eval rejects bad input with one clear error line naming the file o
       `export function loadEnvironment() {\n` +
       `  return new SingleTurnEnv({ evalDataset: () => [{ text: "hi", answer: "x" }] });\n}\n`,
   );
+  // Mixed rows: row 0 (a question) and row 1 (a prompt) are fine, row 2 has neither.
+  const badRows = file(
+    "bad_rows.jsonl",
+    '{"question":"q0","answer":"0"}\n{"prompt":[{"role":"user","content":"p1"}],"answer":"1"}\n' +
+      '{"answer":"2"}\n',
+  );
+  const badRowEnv = file(
+    "bad_row_env.ts",
+    `import { loadDataset, SingleTurnEnv } from "${MOD_URL}";\n` +
+      `export async function loadEnvironment() {\n` +
+      `  const ds = await loadDataset(new URL("./bad_rows.jsonl", import.meta.url));\n` +
+      `  return new SingleTurnEnv({ evalDataset: ds });\n}\n`,
+  );
   const brokenEnv = file("broken_env.ts", "export function loadEnvironment( {\n");
 
   // A port that was just free: nothing listens there.
@@ -637,12 +650,17 @@ Deno.test("vf eval rejects bad input with one clear error line naming the file o
     {
       name: "environment module whose dataset has neither prompt nor question",
       args: ["eval", noPromptEnv],
-      message: [noPromptEnv, 'neither a "prompt" nor a "question" column'],
+      message: [noPromptEnv, 'eval_dataset: no "question" (or "prompt") column'],
     },
     {
       name: "environment module whose lazily built dataset has neither prompt nor question",
       args: ["eval", lazyNoPromptEnv],
-      message: [lazyNoPromptEnv, 'neither a "prompt" nor a "question" column'],
+      message: [lazyNoPromptEnv, 'eval_dataset: no "question" (or "prompt") column'],
+    },
+    {
+      name: "environment module whose data file has a row with neither prompt nor question",
+      args: ["eval", badRowEnv],
+      message: [`${badRows}: row 2: no "question" (or "prompt") column`],
     },
     {
       name: "environment module with a syntax error",

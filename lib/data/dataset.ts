@@ -53,6 +53,55 @@ export const DATASET_FORMAT_VERSION = 1;
 /** The file names of a saved dataset directory. */
 export const DATASET_DATA_FILE = "data.jsonl";
 let rowsOf: (ds: Dataset) => readonly Row[];
+let originOf: (ds: Dataset) => Origin | null;
+let withOrigin: (ds: Dataset, origin: Origin | null) => Dataset;
+
+/**
+ * Where a dataset's rows came from, so an error can name a bad row's file and its place
+ * there even after the rows were shuffled, selected or concatenated.
+ */
+interface Origin {
+  /** The sources: file paths or URLs. */
+  readonly labels: readonly string[];
+  /** Per row, its source in `labels` (-1: none known); null when every row has the first. */
+  readonly source: Int32Array | null;
+  /** Per row, its index in its source; null when that is the row's own index. */
+  readonly index: Int32Array | null;
+}
+
+/** The origin of the rows `picked` (indices into the rows `origin` describes). */
+function pickOrigin(origin: Origin | null, picked: readonly number[]): Origin | null {
+  if (!origin) return null;
+  const { source, index } = origin;
+  return {
+    labels: origin.labels,
+    source: source && Int32Array.from(picked, (i) => source[i]),
+    index: Int32Array.from(picked, (i) => (index ? index[i] : i)),
+  };
+}
+
+/**
+ * The dataset's rows labelled as coming from `source` (a file path or URL), row `i` being
+ * row `i` there; errors about a row then name it as `<source>: row <i>`.
+ */
+export function withSource(ds: Dataset, source: string): Dataset {
+  return withOrigin(ds, { labels: [source], source: null, index: null });
+}
+
+/** Where a row came from: its file (or URL) and its index there, counting from 0. */
+export interface RowOrigin {
+  source: string;
+  row: number;
+}
+
+/** Where row `i` of `ds` came from, or null when its rows were built in memory. */
+export function rowOrigin(ds: Dataset, i: number): RowOrigin | null {
+  const origin = originOf(ds);
+  if (!origin) return null;
+  const s = origin.source ? origin.source[i] : 0;
+  if (s === undefined || s < 0) return null;
+  return { source: origin.labels[s], row: origin.index ? origin.index[i] : i };
+}
 
 /**
  * The dataset's own rows, not copies, for the library's read-only passes over a large
@@ -74,14 +123,22 @@ export const DATASET_INFO_FILE = "dataset_info.json";
 export class Dataset implements Iterable<Row> {
   readonly #rows: readonly Row[];
   readonly #columns: readonly string[];
+  readonly #origin: Origin | null;
 
   static {
     rowsOf = (ds) => ds.#rows;
+    originOf = (ds) => ds.#origin;
+    withOrigin = (ds, origin) => new Dataset(ds.#rows, ds.#columns, origin);
   }
 
-  private constructor(rows: readonly Row[], columns: readonly string[]) {
+  private constructor(
+    rows: readonly Row[],
+    columns: readonly string[],
+    origin: Origin | null = null,
+  ) {
     this.#rows = rows;
     this.#columns = columns;
+    this.#origin = origin;
   }
 
   /**
@@ -127,7 +184,11 @@ export class Dataset implements Iterable<Row> {
   static concatenate(datasets: readonly Dataset[]): Dataset {
     const columns = unionColumns(datasets.map((ds) => ds.#columns));
     const rows = datasets.flatMap((ds) => ds.#rows);
-    return Dataset.#fromOwnedRows(rows, columns);
+    return Dataset.#fromOwnedRows(
+      rows,
+      columns,
+      concatOrigins(datasets.map((ds) => ds.#origin), datasets.map((ds) => ds.#rows.length)),
+    );
   }
 
   /**
@@ -177,7 +238,11 @@ export class Dataset implements Iterable<Row> {
         `${dataPath}: has ${rows.length} rows, but ${DATASET_INFO_FILE} says num_rows is ${info.num_rows}`,
       );
     }
-    return Dataset.#fromOwnedRows(rows, unionColumns([columns, ...rows.map(Object.keys)]));
+    return Dataset.#fromOwnedRows(
+      rows,
+      unionColumns([columns, ...rows.map(Object.keys)]),
+      { labels: [dataPath], source: null, index: null },
+    );
   }
 
   static #normalised(rows: Row[]): Dataset {
@@ -185,9 +250,13 @@ export class Dataset implements Iterable<Row> {
   }
 
   /** Wraps rows this class owns, filling missing columns (in column order) where needed. */
-  static #fromOwnedRows(rows: readonly Row[], columns: readonly string[]): Dataset {
+  static #fromOwnedRows(
+    rows: readonly Row[],
+    columns: readonly string[],
+    origin: Origin | null = null,
+  ): Dataset {
     const out = rows.map((row) => (hasColumnsInOrder(row, columns) ? row : reorder(row, columns)));
-    return new Dataset(out, columns);
+    return new Dataset(out, columns, origin);
   }
 
   /** The number of rows. */
@@ -278,7 +347,11 @@ export class Dataset implements Iterable<Row> {
 
   /** Keeps the rows for which `fn` returns a truthy value. */
   filter(fn: (row: Row, index: number) => unknown): Dataset {
-    return new Dataset(this.#rows.filter((row, i) => fn(cloneRow(row), i)), this.#columns);
+    const kept: number[] = [];
+    this.#rows.forEach((row, i) => {
+      if (fn(cloneRow(row), i)) kept.push(i);
+    });
+    return this.#picked(kept);
   }
 
   /**
@@ -286,12 +359,12 @@ export class Dataset implements Iterable<Row> {
    * @throws {RangeError} if an index is out of range
    */
   select(indices: Iterable<number>): Dataset {
-    const rows: Row[] = [];
+    const picked: number[] = [];
     for (const i of indices) {
       this.#assertIndex(i);
-      rows.push(this.#rows[i]);
+      picked.push(i);
     }
-    return new Dataset(rows, this.#columns);
+    return this.#picked(picked);
   }
 
   /**
@@ -302,7 +375,7 @@ export class Dataset implements Iterable<Row> {
     if (!Number.isInteger(n) || n < 0) {
       throw new RangeError(`take() needs a non-negative integer, got ${n}`);
     }
-    return new Dataset(this.#rows.slice(0, n), this.#columns);
+    return this.#picked(Array.from({ length: Math.min(n, this.#rows.length) }, (_, i) => i));
   }
 
   /**
@@ -315,7 +388,8 @@ export class Dataset implements Iterable<Row> {
     if (!Number.isSafeInteger(seed) || seed < 0) {
       throw new RangeError(`shuffle() needs a non-negative integer seed, got ${seed}`);
     }
-    return new Dataset(seededShuffle(this.#rows, seed), this.#columns);
+    const order = seededShuffle(Array.from({ length: this.#rows.length }, (_, i) => i), seed);
+    return this.#picked(order);
   }
 
   /**
@@ -326,9 +400,9 @@ export class Dataset implements Iterable<Row> {
     if (!Number.isInteger(n) || n < 0) {
       throw new RangeError(`repeat() needs a non-negative integer, got ${n}`);
     }
-    const rows: Row[] = [];
-    for (let k = 0; k < n; k++) rows.push(...this.#rows);
-    return new Dataset(rows, this.#columns);
+    const picked: number[] = [];
+    for (let k = 0; k < n; k++) for (let i = 0; i < this.#rows.length; i++) picked.push(i);
+    return this.#picked(picked);
   }
 
   /**
@@ -345,7 +419,7 @@ export class Dataset implements Iterable<Row> {
       );
     }
     const rows = this.#rows.map((row, i) => ({ ...row, [name]: values[i] }));
-    return new Dataset(rows, [...this.#columns, name]);
+    return new Dataset(rows, [...this.#columns, name], this.#origin);
   }
 
   /**
@@ -373,7 +447,7 @@ export class Dataset implements Iterable<Row> {
       this.#columns.forEach((c, k) => (out[columns[k]] = row[c]));
       return out;
     });
-    return new Dataset(rows, columns);
+    return new Dataset(rows, columns, this.#origin);
   }
 
   /**
@@ -389,7 +463,7 @@ export class Dataset implements Iterable<Row> {
       for (const c of columns) out[c] = row[c];
       return out;
     });
-    return new Dataset(rows, columns);
+    return new Dataset(rows, columns, this.#origin);
   }
 
   /**
@@ -418,7 +492,20 @@ export class Dataset implements Iterable<Row> {
 
   #mapped(rows: Row[], removed: Set<string>): Dataset {
     const kept = this.#columns.filter((c) => !removed.has(c));
-    return Dataset.#fromOwnedRows(rows, unionColumns([kept, ...rows.map(Object.keys)]));
+    return Dataset.#fromOwnedRows(
+      rows,
+      unionColumns([kept, ...rows.map(Object.keys)]),
+      this.#origin,
+    );
+  }
+
+  /** The rows at `picked` (valid indices), keeping where each came from. */
+  #picked(picked: readonly number[]): Dataset {
+    return new Dataset(
+      picked.map((i) => this.#rows[i]),
+      this.#columns,
+      pickOrigin(this.#origin, picked),
+    );
   }
 
   #assertIndex(index: number): void {
@@ -438,6 +525,29 @@ export class Dataset implements Iterable<Row> {
       }
     }
   }
+}
+
+/** The origin of datasets stacked row-wise (null when none of them has one). */
+function concatOrigins(
+  origins: readonly (Origin | null)[],
+  lengths: readonly number[],
+): Origin | null {
+  if (origins.every((o) => o === null)) return null;
+  const labels: string[] = [];
+  const total = lengths.reduce((a, n) => a + n, 0);
+  const source = new Int32Array(total);
+  const index = new Int32Array(total);
+  let at = 0;
+  origins.forEach((o, k) => {
+    const base = labels.length;
+    if (o) labels.push(...o.labels);
+    for (let i = 0; i < lengths[k]; i++, at++) {
+      const s = o ? (o.source ? o.source[i] : 0) : -1;
+      source[at] = s < 0 ? -1 : base + s;
+      index[at] = o?.index ? o.index[i] : i;
+    }
+  });
+  return { labels, source, index };
 }
 
 /**

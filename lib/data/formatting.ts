@@ -5,6 +5,7 @@
  */
 import { ConfigError } from "../errors.ts";
 import type { Message, Row } from "../types.ts";
+import type { RowOrigin } from "./dataset.ts";
 
 /** Options of {@link formatRows}. */
 export interface FormatOptions {
@@ -14,13 +15,23 @@ export interface FormatOptions {
   fewShot?: Message[] | null;
   /** Default for rows without a `task`; "default" when empty. */
   envId?: string;
-  /** Names the dataset in errors, e.g. "eval_dataset". */
+  /** Names the dataset in errors when its rows have no known file, e.g. "eval_dataset". */
   label?: string;
+  /** Where row `i` came from (its file and index there), for errors; null when unknown. */
+  origin?: (index: number) => RowOrigin | null;
 }
 
-/** Format rows into rollout inputs. Pure: returns new row objects. */
+/**
+ * Format rows into rollout inputs. Pure: returns new row objects. A row's prompt is its
+ * `prompt`, else one built from its `question`; a row with neither is an error naming the
+ * file (or the dataset) and the row.
+ */
 export function formatRows(input: Row[], options: FormatOptions = {}): Row[] {
   const label = options.label ?? "dataset";
+  const where = (i: number): string => {
+    const o = options.origin?.(i);
+    return o ? `${o.source}: row ${o.row}` : `${label}: row ${i}`;
+  };
   let rows = input.map((r) => ({ ...r }));
   const columns = new Set(rows.flatMap((r) => Object.keys(r)));
 
@@ -32,47 +43,42 @@ export function formatRows(input: Row[], options: FormatOptions = {}): Row[] {
   }
   if (!columns.has("example_id")) rows.forEach((r, i) => (r.example_id = i));
 
-  // 2. prompt
+  // 2. prompt: each row's own, else one built from its question.
+  if (!columns.has("prompt") && !columns.has("question")) {
+    const o = rows.length ? options.origin?.(0) : null;
+    throw new ConfigError(
+      `${o ? o.source : label}: no "question" (or "prompt") column (columns: ${
+        [...columns].map((c) => `"${c}"`).join(", ") || "none"
+      }); add one of them`,
+    );
+  }
   const system = options.systemPrompt;
   const fewShot = options.fewShot;
-  if (!columns.has("prompt")) {
-    if (!columns.has("question")) {
+  rows.forEach((r, i) => {
+    if (r.prompt !== undefined && r.prompt !== null) {
+      if (system === null || system === undefined) return;
+      if (!Array.isArray(r.prompt)) {
+        throw new ConfigError(
+          `${where(i)}: "prompt" must be a list of messages to prepend a system prompt`,
+        );
+      }
+      const first = r.prompt[0] as Message | undefined;
+      if (first?.role !== "system") r.prompt = [{ role: "system", content: system }, ...r.prompt];
+      return;
+    }
+    if (r.question === undefined || r.question === null) {
       throw new ConfigError(
-        `${label} has neither a "prompt" nor a "question" column (columns: ${
-          [...columns].map((c) => `"${c}"`).join(", ") || "none"
-        }); add one of them`,
+        `${where(i)}: no "question" (or "prompt") column; give every row one of them`,
       );
     }
-    rows.forEach((r, i) => {
-      if (r.question === undefined || r.question === null) {
-        throw new ConfigError(`${label} row ${i} has no "question"`);
-      }
-      const prompt: Message[] = [];
-      if (system) prompt.push({ role: "system", content: system });
-      if (fewShot && fewShot.length > 0) prompt.push(...structuredClone(fewShot));
-      prompt.push({ role: "user", content: String(r.question) });
-      r.prompt = prompt;
-    });
-  } else {
-    if (system !== null && system !== undefined) {
-      rows.forEach((r, i) => {
-        if (!Array.isArray(r.prompt)) {
-          throw new ConfigError(
-            `${label} row ${i} "prompt" must be a list of messages to prepend a system prompt`,
-          );
-        }
-        const first = r.prompt[0] as Message | undefined;
-        if (first?.role !== "system") r.prompt = [{ role: "system", content: system }, ...r.prompt];
-      });
-    }
-    if (fewShot !== null && fewShot !== undefined) {
-      console.warn(`few_shot is ignored because ${label} already has a "prompt" column`);
-    }
-    rows.forEach((r, i) => {
-      if (r.prompt === undefined || r.prompt === null) {
-        throw new ConfigError(`${label} row ${i} has no "prompt"`);
-      }
-    });
+    const prompt: Message[] = [];
+    if (system) prompt.push({ role: "system", content: system });
+    if (fewShot && fewShot.length > 0) prompt.push(...structuredClone(fewShot));
+    prompt.push({ role: "user", content: String(r.question) });
+    r.prompt = prompt;
+  });
+  if (columns.has("prompt") && fewShot !== null && fewShot !== undefined) {
+    console.warn(`few_shot is ignored for rows of ${label} that have a "prompt"`);
   }
 
   // 3. task

@@ -130,7 +130,50 @@ Deno.test("formatRows() rejects a row whose question is null, naming the row", (
   assert.throws(
     () => formatRows([{ question: "ok" }, { question: null }], { label: "eval_dataset" }),
     (e: unknown) =>
-      e instanceof ConfigError && e.message === 'eval_dataset row 1 has no "question"',
+      e instanceof ConfigError &&
+      e.message ===
+        'eval_dataset: row 1: no "question" (or "prompt") column; give every row one of them',
+  );
+});
+
+Deno.test("formatRows() with mixed rows blames the first row that has neither, not row 0", () => {
+  // The dataset normalises columns, so a question row has prompt null and vice versa.
+  const rows = [
+    { question: "q0", prompt: null },
+    { question: null, prompt: [{ role: "user", content: "p1" }] },
+    { question: "q2", prompt: null },
+    { question: null, prompt: null },
+  ];
+  assert.throws(
+    () => formatRows(rows),
+    (e: unknown) =>
+      e instanceof ConfigError &&
+      e.message ===
+        'dataset: row 3: no "question" (or "prompt") column; give every row one of them',
+  );
+  const ok = formatRows(rows.slice(0, 3));
+  assert.deepEqual(ok.map((r) => r.prompt), [
+    [{ role: "user", content: "q0" }],
+    [{ role: "user", content: "p1" }],
+    [{ role: "user", content: "q2" }],
+  ]);
+});
+
+Deno.test("formatRows() names the row's file and its index there when origin is given", () => {
+  assert.throws(
+    () =>
+      formatRows([{ question: "a" }, { question: null }], {
+        origin: (i) => ({ source: "data/train.jsonl", row: i + 10 }),
+      }),
+    (e: unknown) =>
+      e instanceof ConfigError &&
+      e.message.startsWith('data/train.jsonl: row 11: no "question" (or "prompt") column'),
+  );
+  assert.throws(
+    () => formatRows([{ text: "a" }], { origin: () => ({ source: "data/x.csv", row: 0 }) }),
+    (e: unknown) =>
+      e instanceof ConfigError &&
+      e.message.startsWith('data/x.csv: no "question" (or "prompt") column (columns: "text")'),
   );
 });
 
@@ -180,7 +223,7 @@ Deno.test("formatRows() rejects a string prompt when a system prompt must be pre
     () => formatRows([{ prompt: "plain text" }], { systemPrompt: "sys" }),
     (e: unknown) =>
       e instanceof ConfigError &&
-      /dataset row 0 "prompt" must be a list of messages/.test(e.message),
+      /^dataset: row 0: "prompt" must be a list of messages/.test(e.message),
   );
 });
 
@@ -227,7 +270,10 @@ Deno.test("formatRows() prefers the prompt column over question when both exist"
 Deno.test("formatRows() rejects a row with a null prompt, naming the row", () => {
   assert.throws(
     () => formatRows([{ prompt: [{ role: "user", content: "hi" }] }, { prompt: null }]),
-    (e: unknown) => e instanceof ConfigError && e.message === 'dataset row 1 has no "prompt"',
+    (e: unknown) =>
+      e instanceof ConfigError &&
+      e.message ===
+        'dataset: row 1: no "question" (or "prompt") column; give every row one of them',
   );
 });
 
@@ -237,7 +283,7 @@ Deno.test("formatRows() throws a ConfigError naming the columns when there is no
     (e: unknown) =>
       e instanceof ConfigError &&
       e.message ===
-        'eval_dataset has neither a "prompt" nor a "question" column (columns: "text", "answer"); add one of them',
+        'eval_dataset: no "question" (or "prompt") column (columns: "text", "answer"); add one of them',
   );
 });
 

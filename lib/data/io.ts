@@ -25,6 +25,7 @@ import {
   jsonReplacer,
   parseJsonl,
   toJsonl,
+  withSource,
   writeAtomic,
 } from "./dataset.ts";
 import { ConfigError } from "../errors.ts";
@@ -116,6 +117,16 @@ export async function datasetFromBytes(
   options: ReadDatasetOptions & { format: DatasetFormat; name?: string },
 ): Promise<Dataset> {
   const name = options.name ?? `(${options.format} data)`;
+  const ds = await parseData(data, name, options);
+  // Named data keeps its name, so an error about a row says which file and row it is.
+  return options.name ? withSource(ds, options.name) : ds;
+}
+
+async function parseData(
+  data: Uint8Array | string,
+  name: string,
+  options: ReadDatasetOptions & { format: DatasetFormat },
+): Promise<Dataset> {
   if (options.format === "parquet") {
     if (typeof data === "string") throw new TypeError("Parquet data must be bytes, not text");
     return await parseParquet(data, name);

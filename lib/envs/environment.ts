@@ -5,7 +5,7 @@
 import { withCacheSalt } from "../model/cache.ts";
 import type { ChatClient } from "../model/client.ts";
 import { EndpointUnreachableError } from "../model/client.ts";
-import { Dataset } from "../data/dataset.ts";
+import { Dataset, type RowOrigin, rowOrigin } from "../data/dataset.ts";
 import {
   AuthenticationError,
   InfraError,
@@ -128,7 +128,7 @@ export abstract class Environment {
     for (const split of ["train", "eval"] as const) {
       const src = this.#sources[split];
       if (src instanceof Dataset || Array.isArray(src)) {
-        this.#built[split] = this.#format(src instanceof Dataset ? src.toList() : src, split);
+        this.#built[split] = this.#format(src, split);
       }
     }
     if (!this.#sources.train && !this.#sources.eval) {
@@ -136,19 +136,30 @@ export abstract class Environment {
     }
   }
 
-  #format(rows: Row[], split: "train" | "eval"): Dataset {
+  #format(src: Dataset | Row[], split: "train" | "eval"): Dataset {
+    // A Dataset read from a file knows where each row came from, for errors about a row.
+    const origin = src instanceof Dataset ? (i: number) => rowOrigin(src, i) : undefined;
+    const rows = src instanceof Dataset ? src.toList() : src;
     return Dataset.fromList(
-      this.formatDataset(rows, split === "train" ? "dataset" : "eval_dataset"),
+      this.formatDataset(rows, split === "train" ? "dataset" : "eval_dataset", origin),
     );
   }
 
-  /** Format raw rows into rollout inputs; EnvGroup overrides this. */
-  protected formatDataset(rows: Row[], label: string): Row[] {
+  /**
+   * Format raw rows into rollout inputs; EnvGroup overrides this. `origin` tells where row
+   * `i` came from, so an error names its file.
+   */
+  protected formatDataset(
+    rows: Row[],
+    label: string,
+    origin?: (index: number) => RowOrigin | null,
+  ): Row[] {
     return formatRows(rows, {
       systemPrompt: this.systemPrompt,
       fewShot: this.fewShot,
       envId: this.envId,
       label,
+      origin,
     });
   }
 
@@ -160,7 +171,7 @@ export abstract class Environment {
     // Concurrent first accesses share one build, so the builder runs once.
     this.#building[split] ??= (async () => {
       const made = await (src as DatasetBuilder)();
-      return this.#format(made instanceof Dataset ? made.toList() : made, split);
+      return this.#format(made, split);
     })().finally(() => (this.#building[split] = null));
     this.#built[split] = await this.#building[split];
     return this.#built[split];

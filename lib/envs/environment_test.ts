@@ -52,7 +52,7 @@ Deno.test("constructor formats an eager list so a bad row throws there", () => {
   assert.throws(
     () => new SingleTurnEnv({ dataset: [{ text: "no question or prompt" }] }),
     (e: unknown) =>
-      e instanceof ConfigError && /neither a "prompt" nor a "question"/.test(e.message),
+      e instanceof ConfigError && /^dataset: no "question" \(or "prompt"\) column/.test(e.message),
   );
   assert.throws(
     () => new SingleTurnEnv({ evalDataset: Dataset.fromList([{ question: null }]) }),
@@ -539,4 +539,72 @@ Deno.test("a timeoutSeconds left undefined (set from JavaScript) means no rollou
   assert.equal(state.timed_out, false);
   assert.equal(state.error, null);
   assert.equal(state.stop_condition, "max_turns_reached");
+});
+
+Deno.test("a dataset file with a row lacking both question and prompt names the file and that row, shuffled or lazy", async () => {
+  const { loadDataset } = await import("../data/io.ts");
+  const dir = await Deno.makeTempDir();
+  try {
+    const path = `${dir}/train.jsonl`;
+    // Mixed rows: row 0 is valid (a question), row 1 has a prompt, row 3 has neither.
+    await Deno.writeTextFile(
+      path,
+      [
+        { question: "What is 1+1?", answer: "2" },
+        { prompt: [{ role: "user", content: "What is 2+2?" }], answer: "4" },
+        { question: "What is 3+3?", answer: "6" },
+        { answer: "8" },
+      ].map((r) => JSON.stringify(r)).join("\n") + "\n",
+    );
+    const expected = `${path}: row 3: no "question" (or "prompt") column`;
+    const ds = await loadDataset(path);
+    assert.throws(
+      () => new SingleTurnEnv({ dataset: ds }),
+      (e: unknown) => e instanceof ConfigError && e.message.startsWith(expected),
+    );
+    // After a shuffle and a select, the row is still named by its place in the file.
+    assert.throws(
+      () => new SingleTurnEnv({ evalDataset: ds.shuffle(7).select([3, 2, 1, 0]) }),
+      (e: unknown) => e instanceof ConfigError && e.message.startsWith(expected),
+    );
+    // A builder is formatted on first access, with the same message.
+    const lazy = new SingleTurnEnv({ dataset: () => loadDataset(path) });
+    await assert.rejects(
+      () => lazy.getDataset(),
+      (e: unknown) => e instanceof ConfigError && e.message.startsWith(expected),
+    );
+    // The valid rows alone format, each with its own prompt.
+    const env = new SingleTurnEnv({ dataset: ds.select([0, 1, 2]) });
+    const rows = (await env.getDataset()).toList();
+    assert.deepEqual(rows.map((r) => (r.prompt as Messages).at(-1)?.content), [
+      "What is 1+1?",
+      "What is 2+2?",
+      "What is 3+3?",
+    ]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("concatenated datasets from two files name the right file for a bad row", async () => {
+  const { loadDataset } = await import("../data/io.ts");
+  const dir = await Deno.makeTempDir();
+  try {
+    await Deno.writeTextFile(`${dir}/a.jsonl`, '{"question":"q","answer":"1"}\n');
+    await Deno.writeTextFile(`${dir}/b.csv`, "question,answer\nq,1\n,2\n");
+    const both = Dataset.concatenate([
+      await loadDataset(`${dir}/a.jsonl`),
+      await loadDataset(`${dir}/b.csv`),
+      Dataset.fromList([{ question: "in memory", answer: "3" }]),
+    ]);
+    // The CSV's empty question cell is "" (a question, if an empty one); null it to break it.
+    const broken = both.map((r, i) => (i === 2 ? { question: null } : r));
+    assert.throws(
+      () => new SingleTurnEnv({ dataset: broken }),
+      (e: unknown) =>
+        e instanceof ConfigError && e.message.startsWith(`${dir}/b.csv: row 1: no "question"`),
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
