@@ -11,10 +11,13 @@
  * @module
  */
 import assert from "node:assert/strict";
+import net from "node:net";
 import { basename, join } from "node:path";
 import { cleanupContainers } from "../mod.ts";
 import { startModelServer, type WireMessage } from "./model_server.ts";
 import { cliCommand, type CliResult, collect, MOD_URL, transcript } from "./_cli.ts";
+import { Gateway } from "../lib/gateway/gateway.ts";
+import { parseNetworkPolicy } from "../lib/gateway/policy.ts";
 
 // deno-lint-ignore no-explicit-any
 type Json = any;
@@ -37,6 +40,72 @@ async function engineJson(path: string): Promise<Json> {
     return await (await fetch(`http://docker${path}`, { client })).json();
   } finally {
     client.close();
+  }
+}
+
+async function engineCall(method: string, path: string, body?: unknown): Promise<Json> {
+  const client = Deno.createHttpClient({
+    proxy: { transport: "unix", path: "/var/run/docker.sock" },
+  });
+  try {
+    const res = await fetch(`http://docker${path}`, {
+      method,
+      client,
+      ...(body !== undefined && {
+        body: JSON.stringify(body),
+        headers: { "content-type": "application/json" },
+      }),
+    });
+    const text = await res.text();
+    if (res.status >= 300 && res.status !== 404) throw new Error(`${method} ${path}: ${text}`);
+    return text ? JSON.parse(text) : null;
+  } finally {
+    client.close();
+  }
+}
+
+/** The IPv4 address of host interface `name`, or of the first non-loopback one. */
+function interfaceIp(name?: string, family: "IPv4" | "IPv6" = "IPv4"): string | undefined {
+  return Deno.networkInterfaces().find((i) =>
+    i.family === family && (name ? i.name === name : !/^(lo|docker0|br-)/.test(i.name)) &&
+    !/^(127\.|::1$|fe80:)/.test(i.address)
+  )?.address;
+}
+
+/**
+ * An HTTP server in a busybox container on the default bridge, answering `text` on `port`:
+ * a host other than the evaluator's that the evaluator can reach (there is no internet here).
+ */
+async function containerServer(text: string, port = 8000) {
+  const name = `vf-test-http-${crypto.randomUUID().slice(0, 8)}`;
+  const created = await engineCall("POST", `/containers/create?name=${name}`, {
+    Image: "busybox:latest",
+    Cmd: [
+      "sh",
+      "-c",
+      `mkdir -p /www && echo ${text} > /www/index.html && exec httpd -f -p ${port} -h /www`,
+    ],
+    Labels: { "vf.test": "gateway" },
+    HostConfig: { NetworkMode: "bridge" },
+  });
+  const remove = () => engineCall("DELETE", `/containers/${created.Id}?force=1`);
+  try {
+    await engineCall("POST", `/containers/${created.Id}/start`);
+    const ip: string = (await engineCall("GET", `/containers/${created.Id}/json`))
+      .NetworkSettings.IPAddress;
+    for (let i = 0;; i++) {
+      try {
+        const res = await fetch(`http://${ip}:${port}/`);
+        if ((await res.text()).trim() === text) break;
+      } catch (error) {
+        if (i > 300) throw error;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return { ip, port, [Symbol.asyncDispose]: remove };
+  } catch (error) {
+    await remove();
+    throw error;
   }
 }
 
@@ -185,15 +254,13 @@ Deno.test("network policy: setup fetches freely, the agent and the grader reach 
   const dir = await Deno.makeTempDir({ prefix: "vf_egress_" });
   const runIds: string[] = [];
   await using allowed = await serveText("A");
-  // The other host is this machine on a non-loopback address: loopback is reachable only when
-  // a rule names it, so setup's open policy reaches B there, not on 127.0.0.1.
-  await using other = await serveText("B", "0.0.0.0");
-  const hostIp =
-    Deno.networkInterfaces().find((i) => i.family === "IPv4" && !i.address.startsWith("127."))!
-      .address;
+  // The other host is another machine (a container): the evaluator's own addresses are
+  // reachable only when a rule names them, setup's open policy included.
+  await using other = await containerServer("B");
+  const otherIp = other.ip;
   await using open = await serveText("OPEN", "0.0.0.0");
   const a = allowed.addr.port;
-  const b = other.addr.port;
+  const b = other.port;
   try {
     await Deno.writeTextFile(
       join(dir, "net.ts"),
@@ -205,12 +272,12 @@ class NetTask extends Task {
   static override NEEDS_CONTAINER = true;
   // Setup runs before the policy applies: a package-install stand-in from the other host.
   override async setup({ runtime }) {
-    const r = await fetch(runtime, ${b}, "${hostIp}");
+    const r = await fetch(runtime, ${b}, "${otherIp}");
     await runtime.write("/tmp/setup.txt", r.stdout);
   }
   graded = reward(async ({ runtime }) => ((await fetch(runtime, ${a})).stdout.trim() === "A" ? 1 : 0));
   grader_refused = metric(async ({ runtime }) =>
-    ((await fetch(runtime, ${b}, "${hostIp}")).stdout.includes("REFUSED") ? 1 : 0));
+    ((await fetch(runtime, ${b}, "${otherIp}")).stdout.includes("REFUSED") ? 1 : 0));
 }
 class Nets extends Taskset {
   get id() { return "nets"; }
@@ -232,7 +299,7 @@ export function loadTaskset(config) { return new Nets(config); }
         const command = [
           "cat /tmp/setup.txt; echo",
           `wget -q -O- http://127.0.0.1:${a}/; echo`,
-          `wget -q -O- http://${hostIp}:${b}/ || echo REFUSED`,
+          `wget -q -O- http://${otherIp}:${b}/ || echo REFUSED`,
           `wget -Y off -q -O- http://172.17.0.1:${open.addr.port}/ || echo NO ROUTE`,
         ][turn];
         return command
@@ -256,7 +323,7 @@ export function loadTaskset(config) { return new Nets(config); }
     assert.deepEqual(t.network.policy, { allow: [`127.0.0.1:${a}`], block: [] });
     assert.deepEqual(
       t.network.denied.map((d: Json) => [d.phase, d.host, d.port]),
-      [["agent", hostIp, b], ["grade", hostIp, b]],
+      [["agent", otherIp, b], ["grade", otherIp, b]],
     );
     assert.deepEqual(await leftovers(res.runId), { containers: 0, networks: 0 });
 
@@ -396,5 +463,191 @@ Deno.test("program harness: a given command gets env and forwarded variables; a 
   } finally {
     for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("egress proxy: with allow = * every address of the evaluator's host is refused in every spelling and recorded; a host the task names is reached", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_egress_host_" });
+  const runIds: string[] = [];
+  // What the evaluator binds on every interface (a local vLLM, the env server): on "::" so
+  // IPv6 spellings reach it too.
+  await using evaluator = await serveText("EVALUATOR-SECRET", "::");
+  const p = evaluator.addr.port;
+  // A host the task names: it answers, and redirects to the evaluator's service on request.
+  const namedReady = Promise.withResolvers<void>();
+  let bridge = "";
+  await using named = Deno.serve(
+    { hostname: "0.0.0.0", port: 0, onListen: () => namedReady.resolve() },
+    (req) =>
+      new URL(req.url).pathname === "/redirect"
+        ? new Response(null, { status: 302, headers: { location: `http://${bridge}:${p}/` } })
+        : new Response("NAMED-HOST"),
+  );
+  await namedReady.promise;
+  const q = named.addr.port;
+  // A bridge network besides the default one: its gateway is another address of this host.
+  const netName = `vf-test-egress-${crypto.randomUUID().slice(0, 8)}`;
+  const created = await engineCall("POST", "/networks/create", {
+    Name: netName,
+    Driver: "bridge",
+    CheckDuplicate: true,
+  });
+  try {
+    const other = await engineCall("GET", `/networks/${created.Id}`);
+    const otherGateway: string = other.IPAM.Config[0].Gateway;
+    bridge = interfaceIp("docker0")!;
+    const hostIp = interfaceIp()!;
+    const hostIp6 = interfaceIp(undefined, "IPv6");
+    const octets = bridge.split(".").map(Number);
+    const decimal = String(octets.reduce((n, o) => n * 256 + o, 0));
+    const hex = `0x${octets.map((o) => o.toString(16).padStart(2, "0")).join("")}`;
+    const octal = octets.map((o) => `0${o.toString(8)}`).join(".");
+    const refused = [
+      `GET http://${bridge}:${p}/`,
+      `GET http://${decimal}:${p}/`,
+      `GET http://${hex}:${p}/`,
+      `GET http://${octal}:${p}/`,
+      `GET http://[::ffff:${bridge}]:${p}/`,
+      `GET http://${bridge}.:${p}/`,
+      `GET http://0.0.0.0:${p}/`,
+      `GET http://${hostIp}:${p}/`,
+      `GET http://${otherGateway}:${p}/`,
+      ...(hostIp6 ? [`GET http://[${hostIp6}]:${p}/`] : []),
+      `CONNECT ${bridge}:${p}`,
+      `CONNECT ${decimal}:${p}`,
+      // The rollout network's own gateway (the sandbox's address with .1 at the end).
+      `GET http://OWN_GATEWAY:${p}/`,
+    ];
+    const allowed = [`GET http://${bridge}:${q}/`, `CONNECT ${bridge}:${q}`];
+    // Raw requests to the proxy, so every spelling reaches it as written.
+    const probe = `p=\${HTTP_PROXY#http://}; auth=$(printf %s "\${p%@*}" | base64)
+gw=$(hostname -i | awk '{print $1}' | sed 's/\\.[0-9]*$/.1/')
+ask() {
+  { printf '%s HTTP/1.1\\r\\nHost: x\\r\\nProxy-Authorization: Basic %s\\r\\n\\r\\n' "$1" "$auth"
+    case "$1" in CONNECT*) printf 'GET / HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n';; esac
+  } | timeout 30 nc vf-gateway 8080
+}
+for t in ${[...refused, ...allowed].map((t) => `"${t}"`).join(" ")}; do
+  t=$(echo "$t" | sed "s/OWN_GATEWAY/$gw/")
+  r=$(ask "$t")
+  echo "$t => $(echo "$r" | head -n1 | tr -d '\\r') $(echo "$r" | grep -o 'EVALUATOR-SECRET\\|NAMED-HOST' | head -n1)"
+done
+wget -q -O- http://${bridge}:${q}/redirect || echo REDIRECT-REFUSED`;
+    await Deno.writeTextFile(
+      join(dir, "host.ts"),
+      `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class HostTask extends Task {
+  static override NEEDS_CONTAINER = true;
+  done = reward(() => 1);
+}
+class Hosts extends Taskset {
+  get id() { return "hosts"; }
+  *load() {
+    yield new HostTask({
+      id: "host",
+      prompt: "Reach the evaluator.",
+      image: "busybox:latest",
+      network: { allow: ["*", "${bridge}:${q}"] },
+    });
+  }
+}
+export function loadTaskset(config) { return new Hosts(config); }
+`,
+    );
+    await using model = await startModelServer({
+      responder: ({ body }) =>
+        body.messages.some((m: WireMessage) => m.role === "assistant")
+          ? { content: "Done." }
+          : { content: null, tool_calls: [{ name: "bash", arguments: { command: probe } }] },
+    });
+    const res = await run(dir, ["run", "./host.ts", "-m", "m", "-b", model.url, "-o", "out"]);
+    runIds.push(res.runId);
+    assert.equal(res.code, 0, transcript(res));
+    const [t] = await traces(res.runDir);
+    assert.equal(t.error, null, JSON.stringify(t.error));
+    const out: string = t.tool_calls[0].output;
+    assert.doesNotMatch(out, /EVALUATOR-SECRET/, out);
+    const lines = out.split("\n").filter((l) => l.includes(" => "));
+    assert.equal(lines.length, refused.length + allowed.length, out);
+    for (const line of lines.slice(0, refused.length)) {
+      assert.match(line, /=> HTTP\/1\.1 403 Forbidden $/, out);
+    }
+    assert.match(lines[refused.length], /=> HTTP\/1\.1 200 OK NAMED-HOST$/, out);
+    assert.match(
+      lines[refused.length + 1],
+      /=> HTTP\/1\.1 200 Connection Established NAMED-HOST$/,
+      out,
+    );
+    assert.match(out, /REDIRECT-REFUSED/); // the named host's redirect to the evaluator
+    // Every refusal is on the trace, in the agent's phase, under the address it meant.
+    const denied = t.network.denied.map((d: Json) => `${d.phase} ${d.host}:${d.port}`);
+    assert.equal(denied.length, refused.length + 1, JSON.stringify(denied));
+    assert.ok(denied.every((d: string) => d.startsWith("agent ") && d.endsWith(`:${p}`)));
+    for (const host of [bridge, "0.0.0.0", hostIp, otherGateway]) {
+      assert.ok(denied.includes(`agent ${host}:${p}`), `${host} in ${JSON.stringify(denied)}`);
+    }
+    assert.equal(denied.filter((d: string) => d === `agent ${bridge}:${p}`).length, 9);
+    assert.deepEqual(await leftovers(res.runId), { containers: 0, networks: 0 });
+  } finally {
+    await engineCall("DELETE", `/networks/${created.Id}`);
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("egress proxy: a name is judged by the address it resolves to, and that address is the one connected to (a rebinding answer never gets a second lookup)", async () => {
+  // The evaluator's service and another machine's, on the same port.
+  await using evaluator = await serveText("EVALUATOR-SECRET", "0.0.0.0");
+  const p = evaluator.addr.port;
+  await using elsewhere = await containerServer("ELSEWHERE", p);
+  const bridge = interfaceIp("docker0")!;
+  // A rebinding DNS: another machine on the first query, the evaluator's bridge after that.
+  const asked: string[] = [];
+  const resolve = (name: string) => {
+    asked.push(name);
+    if (name === "rebind.test") {
+      return Promise.resolve(asked.length === 1 ? elsewhere.ip : bridge);
+    }
+    if (name === "evaluator.test") return Promise.resolve(`::ffff:${bridge}`);
+    return Promise.reject(new Error(`NXDOMAIN ${name}`));
+  };
+  const gateway = new Gateway({ resolve });
+  try {
+    const port = await gateway.listen("127.0.0.1");
+    const session = gateway.open("m");
+    session.setPhase("agent", parseNetworkPolicy({ allow: ["*"] }, "t"));
+    const cred = btoa(`vf:${session.proxySecret}`);
+    const ask = (line: string, after = "") =>
+      new Promise<string>((resolve, reject) => {
+        const socket = net.connect({ host: "127.0.0.1", port });
+        let out = "";
+        socket.on("data", (d) => (out += d.toString("latin1")));
+        socket.on("close", () => resolve(out));
+        socket.on("error", reject);
+        socket.write(
+          `${line} HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic ${cred}\r\n\r\n${after}`,
+        );
+      });
+    const first = await ask(`GET http://rebind.test:${p}/`);
+    assert.match(first, /^HTTP\/1\.1 200[\s\S]*ELSEWHERE/);
+    assert.deepEqual(asked, ["rebind.test"]); // looked up once, connected to what was checked
+    const second = await ask(`CONNECT rebind.test:${p}`, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert.match(second, /^HTTP\/1\.1 403[\s\S]*evaluator's own host \(172\./);
+    const mapped = await ask(`GET http://evaluator.test:${p}/`);
+    assert.match(mapped, /^HTTP\/1\.1 403[\s\S]*evaluator's own host/);
+    // A name that means the host is refused before any lookup.
+    const alias = await ask(`GET http://host.docker.internal:${p}/`);
+    assert.match(alias, /^HTTP\/1\.1 403[\s\S]*names the evaluator's own host/);
+    assert.deepEqual(asked, ["rebind.test", "rebind.test", "evaluator.test"]);
+    for (const out of [first, second, mapped, alias]) assert.doesNotMatch(out, /EVALUATOR-SECRET/);
+    assert.deepEqual(session.denials.map((d) => `${d.phase} ${d.host}:${d.port}`), [
+      `agent rebind.test:${p}`,
+      `agent evaluator.test:${p}`,
+      `agent host.docker.internal:${p}`,
+    ]);
+    session.close();
+  } finally {
+    await gateway.close();
   }
 });

@@ -9,7 +9,10 @@
  *   and sampling apply, and every call lands on the trace;
  * - an HTTP(S) forward proxy (`CONNECT` and absolute-URI requests, `Proxy-Authorization`
  *   with the egress secret) that lets a connection out only when the rollout's network
- *   policy for the current phase allows it, and records every refusal.
+ *   policy for the current phase allows it, and records every refusal. The evaluator's own
+ *   host (loopback, its interfaces, every Docker network's gateway, in any spelling, by name
+ *   or by what a name resolves to) is reached only when an allow rule names it, never
+ *   through a wildcard; the proxy connects to the address it checked, never re-resolving.
  *
  * SDK retries of a request already answered are replayed, and a retry that arrives while the
  * first attempt is still running waits for it, so the transcript does not fork. After the
@@ -31,11 +34,12 @@ import {
 import {
   canonicalHost,
   CLOSED_POLICY,
-  isReservedAddress,
   namedByAllow,
   type NetworkPolicy,
   policyAllows,
 } from "./policy.ts";
+import { isHostAlias, isReservedAddress, OwnAddresses } from "./own_host.ts";
+import { dockerNetworkAddresses } from "../services/network.ts";
 import { lookup } from "node:dns/promises";
 import {
   anthropicError,
@@ -142,9 +146,9 @@ export class GatewaySession {
     return false;
   }
 
-  /** Whether the current policy names `host` itself in an allow rule. */
-  names(host: string): boolean {
-    return namedByAllow(this.#policy, host);
+  /** Whether the current policy names `host` itself in an allow rule for `port`. */
+  names(host: string, port: number): boolean {
+    return namedByAllow(this.#policy, host, port);
   }
 
   /** Record a refused connection. */
@@ -388,9 +392,27 @@ export class Gateway {
    * otherwise hold a socket in the evaluator for good.
    */
   readonly requestTimeoutMs: number;
+  readonly #own: OwnAddresses;
+  readonly #resolve: (host: string) => Promise<string>;
 
-  constructor(options: { requestTimeoutMs?: number } = {}) {
+  /**
+   * @param options.requestTimeoutMs see {@link Gateway.requestTimeoutMs}; default 60 s
+   * @param options.ownAddresses addresses of this host besides its interfaces' and the ones
+   *   the gateway listens on; default none ({@link Gateway.shared} adds every Docker network's
+   *   gateway)
+   * @param options.resolve how the egress proxy turns a name into the one address it then
+   *   checks and connects to; default the system resolver
+   */
+  constructor(
+    options: {
+      requestTimeoutMs?: number;
+      ownAddresses?: () => Promise<Iterable<string>>;
+      resolve?: (host: string) => Promise<string>;
+    } = {},
+  ) {
     this.requestTimeoutMs = options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
+    this.#own = new OwnAddresses({ extra: options.ownAddresses });
+    this.#resolve = options.resolve ?? (async (host) => (await lookup(host)).address);
   }
   readonly #listeners = new Map<string, Promise<net.Server>>();
   readonly #byModelSecret = new Map<string, GatewaySession>();
@@ -399,7 +421,7 @@ export class Gateway {
 
   /** The process's gateway (created on first use; it never keeps the process alive). */
   static shared(): Gateway {
-    return Gateway.#shared ??= new Gateway();
+    return Gateway.#shared ??= new Gateway({ ownAddresses: dockerNetworkAddresses });
   }
 
   /** Sessions currently open. */
@@ -409,10 +431,13 @@ export class Gateway {
 
   /** Listen on `host` (once per host) and return the port. */
   async listen(host: string): Promise<number> {
+    this.#own.add(host);
     let server = this.#listeners.get(host);
     if (!server) {
       server = new Promise<net.Server>((resolve, reject) => {
-        const s = net.createServer((socket) => this.#connection(socket));
+        // Half-open: a client may end its side once its request is sent and still read the
+        // answer (and a tunnel carries each direction's end on its own).
+        const s = net.createServer({ allowHalfOpen: true }, (socket) => this.#connection(socket));
         s.once("error", reject);
         s.listen(0, host, () => {
           s.unref();
@@ -526,7 +551,7 @@ export class Gateway {
       port = Number(url.port || 80);
       path = url.pathname + url.search;
     }
-    host = canonicalHost(host);
+    host = canonicalHost(host).replace(/\.+$/, "");
     if (!session.egress(host, port)) {
       return reply(
         socket,
@@ -535,26 +560,43 @@ export class Gateway {
         "text/plain",
       );
     }
-    // The address the name leads to: loopback and link-local (the evaluator itself, cloud
-    // metadata) only when a rule names the host itself, never through a wildcard.
+    // The evaluator's own host only when a rule names it, never through a wildcard: checked
+    // by name, then by the one address the name resolves to, which is what is connected to
+    // (a second lookup could answer differently).
+    const named = session.names(host, port);
+    const refuse = (why: string) => {
+      session.refuse(host, port);
+      reply(
+        socket,
+        403,
+        `vf egress proxy: ${host}:${port} ${why}; name it in network.allow to reach it ` +
+          `(phase ${session.phase})`,
+        "text/plain",
+      );
+    };
+    if (!named && isHostAlias(host)) return refuse("names the evaluator's own host");
     let address: string;
     try {
-      address = net.isIP(host) ? host : (await lookup(host)).address;
+      address = net.isIP(host) ? host : await this.#resolve(host);
     } catch {
       return reply(socket, 502, `vf egress proxy: cannot resolve ${host}`, "text/plain");
     }
     if (socket.destroyed) return; // the request's deadline passed during the lookup
-    if (isReservedAddress(canonicalHost(address)) && !session.names(host)) {
-      session.refuse(host, port);
-      return reply(
-        socket,
-        403,
-        `vf egress proxy: ${host}:${port} is a loopback or link-local address; name it in ` +
-          `network.allow to reach it (phase ${session.phase})`,
-        "text/plain",
-      );
+    const via = address === host ? "" : ` (${address})`;
+    if (!named && isReservedAddress(address)) {
+      return refuse(`is a loopback, link-local or unspecified address${via}`);
     }
-    const upstream = net.connect({ host: address, port });
+    if (!named) {
+      let own: boolean;
+      try {
+        own = await this.#own.has(address);
+      } catch {
+        own = true; // the host's interfaces cannot be listed: nothing is known not to be its own
+      }
+      if (socket.destroyed) return;
+      if (own) return refuse(`is an address of the evaluator's own host${via}`);
+    }
+    const upstream = net.connect({ host: address, port, allowHalfOpen: true });
     session.hold(socket);
     session.hold(upstream);
     upstream.on("error", () => {

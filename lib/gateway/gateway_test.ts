@@ -6,7 +6,8 @@
 import assert from "node:assert/strict";
 import net from "node:net";
 import { Gateway } from "./gateway.ts";
-import { composePolicies, parseNetworkPolicy, policyAllows } from "./policy.ts";
+import { composePolicies, namedByAllow, parseNetworkPolicy, policyAllows } from "./policy.ts";
+import { addressForms, isHostAlias, isReservedAddress, OwnAddresses } from "./own_host.ts";
 import type { Response } from "../types.ts";
 
 function reply(text: string): Response {
@@ -147,7 +148,7 @@ Deno.test("gateway: the egress proxy lets out only what the phase's policy allow
     // Everything allowed, but loopback only when a rule names it (the evaluator itself, or
     // cloud metadata, is never reached through a wildcard), whatever spelling it comes in.
     session.setPhase("setup", parseNetworkPolicy({}, "t"));
-    assert.match(await get(b), /^HTTP\/1\.1 403[\s\S]*loopback or link-local/);
+    assert.match(await get(b), /^HTTP\/1\.1 403[\s\S]*loopback, link-local or unspecified/);
     const numeric = await raw(
       port,
       `GET http://2130706433:${b}/x HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic ${cred}\r\n\r\n`,
@@ -416,4 +417,91 @@ Deno.test("gateway: a connection that does not deliver its request in time is cl
   } finally {
     await gateway.close();
   }
+});
+
+Deno.test("own host: every spelling of an address is seen for what it is", async () => {
+  const v4 = "172.17.0.1";
+  for (
+    const spelling of [
+      "::ffff:172.17.0.1",
+      "::ffff:ac11:1",
+      "0:0:0:0:0:ffff:ac11:0001",
+      "[::ffff:ac11:1]",
+      "::172.17.0.1",
+      "::ffff:0:172.17.0.1",
+      "64:ff9b::ac11:1",
+      "64:ff9b:1::ac11:1",
+      "2002:ac11:1::1",
+    ]
+  ) {
+    assert.ok(addressForms(spelling).includes(v4), spelling);
+  }
+  assert.deepEqual(addressForms("fe80::1%eth0"), ["fe80:0000:0000:0000:0000:0000:0000:0001"]);
+  assert.deepEqual(addressForms("not an address"), []);
+  assert.deepEqual(addressForms("1::2::3"), []);
+  for (
+    const ip of [
+      "127.0.0.1",
+      "127.9.9.9",
+      "0.0.0.0",
+      "169.254.169.254",
+      "::1",
+      "::",
+      "0::0",
+      "::ffff:127.0.0.1",
+      "::ffff:7f00:1",
+      "[::ffff:0:0]",
+      "fe80::1%eth0",
+      "255.255.255.255",
+      "224.0.0.1",
+      "ff02::1",
+      "64:ff9b::a9fe:a9fe",
+    ]
+  ) {
+    assert.ok(isReservedAddress(ip), ip);
+  }
+  for (const ip of ["172.17.0.1", "8.8.8.8", "2001:db8::1", "::ffff:8.8.8.8"]) {
+    assert.ok(!isReservedAddress(ip), ip);
+  }
+  for (
+    const name of [
+      "localhost",
+      "LOCALHOST.",
+      "a.localhost",
+      "host.docker.internal",
+      "gateway.docker.internal",
+      "host.containers.internal",
+    ]
+  ) {
+    assert.ok(isHostAlias(name), name);
+  }
+  assert.ok(!isHostAlias("example.org") && !isHostAlias("localhost.example.org"));
+
+  // The host's interfaces count afresh every time; an extra source adds to them, and one that
+  // fails adds nothing (the interfaces still count).
+  const iface =
+    Deno.networkInterfaces().find((i) => i.family === "IPv4" && !i.address.startsWith("127."))!
+      .address;
+  const own = new OwnAddresses({ extra: () => Promise.resolve(["10.99.0.1"]) });
+  assert.ok(await own.has(iface) && await own.has(`::ffff:${iface}`));
+  assert.ok(await own.has("10.99.0.1") && await own.has("::ffff:10.99.0.1"));
+  assert.ok(!(await own.has("10.99.0.2")));
+  const broken = new OwnAddresses({ extra: () => Promise.reject(new Error("engine down")) });
+  assert.ok(await broken.has(iface));
+  assert.ok(!(await broken.has("10.99.0.1")));
+  broken.add("10.99.0.3");
+  assert.ok(await broken.has("10.99.0.3"));
+});
+
+Deno.test("network policy: a rule names a host for its port only; numeric spellings in rules match", () => {
+  const p = parseNetworkPolicy(
+    { allow: ["*", "172.17.0.1:8000", "0xac110002", "Named.Example."] },
+    "n",
+  );
+  assert.ok(namedByAllow(p, "172.17.0.1", 8000));
+  assert.ok(!namedByAllow(p, "172.17.0.1", 8001));
+  assert.ok(namedByAllow(p, "172.17.0.2", 1) && namedByAllow(p, "172.17.0.2", 65535));
+  assert.ok(namedByAllow(p, "named.example", 80) && namedByAllow(p, "named.example.", 80));
+  assert.ok(!namedByAllow(p, "other.example", 80));
+  assert.ok(policyAllows(parseNetworkPolicy({ allow: ["2886795266:80"] }, "n"), "172.17.0.2", 80));
 });

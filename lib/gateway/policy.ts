@@ -50,7 +50,9 @@ function parseRule(entry: string): Rule | null {
   const port = m[2] !== undefined ? Number(m[2]) : defaultPort;
   if (port !== null && (port < 1 || port > 65535)) return null;
   if (!HOST.test(host) && !IPV6.test(host)) return null;
-  return { host: host.replace(/\.$/, "").replace(/^\[|\]$/g, ""), port };
+  // Numeric spellings of an address (`0xac110001`, `::ffff:…`) match the form requests get.
+  const bare = host.replace(/\.$/, "").replace(/^\[|\]$/g, "");
+  return { host: bare.includes("*") ? bare : canonicalHost(bare).replace(/\.$/, ""), port };
 }
 
 /**
@@ -131,10 +133,15 @@ export function policyAllows(policy: NetworkPolicy, host: string, port: number):
   return rules(policy.allow).some((r) => matches(r, h, port));
 }
 
-/** Whether an allow rule names `host` itself (not through `*` or a `*.domain` glob). */
-export function namedByAllow(policy: NetworkPolicy, host: string): boolean {
-  const h = host.toLowerCase().replace(/^\[|\]$/g, "");
-  return policy.allow.map(parseRule).some((r) => r !== null && r.host === h);
+/**
+ * Whether an allow rule names `host` itself (not through `*` or a `*.domain` glob) for
+ * `port`: `172.17.0.1:8000` names that one port of the host, `172.17.0.1` every port.
+ */
+export function namedByAllow(policy: NetworkPolicy, host: string, port: number): boolean {
+  const h = host.toLowerCase().replace(/^\[|\]$/g, "").replace(/\.+$/, "");
+  return policy.allow.map(parseRule).some((r) =>
+    r !== null && r.host === h && (r.port === null || r.port === port)
+  );
 }
 
 /**
@@ -155,15 +162,4 @@ export function canonicalHost(raw: string): string {
     host = [hi >> 8, hi & 255, lo >> 8, lo & 255].join(".");
   }
   return host;
-}
-
-/** Loopback, link-local (cloud metadata) and unspecified addresses: never by a wildcard. */
-export function isReservedAddress(ip: string): boolean {
-  const v4 = /^(\d+)\.(\d+)\.\d+\.\d+$/.exec(ip);
-  if (v4) {
-    const [a, b] = [Number(v4[1]), Number(v4[2])];
-    return a === 127 || a === 0 || (a === 169 && b === 254);
-  }
-  const v6 = ip.toLowerCase();
-  return v6 === "::1" || v6 === "::" || /^fe[89ab][0-9a-f]:/.test(v6);
 }

@@ -69,6 +69,36 @@ export function bridgeAddress(name: string | undefined): string | undefined {
   }
 }
 
+/**
+ * The addresses by which containers reach this machine on every network of the local
+ * engine (each network's gateway, and the address of its bridge on this host), the rollout
+ * networks vf creates included: the egress proxy refuses them unless a task names one.
+ * Empty for a remote engine, whose networks are not this machine's.
+ */
+export async function dockerNetworkAddresses(): Promise<string[]> {
+  const engine = DockerEngine.shared();
+  if (!engine.endpoint.socketPath) return [];
+  const networks = await engine.listNetworks() as Array<{
+    Id?: string;
+    Driver?: string;
+    IPAM?: { Config?: Array<{ Gateway?: string }> | null };
+    Options?: Record<string, string> | null;
+  }>;
+  const addresses: string[] = [];
+  for (const n of networks) {
+    for (const c of n.IPAM?.Config ?? []) {
+      if (c.Gateway) addresses.push(c.Gateway.replace(/\/\d+$/, ""));
+    }
+    if (n.Driver !== "bridge") continue;
+    const name = n.Options?.["com.docker.network.bridge.name"] ??
+      (n.Id ? `br-${n.Id.slice(0, 12)}` : undefined);
+    try {
+      for (const a of (name && networkInterfaces()[name]) || []) addresses.push(a.address);
+    } catch { /* no permission to list interfaces: the proxy refuses then anyway */ }
+  }
+  return addresses;
+}
+
 /** One rollout's network, and its gateway relay once asked for. */
 export class RolloutNetwork {
   readonly name: string;
