@@ -383,7 +383,8 @@ export class LimitedRuntime implements Runtime {
       }
       if (waited) options.onQueue?.(false);
       try {
-        await this.inner.start({ signal: options.signal });
+        // The wrapped runtime may wait its turn too (a dedicated host another sandbox holds).
+        await this.inner.start({ signal: options.signal, onQueue: options.onQueue });
       } catch (error) {
         await this.stop().catch(() => {});
         throw error;

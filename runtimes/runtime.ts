@@ -83,8 +83,12 @@ export interface Runtime extends AsyncDisposable {
   /** Container id, temp dir, ...; `""` before start. */
   readonly id: string;
   readonly capabilities: RuntimeCapabilities;
-  /** Creates and starts the sandbox. */
-  start(options?: { signal?: AbortSignal }): Promise<void>;
+  /**
+   * Creates and starts the sandbox. `onQueue` is told when the start waits for something
+   * another sandbox holds (a live slot, a dedicated host) and when it has it, so a caller
+   * timing the start can stop its clock meanwhile.
+   */
+  start(options?: { signal?: AbortSignal; onQueue?: (waiting: boolean) => void }): Promise<void>;
   /** Runs `argv` (no shell) and collects its output; a non-zero exit is a result. */
   run(argv: string[], options?: RunOptions): Promise<RunResult>;
   /**

@@ -197,7 +197,10 @@ export async function runTaskset(
     requireDistinctRewardKeys(task, options.judges ?? []);
   }
   for (const role of Object.values(env.roles)) {
-    requireIsolatableConcurrency(role.policy.runtime, options.maxConcurrent ?? 4);
+    requireIsolatableConcurrency(role.policy, options.maxConcurrent ?? 4, {
+      tasks,
+      role: role.name,
+    });
   }
   const r = Math.max(1, options.rolloutsPerTask ?? 1);
   const tracesPath = options.runDir ? join(options.runDir, "traces.jsonl") : null;

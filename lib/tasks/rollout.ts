@@ -16,6 +16,7 @@ import {
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { SandboxSlot } from "../../runtimes/limits.ts";
 import { createRuntime } from "../../runtimes/create.ts";
+import { dedicatedHolderOf } from "../../runtimes/ssh/runtime.ts";
 import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
 import { excludeMatcher, joinTars, packTar, readTar, type TarEntry } from "../../runtimes/_tar.ts";
 import type { ChatClient } from "../model/client.ts";
@@ -1312,6 +1313,9 @@ export class TaskRollout {
             `use docker or prime for --env.agent.scoring.runtime`,
         );
       }
+      // A borrowed sandbox stays up through grading: a grader cannot wait for its host.
+      const box = this.#options.box?.runtime;
+      if (box) requireHostNotKept(spec, box, task, "--env.agent.scoring.runtime");
       const agentWorkdir = this.#agentSpec?.workdir ?? data.workdir;
       const relative = (data.artifacts ?? []).find((a) => !posix.isAbsolute(a.source));
       if (relative && spec.workdir !== agentWorkdir) {
@@ -1416,6 +1420,7 @@ export async function gradeSubmission(
         `one (task "${task.key}"); use docker or prime for scoring.runtime`,
     );
   }
+  requireHostNotKept(spec, ctx.runtime, task, "scoring.runtime");
   // Collected while the grader starts and runs the task's setup (see gradeIsolated).
   const artifacts = collectArtifacts(ctx.runtime, task).then((collected) => {
     ctx.trace.artifacts = collected;
@@ -1433,6 +1438,23 @@ export async function gradeSubmission(
     (runtime, s) => ({ ...ctx, runtime, signal: s }),
     task.data.timeout?.scoring,
     signal,
+  );
+}
+
+/**
+ * A grader on a dedicated ssh host waits until the sandbox holding the host has stopped. When
+ * that sandbox is `kept`, which stays up until grading is done, the wait would never end:
+ * refuse it at once.
+ * @throws {ConfigError}
+ */
+function requireHostNotKept(spec: RuntimeSpec, kept: Runtime, task: Task, field: string): void {
+  if (spec.type !== "ssh" || !spec.dedicated) return;
+  const holder = dedicatedHolderOf(spec);
+  if (holder === undefined || holder !== kept.id) return;
+  throw new ConfigError(
+    `The grading sandbox of task "${task.key}" would need dedicated ssh host "${spec.host}", ` +
+      `which sandbox "${holder}" holds until grading is done; a dedicated host holds one ` +
+      `sandbox at a time: give ${field} a host of its own (host = "...")`,
   );
 }
 
@@ -1626,7 +1648,7 @@ async function startSandbox(
     slot?.release();
     const runtime = createRuntime(spec, labels);
     hold(runtime);
-    await runtime.start({ signal });
+    await runtime.start({ signal, onQueue });
     return recorded(runtime);
   }
   let runtime: Runtime;

@@ -256,6 +256,33 @@ Deno.test("prime: the spec is checked before anything is created", () => {
   );
 });
 
+Deno.test(
+  `${STANDIN}: sandboxes reached through one gateway as one login user run at once`,
+  withStandIn({}, async (standIn) => {
+    // Each VM is made for its runtime alone: that they share the gateway's user@host:port
+    // does not make them one dedicated host that only one of them may hold.
+    const spec = specFor(standIn, {
+      ssh: {
+        user: "root",
+        privateKeyPath: sshHost.privateKeyPath,
+        knownHostsPath: sshHost.knownHostsPath,
+      },
+    });
+    const [a, b] = [createRuntime(spec), createRuntime(spec)];
+    try {
+      await Promise.all([a.start(), b.start()]);
+      const [ra, rb] = await Promise.all([a.run(["pwd"]), b.run(["pwd"])]);
+      assert.equal(ra.exit_code, 0, ra.stderr);
+      assert.equal(rb.exit_code, 0, rb.stderr);
+      assert.notEqual(ra.stdout, rb.stdout, "each has a workdir of its own");
+      assert.equal(standIn.live().length, 2);
+    } finally {
+      await Promise.all([a.stop(), b.stop()]);
+    }
+    assert.deepEqual(standIn.live(), []);
+  }),
+);
+
 Deno.test("prime: the sshd test host is removed", async () => {
   await sshConnectionsClosed();
   await sshHost.close();

@@ -13,4 +13,4 @@ export {
   type SshFailure,
 } from "./connection.ts";
 export { shellQuote } from "./shell.ts";
-export { SshRuntime, type SshRuntimeOptions } from "./runtime.ts";
+export { dedicatedHolderOf, SshRuntime, type SshRuntimeOptions } from "./runtime.ts";

@@ -24,6 +24,7 @@ import { join, posix } from "node:path";
 import process from "node:process";
 import { CommandTimeoutError, ConfigError } from "../../lib/errors.ts";
 import { resolveSshHost, type SshHostConfig } from "./config.ts";
+import { claimHost, dedicatedHostHolder, type HostClaim } from "./host_claims.ts";
 import {
   concatBytes,
   decodeChunks,
@@ -113,9 +114,6 @@ function removeWorkdir(connection: SshConnection, dir: string): Promise<boolean>
   return batch.done;
 }
 
-/** The runtime holding each dedicated host (`user@host:port`) of this process. */
-const dedicatedHolders = new Map<string, SshRuntime>();
-
 /** Options of {@linkcode SshRuntime}'s constructor besides the spec. */
 export interface SshRuntimeOptions {
   /** Run id (informational; SSH hosts carry no labels). */
@@ -171,6 +169,10 @@ export class SshRuntime implements Runtime {
   #below = new Set<number>();
   /** Why the ssh configuration says this host cannot be reached directly. */
   #proxy: string | undefined;
+  /** This sandbox's claim on its dedicated host, held from before it touches the host until stopped. */
+  #claim: HostClaim | undefined;
+  /** Aborted by stop(): a start still waiting for its dedicated host gives up. */
+  #halt = new AbortController();
 
   constructor(spec: SshRuntimeSpec, options: SshRuntimeOptions = {}) {
     if (!spec.host) throw new TypeError("An ssh runtime needs a host");
@@ -228,12 +230,26 @@ export class SshRuntime implements Runtime {
     return this.#options.label ?? `SSH host "${this.address}"`;
   }
 
-  /** Connects, prepares the working directory and learns whether commands can switch users. */
-  start(options: { signal?: AbortSignal } = {}): Promise<void> {
-    return this.#life.start(this, "ssh", () => this.#start(options.signal), () => this.stop());
+  /**
+   * Connects, prepares the working directory and learns whether commands can switch users.
+   * On a dedicated host it first waits until no other sandbox of this process holds the host
+   * (`onQueue` is told while it waits).
+   */
+  start(
+    options: { signal?: AbortSignal; onQueue?: (waiting: boolean) => void } = {},
+  ): Promise<void> {
+    return this.#life.start(
+      this,
+      "ssh",
+      () => this.#start(options.signal, options.onQueue),
+      () => this.stop(),
+    );
   }
 
-  async #start(signal: AbortSignal | undefined): Promise<void> {
+  async #start(
+    signal: AbortSignal | undefined,
+    onQueue: ((waiting: boolean) => void) | undefined,
+  ): Promise<void> {
     signal?.throwIfAborted();
     if (this.#proxy) {
       throw new SandboxUnsupportedError(
@@ -243,7 +259,12 @@ export class SshRuntime implements Runtime {
       );
     }
     this.#id = `vf-${randomHex(6)}`;
-    if (this.spec.dedicated) this.#claimHost();
+    if (this.spec.dedicated && !this.#options.disposable) {
+      // A host made for this runtime alone (a Prime VM) is nobody else's to claim.
+      const halt = signal ? AbortSignal.any([signal, this.#halt.signal]) : this.#halt.signal;
+      this.#claim = await claimHost(this.address, this.#id, { signal: halt, onQueue });
+      this.#checkNotStopped();
+    }
     if (this.#ownsWorkdir) this.#workdir = `/tmp/${this.#id}`;
     if (this.#ledgered()) await recordSandbox({ event: "requested", ...this.#ledgerRecord() });
     this.#connection = acquire(this.#target);
@@ -269,23 +290,6 @@ export class SshRuntime implements Runtime {
     this.#switch = sw === "runuser" || sw === "sudo" ? sw : "none";
     this.capabilities.users = this.#switch !== "none";
     this.#checkNotStopped();
-  }
-
-  /**
-   * A dedicated host is one sandbox: a second runtime of this process on it at once would
-   * share its files, so it is refused.
-   */
-  #claimHost(): void {
-    const key = this.address; // user@host:port (Prime's sandboxes share a gateway, not a user)
-    const holder = dedicatedHolders.get(key);
-    if (holder && holder !== this) {
-      throw new ConfigError(
-        `${this.#label()} is dedicated and already holds sandbox "${holder.id}" of this ` +
-          `process; a dedicated host holds one sandbox at a time: run one rollout at a time on ` +
-          `it (-c 1), or give each rollout a host of its own`,
-      );
-    }
-    dedicatedHolders.set(key, this);
   }
 
   #checkNotStopped(): void {
@@ -709,6 +713,7 @@ export class SshRuntime implements Runtime {
     if (this.#stopping) return this.#stopping;
     const wasStarting = this.#life.state === "starting";
     this.#life.state = "stopped";
+    this.#halt.abort(new SandboxStateError("The ssh runtime was stopped while it was starting"));
     this.#stopping = (async () => {
       if (wasStarting) await this.#life.launch?.catch(() => {});
       const connection = this.#connection;
@@ -720,7 +725,9 @@ export class SshRuntime implements Runtime {
         release(connection);
       }
     })().finally(() => {
-      if (dedicatedHolders.get(this.address) === this) dedicatedHolders.delete(this.address);
+      // Only now, its commands killed and its workdir removed, may the next sandbox have the host.
+      this.#claim?.release();
+      this.#claim = undefined;
       untrackRuntime(this);
     });
     return this.#stopping;
@@ -774,6 +781,16 @@ export class SshRuntime implements Runtime {
   [Symbol.asyncDispose](): Promise<void> {
     return this.stop();
   }
+}
+
+/**
+ * The id of the sandbox of this process that holds the dedicated host `spec` names, if any:
+ * a sandbox started on that host now waits until it has stopped. A caller about to start one
+ * while keeping that sandbox up until the new one is done would wait forever, so it refuses.
+ */
+export function dedicatedHolderOf(spec: SshRuntimeSpec): string | undefined {
+  if (!spec.dedicated) return undefined;
+  return dedicatedHostHolder(new SshRuntime(spec).address);
 }
 
 /**

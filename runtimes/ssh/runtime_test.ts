@@ -23,7 +23,6 @@ import {
 import { loadSsh2 } from "./connection.ts";
 import { tarSideExcludes } from "./runtime.ts";
 import { packTar, readTar } from "../_tar.ts";
-import { ConfigError } from "../../lib/errors.ts";
 import { sshSpecFor, startSshdHosts } from "../../tests/_sshd_hosts.ts";
 
 const [host, doomed] = await startSshdHosts(2);
@@ -245,29 +244,62 @@ Deno.test(
 );
 
 Deno.test(
-  "ssh: a dedicated host holds one sandbox at a time; a second one is refused until the first stops",
+  "ssh: a dedicated host holds one sandbox at a time; a second one waits until the first has stopped and removed its workdir",
   settled(async () => {
     const first = new SshRuntime(specFor(host, { dedicated: true }));
     const second = new SshRuntime(specFor(host, { dedicated: true }));
     try {
       await first.start();
-      const error = await second.start().then(() => undefined, (e) => e);
-      assert.ok(error instanceof ConfigError, `got ${error}`);
-      assert.match(
-        error.message,
-        new RegExp(`is dedicated and already holds sandbox "${first.id}" of this process`),
-      );
-      assert.match(error.message, /run one rollout at a time on it \(-c 1\)/);
-      // A shared (not dedicated) runtime on the same host is not affected.
+      const told: boolean[] = [];
+      let started = false;
+      const starting = second.start({ onQueue: (waiting) => told.push(waiting) })
+        .then(() => (started = true));
+      // A shared (not dedicated) runtime on the same host does not wait.
       await using shared = new SshRuntime(specFor(host));
       await shared.start();
+      assert.equal((await shared.run(["true"])).exit_code, 0);
+      assert.equal(started, false, "the second sandbox waits while the first holds the host");
+      assert.deepEqual(told, [true]);
+      assert.ok(await host.exists(first.workdir));
+      const firstDir = first.workdir;
       await first.stop();
-      await using third = new SshRuntime(specFor(host, { dedicated: true }));
-      await third.start();
-      assert.equal((await third.run(["true"])).exit_code, 0);
+      await starting;
+      assert.deepEqual(told, [true, false]);
+      assert.equal(await host.exists(firstDir), false, "the first was gone before the second");
+      assert.equal((await second.run(["true"])).exit_code, 0);
     } finally {
       await first.stop();
       await second.stop();
+    }
+  }),
+);
+
+Deno.test(
+  "ssh: a start waiting for a dedicated host gives up on abort or stop() and leaves no claim",
+  settled(async () => {
+    const holder = new SshRuntime(specFor(host, { dedicated: true }));
+    const aborted = new SshRuntime(specFor(host, { dedicated: true }));
+    const stopped = new SshRuntime(specFor(host, { dedicated: true }));
+    try {
+      await holder.start();
+      const controller = new AbortController();
+      const waiting = aborted.start({ signal: controller.signal }).then(() => null, (e) => e);
+      const cut = stopped.start().then(() => null, (e) => e);
+      controller.abort(new Error("given up"));
+      assert.equal((await waiting)?.message, "given up");
+      await stopped.stop();
+      assert.match(String(await cut), /stopped while it was starting/);
+      assert.ok(!liveRuntimes().includes(aborted) && !liveRuntimes().includes(stopped));
+      await holder.stop();
+      // Neither left a claim behind: the next sandbox has the host at once.
+      await using next = new SshRuntime(specFor(host, { dedicated: true }));
+      const told: boolean[] = [];
+      await next.start({ onQueue: (w) => told.push(w) });
+      assert.deepEqual(told, [], "no wait");
+    } finally {
+      await holder.stop();
+      await aborted.stop();
+      await stopped.stop();
     }
   }),
 );
