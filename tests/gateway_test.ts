@@ -651,3 +651,82 @@ Deno.test("egress proxy: a name is judged by the address it resolves to, and tha
     await gateway.close();
   }
 });
+
+Deno.test("program harness: vf's agent that cannot run in the sandbox (no wget, no python3, a missing Python module, no gateway) is an infrastructure error naming why, never a reward of 0", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_agent_infra_" });
+  const runIds: string[] = [];
+  const grader =
+    '#!/bin/sh\n[ "$(cat /app/out.txt)" = hello ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n';
+  try {
+    await write(join(dir, "nowget"), {
+      "hello/instruction.md": "Write the word hello to /app/out.txt.\n",
+      "hello/task.toml": "[verifier]\ntimeout_sec = 30.0\n",
+      // A Debian slim image has sh, mktemp and head, but no wget (busybox's sh would run its
+      // wget applet even with the link removed).
+      "hello/environment/Dockerfile":
+        "FROM python:3.11-slim\nRUN ! command -v wget\nWORKDIR /app\n",
+      "hello/tests/test.sh": grader,
+    });
+    await write(join(dir, "nojson"), {
+      "hello/instruction.md": "Write the word hello to /app/out.txt.\n",
+      "hello/task.toml": "[verifier]\ntimeout_sec = 30.0\n",
+      "hello/environment/Dockerfile":
+        "FROM python:3.11-slim\nRUN rm -rf /usr/lib/python3*/json\nWORKDIR /app\n",
+      "hello/tests/test.sh": grader,
+    });
+    await write(join(dir, "busy"), {
+      "hello/instruction.md": "Write the word hello to /app/out.txt.\n",
+      "hello/task.toml": "[verifier]\ntimeout_sec = 30.0\n",
+      "hello/environment/Dockerfile": "FROM busybox:latest\nWORKDIR /app\n",
+      "hello/tests/test.sh": grader,
+    });
+    await write(join(dir, "plain"), {
+      "hello/instruction.md": "Write the word hello to /app/out.txt.\n",
+      "hello/task.toml": "[verifier]\ntimeout_sec = 30.0\n",
+      "hello/environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
+      "hello/tests/test.sh": grader,
+    });
+    await using model = await startModelServer({
+      responder: () => ({
+        content: null,
+        tool_calls: [{ name: "bash", arguments: { command: "echo hello > /app/out.txt" } }],
+      }),
+    });
+    const base = ["-m", "m", "-b", model.url, "-o", "out", "--env.agent.harness.id", "program"];
+    // Nothing listens on port 9 of the sandbox's loopback: the gateway cannot be reached.
+    const away =
+      '{"VF_GATEWAY_URL": "http://127.0.0.1:9", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}';
+    const cases: Array<[string, string[], RegExp]> = [
+      ["./nowget", ["--env.agent.harness.agent", "sh"], /needs "wget"/],
+      ["./nojson", [], /Python module "json"/],
+      [
+        "./busy",
+        ["--env.agent.harness.agent", "sh", "--env.agent.harness.env", away],
+        /cannot reach the model gateway/,
+      ],
+      ["./plain", ["--env.agent.harness.env", away], /cannot reach the model gateway/],
+      // The python agent on an image without python3.
+      ["./busy", [], /could not start \(exit 127\)[\s\S]*needs "python3"/],
+    ];
+    for (const [bench, flags, why] of cases) {
+      const res = await run(dir, ["run", bench, ...base, ...flags]);
+      runIds.push(res.runId);
+      const [t] = await traces(res.runDir);
+      const label = `${bench} ${flags.join(" ")}: ${JSON.stringify(t.error)} reward ${t.reward}`;
+      assert.ok(t.error, label);
+      assert.equal(t.error.error, "InfraError", label);
+      assert.equal(t.error.infra, true, label);
+      assert.match(t.error.message, why, label);
+      assert.notEqual(t.reward, 0, label);
+      assert.equal(t.model_calls.length, 0, label);
+      const meta = JSON.parse(await Deno.readTextFile(join(res.runDir, "metadata.json")));
+      const summary = meta.summary ?? meta;
+      assert.equal(summary.num_infra_errors, 1, label);
+      assert.equal(summary.avg_reward, null, label); // not averaged in as a 0
+      assert.deepEqual(await leftovers(res.runId), { containers: 0, networks: 0 });
+    }
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -7,10 +7,15 @@
  * conditions, and records it on the trace.
  * @module
  */
-import { CommandTimeoutError, ConfigError, TaskError } from "../errors.ts";
+import { CommandTimeoutError, ConfigError, InfraError, TaskError } from "../errors.ts";
 import process from "node:process";
 import { type ChatCall, GatewayRefusal } from "../gateway/chat.ts";
-import { PYTHON_AGENT, SH_AGENT } from "../gateway/agent_programs.ts";
+import {
+  AGENT_CANNOT_RUN,
+  CANNOT_RUN_PREFIX,
+  PYTHON_AGENT,
+  SH_AGENT,
+} from "../gateway/agent_programs.ts";
 import type { Messages, Response, Tool } from "../types.ts";
 import {
   assistantMessage,
@@ -202,6 +207,30 @@ export class ProgramHarness implements Harness {
       ctx.recorder.metrics.program_exit_code = r.exit_code;
       if (modelError) throw modelError;
       if (ctx.recorder.stop_condition) return; // a limit or stop: the exit code does not matter
+      const shipped = this.#shipped();
+      if (shipped) {
+        // vf's own agent that cannot work in this sandbox is a broken image or route, not an
+        // agent that did nothing: infrastructure, never scored.
+        const why = r.stderr.split("\n").find((l) => l.startsWith(CANNOT_RUN_PREFIX));
+        if (r.exit_code === AGENT_CANNOT_RUN && why) {
+          throw new InfraError(
+            `The ${shipped} agent program cannot run in the sandbox: ${
+              why.slice(CANNOT_RUN_PREFIX.length).trim()
+            }`,
+          );
+        }
+        if (r.exit_code === 126 || r.exit_code === 127) {
+          throw new InfraError(
+            `The ${shipped} agent program could not start (exit ${r.exit_code}): ${
+              (r.stderr || r.stdout).trim().slice(0, 500)
+            }; it needs ${
+              shipped === "sh"
+                ? '"sh" in the image'
+                : '"python3" in the image; for an image without Python use --env.agent.harness.agent sh'
+            }`,
+          );
+        }
+      }
       if (r.exit_code === 126 || r.exit_code === 127) {
         throw new TaskError(
           `The agent program could not start (exit ${r.exit_code}): ${
@@ -221,6 +250,13 @@ export class ProgramHarness implements Harness {
     } finally {
       record.duration_ms = Date.now() - started;
     }
+  }
+
+  /** Which of vf's agent programs runs, or null for a given command. */
+  #shipped(): "python" | "sh" | null {
+    const command = this.options.command;
+    if (typeof command === "string" || (Array.isArray(command) && command.length)) return null;
+    return this.options.agent === "sh" ? "sh" : "python";
   }
 
   async #argv(ctx: HarnessContext): Promise<string[]> {
