@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { bridgeAddress, evaluatorHost } from "./network.ts";
+import { bridgeAddress, dockerNetworkAddresses, evaluatorHost } from "./network.ts";
 import { DockerEngine } from "../../runtimes/docker/engine_api.ts";
 
 Deno.test("the evaluator's address on the default bridge is docker0's, whether or not the engine names its gateway", async () => {
@@ -14,6 +14,30 @@ Deno.test("the evaluator's address on the default bridge is docker0's, whether o
     const name = bridge.Options?.["com.docker.network.bridge.name"] ?? "docker0";
     assert.equal(await evaluatorHost(), bridgeAddress(name));
   } finally {
+    await DockerEngine.closeShared();
+  }
+});
+
+Deno.test("dockerNetworkAddresses() lists every network's gateway on this machine, host-less internal ones included", async () => {
+  const engine = DockerEngine.shared();
+  const name = `vf-test-addr-${crypto.randomUUID().slice(0, 8)}`;
+  const id = await engine.createNetwork({
+    Name: name,
+    Driver: "bridge",
+    Internal: true,
+    CheckDuplicate: true,
+    Options: { "com.docker.network.bridge.inhibit_ipv4": "true" },
+  });
+  try {
+    const inspected = await engine.inspectNetwork(id) as {
+      IPAM: { Config: Array<{ Gateway: string }> };
+    };
+    const gateway = inspected.IPAM.Config[0].Gateway;
+    const addresses = await dockerNetworkAddresses();
+    assert.ok(addresses.includes(gateway), `${gateway} in ${addresses}`);
+    assert.ok(addresses.includes(await evaluatorHost()), "the default bridge's address");
+  } finally {
+    await engine.removeNetwork(id);
     await DockerEngine.closeShared();
   }
 });
