@@ -10,19 +10,29 @@ import { type RewardFunc, Rubric } from "./rubric.ts";
 import type { State } from "../state.ts";
 import type { Messages, SamplingArgs } from "../types.ts";
 
-/** The default judge prompt: asks for a bare "yes" or "no". */
-export const DEFAULT_JUDGE_PROMPT = `You are grading an answer against a reference.
+/**
+ * The default judge prompt, asking for a bare "yes" or "no": upstream verifiers' default
+ * (`DEFAULT_JUDGE_PROMPT` of its JudgeRubric) word for word, so judge calls compare.
+ */
+export const DEFAULT_JUDGE_PROMPT =
+  `Given a ground truth answer and a response, determine if the response is correct.
 
 Question:
+\`\`\`
 {question}
+\`\`\`
 
-Reference answer:
+Ground truth answer:
+\`\`\`
 {answer}
+\`\`\`
 
-Answer to grade:
+Response:
+\`\`\`
 {response}
+\`\`\`
 
-Does the answer to grade agree with the reference answer? Reply with exactly "yes" or "no".`;
+Respond either "yes" or "no" only.`;
 
 /** Options of {@link JudgeRubric}. */
 export interface JudgeRubricOptions {

@@ -9,7 +9,7 @@ Deno.test("JudgeRubric.judge() fills the template, calls the judge model and cac
   await using judge = await startModelServer({
     responder: (req) => {
       const text = String(req.body.messages.at(-1)?.content ?? "");
-      return { content: text.includes("Answer to grade:\n4") ? "yes" : "no" };
+      return { content: text.includes("Response:\n```\n4\n```") ? "yes" : "no" };
     },
   });
   const client = new OpenAIChatClient({ base_url: judge.url, max_retries: 0 });
@@ -25,8 +25,8 @@ Deno.test("JudgeRubric.judge() fills the template, calls the judge model and cac
   assert.equal(await rubric.judge(args), "yes");
   assert.equal(judge.requests.length, 1, "the second verdict comes from the state's cache");
   const sent = String(judge.requests[0].body.messages[0].content);
-  assert.match(sent, /Question:\nWhat is 2\+2\?/);
-  assert.match(sent, /Reference answer:\n4/);
+  assert.match(sent, /Question:\n```\nWhat is 2\+2\?\n```/);
+  assert.match(sent, /Ground truth answer:\n```\n4\n```/);
   assert.equal(judge.requests[0].body.model, "judge-1");
   assert.equal(
     await rubric.judge({
@@ -41,7 +41,7 @@ Deno.test("JudgeRubric.judge() fills the template, calls the judge model and cac
 Deno.test("JudgeRubric scores rollouts through a reward function that asks the judge", async () => {
   await using judge = await startModelServer({
     responder: (req) => ({
-      content: String(req.body.messages[0].content).includes("Answer to grade:\nParis")
+      content: String(req.body.messages[0].content).includes("Response:\n```\nParis\n```")
         ? "yes"
         : "no",
     }),

@@ -71,7 +71,7 @@ export interface RubricEntry {
 export interface RubricOptions {
   /** Reward functions in execution order (group functions flagged with `groupReward`). */
   funcs?: RewardFunc[];
-  /** One weight per function; default 1.0 each. */
+  /** One weight per function; default (or an empty list) 1.0 each. */
   weights?: number[];
   /** The parser handed to reward functions as `parser`; default `new Parser()`. */
   parser?: Parser<unknown>;
@@ -93,7 +93,8 @@ export class Rubric {
 
   constructor(options: RubricOptions = {}) {
     const funcs = options.funcs ?? [];
-    const weights = options.weights ?? funcs.map(() => 1.0);
+    // An empty list means the default, as upstream's `weights or []` does.
+    const weights = options.weights?.length ? options.weights : funcs.map(() => 1.0);
     if (weights.length !== funcs.length) {
       throw new RangeError(
         `Rubric got ${funcs.length} functions but ${weights.length} weights; give one weight per function`,

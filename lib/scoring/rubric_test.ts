@@ -47,6 +47,15 @@ Deno.test("Rubric rejects a weights list whose length differs from funcs with a 
   assert.throws(() => new Rubric({ funcs: [], weights: [0.5] }), RangeError);
 });
 
+Deno.test("Rubric treats weights: [] as the default, 1.0 per function, as upstream does", async () => {
+  const rubric = new Rubric({ funcs: [exact, length], weights: [] });
+  assert.deepEqual(rubric.funcWeights, [1, 1]);
+  assert.deepEqual(new Rubric({ funcs: [], weights: [] }).funcWeights, []);
+  const state = answerState("4");
+  await rubric.scoreRollout(state);
+  assert.equal(state.reward, state.metrics!.exact + state.metrics!.length);
+});
+
 Deno.test("Rubric rejects a reward function that is not a function", () => {
   assert.throws(() => new Rubric({ funcs: [42 as never] }), TypeError);
 });

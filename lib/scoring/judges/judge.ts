@@ -76,6 +76,12 @@ export function viewOf(trace: JudgedTrace, view: "last_reply" | "full_trace"): s
   return "";
 }
 
+/** A judge class's reward key: `MyCodeJudge` is `my_code`; `judge` when nothing is left. */
+function classKey(className: string): string {
+  const base = className.replace(/Judge$/, "");
+  return base.replace(/(?<!^)(?=[A-Z])/g, "_").toLowerCase() || "judge";
+}
+
 /** A judge: subclasses give the template, how a reply parses, and how a trace scores. */
 export abstract class Judge<P = unknown> {
   readonly settings: JudgeSettings;
@@ -89,9 +95,12 @@ export abstract class Judge<P = unknown> {
     this.template = settings.prompt ?? template;
   }
 
-  /** The reward key: `name`, else the id. */
+  /**
+   * The reward key: `name`, else the id, else the class name in snake_case without its
+   * `Judge` suffix (`CorrectnessJudge` is `correctness`), else `judge`.
+   */
   get name(): string {
-    return this.settings.name || this.settings.id;
+    return this.settings.name || this.settings.id || classKey(this.constructor.name);
   }
 
   get weight(): number {

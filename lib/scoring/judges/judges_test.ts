@@ -8,10 +8,23 @@ import { ConfigError, JudgeVerdictError } from "../../errors.ts";
 import { renderTranscript } from "../../messages.ts";
 import type { Messages } from "../../types.ts";
 import { buildJudges } from "./config.ts";
-import { fillTemplate, type JudgedTrace, type JudgeRecord } from "./judge.ts";
+import {
+  fillTemplate,
+  Judge,
+  type JudgedTrace,
+  type JudgeEndpoint,
+  type JudgeRecord,
+} from "./judge.ts";
 import { findJsonObject, parseJudgeChoice } from "./parse.ts";
 import { REFERENCE_TEMPLATE, ReferenceJudge } from "./reference.ts";
-import { criterionLine, fenceFor, RubricJudge } from "./rubric.ts";
+import {
+  criterionLine,
+  fenceFor,
+  RUBRIC_JSON_SUFFIX,
+  RUBRIC_TEMPLATE,
+  RubricJudge,
+} from "./rubric.ts";
+import { DEFAULT_JUDGE_PROMPT } from "../judge_rubric.ts";
 
 const CONVERSATION: Messages = [
   { role: "user", content: "Capital of France?" },
@@ -87,6 +100,70 @@ Deno.test("parseJudgeChoice(): think blocks, boxed answers, verdict markers and 
   for (const [text, choices, want] of cases) {
     assert.equal(parseJudgeChoice(text, choices), want, JSON.stringify([text, choices]));
   }
+});
+
+Deno.test("the default judge prompts are upstream verifiers' own, word for word, so traces compare", () => {
+  const fence = "```";
+  assert.equal(
+    REFERENCE_TEMPLATE,
+    "Given a task, a reference answer, and a response, determine if the response is correct " +
+      "\u2014 it must match the reference answer (any one of them, when several are listed) in " +
+      "substance (exact wording may differ).\n\n" +
+      `Task:\n${fence}\n{question}\n${fence}\n\n` +
+      `Reference answer:\n${fence}\n{answer}\n${fence}\n\n` +
+      `Response:\n${fence}\n{response}\n${fence}\n\n` +
+      'Respond either "{positive}" or "{negative}" only.\n',
+  );
+  assert.equal(
+    RUBRIC_TEMPLATE,
+    "Given a task, a response, and a list of grading criteria, determine for each criterion " +
+      "whether the response satisfies it.\n\n" +
+      `Task:\n${fence}\n{question}\n${fence}\n{reference}\n` +
+      `Response:\n${fence}\n{response}\n${fence}\n\n` +
+      "Criteria:\n{criteria}\n\n" +
+      "For each criterion, answer under its exact name with exactly one of the options given " +
+      "in parentheses after it.\n",
+  );
+  assert.ok(
+    RUBRIC_JSON_SUFFIX.startsWith(
+      "\n\nRespond with ONLY a JSON object and nothing else, in exactly this shape:\n",
+    ),
+  );
+  assert.equal(
+    criterionLine({ name: "tone", text: "Is polite.", weight: 1, choices: ["no", "yes"] }),
+    "- tone: Is polite. (answer one of, worst to best: no, yes)",
+  );
+  assert.equal(
+    DEFAULT_JUDGE_PROMPT,
+    "Given a ground truth answer and a response, determine if the response is correct.\n\n" +
+      `Question:\n${fence}\n{question}\n${fence}\n\n` +
+      `Ground truth answer:\n${fence}\n{answer}\n${fence}\n\n` +
+      `Response:\n${fence}\n{response}\n${fence}\n\n` +
+      'Respond either "yes" or "no" only.',
+  );
+});
+
+Deno.test("a judge with no name and an empty id is keyed by its class name in snake_case, without Judge", () => {
+  class CorrectnessJudge extends Judge<number> {
+    parse(): number {
+      return 1;
+    }
+    score(): Promise<number> {
+      return Promise.resolve(1);
+    }
+  }
+  class MyCodeJudge extends CorrectnessJudge {}
+  class Judge2 extends CorrectnessJudge {}
+  const endpoint = { model: "m" } as unknown as JudgeEndpoint;
+  assert.equal(new CorrectnessJudge({ id: "" }, endpoint, "{x}").name, "correctness");
+  assert.equal(new MyCodeJudge({ id: "" }, endpoint, "{x}").name, "my_code");
+  assert.equal(new Judge2({ id: "" }, endpoint, "{x}").name, "judge2");
+  assert.equal(new MyCodeJudge({ id: "code", name: "" }, endpoint, "{x}").name, "code");
+  assert.equal(new MyCodeJudge({ id: "", name: "mine" }, endpoint, "{x}").name, "mine");
+  // A class named just "Judge" leaves nothing: the key is "judge".
+  const Bare = { Judge: class extends CorrectnessJudge {} }.Judge;
+  Object.defineProperty(Bare, "name", { value: "Judge" });
+  assert.equal(new Bare({ id: "" }, endpoint, "{x}").name, "judge");
 });
 
 Deno.test("fillTemplate() fills known fields in one pass and leaves other braces alone", () => {
@@ -191,7 +268,7 @@ Deno.test("reference judge: an empty reply scores 0 with no call; full_trace sho
     const sent = String(server.requests[1].body.messages[0].content);
     assert.match(sent, /TOOL RESULT: Paris is the capital\./);
     assert.doesNotMatch(sent, /SECRET REASONING/);
-    assert.match(sent, /Reply with "A" or "B" and nothing else\./);
+    assert.match(sent, /Respond either "A" or "B" only\.\n$/);
   } finally {
     await server.close();
   }
@@ -280,7 +357,12 @@ Deno.test("rubric judge: criteria in batches (max_criteria) run concurrently, a 
     assert.ok(!first.includes("- tone:"));
     assert.equal(fenceFor("Paris ```x```"), "````");
     assert.ok(first.includes("\n````\nParis ```x```\n````\n"));
-    assert.match(first, /Reply with one JSON object and no other text/);
+    assert.ok(first.endsWith(RUBRIC_JSON_SUFFIX), "the JSON instruction closes the prompt");
+    assert.ok(
+      first.includes(
+        "\nReference solution (a correct implementation of this task, for comparison):\n````\n",
+      ),
+    );
     assert.equal((t.info.judge as JudgeRecord[]).length, 2);
   } finally {
     await server.close();
@@ -309,7 +391,7 @@ Deno.test("rubric judge: a verdict outside a criterion's choices is retried; str
     assert.equal(body.response_format?.type, "json_schema");
     assert.doesNotMatch(
       String(server.requests[0].body.messages[0].content),
-      /Reply with one JSON object/,
+      /Respond with ONLY a JSON object/,
     );
   } finally {
     await server.close();

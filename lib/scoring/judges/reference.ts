@@ -26,9 +26,13 @@ export interface ReferenceJudgeSettings extends JudgeSettings {
   choices?: [string, string];
 }
 
-/** The reference judge's template (`{question}`, `{answer}`, `{response}`, `{positive}`, `{negative}`). */
+/**
+ * The reference judge's template (`{question}`, `{answer}`, `{response}`, `{positive}`,
+ * `{negative}`): upstream verifiers' default (`v1/judges/reference.txt`) word for word, so
+ * a judge's prompts and verdicts compare with upstream's traces.
+ */
 export const REFERENCE_TEMPLATE =
-  `Decide whether the response below answers the task correctly. Compare it with the reference answer: the substance must agree (if several reference answers are listed, agreeing with one is enough); wording may differ.
+  `Given a task, a reference answer, and a response, determine if the response is correct — it must match the reference answer (any one of them, when several are listed) in substance (exact wording may differ).
 
 Task:
 \`\`\`
@@ -45,7 +49,7 @@ Response:
 {response}
 \`\`\`
 
-Reply with "{positive}" or "{negative}" and nothing else.
+Respond either "{positive}" or "{negative}" only.
 `;
 
 /** The text of a task's prompt: a string as is, messages' texts joined by blank lines. */

@@ -33,8 +33,12 @@ export interface RubricJudgeSettings extends JudgeSettings {
   structured_output?: boolean;
 }
 
-/** The rubric judge's template (`{question}`, `{reference}`, `{response}`, `{criteria}`). */
-export const RUBRIC_TEMPLATE = `Grade the response below against each criterion in the list.
+/**
+ * The rubric judge's template (`{question}`, `{reference}`, `{response}`, `{criteria}`):
+ * upstream verifiers' default (`v1/judges/rubric.txt`) word for word, so traces compare.
+ */
+export const RUBRIC_TEMPLATE =
+  `Given a task, a response, and a list of grading criteria, determine for each criterion whether the response satisfies it.
 
 Task:
 \`\`\`
@@ -49,15 +53,20 @@ Response:
 Criteria:
 {criteria}
 
-Answer every criterion under its exact name, with one of the options in parentheses after it.
+For each criterion, answer under its exact name with exactly one of the options given in parentheses after it.
 `;
 
-/** Appended to the prompt unless the endpoint is asked for structured output. */
-export const RUBRIC_JSON_SUFFIX = `
-Reply with one JSON object and no other text, shaped like this:
-{"verdicts": [{"name": "<criterion name>", "reason": "<one sentence citing the response>", "verdict": "<one of its options>"}, ...]}
-One entry per criterion, under its exact name: write the reason first, then the verdict.
-`;
+/**
+ * Appended to the prompt unless the endpoint is asked for structured output (upstream's
+ * wording): each verdict comes after a one-sentence reason, so it can be audited.
+ */
+export const RUBRIC_JSON_SUFFIX =
+  "\n\nRespond with ONLY a JSON object and nothing else, in exactly this shape:\n" +
+  '{"verdicts": [{"name": "<criterion name>", "reason": "<one sentence citing specific ' +
+  'evidence from the response>", "verdict": "<answer>"}, ...]}\n' +
+  "with one entry per criterion, using each criterion's exact name. For each, first write the " +
+  "one-sentence reason grounded in the response, then set verdict to exactly one of the options " +
+  "listed in parentheses after that criterion.";
 
 /** A code fence longer than any backtick run in `text` (at least three backticks). */
 export function fenceFor(text: string): string {
@@ -67,7 +76,7 @@ export function fenceFor(text: string): string {
 
 /** One criterion's line in the prompt. */
 export function criterionLine(c: Criterion): string {
-  return `- ${c.name}: ${c.text} (options, worst to best: ${c.choices.join(", ")})`;
+  return `- ${c.name}: ${c.text} (answer one of, worst to best: ${c.choices.join(", ")})`;
 }
 
 const VERDICT_SCHEMA = {
@@ -169,7 +178,8 @@ export class RubricJudge extends Judge<Record<string, number>> {
     if (s.answer_field) {
       const answer = fieldText(data, s.answer_field, this.name);
       const fence = fenceFor(answer);
-      reference = `\nReference solution, for comparison:\n${fence}\n${answer}\n${fence}\n`;
+      reference =
+        `\nReference solution (a correct implementation of this task, for comparison):\n${fence}\n${answer}\n${fence}\n`;
     }
     const response = viewOf(trace, s.view ?? "full_trace");
     const size = s.max_criteria ?? s.criteria.length;
@@ -207,7 +217,7 @@ export class RubricJudge extends Judge<Record<string, number>> {
   override buildMessages(fields: Record<string, string>): Messages {
     const messages = super.buildMessages(fields);
     if (!this.settings.structured_output) {
-      messages[0].content = `${messages[0].content}\n${RUBRIC_JSON_SUFFIX}`;
+      messages[0].content = `${messages[0].content}${RUBRIC_JSON_SUFFIX}`;
     }
     return messages;
   }
