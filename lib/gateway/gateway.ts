@@ -121,8 +121,15 @@ export class GatewaySession {
   /** Refusals past the first 1000 are counted, not kept. */
   deniedBeyond = 0;
 
+  /** Counts phase switches: a check made under an older one is stale. */
+  get generation(): number {
+    return this.#generation;
+  }
+  #generation = 0;
+
   /** Switch to `phase`, under `policy`; connections opened under the old one are cut. */
   setPhase(phase: string, policy: NetworkPolicy): void {
+    this.#generation++;
     this.#phase = phase;
     this.#policy = policy;
     this.#cut();
@@ -552,6 +559,7 @@ export class Gateway {
       path = url.pathname + url.search;
     }
     host = canonicalHost(host).replace(/\.+$/, "");
+    const generation = session.generation;
     if (!session.egress(host, port)) {
       return reply(
         socket,
@@ -595,6 +603,16 @@ export class Gateway {
       }
       if (socket.destroyed) return;
       if (own) return refuse(`is an address of the evaluator's own host${via}`);
+    }
+    // The phase changed (or the rollout ended) while this was checked: what was checked no
+    // longer applies, and the new phase's cut has already passed this connection by.
+    if (session.sealed || session.generation !== generation) {
+      return reply(
+        socket,
+        503,
+        `vf egress proxy: the phase changed while ${host}:${port} was checked; try again`,
+        "text/plain",
+      );
     }
     const upstream = net.connect({ host: address, port, allowHalfOpen: true });
     session.hold(socket);

@@ -505,3 +505,36 @@ Deno.test("network policy: a rule names a host for its port only; numeric spelli
   assert.ok(!namedByAllow(p, "other.example", 80));
   assert.ok(policyAllows(parseNetworkPolicy({ allow: ["2886795266:80"] }, "n"), "172.17.0.2", 80));
 });
+
+Deno.test("gateway: a connection checked under one phase is not opened in the next", async () => {
+  await using target = await serveText("from T");
+  const answer = Promise.withResolvers<string>();
+  const asked = Promise.withResolvers<void>();
+  const gateway = new Gateway({
+    resolve: () => {
+      asked.resolve();
+      return answer.promise;
+    },
+  });
+  try {
+    const port = await gateway.listen("127.0.0.1");
+    const session = gateway.open("m");
+    session.setPhase("agent", parseNetworkPolicy({ allow: ["t.test"] }, "t"));
+    const cred = btoa(`vf:${session.proxySecret}`);
+    const pending = raw(
+      port,
+      `GET http://t.test:${target.addr.port}/ HTTP/1.1\r\nHost: t.test\r\n` +
+        `Proxy-Authorization: Basic ${cred}\r\n\r\n`,
+    );
+    await asked.promise;
+    // The grader's phase allows nothing; the agent's check is still resolving its name.
+    session.setPhase("grade", parseNetworkPolicy({ allow: [] }, "t"));
+    answer.resolve("127.0.0.1");
+    const out = await pending;
+    assert.match(out, /^HTTP\/1\.1 503[\s\S]*phase changed/);
+    assert.doesNotMatch(out, /from T/);
+    session.close();
+  } finally {
+    await gateway.close();
+  }
+});
