@@ -23,6 +23,7 @@ import { describeWhere } from "../_user_frame.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { Messages } from "../types.ts";
+import { promptText } from "../scoring/judges/reference.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import type { Toolbox } from "../tools/toolbox.ts";
 
@@ -411,11 +412,12 @@ export class Task<
     return (this.constructor as typeof Task).NEEDS_CONTAINER || Boolean(this.data.image);
   }
 
-  /** The prompt as text (messages' text joined by blank lines). */
+  /**
+   * The prompt as text: each message's text (its text parts joined by newlines, images
+   * dropped), messages with text joined by blank lines; the same as {@link promptText}.
+   */
   get promptText(): string {
-    const p = this.data.prompt;
-    if (typeof p === "string") return p;
-    return p.map((m) => (typeof m.content === "string" ? m.content : "")).join("\n\n");
+    return promptText(this.data.prompt);
   }
 
   /** Prepare the sandbox (runs in the agent sandbox and again in a grading sandbox). */
@@ -606,14 +608,19 @@ export abstract class Taskset<T extends Task = Task> {
   /** The tasks, in a stable order. May be a (lazy) iterable. */
   abstract load(): Iterable<T> | AsyncIterable<T> | Promise<Iterable<T>>;
 
-  /** Load up to `limit` tasks, assigning `idx` from load order. */
+  /**
+   * Load up to `limit` tasks (all with a negative limit), assigning `idx` from load order.
+   * A lazy `load()` is asked for no more than `limit` tasks: the loop stops as the last one
+   * arrives, before the generator builds another.
+   */
   async tasks(limit = -1): Promise<T[]> {
     const out: T[] = [];
+    if (limit === 0) return out;
     const source = await this.load();
     for await (const task of source as AsyncIterable<T>) {
-      if (limit >= 0 && out.length >= limit) break;
       (task.data as TaskData).idx ??= out.length;
       out.push(task);
+      if (limit > 0 && out.length >= limit) break;
     }
     const keys = new Set<string>();
     for (const t of out) {

@@ -73,3 +73,47 @@ Deno.test("reward fields and tasks with their own score() need nothing more", as
   assert.equal((await field.score(ctx)).reward, 2);
   requireRewards(new OwnScoreTask({ prompt: "x" }));
 });
+
+Deno.test("Task.promptText reads text parts as the exported promptText() does, as upstream's prompt_text", async () => {
+  const { promptText } = await import("../scoring/judges/reference.ts");
+  const prompt = [
+    { role: "system" as const, content: "Be brief." },
+    {
+      role: "user" as const,
+      content: [
+        { type: "text" as const, text: "What is in" },
+        { type: "image_url" as const, image_url: { url: "data:image/png;base64,AAAA" } },
+        { type: "text" as const, text: "this picture?" },
+      ],
+    },
+    { role: "user" as const, content: [] },
+  ];
+  const task = new Task({ prompt });
+  assert.equal(task.promptText, "Be brief.\n\nWhat is in\nthis picture?");
+  assert.equal(task.promptText, promptText(prompt));
+  assert.equal(new Task({ prompt: "plain" }).promptText, "plain");
+});
+
+Deno.test("Taskset.tasks(n) builds no more than n tasks from a lazy load()", async () => {
+  const { Taskset } = await import("./task.ts");
+  let built = 0;
+  class Counting extends Taskset {
+    get id() {
+      return "counting";
+    }
+    *load() {
+      for (let i = 0; i < 100; i++) {
+        built++;
+        yield new Task({ prompt: `task ${i}` });
+      }
+    }
+  }
+  const set = new Counting();
+  const three = await set.tasks(3);
+  assert.deepEqual(three.map((t) => t.data.idx), [0, 1, 2]);
+  assert.equal(built, 3, "the fourth task was never built");
+  built = 0;
+  assert.deepEqual(await set.tasks(0), []);
+  assert.equal(built, 0);
+  assert.equal((await set.tasks(-1)).length, 100);
+});
