@@ -194,6 +194,14 @@ Deno.test("vf replay re-runs a vf run (file-sum in Docker) from its record with 
     new Map(list.map((t) => [`${t.task.key}#${t.rollout_index}`, t.reward]));
   assert.deepEqual(byKey(again), byKey(traces));
   assert.ok(new Set(traces.map((t) => t.reward)).size > 1, "the run has varied rewards");
+  // Each progress line counts the episodes written so far, and the replay spent the tokens
+  // the original did (its replies carry their usage).
+  const counts = [...replay.stderr.matchAll(/^file-sum (\d+)\/6 /gm)].map((m) => Number(m[1]));
+  assert.deepEqual(counts, [1, 2, 3, 4, 5, 6], replay.stderr);
+  const tokens = (t: Json[]) => t.reduce((n, x) => n + x.usage.input_tokens, 0);
+  assert.ok(tokens(traces) > 0);
+  assert.equal(tokens(again), tokens(traces));
+  assert.match(replay.stdout, new RegExp(`tokens: input ${tokens(traces)},`));
   assert.equal(
     JSON.parse(await Deno.readTextFile(join(target, "metadata.json"))).replayed_from,
     source,

@@ -230,6 +230,7 @@ export async function runTaskset(
     throw error;
   }
   const episodes: Episode[] = [...done.values()];
+  let written = episodes.length;
   const total = tasks.length * r;
   // Each group (a task, a role) has r rollouts: a leader and r − 1 members.
   const forks = (options.forkGroup ?? options.taskset.forkGroup)
@@ -321,9 +322,12 @@ export async function runTaskset(
       episodes.push(episode);
       try {
         await persist(episode);
-        options.onEpisode?.(episode, episodes.length, total);
+        // Counted as each is written: episodes.length has grown by the time this runs when
+        // several finish at once, and every line said "4/4".
+        const done = ++written;
+        options.onEpisode?.(episode, done, total);
         if (options.onTrace) {
-          for (const t of scoredTraces([episode])) options.onTrace(t, episodes.length, total);
+          for (const t of scoredTraces([episode])) options.onTrace(t, done, total);
         }
       } catch (error) {
         // Results can no longer be written (disk full, permissions): stop every worker.

@@ -14,6 +14,7 @@ import { ConfigError } from "../errors.ts";
 import { loadOutputs, writeJsonAtomic } from "../eval/results.ts";
 import { evaluate } from "../eval/evaluate.ts";
 import { ReplayClient } from "../eval/replay.ts";
+import type { Usage } from "../types.ts";
 import { renderSummary } from "../eval/progress.ts";
 import { deepMerge, readToml, validateEvalConfig } from "../config.ts";
 import { parseArgs } from "./args.ts";
@@ -153,10 +154,18 @@ async function replayTasks(
   const client = new ReplayClient(traces.map((t) => {
     const first = t.messages.findIndex((m) => m.role === "assistant");
     const cut = first < 0 ? t.messages.length : first;
+    const usage: Array<Usage | null> = [];
+    for (const c of t.model_calls ?? []) {
+      const u = (c.response as { usage?: unknown } | null | undefined)?.usage;
+      if (Number.isInteger(c.turn) && c.turn >= 0 && c.turn < 10_000 && isUsage(u)) {
+        usage[c.turn] = u;
+      }
+    }
     return {
       prompt: t.messages.slice(0, cut),
       completion: t.messages.slice(cut),
       index: t.rollout_index,
+      usage,
     };
   }));
   const configPath = join(runDir, "config.json");
@@ -295,4 +304,11 @@ async function rescoreTasks(runDir: string, flags: ReturnType<typeof parseArgs>)
       return 0;
     },
   });
+}
+
+/** A saved usage that can be served again: token counts that are whole numbers. */
+function isUsage(u: unknown): u is Usage {
+  const x = u as Record<string, unknown> | null;
+  return typeof x === "object" && x !== null &&
+    [x.prompt_tokens, x.completion_tokens].every((n) => Number.isInteger(n) && (n as number) >= 0);
 }
