@@ -8,6 +8,7 @@ import { EndpointUnreachableError } from "../model/client.ts";
 import { Dataset, type RowOrigin, rowOrigin } from "../data/dataset.ts";
 import {
   AuthenticationError,
+  ConfigError,
   InfraError,
   InvalidModelResponseError,
   OverlongPromptError,
@@ -72,6 +73,24 @@ export interface RolloutOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * Tool definitions as upstream's `Tool` takes them: the OpenAI shape refused, and a
+ * `description` required (the model reads it to decide when to call the tool).
+ * @throws {ConfigError} naming the definition without a description
+ */
+function toolDefsOf(value: unknown, where: string): Tool[] {
+  const defs = normalizeToolDefs(value, where);
+  (value as Array<Record<string, unknown>> | null | undefined)?.forEach((raw, i) => {
+    if (typeof raw.description !== "string") {
+      throw new ConfigError(
+        `${where}[${i}] ("${raw.name}") has no "description"; give one (the model reads it ` +
+          `to decide when to call the tool), or "" for none`,
+      );
+    }
+  });
+  return defs;
+}
+
 /** Errors that end the whole run instead of one rollout. */
 export function isFatalError(error: unknown): boolean {
   return error instanceof AuthenticationError || error instanceof EndpointUnreachableError;
@@ -107,7 +126,7 @@ export abstract class Environment {
   #teardowns: Handler<() => unknown>[] = [];
 
   constructor(options: EnvironmentOptions = {}) {
-    this.toolDefs = normalizeToolDefs(options.toolDefs ?? null, "toolDefs");
+    this.toolDefs = toolDefsOf(options.toolDefs ?? null, "toolDefs");
     this.systemPrompt = options.systemPrompt ?? null;
     this.fewShot = options.fewShot ?? null;
     this.parser = options.parser ?? new Parser();
@@ -256,7 +275,7 @@ export abstract class Environment {
     copy.info = info;
     if (copy.task === undefined) copy.task = this.envId || "default";
     const toolDefs = "tool_defs" in info
-      ? normalizeToolDefs(info.tool_defs, "info.tool_defs")
+      ? toolDefsOf(info.tool_defs, `info.tool_defs of example ${copy.example_id}`)
       : [...this.toolDefs];
     const prompt = normalizeMessages(copy.prompt);
     copy.prompt = prompt;

@@ -4,7 +4,7 @@
  * @module
  */
 import { z } from "npm:zod@^4.6.0";
-import { ToolCallError, ToolParseError } from "../errors.ts";
+import { ConfigError, ToolCallError, ToolParseError } from "../errors.ts";
 import { MultiTurnEnv, type MultiTurnEnvOptions } from "./environment.ts";
 import { Rubric } from "../scoring/rubric.ts";
 import type { State } from "../state.ts";
@@ -114,6 +114,7 @@ export class ToolEnv extends MultiTurnEnv {
 
   constructor(options: ToolEnvOptions = {}) {
     const tools = options.tools ?? [];
+    tools.forEach((t, i) => checkToolSpec(t, `tools[${i}]`));
     super({
       maxTurns: 10,
       ...options,
@@ -141,6 +142,7 @@ export class ToolEnv extends MultiTurnEnv {
 
   /** Add a tool (definition, function and its call-count metric). */
   addTool(tool: ToolSpec): void {
+    checkToolSpec(tool, "addTool()");
     this.toolDefs.push(toolDef(tool));
     this.#register(tool);
   }
@@ -210,6 +212,39 @@ export class ToolEnv extends MultiTurnEnv {
       }
     }
     return out;
+  }
+}
+
+/**
+ * Refuse what is not a tool spec (OpenAI's `{type: "function", function}` shape, no name,
+ * no function) naming where it was given; warn about a tool with no description, which the
+ * model cannot read to decide when to call it.
+ * @throws {ConfigError} for a spec that cannot be a tool
+ */
+function checkToolSpec(tool: unknown, where: string): void {
+  const t = tool as Record<string, unknown> | null;
+  if (typeof t !== "object" || t === null) {
+    throw new ConfigError(`${where} must be a tool made by defineTool(), got ${String(t)}`);
+  }
+  if (t.type === "function" && typeof t.function === "object") {
+    throw new ConfigError(
+      `${where} uses the OpenAI {type: "function", function: {...}} shape; give ` +
+        `defineTool({ name, description, parameters, fn }) instead`,
+    );
+  }
+  if (typeof t.name !== "string" || t.name === "") {
+    throw new ConfigError(`${where}.name must be a non-empty string`);
+  }
+  if (typeof t.fn !== "function") {
+    throw new ConfigError(
+      `${where} ("${t.name}") has no fn; give the function that runs the tool`,
+    );
+  }
+  if (typeof t.description !== "string" || t.description.trim() === "") {
+    console.warn(
+      `Tool "${t.name}" has no description; the model sees only its name and parameters ` +
+        `(give defineTool a description)`,
+    );
   }
 }
 

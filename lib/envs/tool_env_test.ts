@@ -438,3 +438,76 @@ Deno.test("ToolEnv offers an MCP toolset's tools (mcpTools) and returns their er
     await box.close();
   }
 });
+
+Deno.test("ToolEnv refuses a tool in OpenAI's {type: 'function'} shape through tools or addTool, naming where", async () => {
+  const { ConfigError } = await import("../errors.ts");
+  const openai = {
+    type: "function",
+    function: { name: "sub", description: "Subtract", parameters: { type: "object" } },
+    fn: () => 0,
+  } as unknown as Parameters<ToolEnv["addTool"]>[0];
+  assert.throws(
+    () => new ToolEnv({ dataset: DATASET, tools: [add, openai] }),
+    (e: unknown) =>
+      e instanceof ConfigError &&
+      e.message ===
+        'tools[1] uses the OpenAI {type: "function", function: {...}} shape; give ' +
+          "defineTool({ name, description, parameters, fn }) instead",
+  );
+  const env = new ToolEnv({ dataset: DATASET, tools: [add] });
+  assert.throws(() => env.addTool(openai), /: addTool\(\) uses the OpenAI/);
+  assert.deepEqual(env.toolDefs.map((t) => t.name), ["add"], "nothing was half-added");
+  const noFn = { name: "sub", description: "d", parameters: {} } as unknown as typeof add;
+  assert.throws(
+    () => new ToolEnv({ dataset: DATASET, tools: [noFn] }),
+    /: tools\[0\] \("sub"\) has no fn/,
+  );
+});
+
+Deno.test("ToolEnv warns about a tool without a description, naming it", () => {
+  const warnings: string[] = [];
+  const original = console.warn;
+  console.warn = (...args: unknown[]) => void warnings.push(args.map(String).join(" "));
+  try {
+    const bare = defineTool({ name: "ping", parameters: { type: "object" }, fn: () => "pong" });
+    new ToolEnv({ dataset: DATASET, tools: [add, bare] });
+  } finally {
+    console.warn = original;
+  }
+  assert.deepEqual(warnings, [
+    'Tool "ping" has no description; the model sees only its name and parameters ' +
+    "(give defineTool a description)",
+  ]);
+});
+
+Deno.test("tool_defs without a description are refused, on the environment and in a row's info, as upstream's Tool model does", async () => {
+  const { ConfigError } = await import("../errors.ts");
+  const { SingleTurnEnv } = await import("./environment.ts");
+  assert.throws(
+    () =>
+      new SingleTurnEnv({
+        dataset: DATASET,
+        toolDefs: [{ name: "search", parameters: { type: "object" } } as never],
+      }),
+    (e: unknown) =>
+      e instanceof ConfigError &&
+      e.message.startsWith('toolDefs[0] ("search") has no "description"; give one'),
+  );
+  const env = new SingleTurnEnv({
+    dataset: [{ question: "q", info: { tool_defs: [{ name: "lookup", parameters: {} }] } }],
+  });
+  const [row] = (await env.getDataset()).toList();
+  const client = new OpenAIChatClient({ base_url: "http://127.0.0.1:9/v1" });
+  assert.throws(
+    () => env.initState(row, client, "m"),
+    (e: unknown) =>
+      e instanceof ConfigError &&
+      e.message.startsWith('info.tool_defs of example 0[0] ("lookup") has no "description"'),
+  );
+  // An empty description is a description: accepted.
+  const ok = new SingleTurnEnv({
+    dataset: DATASET,
+    toolDefs: [{ name: "search", description: "", parameters: { type: "object" } }],
+  });
+  assert.equal(ok.toolDefs.length, 1);
+});
