@@ -214,20 +214,18 @@ for addr in [("172.17.0.1", ${host.addr.port}), ("1.1.1.1", 443)]:
     );
     runIds.push(py.runId);
     assert.equal(py.code, 0, transcript(py));
-    const sh = await run(dir, [
-      "run",
-      "./shell",
-      ...common,
-      "--env.agent.harness.id",
-      "program",
-      "--env.agent.harness.agent",
-      "sh",
-    ], env);
+    // No harness.agent: vf looks at the image and picks sh on busybox (no python3).
+    const sh = await run(
+      dir,
+      ["run", "./shell", ...common, "--env.agent.harness.id", "program"],
+      env,
+    );
     runIds.push(sh.runId);
     assert.equal(sh.code, 0, transcript(sh));
 
-    for (const [res, turns] of [[py, 4], [sh, 4]] as const) {
+    for (const [res, turns, picked] of [[py, 4, "python"], [sh, 4, "sh"]] as const) {
       const [t] = await traces(res.runDir);
+      assert.match(t.tool_calls.at(-1).output, new RegExp(`vf picked the ${picked} agent`));
       assert.equal(t.reward, 1, JSON.stringify(t.error));
       assert.equal(t.harness, "program");
       assert.equal(t.stop_condition, "agent_completed");
@@ -706,7 +704,11 @@ Deno.test("program harness: vf's agent that cannot run in the sandbox (no wget, 
       ],
       ["./plain", ["--env.agent.harness.env", away], /cannot reach the model gateway/],
       // The python agent on an image without python3.
-      ["./busy", [], /could not start \(exit 127\)[\s\S]*needs "python3"/],
+      [
+        "./busy",
+        ["--env.agent.harness.agent", "python"],
+        /could not start \(exit 127\)[\s\S]*needs "python3"/,
+      ],
     ];
     for (const [bench, flags, why] of cases) {
       const res = await run(dir, ["run", bench, ...base, ...flags]);

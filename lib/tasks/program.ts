@@ -30,7 +30,10 @@ import {
 export interface ProgramHarnessOptions {
   /** The command (a string runs with `sh -c`); default vf's agent program. */
   command?: string | string[];
-  /** Which shipped agent runs when no command is given: `python` (default) or `sh`. */
+  /**
+   * Which shipped agent runs when no command is given: `python` or `sh`; default python where
+   * the image has `python3`, else sh.
+   */
   agent?: "python" | "sh";
   /** Extra environment of the program. */
   env?: Record<string, string>;
@@ -154,7 +157,8 @@ export class ProgramHarness implements Harness {
       },
     };
 
-    const argv = await this.#argv(ctx);
+    const agent = await this.#pickAgent(ctx);
+    const argv = await this.#argv(ctx, agent?.agent ?? null);
     const env: Record<string, string> = {
       OPENAI_BASE_URL: `${route.url}/v1`,
       OPENAI_API_KEY: route.session.modelSecret,
@@ -198,6 +202,7 @@ export class ProgramHarness implements Harness {
       record.exit_code = r.exit_code;
       record.output = clip(
         [
+          agent?.why,
           `exit code: ${r.exit_code}`,
           r.stdout && `stdout:\n${r.stdout}`,
           r.stderr && `stderr:\n${r.stderr}`,
@@ -207,7 +212,7 @@ export class ProgramHarness implements Harness {
       ctx.recorder.metrics.program_exit_code = r.exit_code;
       if (modelError) throw modelError;
       if (ctx.recorder.stop_condition) return; // a limit or stop: the exit code does not matter
-      const shipped = this.#shipped();
+      const shipped = agent?.agent;
       if (shipped) {
         // vf's own agent that cannot work in this sandbox is a broken image or route, not an
         // agent that did nothing: infrastructure, never scored.
@@ -252,18 +257,31 @@ export class ProgramHarness implements Harness {
     }
   }
 
-  /** Which of vf's agent programs runs, or null for a given command. */
-  #shipped(): "python" | "sh" | null {
+  /**
+   * Which of vf's agent programs runs (null for a given command): the one `harness.agent`
+   * names, else python where the image has `python3` and sh where it does not, with a line
+   * saying why for the trace.
+   */
+  async #pickAgent(
+    ctx: HarnessContext,
+  ): Promise<{ agent: "python" | "sh"; why: string | null } | null> {
     const command = this.options.command;
     if (typeof command === "string" || (Array.isArray(command) && command.length)) return null;
-    return this.options.agent === "sh" ? "sh" : "python";
+    if (this.options.agent) return { agent: this.options.agent, why: null };
+    const probe = await ctx.runtime.run(
+      ["sh", "-c", "command -v python3 >/dev/null 2>&1 && echo python3"],
+      { signal: ctx.signal },
+    );
+    return probe.stdout.trim() === "python3"
+      ? { agent: "python", why: "vf picked the python agent: the image has python3" }
+      : { agent: "sh", why: "vf picked the sh agent: the image has no python3" };
   }
 
-  async #argv(ctx: HarnessContext): Promise<string[]> {
+  async #argv(ctx: HarnessContext, agent: "python" | "sh" | null): Promise<string[]> {
     const command = this.options.command;
     if (typeof command === "string") return ["sh", "-c", command];
     if (Array.isArray(command) && command.length) return command;
-    const sh = this.options.agent === "sh";
+    const sh = agent === "sh";
     const path = `${AGENT_DIR}/${sh ? "agent.sh" : "agent.py"}`;
     await ctx.runtime.write(path, sh ? SH_AGENT : PYTHON_AGENT, { mode: 0o755 });
     if (ctx.user) {
