@@ -321,8 +321,12 @@ export class ResultsWriter {
    * otherwise cost a write each); the promise resolves once on disk.
    */
   append(outputs: RolloutOutput[]): Promise<void> {
-    for (const o of outputs) this.#push(JSON.stringify(o));
-    this.#unwritten += outputs.length;
+    for (const o of outputs) {
+      const line = this.#lineOf(o);
+      if (line === null) continue;
+      this.#push(line);
+      this.#unwritten++;
+    }
     const done = new Promise<void>((resolve, reject) =>
       this.#pendingWaiters.push({ resolve, reject })
     );
@@ -338,6 +342,47 @@ export class ResultsWriter {
       }
     }
     return done;
+  }
+
+  /**
+   * The output's line, or null when it cannot be saved: a row without an integer
+   * `example_id`, or with a column JSON cannot hold, is refused with a warning naming the
+   * file and the column, and the run goes on (upstream logs and skips such a row too).
+   */
+  #lineOf(o: RolloutOutput): string | null {
+    const refuse = (why: string): null => {
+      console.warn(`${this.resultsPath}: not saving a rollout ${why}`);
+      return null;
+    };
+    if (!Number.isInteger(o.example_id)) {
+      return refuse(
+        `without an integer "example_id" (got ${describe(o.example_id)}); ` +
+          `format rows with env.getEvalDataset()`,
+      );
+    }
+    const which = `of example_id ${o.example_id}`;
+    for (const key in o) {
+      const kind = typeof o[key];
+      if (kind === "function" || kind === "symbol") {
+        return refuse(`${which}: column "${key}" is a ${kind}, which JSON cannot hold`);
+      }
+    }
+    try {
+      return JSON.stringify(o);
+    } catch (error) {
+      const column = Object.keys(o).find((key) => {
+        try {
+          JSON.stringify(o[key]);
+          return false;
+        } catch {
+          return true;
+        }
+      });
+      return refuse(
+        `${which}: column "${column}" cannot be serialised (${(error as Error).message}); ` +
+          `keep only JSON values (numbers, strings, lists, objects) in it`,
+      );
+    }
   }
 
   /** Write the lines appended so far (on the queue). */
@@ -592,13 +637,28 @@ function warnCorrupt(c: CorruptLine): void {
   console.warn(`${c.path}:${c.line}: skipping a corrupt line (${c.reason})`);
 }
 
-/** Read `results.jsonl`; corrupt lines are skipped and reported (see {@linkcode readJsonLines}). */
+/** A value for a message: JSON where it can be, else its type. */
+function describe(value: unknown): string {
+  if (value === undefined) return "none";
+  try {
+    return JSON.stringify(value) ?? typeof value;
+  } catch {
+    return typeof value;
+  }
+}
+
+/**
+ * Read `results.jsonl`; corrupt lines are skipped and reported (see {@linkcode readJsonLines}),
+ * and so is a row without an integer `example_id` (upstream ignores one too): it belongs to
+ * no example, so no resume, summary or comparison can place it.
+ */
 export async function loadOutputs(
   dir: string,
   options: { onCorrupt?: (corrupt: CorruptLine) => void } = {},
 ): Promise<RolloutOutput[]> {
   return await readJsonLines<RolloutOutput>(join(dir, "results.jsonl"), {
     onCorrupt: options.onCorrupt,
+    check: (o) => Number.isInteger(o.example_id) ? null : 'no integer "example_id"',
   });
 }
 
