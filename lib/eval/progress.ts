@@ -76,9 +76,27 @@ function table(rows: string[][]): string {
   );
 }
 
+/** A reward as upstream's summary prints it (Python's `round(x, 3)`); `n/a` when unscored. */
+function rewardText(reward: number | null): string {
+  if (reward === null) return "n/a";
+  const v = Math.round(reward * 1000) / 1000;
+  return Number.isInteger(v) ? v.toFixed(1) : String(v);
+}
+
 /**
- * The end-of-run summary: rewards and metrics (mean and std), pass@k, tokens, stop
- * conditions, errors and retries.
+ * Upstream's per-rollout reward lines: `r1: [...]` holds every example's first rollout, in
+ * example order, `r2` the second, and so on; the first examples only on a long run.
+ */
+function rolloutLines(tally: OutputTally, numExamples: number): string[] {
+  const { rollouts, examples } = tally.rewardsByRollout();
+  const more = numExamples > examples ? ` (first ${examples} of ${numExamples} examples)` : "";
+  return rollouts.map((rewards, i) => `r${i + 1}: [${rewards.map(rewardText).join(", ")}]${more}`);
+}
+
+/**
+ * The end-of-run summary: rewards and metrics (mean and std), the rewards of each rollout
+ * (`r1: [...]`, as upstream prints them), pass@k, tokens, stop conditions, errors and
+ * retries.
  * @param from the run's outputs, or their {@link OutputTally} when they were not kept
  */
 export function renderSummary(
@@ -103,6 +121,7 @@ export function renderSummary(
     rows.push([name, avg.toFixed(4), tally.metricStd(name).toFixed(4)]);
   }
   lines.push(table(rows));
+  lines.push(...rolloutLines(tally, metadata.num_examples));
   const ks = Object.keys(metadata.pass_at_k);
   if (ks.length) {
     lines.push(table([

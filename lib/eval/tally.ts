@@ -9,6 +9,12 @@ import type { RolloutOutput } from "../state.ts";
 /** Error kinds an {@link OutputTally} keeps apart (so its memory stays flat). */
 export const MAX_ERROR_KINDS = 50;
 
+/**
+ * Examples whose rewards an {@link OutputTally} keeps rollout by rollout, for the summary's
+ * `r1: [...]` lines: the lowest example ids, so memory stays flat however many run.
+ */
+export const MAX_LISTED_EXAMPLES = 100;
+
 /** A running mean and population standard deviation (Welford), for summaries of any length. */
 class RunningStats {
   n = 0;
@@ -47,6 +53,9 @@ export class OutputTally {
   readonly errorKinds: Map<string, number> = new Map();
   readonly #reward = new RunningStats();
   readonly #metrics = new Map<string, RunningStats>();
+  /** Rewards per example in the order its rollouts finished (null: never scored). */
+  readonly #byExample = new Map<number, Array<number | null>>();
+  #maxListed = -Infinity;
 
   /** The tally of `outputs`. */
   static of(outputs: RolloutOutput[]): OutputTally {
@@ -71,7 +80,9 @@ export class OutputTally {
         }
       }
       if (Number(o.model_retries ?? 0) > 0) this.retried++;
-      if (isUnscoredOutput(o)) continue;
+      const unscored = isUnscoredOutput(o);
+      this.#list(o.example_id, unscored ? null : o.reward);
+      if (unscored) continue;
       this.#reward.add(o.reward);
       const metrics = o.metrics ?? {};
       for (const name in metrics) {
@@ -82,6 +93,41 @@ export class OutputTally {
         stats.add(value);
       }
     }
+  }
+
+  /** Keep a reward of example `id` if it is among the lowest ids listed. */
+  #list(id: number, reward: number | null): void {
+    if (!Number.isInteger(id)) return;
+    let rewards = this.#byExample.get(id);
+    if (!rewards) {
+      if (this.#byExample.size >= MAX_LISTED_EXAMPLES) {
+        if (id > this.#maxListed) return;
+        this.#byExample.delete(this.#maxListed);
+        this.#byExample.set(id, rewards = []);
+        this.#maxListed = Math.max(...this.#byExample.keys());
+      } else {
+        this.#byExample.set(id, rewards = []);
+        this.#maxListed = Math.max(this.#maxListed, id);
+      }
+    }
+    rewards.push(reward);
+  }
+
+  /**
+   * Rewards by rollout index, as upstream's summary lists them: entry `i` holds each listed
+   * example's `i`-th rollout (in example order; null where it was never scored), for the
+   * lowest {@link MAX_LISTED_EXAMPLES} example ids.
+   */
+  rewardsByRollout(): { rollouts: Array<Array<number | null>>; examples: number } {
+    const ids = [...this.#byExample.keys()].sort((a, b) => a - b);
+    const r = Math.max(0, ...ids.map((id) => this.#byExample.get(id)!.length));
+    const rollouts = Array.from(
+      { length: r },
+      (_, i) =>
+        ids.filter((id) => this.#byExample.get(id)!.length > i)
+          .map((id) => this.#byExample.get(id)![i]),
+    );
+    return { rollouts, examples: ids.length };
   }
 
   /** Population standard deviation of the scored rewards (null before any). */
