@@ -110,6 +110,11 @@ export const EvalConfig = z.strictObject({
   resume: z.union([z.boolean(), z.string()]).optional(),
   independent_scoring: z.boolean().optional(),
   max_retries: z.number().int().min(0).optional(),
+  /**
+   * pass@k and pass^k count a rollout correct when its reward is at least this (the summed,
+   * weighted reward, as upstream); default the environment's `passThreshold`, else 0.5.
+   */
+  pass_threshold: z.number().finite().optional(),
   /** Exit 1 when more than this fraction of rollouts errored (default: only when all did). */
   max_error_rate: z.number().min(0).max(1).optional(),
   state_columns: z.array(z.string()).optional(),

@@ -75,6 +75,9 @@ Results:
   -C, --state-columns <a,b>     extra state keys to save per rollout
   -i, --independent-scoring     score rollouts one by one instead of per group
       --max-retries <n>         re-run groups hit by infrastructure errors (default 0)
+      --pass-threshold <x>      reward at or above which a rollout counts as correct for
+                                pass@k and pass^k (default the env's, else 0.5); the reward
+                                is the weighted sum, so with format points set it higher
   -q, --quiet                   no progress display
 Any config key can be set with a dotted flag, e.g. --client.timeout 30.
 
@@ -268,6 +271,8 @@ export async function cmdEval(argv: string[]): Promise<number> {
     config.rollouts_per_example ??= saved.rollouts_per_example;
   }
   const run = await resolveEval(config, source);
+  // As upstream's set_kwargs would: the flag (or TOML key) wins over the environment's own.
+  if (config.pass_threshold !== undefined) run.env.passThreshold = config.pass_threshold;
 
   const save = config.save !== false;
   const base = resolve(
