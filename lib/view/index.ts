@@ -1,7 +1,7 @@
 /**
- * The viewer's index of a run: one SQLite row per line of its results file (`results.jsonl`
- * of `vf eval`, `traces.jsonl` of `vf run`) with the line's place in the file and what the
- * tables filter and sort by, so a 100k-rollout run pages without loading whole. The index
+ * The viewer's index of a run: one SQLite row per rollout of its results file
+ * (`results.jsonl` of `vf eval`, `traces.jsonl` of `vf run`; an episode line holds one per
+ * trainable trace) with the line's place in the file and what the tables filter and sort by, so a 100k-rollout run pages without loading whole. The index
  * follows the file as it grows (a live run), reading only the new tail; a line that does not
  * parse is indexed as corrupt, never a crash. Indexes live under `~/.cache/vf/view`.
  * @module
@@ -24,11 +24,24 @@ interface Database {
   close(): void;
 }
 
-/** One indexed rollout (a line of the results file). */
+/**
+ * One indexed rollout. A line of `results.jsonl` or a single-trace line of `traces.jsonl` is
+ * one rollout; an episode line holds one per trainable trace (best-of-n's attempts), the way
+ * `vf run` counts them, or one carrying the episode's error when it has none.
+ */
 export interface IndexedRow {
+  /** The line of the file (counting non-empty lines from 0). */
   line: number;
+  /** The trace within the line's episode, or null for a line that is one rollout. */
+  trace: number | null;
   example: string;
+  /**
+   * The rollout's index within its example: `rollout_index` when the line has it, else (a
+   * `vf eval` row) its place among the rows of the same example, in file order.
+   */
   rollout: number;
+  /** The attempt within an episode (best-of-n), or null. */
+  attempt: number | null;
   reward: number | null;
   error: string | null;
   stop: string | null;
@@ -75,25 +88,27 @@ function label(v: unknown): string | null {
   }
 }
 
-/**
- * The fields the index keeps, from one parsed line of either layout. The line may hold
- * anything (it was written by environment code): every field is typed here, so a hostile
- * line is indexed with what makes sense of it, never a crash.
- */
-export function summarizeLine(line: unknown): Omit<IndexedRow, "line" | "corrupt"> {
-  const rec = objectOr(line);
-  // vf run: a trace, or an episode holding traces (its first trainable one speaks for it).
-  const traces = Array.isArray(rec.traces) ? rec.traces.map(objectOr) : null;
-  const t = traces ? (traces.find((x) => x.trainable !== false) ?? traces[0] ?? {}) : rec;
+/** What the index keeps of one rollout, before its place in the file is known. */
+export type RowSummary = Omit<IndexedRow, "line" | "trace" | "corrupt" | "rollout"> & {
+  trace: number | null;
+  /** The rollout's index when the line names it (null: count it by example). */
+  rollout: number | null;
+};
+
+const intOr = (v: unknown): number | null =>
+  typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : null;
+
+function traceSummary(t: Json, trace: number | null, fallback: Json): RowSummary {
   const task = objectOr(t.task);
-  const errors = Array.isArray(rec.errors) ? rec.errors : [];
-  const err = t.error ?? (traces ? errors[0] : null);
-  const usage = objectOr(t.usage);
+  const err = t.error;
+  // vf eval writes token_usage, vf run usage.
+  const usage = objectOr(t.usage ?? t.token_usage);
   const messages = t.messages ?? t.completion;
-  const rollout = numberOr(t.rollout_index ?? rec.episode_index, 0)!;
   return {
-    example: label(task.key ?? t.example_id ?? rec.example_id) ?? "",
-    rollout: Number.isInteger(rollout) ? rollout : 0,
+    trace,
+    example: label(task.key ?? t.example_id ?? fallback.example_id) ?? "",
+    rollout: intOr(t.rollout_index) ?? intOr(fallback.episode_index),
+    attempt: trace === null ? null : intOr(t.attempt),
     reward: numberOr(t.reward, null),
     error: err === null || err === undefined || err === false
       ? null
@@ -106,19 +121,85 @@ export function summarizeLine(line: unknown): Omit<IndexedRow, "line" | "corrupt
   };
 }
 
+/**
+ * The rollouts of one parsed line of either layout. The line may hold anything (environment
+ * code wrote it): every field is typed here, so a hostile line is indexed with what makes
+ * sense of it, never a crash. An episode counts as `vf run` counts it: one rollout per
+ * trainable trace, the episode's first error on each when it failed, and one errored rollout
+ * when it has no trainable trace.
+ */
+export function summarizeLine(line: unknown): RowSummary[] {
+  const rec = objectOr(line);
+  if (!Array.isArray(rec.traces)) return [traceSummary(rec, null, {})];
+  const traces = rec.traces.map(objectOr);
+  const errors = Array.isArray(rec.errors) ? rec.errors : [];
+  const failure = errors.length ? errors[0] : null;
+  const failed = (s: RowSummary): RowSummary =>
+    failure === null || s.error !== null ? s : {
+      ...s,
+      reward: null,
+      error: label(objectOr(failure).error ?? objectOr(failure).type) ?? "Error",
+    };
+  const own = traces.map((t, i) => [t, i] as const).filter(([t]) => t.trainable !== false);
+  if (own.length === 0) {
+    const s = traceSummary({ task: rec.task, example_id: rec.example_id }, null, rec);
+    return [{
+      ...failed(s),
+      error: failed(s).error ?? "EnvError",
+      tokens: 0,
+    }];
+  }
+  return own.map(([t, i]) => failed(traceSummary(t, i, rec)));
+}
+
+const INDEX_VERSION = "3";
+
+function rowOf(r: Record<string, unknown>): IndexedRow {
+  return {
+    line: Number(r.line),
+    trace: r.trace === null ? null : Number(r.trace),
+    example: String(r.example ?? ""),
+    rollout: Number(r.rollout ?? 0),
+    attempt: r.attempt === null ? null : Number(r.attempt),
+    reward: r.reward === null ? null : Number(r.reward),
+    error: r.error === null ? null : String(r.error),
+    stop: r.stop === null ? null : String(r.stop),
+    turns: Number(r.turns),
+    tokens: Number(r.tokens),
+    corrupt: Number(r.corrupt) === 1,
+  };
+}
+
 /** The index of one run's results file. */
 export class RunIndex {
   readonly file: string;
   readonly #db: Database;
   #indexed = 0;
   #lines = 0;
+  #rows = 0;
+  /** Rows seen per example, for the rollout index of a row that does not carry one. */
+  #perExample = new Map<string, number>();
 
   private constructor(file: string, db: Database) {
     this.file = file;
     this.#db = db;
-    const meta = db.prepare("SELECT v FROM meta WHERE k = 'bytes'").get();
+    this.#load();
+  }
+
+  #load(): void {
+    const meta = this.#db.prepare("SELECT v FROM meta WHERE k = 'bytes'").get();
     this.#indexed = Number(meta?.v ?? 0);
-    this.#lines = Number(db.prepare("SELECT COUNT(*) AS n FROM rows").get()!.n);
+    const counts = this.#db.prepare(
+      "SELECT COALESCE(MAX(line) + 1, 0) AS lines, COUNT(*) AS n FROM rows",
+    ).get()!;
+    this.#lines = Number(counts.lines);
+    this.#rows = Number(counts.n);
+    this.#perExample = new Map();
+    for (
+      const r of this.#db.prepare(
+        "SELECT example, COUNT(*) AS n FROM rows WHERE corrupt = 0 AND trace IS NULL GROUP BY example",
+      ).all()
+    ) this.#perExample.set(String(r.example), Number(r.n));
   }
 
   /** Open (or create) the index of `file`, kept in `dir` (default ~/.cache/vf/view). */
@@ -130,12 +211,20 @@ export class RunIndex {
     const name = createHash("sha256").update(file).digest("hex").slice(0, 24);
     const db = new DatabaseSync(join(dir, `${name}.sqlite`));
     db.exec("PRAGMA busy_timeout = 2000");
-    db.exec(
-      `CREATE TABLE IF NOT EXISTS rows (line INTEGER PRIMARY KEY, offset INTEGER NOT NULL,
-        length INTEGER NOT NULL, example TEXT, rollout INTEGER, reward REAL, error TEXT,
-        stop TEXT, turns INTEGER, tokens INTEGER, corrupt INTEGER NOT NULL)`,
-    );
     db.exec("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)");
+    // An index written by another version of this code is built again.
+    if (db.prepare("SELECT v FROM meta WHERE k = 'version'").get()?.v !== INDEX_VERSION) {
+      db.exec("DROP TABLE IF EXISTS rows");
+      db.exec("DELETE FROM meta");
+      db.prepare("INSERT INTO meta (k, v) VALUES ('version', ?)").run(INDEX_VERSION);
+    }
+    db.exec(
+      `CREATE TABLE IF NOT EXISTS rows (id INTEGER PRIMARY KEY, line INTEGER NOT NULL,
+        trace INTEGER, offset INTEGER NOT NULL, length INTEGER NOT NULL, example TEXT,
+        rollout INTEGER, attempt INTEGER, reward REAL, error TEXT, stop TEXT, turns INTEGER,
+        tokens INTEGER, corrupt INTEGER NOT NULL)`,
+    );
+    db.exec("CREATE INDEX IF NOT EXISTS rows_line ON rows (line)");
     db.exec("CREATE INDEX IF NOT EXISTS rows_reward ON rows (reward)");
     db.exec("CREATE INDEX IF NOT EXISTS rows_example ON rows (example)");
     const index = new RunIndex(file, db);
@@ -146,9 +235,8 @@ export class RunIndex {
 
   #reset(): void {
     this.#db.exec("DELETE FROM rows");
-    this.#db.exec("DELETE FROM meta");
-    this.#indexed = 0;
-    this.#lines = 0;
+    this.#db.exec("DELETE FROM meta WHERE k = 'bytes'");
+    this.#load();
   }
 
   /** Index what was appended since the last call; returns the number of new lines. */
@@ -159,11 +247,11 @@ export class RunIndex {
     if (size === this.#indexed) return 0;
     const fd = openSync(this.file, "r");
     const insert = this.#db.prepare(
-      `INSERT OR REPLACE INTO rows (line, offset, length, example, rollout, reward, error, stop,
-        turns, tokens, corrupt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO rows (line, trace, offset, length, example, rollout, attempt, reward, error,
+        stop, turns, tokens, corrupt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     let added = 0;
-    const linesBefore = this.#lines;
+    const before = { lines: this.#lines, rows: this.#rows, perExample: new Map(this.#perExample) };
     try {
       this.#db.exec("BEGIN");
       let offset = this.#indexed;
@@ -182,23 +270,7 @@ export class RunIndex {
           const bytes = data.subarray(start, nl);
           const text = bytes.toString("utf8").trim();
           if (text) {
-            let row: Omit<IndexedRow, "line" | "corrupt"> | null = null;
-            try {
-              row = summarizeLine(JSON.parse(text));
-            } catch { /* corrupt */ }
-            insert.run(
-              this.#lines++,
-              offset,
-              bytes.length,
-              row?.example ?? null,
-              row?.rollout ?? null,
-              row?.reward ?? null,
-              row ? row.error : "CorruptLine",
-              row?.stop ?? null,
-              row?.turns ?? 0,
-              row?.tokens ?? 0,
-              row ? 0 : 1,
-            );
+            this.#insert(insert, text, offset, bytes.length);
             added++;
           }
           offset += nl + 1 - start;
@@ -215,7 +287,10 @@ export class RunIndex {
       this.#db.exec("COMMIT");
     } catch (error) {
       this.#db.exec("ROLLBACK");
-      this.#lines = linesBefore; // nothing of this pass was kept
+      // nothing of this pass was kept
+      this.#lines = before.lines;
+      this.#rows = before.rows;
+      this.#perExample = before.perExample;
       throw error;
     } finally {
       closeSync(fd);
@@ -223,9 +298,56 @@ export class RunIndex {
     return added;
   }
 
-  /** Rollouts indexed so far. */
+  #insert(insert: Statement, text: string, offset: number, length: number): void {
+    const line = this.#lines++;
+    let rows: RowSummary[] | null = null;
+    try {
+      rows = summarizeLine(JSON.parse(text));
+    } catch { /* corrupt */ }
+    if (rows === null) {
+      insert.run(line, null, offset, length, null, null, null, null, "CorruptLine", null, 0, 0, 1);
+      this.#rows++;
+      return;
+    }
+    for (const r of rows) {
+      let rollout = r.rollout;
+      if (r.trace === null) {
+        const seen = this.#perExample.get(r.example) ?? 0;
+        this.#perExample.set(r.example, seen + 1);
+        rollout ??= seen;
+      }
+      insert.run(
+        line,
+        r.trace,
+        offset,
+        length,
+        r.example,
+        rollout ?? 0,
+        r.attempt,
+        r.reward,
+        r.error,
+        r.stop,
+        r.turns,
+        r.tokens,
+        0,
+      );
+      this.#rows++;
+    }
+  }
+
+  /** Rollouts indexed so far (an episode counts its trainable traces). */
   get count(): number {
+    return this.#rows;
+  }
+
+  /** Lines indexed so far. */
+  get lines(): number {
     return this.#lines;
+  }
+
+  /** Tokens (input and output) summed over the rollouts indexed so far. */
+  get tokens(): number {
+    return Number(this.#db.prepare("SELECT COALESCE(SUM(tokens), 0) AS n FROM rows").get()!.n);
   }
 
   /** One page of rows, filtered and sorted. */
@@ -249,19 +371,9 @@ export class RunIndex {
       this.#db.prepare(`SELECT COUNT(*) AS n FROM rows ${clause}`).get(...args)!.n,
     );
     const rows = this.#db.prepare(
-      `SELECT line, example, rollout, reward, error, stop, turns, tokens, corrupt FROM rows
-       ${clause} ORDER BY ${sort} ${q.desc ? "DESC" : "ASC"}, line ASC LIMIT ? OFFSET ?`,
-    ).all(...args, size, page * size).map((r) => ({
-      line: Number(r.line),
-      example: String(r.example ?? ""),
-      rollout: Number(r.rollout ?? 0),
-      reward: r.reward === null ? null : Number(r.reward),
-      error: r.error === null ? null : String(r.error),
-      stop: r.stop === null ? null : String(r.stop),
-      turns: Number(r.turns),
-      tokens: Number(r.tokens),
-      corrupt: Number(r.corrupt) === 1,
-    }));
+      `SELECT line, trace, example, rollout, attempt, reward, error, stop, turns, tokens, corrupt
+       FROM rows ${clause} ORDER BY ${sort} ${q.desc ? "DESC" : "ASC"}, id ASC LIMIT ? OFFSET ?`,
+    ).all(...args, size, page * size).map(rowOf);
     return { rows, total };
   }
 
@@ -284,11 +396,19 @@ export class RunIndex {
     return { buckets, unscored, errors };
   }
 
+  /** The rollouts indexed from one line (several for an episode), in order. */
+  rowsAt(line: number): IndexedRow[] {
+    return this.#db.prepare(
+      `SELECT line, trace, example, rollout, attempt, reward, error, stop, turns, tokens, corrupt
+       FROM rows WHERE line = ? ORDER BY id`,
+    ).all(line).map(rowOf);
+  }
+
   /** The line's record, parsed; a corrupt line comes back as its text. */
   read(line: number): { record: unknown; corrupt: boolean; text?: string } | null {
-    const row = this.#db.prepare("SELECT offset, length, corrupt FROM rows WHERE line = ?").get(
-      line,
-    );
+    const row = this.#db.prepare(
+      "SELECT offset, length, corrupt FROM rows WHERE line = ? ORDER BY id LIMIT 1",
+    ).get(line);
     if (!row) return null;
     const fd = openSync(this.file, "r");
     try {

@@ -45,8 +45,8 @@ tr.link{cursor:pointer} tr.link:hover{background:#f0f5ff}
 .hist{display:flex;align-items:flex-end;gap:3px;height:90px;border-left:1px solid #98a2b3;border-bottom:1px solid #98a2b3}
 .hist div{flex:1;background:#4f7cff;min-height:1px}
 .hist-y{position:absolute;left:4px;top:6px;height:90px;display:flex;flex-direction:column;justify-content:space-between;font-size:11px;color:#667085;text-align:right;width:30px}
-.hist-x{display:flex;gap:3px;font-size:11px;color:#667085}
-.hist-x span{flex:1;text-align:center}
+.hist-x{display:flex;justify-content:space-between;font-size:11px;color:#667085;margin-left:-8px;margin-right:-8px}
+.hist-x span{width:16px;text-align:center}
 .hist-title{font-size:11px;color:#667085;text-align:center}
 .filters{display:flex;gap:8px;flex-wrap:wrap;margin:8px 0}
 .msg{background:#fff;border:1px solid #e3e6ea;border-radius:6px;margin:8px 0;padding:8px 10px}
@@ -167,13 +167,14 @@ function histogram(hist) {
     h("div", { class: "hist", title: "rollouts by reward, 0 … 1", "data-testid": "histogram" },
       buckets.map((n, i) => h("div", { height: 100 * n / max,
         title: (i / 10).toFixed(1) + "–" + ((i + 1) / 10).toFixed(1) + ": " + n }))),
-    h("div", { class: "hist-x", "data-testid": "hist-x" }, buckets.map((_, i) => h("span", {}, (i / 10).toFixed(1)))),
-    h("div", { class: "hist-title" }, "reward (x) · rollouts (y)"));
+    h("div", { class: "hist-x", "data-testid": "hist-x" }, Array.from({ length: 11 }, (_, i) => h("span", {}, (i / 10).toFixed(1)))),
+    h("div", { class: "hist-title" }, "x: reward · y: rollouts"));
 }
 
 const state = { errors: "", error_type: "", example: "", stop: "", min_reward: "", max_reward: "", sort: "line", desc: "", page: 0 };
-async function runPage(id) {
-  const run = await api("/api/run?id=" + encodeURIComponent(id));
+async function runPage(asked) {
+  const run = await api("/api/run?id=" + encodeURIComponent(asked));
+  const id = typeof run.id === "string" ? run.id : asked; // a pasted id, resolved
   const hist = isObj(run.histogram) ? run.histogram : {};
   const errs = isObj(hist.errors) ? hist.errors : {};
   const opt = (value, label) => h("option", { value }, label);
@@ -187,12 +188,13 @@ async function runPage(id) {
     h("label", {}, h("input", { type: "checkbox", name: "desc", value: "1" }), " descending"),
     h("button", {}, "Apply"));
   show(
-    h("h2", { "data-testid": "run-title" }, run.id ?? id),
+    h("h2", { "data-testid": "run-title" }, id),
     h("div", { class: "cards" },
       card("Rollouts", int(run.rollouts), { "data-testid": "count" }),
       card("Mean reward", num(run.avg_reward), { "data-testid": "mean-reward" }),
       card("Errors", int(run.errors), { class: run.errors ? "err" : "" }),
       card("Tokens", int(run.tokens), { "data-testid": "tokens" }),
+      card("Date", typeof run.date === "string" ? run.date.slice(0, 19) : "–"),
       card("Model", run.model ?? "–"),
       card("Env", run.env ?? "–"),
       card("Cost", run.cost_usd === null || run.cost_usd === undefined ? "–" : "$" + num(run.cost_usd, 4))),
@@ -233,7 +235,7 @@ async function rows(id) {
       head(["#", "Example", "Rollout", "Reward", "Error", "Stop", "Turns", "Tokens"]),
       h("tbody", {}, list.map((r) => row([
         int(r.line), r.example,
-        h("td", { "data-testid": "rollout-index" }, int(r.rollout)),
+        h("td", { "data-testid": "rollout-index" }, int(r.rollout), isNum(r.attempt) ? " · attempt " + r.attempt : null),
         num(r.reward),
         h("td", { class: "err" }, r.corrupt ? "corrupt line" : r.error ?? ""),
         r.stop ?? "",
@@ -276,7 +278,9 @@ function usageOf(c, key) {
   const u = isObj(c) && isObj(c.response) && isObj(c.response.usage) ? c.response.usage : null;
   return u ? int(u[key]) : "–";
 }
-function traceView(t) {
+// t: the trace (or vf eval row) as the file has it; indexed: what the index made of it (its
+// rollout index counted by example when the file has none), or null.
+function traceView(t, indexed) {
   if (!isObj(t)) return [jsonBox("Record", t, "record")];
   const out = [];
   const task = isObj(t.task) ? t.task.key : t.task;
@@ -284,7 +288,8 @@ function traceView(t) {
     card("Reward", num(t.reward), { "data-testid": "reward" }),
     card("Stop", t.stop_condition ?? "–"),
     card("Task", task ?? t.example_id ?? "–"),
-    card("Rollout", int(t.rollout_index), { "data-testid": "trace-rollout" }),
+    card("Rollout", t.rollout_index !== undefined ? int(t.rollout_index) : indexed ? int(indexed.rollout) : "–", { "data-testid": "trace-rollout" }),
+    t.attempt !== undefined ? card("Attempt", int(t.attempt)) : null,
     card("Role", t.role ?? "agent"),
     card("Tokens", tokensOf(t), { "data-testid": "trace-tokens" })));
   const err = t.error;
@@ -335,13 +340,19 @@ function tokensOf(t) {
 }
 async function rolloutPage(id, line) {
   clearInterval(timer);
-  const back = h("p", {}, h("a", { href: runLink(id) }, "‹ ", id));
   if (!/^[0-9]+$/.test(line)) {
-    show(back, h("p", { class: "err", "data-testid": "failure" }, "Rollout \"" + line + "\" is not a line number; open one from the run's table"));
+    show(h("p", {}, h("a", { href: runLink(id) }, "‹ ", id)),
+      h("p", { class: "err", "data-testid": "failure" }, "Rollout \"" + line + "\" is not a line number; open one from the run's table"));
     return;
   }
   const r = await api("/api/rollout?id=" + encodeURIComponent(id) + "&line=" + encodeURIComponent(line));
-  const title = h("h2", {}, "Rollout " + line);
+  const runId = typeof r.id === "string" ? r.id : id;
+  const back = h("p", {}, h("a", { href: runLink(runId) }, "‹ ", runId));
+  const rows = Array.isArray(r.rows) ? r.rows : [];
+  const first = isObj(rows[0]) ? rows[0] : {};
+  const title = h("h2", { "data-testid": "rollout-title" },
+    r.corrupt ? "Line " + line : ["Example ", first.example ?? "–", " · rollout ", int(first.rollout)],
+    h("span", { class: "muted" }, " (line " + line + " of the file)"));
   if (r.corrupt) {
     show(back, title, h("div", { class: "box corrupt", "data-testid": "corrupt" },
       h("b", { class: "err" }, "This line of the results file is corrupt"),
@@ -349,15 +360,17 @@ async function rolloutPage(id, line) {
     return;
   }
   const rec = r.record;
+  const indexedAt = (i) => rows.find((x) => isObj(x) && x.trace === i) || null;
   if (isObj(rec) && Array.isArray(rec.traces)) {
     const errors = Array.isArray(rec.errors) ? rec.errors : [];
-    const first = errors.length ? (isObj(errors[0]) ? errors[0].message : errors[0]) : null;
+    const firstError = errors.length ? (isObj(errors[0]) ? errors[0].message : errors[0]) : null;
     show(back, title,
       h("p", { class: "muted" }, "Episode of " + rec.traces.length + " traces",
-        errors.length ? [" · ", h("span", { class: "err", "data-testid": "episode-error" }, first)] : null),
+        errors.length ? [" · ", h("span", { class: "err", "data-testid": "episode-error" }, firstError)] : null),
       rec.traces.map((t, i) => [i ? h("hr") : null,
-        h("h3", {}, isObj(t) && t.role !== undefined && t.role !== null ? t.role : "trace " + i), traceView(t)]));
-  } else show(back, title, traceView(rec));
+        h("h3", { id: "trace-" + i }, isObj(t) && t.role !== undefined && t.role !== null ? t.role : "trace " + i),
+        traceView(t, indexedAt(i))]));
+  } else show(back, title, traceView(rec, isObj(rows[0]) ? rows[0] : null));
 }
 async function comparePage(a, b) {
   clearInterval(timer);
@@ -380,13 +393,27 @@ async function comparePage(a, b) {
 }
 
 function decode(part) { try { return decodeURIComponent(part); } catch { return part; } }
+// Two run ids pasted unencoded ("#/compare/evals/a/x/evals/b/y"): the first split where both
+// are runs. Each reply is read to its end, so its connection is free for the next request.
+async function compareSplit(parts) {
+  if (parts.length === 2) return parts;
+  for (let i = 1; i < parts.length; i++) {
+    const a = parts.slice(0, i).join("/"), b = parts.slice(i).join("/");
+    const found = await Promise.all([a, b].map((id) => fetch("/api/run?id=" + encodeURIComponent(id)).then((r) => r.text().then(() => r.ok), () => false)));
+    if (found[0] && found[1]) return [a, b];
+  }
+  return [parts[0], parts.slice(1).join("/")];
+}
 async function route() {
+  // Tolerant of ids pasted unencoded (slashes), a missing leading slash, a trailing one.
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decode);
+  while (parts.length > 1 && parts[parts.length - 1] === "") parts.pop();
   document.getElementById("where").textContent = parts.filter(Boolean).join(" / ");
   try {
-    if (parts[0] === "run" && parts[1]) await runPage(parts.slice(1).join("/"));
-    else if (parts[0] === "rollout" && parts[1]) await rolloutPage(parts.slice(1, -1).join("/") || parts[1], parts.length > 2 ? parts[parts.length - 1] : "");
-    else if (parts[0] === "compare" && parts[2]) await comparePage(parts[1], parts.slice(2).join("/"));
+    const rest = parts.slice(1);
+    if (parts[0] === "run" && rest.join("")) await runPage(rest.join("/"));
+    else if (parts[0] === "rollout" && rest.join("")) await rolloutPage(rest.length > 1 ? rest.slice(0, -1).join("/") : rest[0], rest.length > 1 ? rest[rest.length - 1] : "");
+    else if (parts[0] === "compare" && rest.length > 1) await comparePage(...await compareSplit(rest));
     else await runsPage();
   } catch (e) {
     show(h("p", { class: "err", "data-testid": "failure" }, e && e.message ? e.message : txt(e)));

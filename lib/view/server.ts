@@ -35,7 +35,11 @@ export interface RunEntry {
   layout: "results" | "traces";
 }
 
-/** Run folders under `root` (itself when it is one), newest first; at most 6 levels down. */
+/**
+ * Run folders under `root` (itself when it is one), newest first by the date in their
+ * `metadata.json` (the results file's modification time when it has none); at most 6
+ * levels down.
+ */
 export function findRuns(root: string): RunEntry[] {
   const out: RunEntry[] = [];
   const visit = (dir: string, depth: number) => {
@@ -66,14 +70,20 @@ export function findRuns(root: string): RunEntry[] {
     }
   };
   visit(resolve(root), 0);
-  const mtime = (r: RunEntry) => {
-    try {
-      return statSync(r.file).mtimeMs;
-    } catch {
-      return 0;
-    }
-  };
-  return out.sort((a, b) => mtime(b) - mtime(a));
+  const when = new Map(out.map((r) => [r, runTime(r)]));
+  return out.sort((a, b) => when.get(b)! - when.get(a)! || a.id.localeCompare(b.id));
+}
+
+/** When a run ran: its metadata's `date`, else its results file's modification time. */
+function runTime(run: RunEntry): number {
+  const m = metadataOf(run);
+  const date = typeof m.date === "string" ? Date.parse(m.date) : NaN;
+  if (Number.isFinite(date)) return date;
+  try {
+    return statSync(run.file).mtimeMs;
+  } catch {
+    return 0;
+  }
 }
 
 type Json = Record<string, unknown>;
@@ -115,16 +125,28 @@ function passAtKOf(v: unknown): Record<string, number> | null {
   return Object.keys(out).length ? out : null;
 }
 
+/**
+ * The run's tokens (input and output) from its metadata: `vf eval` writes per-rollout means
+ * in `usage` and the totals in `total_*_tokens`; `vf run` writes the totals in `usage`.
+ */
+function metadataTokens(m: Json, run: RunEntry): number | null {
+  const usage = isObject(m.usage) ? m.usage : {};
+  const pair = (a: unknown, b: unknown) =>
+    finite(a) === null && finite(b) === null ? null : (finite(a) ?? 0) + (finite(b) ?? 0);
+  const totals = pair(usage.total_input_tokens, usage.total_output_tokens);
+  if (totals !== null) return totals;
+  const plain = pair(usage.input_tokens, usage.output_tokens);
+  if (run.layout === "traces") return plain;
+  const rollouts = finite(m.num_rollouts);
+  const mean = plain ?? pair(m.avg_input_tokens, m.avg_output_tokens);
+  return mean === null || rollouts === null ? null : Math.round(mean * rollouts);
+}
+
 /** The row shown in the runs list. Every field is typed here, whatever the file held. */
 function runSummary(run: RunEntry, index: RunIndex): Json {
   const m = metadataOf(run);
-  const usage = isObject(m.usage) ? m.usage : {};
   const cost = isObject(m.cost) ? m.cost : {};
   const errors = index.histogram().errors;
-  const avgIn = finite(m.avg_input_tokens);
-  const avgOut = finite(m.avg_output_tokens);
-  const tokens = (finite(usage.input_tokens) ?? 0) + (finite(usage.output_tokens) ?? 0) ||
-    ((avgIn ?? 0) + (avgOut ?? 0)) * index.count || null;
   return {
     id: run.id,
     layout: run.layout,
@@ -135,7 +157,8 @@ function runSummary(run: RunEntry, index: RunIndex): Json {
     avg_reward: finite(m.avg_reward),
     pass_at_k: passAtKOf(m.pass_at_k),
     errors: Object.values(errors).reduce((a, b) => a + b, 0),
-    tokens,
+    // What the rollouts carry (a live run's metadata lags behind), else what metadata says.
+    tokens: index.tokens || metadataTokens(m, run),
     cost_usd: finite(cost.usd),
   };
 }
@@ -190,7 +213,15 @@ const SAFE_METHODS = new Set(["GET", "HEAD"]);
 export function viewApp(root: string, options: ViewOptions = {}): Hono {
   const indexes = new Map<string, Promise<RunIndex>>();
   const runs = () => findRuns(root);
-  const runById = (id: string) => runs().find((r) => r.id === id);
+  // A pasted id is found too: the run folder's path, or the end of its id ("a1b2c3d4").
+  const runById = (id: string) => {
+    const list = runs();
+    const want = id.replace(/^\.\/+|\/+$/g, "");
+    const exact = list.find((r) => r.id === id || r.id === want || r.dir === resolve(id));
+    if (exact || !want) return exact;
+    const tail = list.filter((r) => r.id.endsWith(`/${want}`));
+    return tail.length === 1 ? tail[0] : undefined;
+  };
   const indexOf = async (run: RunEntry) => {
     let p = indexes.get(run.file);
     if (!p) {
@@ -284,9 +315,10 @@ export function viewApp(root: string, options: ViewOptions = {}): Hono {
     const run = runById(c.req.query("id") ?? "");
     if (!run) return c.json({ error: "no such run" }, 404);
     const line = c.req.query("line") ?? "";
-    const got = /^\d+$/.test(line) ? (await indexOf(run)).read(Number(line)) : null;
+    const index = await indexOf(run);
+    const got = /^\d+$/.test(line) ? index.read(Number(line)) : null;
     if (!got) return c.json({ error: "no such rollout" }, 404);
-    return c.json({ layout: run.layout, ...got });
+    return c.json({ id: run.id, layout: run.layout, rows: index.rowsAt(Number(line)), ...got });
   });
   app.get("/api/compare", async (c) => {
     const a = runById(c.req.query("a") ?? "");
