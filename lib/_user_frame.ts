@@ -30,5 +30,9 @@ export function userFrame(error: unknown): string | null {
 /** `describeError(error)` followed by ` (at path:line:column)` where the user's code threw it. */
 export function describeWhere(error: unknown): string {
   const where = userFrame(error);
-  return describeError(error) + (where ? ` (at ${where})` : "");
+  // Deno reports a module that does not parse as a TypeError whose message is the SyntaxError.
+  const text = error instanceof Error && /^[A-Z]\w*Error\b/.test(error.message)
+    ? error.message
+    : describeError(error);
+  return text + (where ? ` (at ${where})` : "");
 }

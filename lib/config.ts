@@ -46,7 +46,9 @@ export const SamplingSection = z.strictObject({
   metadata: z.record(z.string(), z.string()).optional(),
   store: z.boolean().optional(),
   /** Record token data: true, false, or "required" (fail when the endpoint returns none). */
-  return_token_ids: z.union([z.boolean(), z.literal("required")]).optional(),
+  return_token_ids: z.union([z.boolean(), z.literal("required")], {
+    error: (issue) => `must be true, false or "required", got ${JSON.stringify(issue.input)}`,
+  }).optional(),
   /** Fields sent as they are, merged into the request body (vLLM's own, for instance). */
   extra_body: jsonObject.optional(),
 });

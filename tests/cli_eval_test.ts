@@ -353,7 +353,7 @@ Deno.test("vf eval --save-tokens with return_token_ids writes each rollout's tok
   const bad = await runCli([...args, "-S", '{"return_token_ids": "yes"}'], { cwd: tmp.path });
   assert.notEqual(bad.code, 0);
   assert.deepEqual(errorLines(bad.stderr), [
-    'error: Sampling "return_token_ids" must be true, false or "required", got "yes"',
+    'error: command line: sampling_args.return_token_ids: must be true, false or "required", got "yes"',
   ]);
 });
 
