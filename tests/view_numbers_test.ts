@@ -118,6 +118,7 @@ Deno.test("vf view shows the numbers vf eval and vf run wrote: rollouts, total t
   });
   try {
     const page = await browser.newPage();
+    page.setDefaultTimeout(120_000); // generous: the suite runs at load ~10
     await page.setViewport({ width: 1200, height: 900 });
     const base = `http://127.0.0.1:${view.port}/`;
     const go = async (hash: string, selector: string) => {

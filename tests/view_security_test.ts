@@ -245,6 +245,7 @@ Deno.test("vf view runs no script from hostile run files or URLs on any page, sh
   const browser = await puppeteer.launch({ executablePath: CHROMIUM, args: BROWSER_ARGS });
   try {
     const page = await browser.newPage();
+    page.setDefaultTimeout(120_000); // generous: the suite runs at load ~10
     const dialogs: string[] = [];
     const pageErrors: string[] = [];
     page.on("dialog", (d) => {
@@ -572,6 +573,7 @@ Deno.test("vf view refuses a foreign Host (DNS rebinding) and Origin, answers on
     });
     try {
       const tab = await browser.newPage();
+      tab.setDefaultTimeout(120_000); // generous: the suite runs at load ~10
       const violations: string[] = [];
       tab.on("console", (m) => {
         if (/Content Security Policy/i.test(m.text())) violations.push(m.text());
@@ -611,6 +613,7 @@ Deno.test("vf view refuses a foreign Host (DNS rebinding) and Origin, answers on
 
       // A page on evil.example (rebound to 127.0.0.1) gets 403 and cannot read the API.
       const evil = await browser.newPage();
+      evil.setDefaultTimeout(120_000); // generous: the suite runs at load ~10
       const res = await evil.goto(`http://evil.example:${port}/`, { waitUntil: "networkidle0" });
       assert.equal(res?.status(), 403);
       const read = await evil.evaluate(async () => {
