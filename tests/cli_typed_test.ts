@@ -164,7 +164,18 @@ Deno.test("vf eval <taskset> runs the taskset, and vf run @ file.toml reads the 
   await Deno.writeTextFile(module, TASKSET);
   await withServer(async (url) => {
     const viaEval = await runCli(
-      ["eval", module, "-b", url, "-m", "m", "--env.agent.runtime.type", "subprocess"],
+      [
+        "eval",
+        module,
+        "-b",
+        url,
+        "-m",
+        "m",
+        "--env.agent.runtime.type",
+        "subprocess",
+        "--pass-threshold",
+        "2",
+      ],
       { cwd: dir.path },
     );
     assert.equal(viaEval.code, 0, transcript(viaEval));
@@ -172,6 +183,8 @@ Deno.test("vf eval <taskset> runs the taskset, and vf run @ file.toml reads the 
     const traces = viaEval.stdout.match(/traces: (\S+)/)![1];
     const trace = JSON.parse((await Deno.readTextFile(traces)).trim());
     assert.equal(trace.reward, 1);
+    const metadata = JSON.parse(await Deno.readTextFile(join(traces, "..", "metadata.json")));
+    assert.equal(metadata.pass_threshold, 2, "the taskset run took --pass-threshold");
 
     const cfg = join(dir.path, "run.toml");
     await Deno.writeTextFile(

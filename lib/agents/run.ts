@@ -80,6 +80,8 @@ export interface RunTasksetOptions {
   forkGroup?: boolean;
   /** Called with each trainable trace as its episode is written. */
   onTrace?: (trace: TaskTrace, done: number, total: number) => void;
+  /** The reward a rollout reaches to count as passed in pass@k; default 0.5. */
+  passThreshold?: number;
   /** Called with each episode as it is written (`done` counts episodes). */
   onEpisode?: (episode: Episode, done: number, total: number) => void;
   signal?: AbortSignal;
@@ -363,7 +365,7 @@ export async function runTaskset(
     env_id: env.id,
     num_tasks: tasks.length,
     rollouts_per_task: Math.max(r, ...perTask.values()),
-  });
+  }, { passThreshold: options.passThreshold });
   summary.num_episodes = episodes.length;
   summary.num_failed_episodes = episodes.filter((e) => e.errors.length > 0).length;
   summary.usage_by_role = usageByRole(episodes);

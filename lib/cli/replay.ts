@@ -296,7 +296,7 @@ async function rescoreTasks(runDir: string, flags: ReturnType<typeof parseArgs>)
         env_id: "single-agent",
         num_tasks: perTask.size,
         rollouts_per_task: Math.max(1, ...perTask.values()),
-      });
+      }, { passThreshold: config.pass_threshold });
       await writeJsonAtomic(join(target, "metadata.json"), { ...summary, rescored_from: runDir });
       process.stderr.write(`Saving traces to ${target}\n`);
       process.stdout.write(renderTaskSummary(summary) + "\n");

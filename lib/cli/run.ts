@@ -69,6 +69,7 @@ Runs an agent on each task of a taskset inside sandboxes and grades it.
                                       and write them to traces.jsonl (kept out by default)
   --limits.max_sandboxes 32  --limits.sandbox_create_rate 8  --limits.max_model_connections 64
   -R, --resume <run dir>              re-run only the missing or failed rollouts
+  --pass-threshold 1                  the reward a rollout reaches to pass in pass@k (default 0.5)
 Writes outputs/evals/<taskset>--<model>/<run_id>/{traces.jsonl,metadata.json,config.json}.
 Tasksets: ${Object.keys(TASKSETS).join(", ")}, or a path to a module exporting loadTaskset().
 `;
@@ -314,6 +315,7 @@ async function runEnv(
       env,
       model,
       samplingArgs: samplingOf(config),
+      passThreshold: config.pass_threshold,
       numTasks,
       rolloutsPerTask: rollouts,
       maxConcurrent: config.max_concurrent ?? 4,

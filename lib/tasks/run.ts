@@ -61,6 +61,8 @@ export interface TaskRunSummary {
   pass_at_k: Record<string, number>;
   /** Rollouts left out of `pass_at_k` and `avg_reward` (`num_unscored`). */
   pass_at_k_excluded: number;
+  /** The reward a rollout reaches to count as passed in `pass_at_k` (default 0.5). */
+  pass_threshold?: number;
   /** Model requests retried (429, 5xx, timeouts) over the run, summed from the traces. */
   num_model_retries: number;
   /** Tokens of the trainable traces (the agents being evaluated). */
@@ -181,7 +183,9 @@ export function summarizeTraces(
     TaskRunSummary,
     "run_id" | "taskset" | "model" | "env_id" | "num_tasks" | "rollouts_per_task"
   >,
+  options: { passThreshold?: number } = {},
 ): TaskRunSummary {
+  const threshold = options.passThreshold ?? 0.5;
   const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
   const keyed = (pick: (t: TaskTrace) => Record<string, number>) => {
     const acc = new Map<string, number[]>();
@@ -204,7 +208,8 @@ export function summarizeTraces(
       if (!groups.length) continue;
       passAt[String(k)] = mean(
         groups.map((g) =>
-          passAtK(g.length, g.filter((t) => !t.error && (t.reward ?? 0) >= 0.5).length, k).pass
+          passAtK(g.length, g.filter((t) => !t.error && (t.reward ?? 0) >= threshold).length, k)
+            .pass
         ),
       );
     }
@@ -239,6 +244,7 @@ export function summarizeTraces(
     avg_metrics: keyed((t) => t.metrics),
     pass_at_k: passAt,
     pass_at_k_excluded: unscored,
+    pass_threshold: threshold,
     num_model_retries: traces.reduce((n, t) => n + modelRetries(t), 0),
     usage: {
       input_tokens: traces.reduce((a, t) => a + t.usage.input_tokens, 0),

@@ -132,3 +132,13 @@ Deno.test("summarizeTraces(): a run lost to its judges says so, not that the tas
   assert.equal(s.avg_reward, null);
   assert.match(s.no_score_reason!, /0 in the task's own hooks or rewards, 2 in judges/);
 });
+
+Deno.test("summarizeTraces(): pass@k counts a rollout passed at the run's pass threshold", () => {
+  const traces = [trace("a", 0.75), trace("a", 0.75), trace("b", 1), trace("b", 0.25)];
+  const runBase = { ...base, rollouts_per_task: 2 };
+  assert.equal(summarizeTraces(traces, runBase).pass_at_k["1"], 0.75);
+  const strict = summarizeTraces(traces, runBase, { passThreshold: 1 });
+  assert.equal(strict.pass_threshold, 1);
+  assert.equal(strict.pass_at_k["1"], 0.25);
+  assert.equal(strict.pass_at_k["2"], 0.5);
+});
