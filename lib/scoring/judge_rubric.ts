@@ -7,6 +7,7 @@ import { responseText } from "../model/client.ts";
 import { contentText } from "../messages.ts";
 import type { Parser } from "./parser.ts";
 import { type RewardFunc, Rubric } from "./rubric.ts";
+import { fillTemplate } from "./judges/judge.ts";
 import type { State } from "../state.ts";
 import type { Messages, SamplingArgs } from "../types.ts";
 
@@ -56,10 +57,6 @@ export interface JudgeArgs {
   state?: State;
   /** Cancels the judge call; default the state's signal. */
   signal?: AbortSignal;
-}
-
-function fillTemplate(template: string, values: Record<string, string>): string {
-  return template.replace(/\{(\w+)\}/g, (m, key: string) => (key in values ? values[key] : m));
 }
 
 /**

@@ -74,3 +74,20 @@ Deno.test("JudgeRubric scores rollouts through a reward function that asks the j
   assert.deepEqual(states.map((s) => s.reward), [1, 0]);
   assert.equal(judge.requests.length, 2);
 });
+
+Deno.test("JudgeRubric fills its template as the judges do: only its own fields, in one pass", async () => {
+  await using judge = await startModelServer({ responder: () => ({ content: "yes" }) });
+  const rubric = new JudgeRubric({
+    judgeClient: new OpenAIChatClient({ base_url: judge.url, max_retries: 0 }),
+    judgePrompt: "Q:{question} A:{answer} R:{response} {constructor} {toString} {other}",
+  });
+  await rubric.judge({
+    prompt: "{answer}?",
+    completion: [{ role: "assistant", content: "{question}" }],
+    answer: "4",
+  });
+  assert.equal(
+    judge.requests[0].body.messages[0].content,
+    "Q:{answer}? A:4 R:{question} {constructor} {toString} {other}",
+  );
+});
