@@ -5,6 +5,8 @@
  * program ends without doing so) and for `exit` (a last synchronous best effort, e.g.
  * removing a subprocess runtime's temp dir). Listeners are installed lazily with the first
  * live runtime and removed with the last, so a program without runtimes is untouched.
+ * Anything else that must not outlive the process registers the same way: a toolset's local
+ * stdio server (type `"toolset"`, lib/tools/local_stdio.ts) ends its process tree on stop.
  * @module
  */
 

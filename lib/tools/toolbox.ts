@@ -13,6 +13,7 @@ import type { Tool } from "../types.ts";
 import { TOOLSET_NAME, type ToolsetSpec } from "./toolset.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
 import { SandboxStdioTransport } from "./sandbox_stdio.ts";
+import { LocalStdioTransport } from "./local_stdio.ts";
 
 /** What opening a toolbox needs: the rollout's state, and its sandbox for colocated servers. */
 export interface ToolboxContext {
@@ -91,7 +92,7 @@ export function checkToolsets(specs: ToolsetSpec[], field = "toolsets"): void {
  * credentials (a proxy's `user:password@` is left out: give it in the toolset's `env`).
  */
 function baseEnv(): Record<string, string> {
-  const keep = ["PATH", "HOME", "LANG", "TMPDIR", "DENO_DIR"];
+  const keep = ["PATH", "HOME", "LANG", "TMPDIR", "DENO_DIR", "LOGNAME", "SHELL", "TERM", "USER"];
   return {
     ...Object.fromEntries(keep.flatMap((k) => (process.env[k] ? [[k, process.env[k]!]] : []))),
     ...fetchEnv({ credentials: false }),
@@ -297,6 +298,9 @@ export class Toolbox {
 
 async function connect(client: Client, spec: ToolsetSpec, ctx: ToolboxContext) {
   const state = ctx.state;
+  // The handshake ends with the rollout; a launcher may fetch packages first, so it gets at
+  // least the SDK's 60 s whatever the per-call limit.
+  const handshake = { signal: ctx.signal, timeout: Math.max(60, spec.timeout ?? 60) * 1000 };
   if (spec.command !== undefined && spec.colocated) {
     if (!ctx.runtime) {
       throw new ConfigError(
@@ -309,7 +313,7 @@ async function connect(client: Client, spec: ToolsetSpec, ctx: ToolboxContext) {
       user: ctx.user,
     });
     try {
-      await client.connect(transport);
+      await client.connect(transport, handshake);
     } catch (error) {
       const stderr = transport.stderr.trim();
       throw stderr ? new Error(`${(error as Error).message} (server stderr: ${stderr})`) : error;
@@ -317,25 +321,25 @@ async function connect(client: Client, spec: ToolsetSpec, ctx: ToolboxContext) {
     return;
   }
   if (spec.command !== undefined) {
-    const { StdioClientTransport } = await import(
-      "npm:@modelcontextprotocol/sdk@^1.32.0/client/stdio.js"
-    );
-    await client.connect(
-      new StdioClientTransport({
-        command: spec.command,
-        args: spec.args ?? [],
-        env: { ...baseEnv(), ...(spec.env ?? {}) },
-        cwd: spec.cwd,
-        stderr: "ignore",
-      }),
-    );
+    const transport = new LocalStdioTransport(spec.command, {
+      args: spec.args ?? [],
+      env: { ...baseEnv(), ...(spec.env ?? {}) },
+      cwd: spec.cwd,
+      name: spec.name,
+    });
+    try {
+      await client.connect(transport, handshake);
+    } catch (error) {
+      const stderr = transport.stderr.trim();
+      throw stderr ? new Error(`${(error as Error).message} (server stderr: ${stderr})`) : error;
+    }
     return;
   }
   if (spec.url !== undefined) {
     const { StreamableHTTPClientTransport } = await import(
       "npm:@modelcontextprotocol/sdk@^1.32.0/client/streamableHttp.js"
     );
-    await client.connect(new StreamableHTTPClientTransport(new URL(spec.url)));
+    await client.connect(new StreamableHTTPClientTransport(new URL(spec.url)), handshake);
     return;
   }
   const [{ McpServer }, { InMemoryTransport }] = await Promise.all([
