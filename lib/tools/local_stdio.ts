@@ -11,6 +11,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
+import { readdir, readFile } from "node:fs/promises";
 import process from "node:process";
 import { type Tracked, trackRuntime, untrackRuntime } from "../../runtimes/registry.ts";
 
@@ -95,7 +96,7 @@ export class LocalStdioTransport {
           type: "toolset",
           id: `${this.options.name ?? this.command} (pid ${pgid})`,
           stop: () => this.close(),
-          stopSync: () => signalTree(pgid, descendants(pgid), "SIGKILL"),
+          stopSync: () => signalTree(pgid, below(pgid, scanSync()), "SIGKILL"),
         };
         trackRuntime(this.#tracked);
         // Only the requests waiting on it (each with its own timer) keep vf alive, not the
@@ -167,7 +168,7 @@ export class LocalStdioTransport {
     if (!child || pgid === undefined || !this.#tracked) return;
     const grace = this.options.graceMs ?? 2000;
     // Taken while the server still lives: a descendant that left the group is found through it.
-    const strays = descendants(pgid);
+    const strays = below(pgid, await scan());
     try {
       child.stdin?.end();
     } catch {
@@ -175,9 +176,8 @@ export class LocalStdioTransport {
     }
     // A well-behaved server exits when its input ends; its group may still hold children.
     await within(this.#exited, grace);
-    const all = union(strays, descendants(pgid));
-    signalTree(pgid, all, "SIGTERM");
-    if (!(await treeGone(pgid, all, grace))) signalTree(pgid, all, "SIGKILL");
+    signalTree(pgid, strays, "SIGTERM");
+    if (!(await treeGone(pgid, strays, grace))) signalTree(pgid, strays, "SIGKILL");
     await within(this.#exited, grace);
     child.stdout?.destroy();
     child.stderr?.destroy();
@@ -192,49 +192,69 @@ interface Seen {
   start: string;
 }
 
-function statOf(pid: number): { ppid: number; start: string; state: string } | undefined {
+interface ProcStat {
+  pid: number;
+  ppid: number;
+  start: string;
+  state: string;
+}
+
+function parseStat(pid: number, text: string): ProcStat {
+  // After "pid (comm) ": state ppid pgrp session ... starttime is the 20th field.
+  const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
+  return { pid, state: fields[0], ppid: Number(fields[1]), start: fields[19] };
+}
+
+function statOf(pid: number): ProcStat | undefined {
   try {
-    const text = readFileSync(`/proc/${pid}/stat`, "utf8");
-    // After "pid (comm) ": state ppid pgrp session ... starttime is the 20th field.
-    const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
-    return { state: fields[0], ppid: Number(fields[1]), start: fields[19] };
+    return parseStat(pid, readFileSync(`/proc/${pid}/stat`, "utf8"));
   } catch {
     return undefined;
   }
 }
 
-/** Every process below `root` now (Linux `/proc`; none where it is missing). */
-function descendants(root: number): Seen[] {
+function pidsIn(names: string[]): number[] {
+  return names.filter((name) => /^\d+$/.test(name)).map(Number);
+}
+
+/** Every process now (Linux `/proc`; none where it is missing), without blocking. */
+async function scan(): Promise<ProcStat[]> {
+  const names = await readdir("/proc").catch(() => [] as string[]);
+  const stats = await Promise.all(
+    pidsIn(names).map((pid) =>
+      readFile(`/proc/${pid}/stat`, "utf8").then((text) => parseStat(pid, text), () => undefined)
+    ),
+  );
+  return stats.filter((s) => s !== undefined);
+}
+
+function scanSync(): ProcStat[] {
   let names: string[];
   try {
     names = readdirSync("/proc");
   } catch {
     return [];
   }
-  const children = new Map<number, Seen[]>();
-  for (const name of names) {
-    if (!/^\d+$/.test(name)) continue;
-    const pid = Number(name);
-    const stat = statOf(pid);
-    if (!stat) continue;
-    const list = children.get(stat.ppid) ?? [];
-    list.push({ pid, start: stat.start });
-    children.set(stat.ppid, list);
+  return pidsIn(names).map(statOf).filter((s) => s !== undefined);
+}
+
+/** The processes below `root` among `all`. */
+function below(root: number, all: ProcStat[]): Seen[] {
+  const children = new Map<number, ProcStat[]>();
+  for (const stat of all) {
+    const siblings = children.get(stat.ppid);
+    if (siblings) siblings.push(stat);
+    else children.set(stat.ppid, [stat]);
   }
   const found: Seen[] = [];
   const queue = [root];
   while (queue.length) {
     for (const child of children.get(queue.shift()!) ?? []) {
-      found.push(child);
+      found.push({ pid: child.pid, start: child.start });
       queue.push(child.pid);
     }
   }
   return found;
-}
-
-function union(a: Seen[], b: Seen[]): Seen[] {
-  const seen = new Set(a.map((p) => `${p.pid}:${p.start}`));
-  return [...a, ...b.filter((p) => !seen.has(`${p.pid}:${p.start}`))];
 }
 
 /** Whether `p` is still the process that was seen (and not a zombie). */
