@@ -25,6 +25,7 @@ import {
   RubricJudge,
 } from "./rubric.ts";
 import { DEFAULT_JUDGE_PROMPT } from "../judge_rubric.ts";
+import { criterionMetrics, scoreVerdicts, type VerdictFault, weightedScore } from "./verdicts.ts";
 
 const CONVERSATION: Messages = [
   { role: "user", content: "Capital of France?" },
@@ -460,5 +461,42 @@ Deno.test("buildJudges(): clear errors name the entry: unknown id, duplicate nam
     );
   } finally {
     await rm(dir, { recursive: true, force: true });
+  }
+});
+
+Deno.test("scoreVerdicts() scores each criterion's choice in the criteria's order; a bad verdict list is a JudgeVerdictError in the judge's own words", () => {
+  const criteria = [
+    { name: "correct", text: "Right.", weight: 3, choices: ["wrong", "partly", "right"] },
+    { name: "tidy", text: "Tidy.", weight: 1, choices: ["no", "yes"] },
+  ];
+  const word = (fault: VerdictFault) => `fault ${fault.kind}`;
+  const scores = scoreVerdicts(
+    {
+      verdicts: [{ name: "tidy", verdict: "no" }, { name: "correct", verdict: "partly" }],
+    },
+    criteria,
+    word,
+  );
+  assert.deepEqual(Object.keys(scores), ["correct", "tidy"]);
+  assert.deepEqual(scores, { correct: 0.5, tidy: 0 });
+  assert.equal(weightedScore(criteria, scores), 0.375);
+  assert.deepEqual(Object.entries(criterionMetrics("rubric", scores)), [
+    ["rubric/correct", 0.5],
+    ["rubric/tidy", 0],
+  ]);
+  const bad: Array<[unknown, string]> = [
+    [null, "no_list"],
+    [{ verdicts: "yes" }, "no_list"],
+    [{ verdicts: [{ name: "other", verdict: "no" }] }, "unknown"],
+    [{ verdicts: [{ name: "tidy", verdict: "no" }, { name: "tidy", verdict: "no" }] }, "repeated"],
+    [{ verdicts: [{ name: "tidy", verdict: "maybe" }] }, "not_allowed"],
+    [{ verdicts: [{ name: "tidy", verdict: "yes" }] }, "missing"],
+  ];
+  for (const [value, kind] of bad) {
+    assert.throws(
+      () => scoreVerdicts(value, criteria, word),
+      (e) => e instanceof JudgeVerdictError && e.message === `fault ${kind}`,
+      kind,
+    );
   }
 });

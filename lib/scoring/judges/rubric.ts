@@ -5,9 +5,8 @@
  * metric scoring its choice's position (0 worst, 1 best); the reward is their weighted mean.
  * @module
  */
-import { JudgeVerdictError } from "../../errors.ts";
 import type { Messages, SamplingArgs } from "../../types.ts";
-import { choiceScore, type Criterion } from "./criteria.ts";
+import type { Criterion } from "./criteria.ts";
 import {
   Judge,
   type JudgedTrace,
@@ -17,6 +16,7 @@ import {
 } from "./judge.ts";
 import { findJsonObject } from "./parse.ts";
 import { fieldText, promptText } from "./reference.ts";
+import { criterionMetrics, quotedNames, scoreVerdicts, weightedScore } from "./verdicts.ts";
 
 /** Settings of the rubric judge (criteria already loaded). */
 export interface RubricJudgeSettings extends JudgeSettings {
@@ -127,42 +127,22 @@ export class RubricJudge extends Judge<Record<string, number>> {
    *   criterion, names another, or answers with a choice the criterion does not allow
    */
   parseBatch(text: string, batch: Criterion[]): Record<string, number> {
-    const found = findJsonObject(text, "verdicts");
-    const list = found?.verdicts;
-    if (!Array.isArray(list)) {
-      throw new JudgeVerdictError(
-        `judge returned no verdicts JSON object: ${JSON.stringify(text.slice(0, 200))}`,
-      );
-    }
-    const scores: Record<string, number> = {};
-    for (const entry of list) {
-      const name = String((entry as { name?: unknown })?.name);
-      const verdict = String((entry as { verdict?: unknown })?.verdict);
-      const criterion = batch.find((c) => c.name === name);
-      if (!criterion) {
-        throw new JudgeVerdictError(
-          `judge answered criterion "${name}", expected ${
-            batch.map((c) => `"${c.name}"`).join(", ")
-          }`,
-        );
+    return scoreVerdicts(findJsonObject(text, "verdicts"), batch, (fault) => {
+      switch (fault.kind) {
+        case "no_list":
+          return `judge returned no verdicts JSON object: ${JSON.stringify(text.slice(0, 200))}`;
+        case "unknown":
+          return `judge answered criterion "${fault.name}", expected ${quotedNames(batch)}`;
+        case "repeated":
+          return `judge answered "${fault.name}" more than once`;
+        case "not_allowed":
+          return `judge answered "${fault.verdict}" for "${fault.criterion.name}", expected one of ${
+            quotedNames(fault.criterion.choices)
+          }`;
+        case "missing":
+          return `judge gave no verdict for ${quotedNames(fault.criteria)}`;
       }
-      if (name in scores) throw new JudgeVerdictError(`judge answered "${name}" more than once`);
-      if (!criterion.choices.includes(verdict)) {
-        throw new JudgeVerdictError(
-          `judge answered "${verdict}" for "${name}", expected one of ${
-            criterion.choices.map((c) => `"${c}"`).join(", ")
-          }`,
-        );
-      }
-      scores[name] = choiceScore(criterion, verdict);
-    }
-    const missing = batch.filter((c) => !(c.name in scores));
-    if (missing.length) {
-      throw new JudgeVerdictError(
-        `judge gave no verdict for ${missing.map((c) => `"${c.name}"`).join(", ")}`,
-      );
-    }
-    return scores;
+    });
   }
 
   async score(
@@ -207,11 +187,8 @@ export class RubricJudge extends Judge<Record<string, number>> {
       }
     }));
     const scores = Object.assign({}, ...results) as Record<string, number>;
-    if (trace.metrics) {
-      for (const c of s.criteria) trace.metrics[`${this.name}/${c.name}`] = scores[c.name];
-    }
-    const total = s.criteria.reduce((a, c) => a + c.weight, 0);
-    return s.criteria.reduce((a, c) => a + c.weight * scores[c.name], 0) / total;
+    if (trace.metrics) Object.assign(trace.metrics, criterionMetrics(this.name, scores));
+    return weightedScore(s.criteria, scores);
   }
 
   override buildMessages(fields: Record<string, string>): Messages {
