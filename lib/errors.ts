@@ -39,14 +39,15 @@ export class ConfigError extends VfError {}
 /** A task hook or harness failed. */
 export class TaskError extends VfError {}
 /**
- * A judge's replies held no usable verdict, even after its retries: the rollout was not
- * scored (an error, never a 0).
+ * A judge's replies held no usable verdict, even after its retries (an agentic judge's run
+ * gave none): the rollout was not scored (an error, never a 0), and the failure is the
+ * judge's (phase `judge`).
  */
 export class JudgeVerdictError extends VfError {}
 /**
  * An Env's own control flow failed (its `setup`, `run` or `finalize` threw, a timeout of the
- * episode, a judge's verdict that breaks its contract): the episode is recorded as failed,
- * its traces are kept, and nothing in it is scored 0.
+ * episode): the episode is recorded as failed, its traces are kept, and nothing in it is
+ * scored 0.
  */
 export class EnvError extends VfError {}
 /**

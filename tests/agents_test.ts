@@ -556,6 +556,50 @@ Deno.test("agentic-judge (isolated): the solver's code the judge runs cannot pla
   assert.equal(run.metadata.num_unscored, 1);
 });
 
+Deno.test("agentic-judge: a judge that gives no verdict (no JSON, or a choice not allowed) fails its episode as a JudgeVerdictError in phase judge, and the run's summary counts it in judges", async () => {
+  await using s = await scenario();
+  const replies = [`{"verdicts":[{"name":"solved","verdict":"maybe"}]}`, "It looks fine to me."];
+  let finals = 0;
+  await using server = await modelsServer({
+    "solver-m": (req) => (turnOf(req) === 0 ? bash(SOLVER_COMMAND) : { content: "done" }),
+    "judge-m": (req) =>
+      turnOf(req) === 0 ? bash("cat /app/output/answer.txt") : { content: replies[finals++ % 2] },
+  });
+  await s.file("sums.ts", SUM_TASKSET);
+  const res = await s.cli([
+    "run",
+    "./sums.ts",
+    "-m",
+    "solver-m",
+    "-b",
+    server.url,
+    "-o",
+    "out",
+    "-r",
+    "2",
+    "--env.id",
+    "agentic-judge",
+    "--env.judge.model",
+    "judge-m",
+  ]);
+  assert.equal(res.code, 1, transcript(res));
+  const { lines, metadata } = await runOf(res);
+  assert.equal(lines.length, 2);
+  for (const episode of lines) {
+    assert.equal(episode.ok, false);
+    assert.equal(episode.errors[0].phase, "judge", JSON.stringify(episode.errors));
+    assert.equal(episode.errors[0].error, "JudgeVerdictError");
+  }
+  const messages = lines.map((l: Json) => l.errors[0].message).sort().join("\n");
+  assert.match(messages, /"maybe" is not one of "no", "yes"/);
+  assert.match(messages, /The judge's final reply holds no JSON verdict/);
+  assert.equal(metadata.avg_reward, null);
+  assert.equal(metadata.num_unscored, 2);
+  assert.match(metadata.no_score_reason, /, 2 in judges/);
+  assert.doesNotMatch(metadata.no_score_reason, /env's own code/);
+  assert.match(res.stdout, /reward n\/a \(no rollout \(of 2\) was scored: .*, 2 in judges\)/);
+});
+
 Deno.test("best-of-n-judge: n attempts each judged in its own fresh sandbox; the best is marked and pass_at_n recorded", async () => {
   await using s = await scenario();
   let attempts = 0;

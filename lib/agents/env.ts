@@ -18,10 +18,10 @@
  * @module
  */
 import type { z } from "npm:zod@^4.6.0";
-import { EnvError, type SerializedError, serializeError } from "../errors.ts";
+import { EnvError, JudgeVerdictError, type SerializedError, serializeError } from "../errors.ts";
 import { Semaphore } from "../model/limits.ts";
 import type { Task } from "../tasks/task.ts";
-import { type TaskTrace, TRACE_FORMAT_VERSION } from "../tasks/rollout.ts";
+import { type TaskTrace, TRACE_FORMAT_VERSION } from "../tasks/trace.ts";
 import { type AgentRole, EpisodeAgent, type EpisodeScope, type Interaction } from "./agent.ts";
 
 /** Version of episode lines in `traces.jsonl`. */
@@ -46,7 +46,10 @@ export interface Episode {
   episode_index: number;
   /** Every trace ok and no error of the episode's own. */
   ok: boolean;
-  /** Failures of the Env's own setup, run or finalize (phase `env`), and timeouts. */
+  /**
+   * Failures of the Env's own setup, run or finalize (phase `env`), and timeouts; a judge's
+   * that gave no verdict (a `JudgeVerdictError`) is in phase `judge`.
+   */
   errors: EpisodeError[];
   traces: TaskTrace[];
   timing: { started_at: number; total_ms?: number };
@@ -222,7 +225,8 @@ export async function runEpisode(
     if (options.signal?.aborted) throw options.signal.reason;
     episode.errors.push({
       ...serializeError(error instanceof Error ? error : new EnvError(String(error))),
-      phase,
+      // A judge that gave no verdict is the judge's failure, whoever's code noticed it.
+      phase: error instanceof JudgeVerdictError ? "judge" : phase,
     });
   };
   let ran = false;

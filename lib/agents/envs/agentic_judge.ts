@@ -7,7 +7,7 @@
  * @module
  */
 import { z } from "npm:zod@^4.6.0";
-import { ConfigError, EnvError } from "../../errors.ts";
+import { ConfigError, EnvError, JudgeVerdictError } from "../../errors.ts";
 import type { Task } from "../../tasks/task.ts";
 import { type AgentRun, harnessFor } from "../agent.ts";
 import { type Agents, Env, type EnvInit, type Episode } from "../env.ts";
@@ -84,11 +84,15 @@ export abstract class JudgeEnvBase extends Env {
   }
 }
 
-/** Throw the judge's failure as the episode's: an unjudged solver is never scored. */
+/**
+ * Throw the judge's failure as the episode's: an unjudged solver is never scored, and the
+ * run's summary blames the judge (phase `judge`), not the Env's own code.
+ * @throws {JudgeVerdictError} when the judge's run failed
+ */
 export function requireJudged(judge: { trace: { ok: boolean; error: unknown } }): void {
   if (judge.trace.ok) return;
   const e = judge.trace.error as { error?: string; message?: string; phase?: string } | null;
-  throw new EnvError(`The judge failed (${e?.phase}): ${e?.error}: ${e?.message}`);
+  throw new JudgeVerdictError(`The judge failed (${e?.phase}): ${e?.error}: ${e?.message}`);
 }
 
 /** The judge gets a fresh sandbox with only the solver's declared artifacts. */

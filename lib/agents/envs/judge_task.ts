@@ -6,60 +6,57 @@
  * solver left running, or by its code when the judge runs it.
  * @module
  */
-import { EnvError, TaskError } from "../../errors.ts";
-import { choiceScore, type Criterion } from "../../scoring/judges/criteria.ts";
+import { JudgeVerdictError, TaskError } from "../../errors.ts";
+import type { Criterion } from "../../scoring/judges/criteria.ts";
+import {
+  criterionMetrics,
+  quotedNames,
+  scoreVerdicts,
+  type Verdicts,
+  weightedScore,
+} from "../../scoring/judges/verdicts.ts";
 import { Task, type TaskHookContext, type TaskScores } from "../../tasks/task.ts";
-import { restoreArtifacts, type TaskTrace } from "../../tasks/rollout.ts";
+import { restoreArtifacts, type TaskTrace } from "../../tasks/rollout/mod.ts";
 import type { AgentRun } from "../agent.ts";
 
-/** A verdict as the judge writes it. */
-export interface Verdict {
-  verdicts: Array<{ name: string; reason?: string; verdict: string }>;
-}
+/** A verdict as the judge gives it: the criteria judges' shape. */
+export type Verdict = Verdicts;
+
+/**
+ * The agentic judge's name: its reward key on the solver's trace, and the prefix of its
+ * `judge/<criterion>` metrics, as a judge's name is for the judges of `[[env.judges]]`.
+ */
+export const JUDGE_KEY = "judge";
 
 /**
  * Score verdicts: each criterion's choice counts `index / (choices - 1)`; the total is their
  * weighted mean.
- * @throws {EnvError} naming the criterion when a verdict is missing, doubled or not allowed
+ * @throws {JudgeVerdictError} naming the criterion when a verdict is missing, doubled or not
+ *   allowed
  */
 export function scoreVerdict(
   verdict: unknown,
   criteria: Criterion[],
 ): { score: number; scores: Record<string, number> } {
-  const list = (verdict as Verdict | null)?.verdicts;
-  if (!Array.isArray(list)) {
-    throw new EnvError(`The judge's verdict has no "verdicts" list`);
-  }
-  const scores: Record<string, number> = {};
-  for (const v of list) {
-    const c = criteria.find((c) => c.name === v?.name);
-    if (!c) {
-      throw new EnvError(
-        `The judge gave a verdict for unknown criterion "${v?.name}"; criteria: ${
-          criteria.map((c) => `"${c.name}"`).join(", ")
-        }`,
-      );
+  const scores = scoreVerdicts(verdict, criteria, (fault) => {
+    switch (fault.kind) {
+      case "no_list":
+        return `The judge's verdict has no "verdicts" list`;
+      case "unknown":
+        return `The judge gave a verdict for unknown criterion "${fault.name}"; criteria: ${
+          quotedNames(criteria)
+        }`;
+      case "repeated":
+        return `The judge gave criterion "${fault.name}" two verdicts`;
+      case "not_allowed":
+        return `Judge verdict for criterion "${fault.criterion.name}": "${fault.verdict}" is not one of ${
+          quotedNames(fault.criterion.choices)
+        }`;
+      case "missing":
+        return `The judge gave no verdict for criterion ${quotedNames(fault.criteria)}`;
     }
-    if (c.name in scores) throw new EnvError(`The judge gave criterion "${c.name}" two verdicts`);
-    const choice = String(v.verdict);
-    if (!c.choices.includes(choice)) {
-      throw new EnvError(
-        `Judge verdict for criterion "${c.name}": "${v.verdict}" is not one of ${
-          c.choices.map((x) => `"${x}"`).join(", ")
-        }`,
-      );
-    }
-    scores[c.name] = choiceScore(c, choice);
-  }
-  const missing = criteria.filter((c) => !(c.name in scores));
-  if (missing.length) {
-    throw new EnvError(
-      `The judge gave no verdict for criterion ${missing.map((c) => `"${c.name}"`).join(", ")}`,
-    );
-  }
-  const weight = criteria.reduce((a, c) => a + c.weight, 0);
-  const score = criteria.reduce((a, c) => a + c.weight * scores[c.name], 0) / weight;
-  return { score, scores };
+  });
+  return { score: weightedScore(criteria, scores), scores };
 }
 
 /** Where the solver's trace is put for the judge. */
@@ -68,7 +65,7 @@ export const TRACE_PATH = "/tmp/trace.json";
 /**
  * The verdict in a judge's final reply: the reply itself as JSON, else its last fenced code
  * block, else the text from its first `{` to its last `}`.
- * @throws {TaskError} when none of them is JSON
+ * @throws {JudgeVerdictError} when none of them is JSON
  */
 export function verdictFromReply(reply: string): unknown {
   const text = reply.trim();
@@ -84,7 +81,7 @@ export function verdictFromReply(reply: string): unknown {
       // the next form
     }
   }
-  throw new TaskError(
+  throw new JudgeVerdictError(
     `The judge's final reply holds no JSON verdict (${
       text ? `it begins "${text.slice(0, 80)}"` : "it is empty"
     }); the judge must end with a reply of {"verdicts": [...]}`,
@@ -156,10 +153,11 @@ export class JudgeTask extends Task {
   // deno-lint-ignore require-await
   override async score({ trace }: TaskHookContext): Promise<TaskScores> {
     const { score, scores } = scoreVerdict(trace.info.verdict, this.options.criteria);
-    const metrics = Object.fromEntries(
-      Object.entries(scores).map(([k, v]) => [`judge/${k}`, v]),
-    );
-    return { reward: score, rewards: { judge: score }, metrics };
+    return {
+      reward: score,
+      rewards: { [JUDGE_KEY]: score },
+      metrics: criterionMetrics(JUDGE_KEY, scores),
+    };
   }
 }
 
@@ -221,16 +219,16 @@ export function applyVerdict(
   judge: TaskTrace,
   weights: { task_weight?: number; judge_weight?: number },
 ): void {
-  const score = judge.rewards.judge;
+  const score = judge.rewards[JUDGE_KEY];
   if (typeof score !== "number") {
-    throw new EnvError(`The judge of "${solver.task.key}" recorded no score`);
+    throw new JudgeVerdictError(`The judge of "${solver.task.key}" recorded no score`);
   }
   for (const [k, v] of Object.entries(judge.metrics)) {
-    if (k.startsWith("judge/")) solver.metrics[k] = v;
+    if (k.startsWith(`${JUDGE_KEY}/`)) solver.metrics[k] = v;
   }
   const taskWeight = weights.task_weight ?? 0;
   const own = solver.reward ?? 0;
-  solver.rewards.judge = score;
+  solver.rewards[JUDGE_KEY] = score;
   solver.reward = (taskWeight === 1 ? own : own * taskWeight) +
     (weights.judge_weight ?? 1) * score;
   solver.info.judge_trace_id = judge.trace_id;
