@@ -1,0 +1,462 @@
+/**
+ * Tests of Harbor task folders beside their code: `task.toml` read into typed settings (numbers,
+ * memory sizes, defaults, unknown keys), a folder read into a task (instruction, image,
+ * resources, timeouts, a Compose file's `main` and sidecars), folder selection, and the verifier
+ * and gold answer run in a real Docker sandbox (busybox): `tests/` arrives only at grading,
+ * `reward.txt` or `reward.json` is the reward, anything else an error. End-to-end runs through
+ * the CLI are in `tests/harbor_test.ts`.
+ * @module
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import process from "node:process";
+import { createRuntime, type Runtime } from "../../mod.ts";
+import { ConfigError, TaskError } from "../errors.ts";
+import { captureWarnings } from "../../tests/_warnings.ts";
+import {
+  HARBOR_DEFAULTS,
+  harborFolders,
+  HarborTask,
+  HarborTaskset,
+  isHarborFolder,
+  loadHarborTask,
+  readHarborSettings,
+} from "./taskset.ts";
+
+async function write(root: string, files: Record<string, string>): Promise<void> {
+  for (const [path, text] of Object.entries(files)) {
+    const full = join(root, path);
+    await Deno.mkdir(join(full, ".."), { recursive: true });
+    await Deno.writeTextFile(full, text);
+  }
+}
+
+async function tempDir(): Promise<{ path: string } & AsyncDisposable> {
+  const path = await Deno.makeTempDir({ prefix: "vf_harbor_unit_" });
+  return { path, [Symbol.asyncDispose]: () => Deno.remove(path, { recursive: true }) };
+}
+
+/** A task folder that names a local image, so loading it builds nothing. */
+function folder(
+  name: string,
+  toml: string,
+  extra: Record<string, string> = {},
+): Record<string, string> {
+  return {
+    [`${name}/instruction.md`]: `Do ${name}.\n`,
+    [`${name}/task.toml`]: `[environment]\ndocker_image = "busybox:latest"\n${toml}`,
+    [`${name}/tests/test.sh`]: "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n",
+    ...Object.fromEntries(Object.entries(extra).map(([k, v]) => [`${name}/${k}`, v])),
+  };
+}
+
+const PATH = "/t/task.toml";
+
+Deno.test("readHarborSettings(): keys vf does not read are listed, top-level and per section, not refused", () => {
+  const s = readHarborSettings(
+    `version = "1.0"\nextra_top = 1\n[metadata]\nauthor = "x"\n[verifier]\nretries = 2\n[agent]\nmodel = "m"\n[environment]\ngpus = 1\nshiny = true\n`,
+    PATH,
+  );
+  assert.deepEqual(s.unknown, [
+    "extra_top",
+    "verifier.retries",
+    "agent.model",
+    "environment.shiny",
+  ]);
+});
+
+Deno.test("readHarborSettings(): the verifier's env and user, the solution's env (values as strings), the image and internet access", () => {
+  const s = readHarborSettings(
+    [
+      "[verifier]",
+      'env = { CASES = 3, MODE = "strict" }',
+      'user = "tester"',
+      "[agent]",
+      'user = "agent"',
+      "[solution]",
+      "env = { FAST = true }",
+      "[environment]",
+      'docker_image = "python:3.11-slim"',
+      "allow_internet = true",
+    ].join("\n"),
+    PATH,
+  );
+  assert.deepEqual(s.verifier.env, { CASES: "3", MODE: "strict" });
+  assert.equal(s.verifier.user, "tester");
+  assert.equal(s.agent.user, "agent");
+  assert.deepEqual(s.solution.env, { FAST: "true" });
+  assert.equal(s.environment.image, "python:3.11-slim");
+  assert.equal(s.environment.internet, true);
+  // Only a TOML true opens the network.
+  assert.equal(
+    readHarborSettings('[environment]\nallow_internet = "yes"\n', PATH).environment.internet,
+    false,
+  );
+  assert.equal(readHarborSettings("", PATH).environment.internet, false);
+});
+
+Deno.test("readHarborSettings(): memory as '2G' or '512M' is megabytes, memory_mb wins over it, and a missing key gets Harbor's default", () => {
+  const mem = (toml: string) =>
+    readHarborSettings(`[environment]\n${toml}\n`, PATH).environment.memoryMb;
+  assert.equal(mem('memory = "2G"'), 2048);
+  assert.equal(mem('memory = "512M"'), 512);
+  assert.equal(mem('memory = "1g"'), 1024);
+  assert.equal(mem('memory_mb = 300\nmemory = "2G"'), 300);
+  assert.equal(mem('memory = "lots"'), undefined, "an unreadable size is left out");
+  const bare = readHarborSettings("", PATH);
+  assert.equal(bare.verifier.timeout, HARBOR_DEFAULTS.verifierTimeout);
+  assert.equal(bare.environment.buildTimeout, HARBOR_DEFAULTS.buildTimeout);
+  assert.deepEqual(bare.verifier.env, {});
+  assert.equal(bare.environment.cpus, undefined);
+  assert.deepEqual(bare.unknown, []);
+});
+
+Deno.test("readHarborSettings(): a file that is not TOML, or an env that is not a table, is a ConfigError naming the file", () => {
+  assert.throws(
+    () => readHarborSettings("[verifier\n", PATH),
+    (e: Error) => e instanceof ConfigError && e.message.startsWith(`${PATH}: not valid TOML: `),
+  );
+  assert.throws(
+    () => readHarborSettings('[verifier]\nenv = "A=1"\n', PATH),
+    (e: Error) =>
+      e instanceof ConfigError &&
+      e.message === `${PATH}: verifier.env: expected a table of strings`,
+  );
+  assert.throws(
+    () => readHarborSettings("[solution]\nenv = [1]\n", PATH),
+    /solution\.env: expected a table of strings/,
+  );
+  // The remedy suggests a value of the key's kind.
+  assert.throws(() => readHarborSettings("[environment]\ncpus = 0\n", PATH), /e\.g\. cpus = 2$/);
+  assert.throws(
+    () => readHarborSettings("[environment]\nmemory_mb = -1\n", PATH),
+    /e\.g\. memory_mb = 2048$/,
+  );
+});
+
+Deno.test("loadHarborTask(): the folder becomes a task: its name, the instruction as prompt, image, network, resources, the agent's limit and the verifier's plus a minute", async () => {
+  await using dir = await tempDir();
+  await write(
+    dir.path,
+    folder(
+      "fix-bug",
+      `cpus = "2"\nmemory = "1G"\nallow_internet = true\n[agent]\ntimeout_sec = 90\nuser = "dev"\n[verifier]\ntimeout_sec = 30\n`,
+    ),
+  );
+  const task = await loadHarborTask(join(dir.path, "fix-bug"));
+  assert.ok(task instanceof HarborTask);
+  assert.equal(task.key, "fix-bug");
+  assert.equal(task.data.prompt, "Do fix-bug.\n");
+  assert.equal(task.data.image, "busybox:latest");
+  assert.equal(task.data.network, true);
+  assert.equal(task.data.agent_user, "dev");
+  assert.deepEqual(task.data.resources, { cpu: 2, memory: "1024m" });
+  assert.deepEqual(task.data.timeout, { agent: 90, scoring: 90 });
+  assert.deepEqual(task.data.scoring, { mode: "shared" });
+  assert.equal(task.folder, join(dir.path, "fix-bug"));
+  assert.equal(task.deploymentSpec(), null, "no Compose file: no sidecars");
+  assert.equal((task.constructor as typeof HarborTask).NEEDS_CONTAINER, true);
+});
+
+Deno.test("loadHarborTask(): an unknown task.toml key is warned about once per file, naming it", async () => {
+  await using dir = await tempDir();
+  await write(dir.path, folder("warned", ""));
+  await write(dir.path, {
+    "warned/task.toml": `wibble = 1\n[environment]\ndocker_image = "busybox:latest"\n`,
+  });
+  const folderPath = join(dir.path, "warned");
+  const first = await captureWarnings(() => loadHarborTask(folderPath));
+  assert.deepEqual(first, [
+    `${join(folderPath, "task.toml")}: "wibble" is not read by vf (ignored)`,
+  ]);
+  assert.deepEqual(await captureWarnings(() => loadHarborTask(folderPath)), []);
+});
+
+Deno.test("loadHarborTask(): a missing instruction, test.sh or Dockerfile (with no docker_image) is a ConfigError naming the path", async () => {
+  await using dir = await tempDir();
+  await write(dir.path, {
+    "no-instr/task.toml": "",
+    "no-tests/instruction.md": "x",
+    "no-tests/task.toml": "",
+    "no-image/instruction.md": "x",
+    "no-image/task.toml": "",
+    "no-image/tests/test.sh": "exit 0\n",
+  });
+  const cases: Array<[string, string]> = [
+    [
+      "no-instr",
+      `${
+        join(dir.path, "no-instr", "instruction.md")
+      }: missing; a Harbor task needs its instruction`,
+    ],
+    [
+      "no-tests",
+      `${join(dir.path, "no-tests", "tests", "test.sh")}: missing; the verifier runs it`,
+    ],
+    [
+      "no-image",
+      `${
+        join(dir.path, "no-image", "environment", "Dockerfile")
+      }: missing, and task.toml names no docker_image`,
+    ],
+  ];
+  for (const [name, message] of cases) {
+    await assert.rejects(
+      loadHarborTask(join(dir.path, name)),
+      (e: Error) => e instanceof ConfigError && e.message === message,
+      name,
+    );
+  }
+});
+
+Deno.test("loadHarborTask(): docker-compose.yaml's service main gives the agent's image and env (list or map, ${VAR:-default} filled); the rest become sidecars that no longer wait for main", async () => {
+  await using dir = await tempDir();
+  const compose = [
+    "services:",
+    "  main:",
+    "    image: busybox:latest",
+    "    environment:",
+    "      - DB_HOST=db",
+    "      - LEVEL=${VF_HARBOR_UNIT_UNSET:-info}",
+    "    depends_on: [db]",
+    "  db:",
+    "    image: ${VF_HARBOR_UNIT_IMAGE}",
+    "    depends_on: [main]",
+    "  cache:",
+    "    image: busybox:latest",
+    "    depends_on:",
+    "      main: { condition: service_started }",
+    "      db: { condition: service_started }",
+  ].join("\n");
+  await write(dir.path, {
+    "svc/instruction.md": "x",
+    "svc/task.toml": "",
+    "svc/tests/test.sh": "exit 0\n",
+    "svc/environment/docker-compose.yaml": compose,
+  });
+  process.env.VF_HARBOR_UNIT_IMAGE = "busybox:1";
+  let task!: HarborTask;
+  try {
+    task = await loadHarborTask(join(dir.path, "svc"));
+  } finally {
+    delete process.env.VF_HARBOR_UNIT_IMAGE;
+  }
+  assert.equal(task.data.image, "busybox:latest");
+  assert.deepEqual(task.data.env, { DB_HOST: "db", LEVEL: "info" });
+  const spec = task.deploymentSpec() as {
+    services: Record<string, { image: string; depends_on: unknown }>;
+    "x-vf-dir": string;
+    "x-vf-source": string;
+  };
+  assert.deepEqual(Object.keys(spec.services), ["db", "cache"], "main is the agent, not a sidecar");
+  assert.equal(spec.services.db.image, "busybox:1");
+  assert.deepEqual(spec.services.db.depends_on, []);
+  assert.deepEqual(spec.services.cache.depends_on, { db: { condition: "service_started" } });
+  assert.equal(spec["x-vf-dir"], join(dir.path, "svc", "environment"));
+  assert.equal(spec["x-vf-source"], join(dir.path, "svc", "environment", "docker-compose.yaml"));
+
+  // A map environment, and a main that only names the default image: task.toml's applies.
+  await write(dir.path, {
+    "svc/task.toml": '[environment]\ndocker_image = "python:3.11-slim"\n',
+    "svc/environment/docker-compose.yaml":
+      "services:\n  main:\n    image: ${MAIN_IMAGE_NAME}\n    environment: { A: 1, EMPTY: null }\n    ports: ['80']\n",
+  });
+  const warned = await captureWarnings(
+    async () => (task = await loadHarborTask(join(dir.path, "svc"))),
+  );
+  assert.equal(task.data.image, "python:3.11-slim");
+  assert.deepEqual(task.data.env, { A: "1", EMPTY: "" });
+  assert.equal(task.deploymentSpec(), null, "main alone: no sidecars");
+  assert.match(
+    warned.join("\n"),
+    /docker-compose\.yaml: services\.main\.ports is not read by vf \(ignored\)/,
+  );
+});
+
+Deno.test("loadHarborTask(): a Compose file that is not YAML, or a main build without a folder, is a ConfigError naming the file", async () => {
+  await using dir = await tempDir();
+  await write(dir.path, folder("c", "", { "environment/docker-compose.yml": "services: [\n" }));
+  const path = join(dir.path, "c", "environment", "docker-compose.yml");
+  await assert.rejects(
+    loadHarborTask(join(dir.path, "c")),
+    (e: Error) => e instanceof ConfigError && e.message.startsWith(`${path}: not valid YAML: `),
+  );
+  await write(dir.path, {
+    "c/environment/docker-compose.yml": "services:\n  main:\n    build: { dockerfile: D }\n",
+  });
+  await assert.rejects(
+    loadHarborTask(join(dir.path, "c")),
+    (e: Error) =>
+      e instanceof ConfigError &&
+      e.message === `${path}: services.main.build: give the folder to build from`,
+  );
+});
+
+Deno.test("harborFolders() and HarborTaskset: one folder is itself, a parent lists its task folders sorted, tasks picks a subset, and bad paths or names are ConfigErrors", async () => {
+  await using dir = await tempDir();
+  await write(dir.path, {
+    ...folder("b-task", ""),
+    ...folder("a-task", ""),
+    "notes/readme.md": "x",
+  });
+  assert.ok(isHarborFolder(dir.path));
+  assert.ok(isHarborFolder(join(dir.path, "a-task")));
+  assert.ok(!isHarborFolder(join(dir.path, "notes")));
+  assert.ok(!isHarborFolder(join(dir.path, "absent")));
+  assert.deepEqual(await harborFolders(dir.path), [
+    join(dir.path, "a-task"),
+    join(dir.path, "b-task"),
+  ]);
+  assert.deepEqual(await harborFolders(join(dir.path, "b-task")), [join(dir.path, "b-task")]);
+  assert.deepEqual(await harborFolders(dir.path, ["b-task"]), [join(dir.path, "b-task")]);
+  await assert.rejects(
+    harborFolders(dir.path, ["b-task", "c-task", "d-task"]),
+    (e: Error) =>
+      e instanceof ConfigError &&
+      e.message === `${dir.path}: no Harbor task named "c-task", "d-task"`,
+  );
+  await assert.rejects(
+    harborFolders(join(dir.path, "notes")),
+    (e: Error) =>
+      e instanceof ConfigError &&
+      e.message === `${join(dir.path, "notes")}: no Harbor task folder (with task.toml) here`,
+  );
+
+  const taskset = new HarborTaskset({ path: dir.path, tasks: ["a-task"] });
+  assert.equal(taskset.id, dir.path.split("/").at(-1));
+  const tasks = await taskset.load();
+  assert.deepEqual(tasks.map((t) => t.key), ["a-task"]);
+  await assert.rejects(
+    new HarborTaskset({}).load(),
+    (e: Error) =>
+      e instanceof ConfigError &&
+      e.message === "env.taskset.path: the Harbor task folder (or a folder of them)",
+  );
+});
+
+// ---------------------------------------------------------------------------------------
+// The verifier and the gold answer in a real Docker sandbox
+
+/** A started busybox container, stopped on dispose. */
+async function sandbox(): Promise<Runtime & AsyncDisposable> {
+  const runtime = createRuntime({ type: "docker", image: "busybox:latest", workdir: "/app" }, {
+    runId: `harbor-unit-${crypto.randomUUID().slice(0, 8)}`,
+  });
+  await runtime.start();
+  return runtime as Runtime & AsyncDisposable;
+}
+
+function hookContext(task: HarborTask, runtime: Runtime) {
+  return {
+    runtime,
+    task,
+    data: task.data,
+    trace: { info: {} as Record<string, unknown>, messages: [], artifacts: new Map() },
+    state: {},
+  };
+}
+
+Deno.test("HarborTask.score() in Docker: tests/ arrives only when grading starts, test.sh runs with the verifier's env, reward.json's named rewards are summed", async () => {
+  await using dir = await tempDir();
+  await write(
+    dir.path,
+    folder("json", '[verifier]\nenv = { BONUS = "0.25" }\n', {
+      "tests/test.sh":
+        '#!/bin/sh\necho "graded with $BONUS"\nprintf \'{"correct": 1, "style": %s}\' "$BONUS" > /logs/verifier/reward.json\n',
+      "tests/data/case.txt": "case\n",
+    }),
+  );
+  const task = await loadHarborTask(join(dir.path, "json"));
+  await using runtime = await sandbox();
+  assert.notEqual(
+    (await runtime.run(["test", "-e", "/tests"])).exit_code,
+    0,
+    "the agent's sandbox has no tests",
+  );
+  const ctx = hookContext(task, runtime);
+  const scores = await task.score(ctx);
+  assert.equal(scores.reward, 1.25);
+  assert.deepEqual(scores.rewards, { correct: 1, style: 0.25 });
+  assert.deepEqual(ctx.trace.info.verifier, { exit_code: 0, output: "graded with 0.25\n" });
+  assert.equal((await runtime.run(["cat", "/tests/data/case.txt"])).stdout, "case\n");
+});
+
+Deno.test("HarborTask.score() in Docker: reward.txt wins and weighs 1; a stale reward from before grading is cleared; a reward that is not a number, bad JSON or no reward file is a TaskError", async () => {
+  await using dir = await tempDir();
+  const verifier = (body: string) => ({ "tests/test.sh": `#!/bin/sh\n${body}\n` });
+  await write(
+    dir.path,
+    folder(
+      "r",
+      "",
+      verifier(
+        "echo 0.5 > /logs/verifier/reward.txt; echo '{\"x\":1}' > /logs/verifier/reward.json",
+      ),
+    ),
+  );
+  await using runtime = await sandbox();
+  const score = async () => {
+    const task = await loadHarborTask(join(dir.path, "r"));
+    return await task.score(hookContext(task, runtime));
+  };
+  assert.deepEqual(await score(), {
+    reward: 0.5,
+    rewards: { reward: 0.5 },
+    metrics: {},
+    weights: { reward: 1 },
+  });
+
+  // The agent wrote a reward of its own; the verifier writes none.
+  await runtime.run(["sh", "-c", "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt"]);
+  await write(dir.path, folder("r", "", verifier("exit 4")));
+  await assert.rejects(
+    score(),
+    (e: Error) =>
+      e instanceof TaskError &&
+      e.message ===
+        "The verifier (tests/test.sh, exit 4) wrote no reward: neither /logs/verifier/reward.txt nor reward.json",
+  );
+  await write(dir.path, folder("r", "", verifier("echo passed > /logs/verifier/reward.txt")));
+  await assert.rejects(
+    score(),
+    (e: Error) =>
+      e instanceof TaskError &&
+      e.message === '/logs/verifier/reward.txt holds "passed", not a number',
+  );
+  await write(dir.path, folder("r", "", verifier("echo '{oops' > /logs/verifier/reward.json")));
+  await assert.rejects(score(), /reward\.json is not JSON/);
+  await write(
+    dir.path,
+    folder("r", "", verifier('echo \'{"a": "1"}\' > /logs/verifier/reward.json')),
+  );
+  await assert.rejects(score(), /reward\.json: "a" is not a number/);
+});
+
+Deno.test("HarborTask.validate() in Docker: solution/ is copied to /solution and solve.sh runs with the solution's env; a failing or missing solve.sh is an error", async () => {
+  await using dir = await tempDir();
+  await write(
+    dir.path,
+    folder("gold", '[solution]\nenv = { WORD = "right" }\n', {
+      "solution/solve.sh":
+        '#!/bin/sh\necho "$WORD" > /app/out.txt\ncat /solution/extra.txt >> /app/out.txt\n',
+      "solution/extra.txt": "extra\n",
+    }),
+  );
+  await using runtime = await sandbox();
+  const task = await loadHarborTask(join(dir.path, "gold"));
+  assert.equal(await task.validate(hookContext(task, runtime)), true);
+  assert.equal((await runtime.run(["cat", "/app/out.txt"])).stdout, "right\nextra\n");
+
+  await write(dir.path, { "gold/solution/solve.sh": "#!/bin/sh\necho broken >&2\nexit 2\n" });
+  await assert.rejects(
+    task.validate(hookContext(task, runtime)),
+    (e: Error) => e instanceof TaskError && /^solution\/solve\.sh exited 2: broken/.test(e.message),
+  );
+  await Deno.remove(join(dir.path, "gold", "solution"), { recursive: true });
+  await assert.rejects(
+    task.validate(hookContext(task, runtime)),
+    (e: Error) =>
+      e instanceof ConfigError &&
+      e.message === `${task.folder}: solution/solve.sh is missing; vf validate needs it`,
+  );
+});
