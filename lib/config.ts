@@ -7,6 +7,7 @@ import { readFile } from "node:fs/promises";
 import { parse as parseToml } from "npm:smol-toml@^1.4.0";
 import { z } from "npm:zod@^4.6.0";
 import { ConfigError } from "./errors.ts";
+import { NetworkPolicyTable, RuntimeTable } from "../runtimes/config.ts";
 
 const jsonObject = z.record(z.string(), z.unknown());
 const nonNegative = z.number().min(0).optional();
@@ -253,57 +254,8 @@ export function resolveTemplate(
   });
 }
 
-/** A runtime table (`[env.agent.runtime]`, `[env.agent.scoring.runtime]`). */
-/** `network = { allow = [...], block = [...] }`: hosts are checked when the run starts. */
-const NetworkPolicyTable = z.strictObject({
-  allow: z.array(z.string()).optional(),
-  block: z.array(z.string()).optional(),
-});
-
-export const RuntimeTable = z.strictObject({
-  type: z.enum(["docker", "subprocess", "ssh", "prime", "kubernetes"]).optional(),
-  /** kubernetes: kubeconfig and context (default $KUBECONFIG or ~/.kube/config, its current context), or the pod's service account. */
-  kubeconfig: z.string().optional(),
-  context: z.string().optional(),
-  in_cluster: z.boolean().optional(),
-  /** kubernetes: namespace (default the context's), scheduling and sandboxing of the pods. */
-  namespace: z.string().optional(),
-  node_selector: z.record(z.string(), z.string()).optional(),
-  tolerations: z.array(z.record(z.string(), z.unknown())).optional(),
-  runtime_class_name: z.string().optional(),
-  service_account_name: z.string().optional(),
-  image_pull_policy: z.enum(["Always", "IfNotPresent", "Never"]).optional(),
-  /** kubernetes: seconds a pod may take to start running (default 300). */
-  start_timeout: z.number().positive().optional(),
-  /** ssh: the host, port, login user and credentials. */
-  host: z.string().optional(),
-  port: z.number().int().positive().optional(),
-  user: z.string().optional(),
-  private_key_path: z.string().optional(),
-  known_hosts_path: z.string().optional(),
-  /** ssh: OpenSSH client config read for `host` (default ~/.ssh/config; "" reads none). */
-  ssh_config_path: z.string().optional(),
-  trust_on_first_use: z.boolean().optional(),
-  /** ssh: the host is dedicated to this run (a VM), so it may serve as an isolated sandbox. */
-  dedicated: z.boolean().optional(),
-  /** ssh: channels per connection the host allows (sshd's MaxSessions; default 10). */
-  max_sessions: z.number().int().min(3).optional(),
-  /** prime: GPU type/count, disk GB, provider-side time-to-live, API base and key variable. */
-  gpu: z.string().optional(),
-  disk: z.number().positive().optional(),
-  ttl_minutes: z.number().int().positive().optional(),
-  api_base: z.string().optional(),
-  api_key_var: z.string().optional(),
-  image: z.string().optional(),
-  cpu: z.number().positive().optional(),
-  memory: z.union([z.number().positive(), z.string()]).optional(),
-  workdir: z.string().optional(),
-  /** On/off, or an egress policy `{ allow = ["host:port", "*.domain"], block = [...] }`. */
-  network: z.union([z.boolean(), NetworkPolicyTable]).optional(),
-  env: z.record(z.string(), z.string()).optional(),
-  /** Started agent sandboxes kept ready per sandbox shape (grading sandboxes are always fresh). */
-  warm_pool: z.number().int().min(0).optional(),
-});
+/** A runtime table (`[env.agent.runtime]`, `[env.agent.scoring.runtime]`): runtimes/ owns it. */
+export { RuntimeTable };
 
 const SandboxLimitTable = z.strictObject({
   /** Sandboxes alive at once. */

@@ -5,6 +5,7 @@
  */
 
 import { ConfigError } from "../lib/errors.ts";
+import { RUNTIME_TYPES } from "./config.ts";
 import { DockerRuntime } from "./docker/mod.ts";
 import { KubernetesRuntime } from "./k8s/mod.ts";
 import { PrimeRuntime } from "./prime/runtime.ts";
@@ -12,8 +13,7 @@ import type { Runtime, RuntimeSpec } from "./runtime.ts";
 import { SshRuntime } from "./ssh/runtime.ts";
 import { SubprocessRuntime } from "./subprocess.ts";
 
-/** The runtime types {@linkcode createRuntime} knows. */
-export const RUNTIME_TYPES = ["docker", "subprocess", "ssh", "prime", "kubernetes"] as const;
+export { RUNTIME_TYPES };
 
 /**
  * Builds a runtime (not started) from its spec.

@@ -25,9 +25,22 @@ export type {
   Runtime,
   RuntimeCapabilities,
   RuntimeSpec,
+  RuntimeTraits,
   SshRuntimeSpec,
   SubprocessRuntimeSpec,
+  TaskNeeds,
 } from "./runtime.ts";
+export {
+  dedicatedHostOf,
+  type RuntimeConfig,
+  RuntimeConfigByType,
+  RuntimeTable,
+  type RuntimeType,
+  specOf as runtimeSpecOf,
+  traitsOf,
+  traitsOfConfig,
+  type TypedRuntimeConfig,
+} from "./config.ts";
 export { createRuntime, RUNTIME_TYPES } from "./create.ts";
 export {
   shellQuote,

@@ -58,6 +58,74 @@ export interface RuntimeCapabilities {
   kill_processes?: boolean;
 }
 
+/**
+ * What a runtime of a spec can do, known from the spec alone (`traitsOf` in `config.ts`),
+ * before anything starts: callers decide from these, never from `type`. A started runtime's
+ * `capabilities` agree with them (`isolation`, `network_control`, `kill_processes`, and
+ * `users` where it is not decided by the login).
+ */
+export interface RuntimeTraits {
+  /** A sandbox of its own: may be a fresh, isolated grading sandbox (`capabilities.isolation`). */
+  isolation: boolean;
+  /**
+   * Whether `RunOptions.user` is honoured: always, never, or when the login may switch users
+   * (root, or passwordless sudo), which the started runtime's `capabilities.users` tells.
+   */
+  users: "always" | "never" | "if-privileged";
+  /** Network access is off unless the spec asks for it (`capabilities.network_control`). */
+  networkControl: boolean;
+  /** `killProcesses()` is offered (`capabilities.kill_processes`). */
+  killProcesses: boolean;
+  /** `snapshot()` is offered: a fork group's members can start from a leader's sandbox. */
+  snapshots: boolean;
+  /**
+   * It can join a network of its own (a rollout's), with the task's services and the gateway
+   * relay beside it, each of them a sandbox of the same type.
+   */
+  ownNetwork: boolean;
+  /** It joined such a network (an enclosure's): it is made for one rollout, never pooled. */
+  enclosed: boolean;
+  /** A network policy (allow/block) can be enforced on it, through the egress proxy. */
+  egress: boolean;
+  /** Compose services can run beside it. */
+  services: boolean;
+  /**
+   * How a program inside reaches the evaluator's model gateway: through a relay on its own
+   * network, on the host's loopback, or not at all.
+   */
+  gateway: "network" | "loopback" | null;
+  /** Its files can be collected as artifacts and copied into another sandbox. */
+  artifacts: boolean;
+  /** Its commands run on the evaluator's own host, unconfined. */
+  onHost: boolean;
+  /** It holds a dedicated host, which serves one sandbox at a time. */
+  dedicated: boolean;
+  /** What it is, for messages: `"docker runtime"`, `"ssh runtime on a shared host"`. */
+  label: string;
+}
+
+/**
+ * What a task asks of the sandbox a runtime config is turned into (`specOf` in `config.ts`):
+ * its fields are the task's, under what the config sets itself.
+ */
+export interface TaskNeeds {
+  /** The task's key, for messages. */
+  task: string;
+  /** The sandbox's role, put on its labels and named in messages. */
+  role: "agent" | "grader";
+  /** Whether the task needs a container (`Task.NEEDS_CONTAINER`, or an image). */
+  container: boolean;
+  /** The task's image, workdir, resources and network access. */
+  image?: string;
+  workdir?: string;
+  resources?: { cpu?: number; memory?: number | string };
+  network?: boolean | { allow?: string[]; block?: string[] };
+  /** The task's environment, under the config's `env`. */
+  env?: Record<string, string>;
+  /** Environment over the config's `env` (scoring-only variables). */
+  extraEnv?: Record<string, string>;
+}
+
 /** A sandbox that runs commands and holds files. Stop it, or `await using` it. */
 /** A process kept running in a sandbox, its stdin open (an MCP server over stdio). */
 export interface RuntimeProcess {

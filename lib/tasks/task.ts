@@ -21,6 +21,7 @@ import { createHash } from "node:crypto";
 import { ConfigError, RewardError, VfError } from "../errors.ts";
 import { describeWhere } from "../_user_frame.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
+import type { RuntimeConfig } from "../../runtimes/config.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { Messages } from "../types.ts";
 import { promptText } from "../scoring/judges/reference.ts";
@@ -37,48 +38,8 @@ export interface Artifact {
   exclude?: string[];
 }
 
-/** A runtime as configured in TOML (`[env.agent.runtime]`, `[env.agent.scoring.runtime]`). */
-export interface RuntimeConfig {
-  type?: "docker" | "subprocess" | "ssh" | "prime" | "kubernetes";
-  /** kubernetes: kubeconfig, context or in-cluster auth; namespace and pod scheduling. */
-  kubeconfig?: string;
-  context?: string;
-  in_cluster?: boolean;
-  namespace?: string;
-  node_selector?: Record<string, string>;
-  tolerations?: Array<Record<string, unknown>>;
-  runtime_class_name?: string;
-  service_account_name?: string;
-  image_pull_policy?: "Always" | "IfNotPresent" | "Never";
-  /** kubernetes: seconds a pod may take to start running; default 300. */
-  start_timeout?: number;
-  /** ssh: host, port, login and credentials; `dedicated` marks a host used only by this run. */
-  host?: string;
-  port?: number;
-  user?: string;
-  private_key_path?: string;
-  known_hosts_path?: string;
-  /** OpenSSH client config read for `host`; default `~/.ssh/config`, `""` reads none. */
-  ssh_config_path?: string;
-  trust_on_first_use?: boolean;
-  dedicated?: boolean;
-  /** ssh: channels per connection the host allows (sshd's `MaxSessions`); default 10. */
-  max_sessions?: number;
-  /** prime: accelerator, disk GB, provider-side time-to-live, API base and key variable. */
-  gpu?: string;
-  disk?: number;
-  ttl_minutes?: number;
-  api_base?: string;
-  api_key_var?: string;
-  image?: string;
-  /** CPU cores. */
-  cpu?: number;
-  /** Memory in GB (number) or a docker-style string ("512m", "2g"). */
-  memory?: number | string;
-  workdir?: string;
-  network?: boolean | NetworkPolicyInput;
-  env?: Record<string, string>;
-}
+/** A runtime as configured in TOML; the schema it is inferred from is runtimes/config.ts'. */
+export type { RuntimeConfig } from "../../runtimes/config.ts";
 
 /** Where grading happens. */
 export interface ScoringConfig {

@@ -23,7 +23,7 @@ import { homedir, userInfo } from "node:os";
 import { join, posix } from "node:path";
 import process from "node:process";
 import { CommandTimeoutError, ConfigError } from "../../lib/errors.ts";
-import { resolveSshHost, type SshHostConfig } from "./config.ts";
+import { resolveSshHost, type SshHostConfig } from "./ssh_config.ts";
 import { claimHost, dedicatedHostHolder, type HostClaim } from "./host_claims.ts";
 import {
   concatBytes,

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { hostMatches, resolveSshHost } from "./config.ts";
+import { hostMatches, resolveSshHost } from "./ssh_config.ts";
 
 const ctx = { home: "/home/ann", localUser: "ann" };
 
