@@ -1,7 +1,7 @@
 /**
  * `deno task compile [outfile]`: builds the single `vf` binary (default `dist/vf`) with
  * `bun build --compile`, which works offline (`deno compile` downloads its runtime; see the
- * `compile:deno` task). Steps: Deno fills `node_modules` (`"nodeModulesDir": "auto"`); a Bun
+ * `compile:deno` task). Steps: `deno install` fills `node_modules` (`"nodeModulesDir": "manual"`); a Bun
  * is found on PATH or installed from npm into `.tools/bun` (never a project dependency);
  * Bun runs `scripts/_bun_build.ts`, which maps `npm:` specifiers to `node_modules`.
  * @module
@@ -87,7 +87,8 @@ export async function compile(outfile = join(ROOT, "dist/vf")): Promise<string> 
     ["run", "-A", join(ROOT, "scripts/gen_host_source.ts")],
     "embed the sandbox host",
   );
-  // Fills node_modules (nodeModulesDir "auto") with every package the binary imports.
+  // Fills node_modules (nodeModulesDir "manual": only deno install writes it) with every
+  // package the binary imports.
   await run(Deno.execPath(), [
     "install",
     "--quiet",
