@@ -126,6 +126,8 @@ export type {
   ServerInfo,
   StreamRolloutsOptions,
 } from "./lib/serve/client.ts";
+export { EnvServerCore } from "./lib/serve/core.ts";
+export type { EnvServerCoreOptions, EnvServerTarget } from "./lib/serve/core.ts";
 export { DEFAULT_ZMQ_ADDRESS, startZmqEnvServer } from "./lib/serve/zmq.ts";
 export type {
   EpisodeRequest,
@@ -235,14 +237,14 @@ export {
   restoreArtifacts,
   runTaskRollout,
   TaskRollout,
-} from "./lib/tasks/rollout.ts";
+} from "./lib/tasks/rollout/mod.ts";
 export type {
   AgentPolicy,
   Box,
   Segment,
   TaskRolloutOptions,
   TaskTrace,
-} from "./lib/tasks/rollout.ts";
+} from "./lib/tasks/rollout/mod.ts";
 export { renderTaskSummary, selectTasks, validateTaskset } from "./lib/tasks/run.ts";
 export {
   compareStdout,

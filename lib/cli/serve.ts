@@ -1,5 +1,6 @@
 /**
- * `vf serve`: one environment over HTTP for trainers and evaluators.
+ * `vf serve`: one environment or taskset over HTTP and/or ZeroMQ for trainers and evaluators,
+ * one env-server core under both transports.
  * @module
  */
 
@@ -9,10 +10,10 @@ import { BUILTINS } from "../../environments/mod.ts";
 import type { Environment } from "../envs/environment.ts";
 import { ConfigError, describeError } from "../errors.ts";
 import { loadEnvironment } from "../envs/load.ts";
-import { startEnvServer } from "../serve/server.ts";
-import { datasetRunner } from "../serve/episode_runner.ts";
+import { EnvServerCore } from "../serve/core.ts";
+import { type EnvServer, type EnvServerOptions, startEnvServer } from "../serve/server.ts";
 import { DEFAULT_ZMQ_ADDRESS, startZmqEnvServer, type ZmqEnvServer } from "../serve/zmq.ts";
-import { isTasksetSpec, tasksetServeRunner } from "./serve_zmq.ts";
+import { isTasksetSpec, tasksetServeRunner } from "./serve_taskset.ts";
 import { startWorkerFront, type WorkerFront, WorkerPool } from "../serve/workers.ts";
 import { startZmqBroker, type ZmqBroker } from "../serve/zmq_broker.ts";
 import { loadZmq } from "../serve/_zmq.ts";
@@ -20,14 +21,17 @@ import { readFile } from "node:fs/promises";
 import { flagsToConfig } from "./args.ts";
 import { env } from "./resolve.ts";
 
-const SERVE_HELP = `vf serve <env> [options]
+const SERVE_HELP = `vf serve <env|taskset> [options]
 
-Serves one environment over HTTP so trainers and evaluators elsewhere can run rollouts with
-it: GET /health, GET /info, POST /dataset, POST /rollouts (NDJSON stream), POST /cancel.
+Serves one environment or taskset over HTTP so trainers and evaluators elsewhere can run
+rollouts with it: GET /health, GET /info, POST /run {task_data, client, model, sampling} ->
+{success, error, episode} (one episode, as over ZeroMQ), POST /cancel; a legacy environment
+also POST /dataset and POST /rollouts (NDJSON stream).
 Evaluate through it with: vf eval <env> --server http://HOST:PORT -m <model> -b <url> -k <VAR>
   --port <p>                  port (default 8123; 0 picks a free one)
   --host <addr>               interface (default 127.0.0.1)
-  -c, --max-concurrent <n>    groups running at once across all requests (default 32)
+  -c, --max-concurrent <n>    groups and runs at once across all requests, over HTTP and
+                              ZeroMQ together (default 32)
   --env-args <json>           arguments for loadEnvironment()
   -x, --extra-env-kwargs <json>  settings applied to the loaded env
   --timeout <seconds>         wall-clock limit per rollout
@@ -44,13 +48,14 @@ Evaluate through it with: vf eval <env> --server http://HOST:PORT -m <model> -b 
                               speaks) at address (default ${DEFAULT_ZMQ_ADDRESS}; port 0
                               picks a free one): health, run {task_data, client, model,
                               sampling} -> {success, error, episode}, cancel {request_id}.
-                              A taskset (file-sum, or a module exporting loadTaskset()) is
-                              served over ZeroMQ only, its [env] set with --env.* flags as
-                              for vf run (warm pools: --env.agent.runtime.warm_pool,
-                              --env.agent.scoring.runtime.warm_pool) and its sandboxes
-                              bounded by --limits.*; -c bounds its runs in flight
+                              A taskset given --zmq without --port is served over ZeroMQ
+                              only
+A taskset (file-sum, or a module exporting loadTaskset()) has its [env] set with --env.*
+flags as for vf run (warm pools: --env.agent.runtime.warm_pool,
+--env.agent.scoring.runtime.warm_pool) and its sandboxes bounded by --limits.*; a legacy
+environment's run is one rollout of the row its task_data maps to.
 Requests carry the model endpoint and its API key: keep the server on loopback, or behind
-TLS on a trusted network. When VF_SERVER_TOKEN is set, requests must send it as a bearer
+TLS on a trusted network. When VF_SERVER_TOKEN is set, HTTP requests must send it as a bearer
 token (vf eval --server sends $VF_SERVER_TOKEN). Runs until SIGINT or SIGTERM.
 `;
 
@@ -80,7 +85,9 @@ export async function cmdServe(argv: string[]): Promise<number> {
   }
   const positional = flags._.map(String);
   if (positional.length !== 1) {
-    throw new ConfigError("vf serve needs one environment: vf serve gsm8k --port 8123");
+    throw new ConfigError(
+      "vf serve needs one environment or taskset: vf serve gsm8k --port 8123",
+    );
   }
   const config = flagsToConfig(flags as Record<string, unknown>);
   const last = (v: unknown) => (Array.isArray(v) ? v[v.length - 1] : v);
@@ -111,94 +118,98 @@ export async function cmdServe(argv: string[]): Promise<number> {
   const zmqFlag = last(flags.zmq);
   const zmqAddress = zmqFlag === undefined ? null : String(zmqFlag) || DEFAULT_ZMQ_ADDRESS;
   const allowKeyVars = [flags["allow-key-var"] ?? []].flat().map(String);
-  if (await isTasksetSpec(positional[0], BUILTINS)) {
-    if (zmqAddress === null) {
-      throw new ConfigError(
-        `Taskset "${positional[0]}" is served over ZeroMQ only; add --zmq ${DEFAULT_ZMQ_ADDRESS}`,
-      );
-    }
-    if (workers > 1) {
-      return await servePool(workerArgsOf(argv), workers, { zmq: zmqAddress });
-    }
-    const runner = await tasksetServeRunner(positional[0], argv);
-    const server = await startZmqEnvServer(runner, {
-      address: zmqAddress,
+  const isTaskset = await isTasksetSpec(positional[0], BUILTINS);
+  // A taskset given --zmq alone is served over ZeroMQ only; --port adds HTTP.
+  const http = !isTaskset || zmqAddress === null || flags.port !== undefined;
+  const token = env("VF_SERVER_TOKEN") || undefined;
+  if (workers > 1) {
+    return await servePool(workerArgsOf(argv), workers, {
+      zmq: zmqAddress,
+      http: http ? { port, hostname, token, tls } : undefined,
+    });
+  }
+  // One core under both transports: one limit (-c), one set of requests to cancel.
+  let core: EnvServerCore;
+  let environment: Environment | null = null;
+  let evalDefaults: EnvServerOptions["evalDefaults"] = null;
+  if (isTaskset) {
+    core = new EnvServerCore(await tasksetServeRunner(positional[0], argv), {
       maxConcurrent,
       allowKeyVars,
     });
-    process.stdout.write(
-      `vf serve: taskset "${runner.id}" over ZeroMQ at ${server.address} ` +
-        `(${maxConcurrent} runs at once)\n`,
+  } else {
+    const loaded = await loadEnvironment(
+      positional[0],
+      (config.env_args ?? {}) as Record<string, unknown>,
+      BUILTINS,
     );
-    return await untilSignal("the env server", () => server.close());
-  }
-  if (workers > 1) {
-    const token = env("VF_SERVER_TOKEN") || undefined;
-    return await servePool(workerArgsOf(argv), workers, {
-      zmq: zmqAddress,
-      http: { port, hostname, token, tls },
+    environment = loaded.env as Environment;
+    try {
+      await environment.getEvalDataset();
+    } catch (error) {
+      const reason = error instanceof ConfigError ? error.message : describeError(error);
+      throw new ConfigError(`Environment "${positional[0]}": ${reason}`, { cause: error });
+    }
+    if (config.extra_env_kwargs) {
+      environment.setKwargs(config.extra_env_kwargs as Record<string, unknown>);
+    }
+    if (flags.timeout !== undefined) {
+      environment.setKwargs({ timeout_seconds: Number(last(flags.timeout)) });
+    }
+    evalDefaults = loaded.module.evalDefaults ?? null;
+    core = new EnvServerCore(environment, {
+      maxConcurrent,
+      allowKeyVars,
+      envId: environment.envId || loaded.id,
     });
   }
-  const loaded = await loadEnvironment(
-    positional[0],
-    (config.env_args ?? {}) as Record<string, unknown>,
-    BUILTINS,
-  );
-  const environment = loaded.env as Environment;
-  try {
-    await environment.getEvalDataset();
-  } catch (error) {
-    const reason = error instanceof ConfigError ? error.message : describeError(error);
-    throw new ConfigError(`Environment "${positional[0]}": ${reason}`, { cause: error });
-  }
-  if (config.extra_env_kwargs) {
-    environment.setKwargs(config.extra_env_kwargs as Record<string, unknown>);
-  }
-  if (flags.timeout !== undefined) {
-    environment.setKwargs({ timeout_seconds: Number(last(flags.timeout)) });
-  }
-  const token = env("VF_SERVER_TOKEN") || undefined;
-  const server = await startEnvServer(environment, {
-    port,
-    hostname,
-    maxConcurrent,
-    envId: environment.envId || loaded.id,
-    evalDefaults: loaded.module.evalDefaults ?? null,
-    token,
-    allowKeyVars,
-    tls,
-  });
+  let server: EnvServer | null = null;
   let zmqServer: ZmqEnvServer | null = null;
-  if (zmqAddress !== null) {
-    try {
-      zmqServer = await startZmqEnvServer(
-        datasetRunner(environment, { envId: environment.envId || loaded.id }),
-        { address: zmqAddress, maxConcurrent, allowKeyVars },
-      );
-    } catch (error) {
-      await server.close();
-      throw error;
+  try {
+    if (http) {
+      server = await startEnvServer(core, { port, hostname, evalDefaults, token, tls });
     }
+    if (zmqAddress !== null) {
+      zmqServer = await startZmqEnvServer(core, { address: zmqAddress });
+    }
+  } catch (error) {
+    await server?.close();
+    await core.close();
+    await environment?.teardown().catch(() => {});
+    throw error;
   }
   const loopback = ["127.0.0.1", "localhost", "::1"].includes(hostname);
-  if (!loopback && !token) {
+  if (server && !loopback && !token) {
     process.stderr.write(
       `warning: serving on ${hostname} without VF_SERVER_TOKEN: anyone who reaches the port can run rollouts, ` +
         `and model keys travel in request bodies; use a trusted network and TLS\n`,
     );
   }
-  process.stdout.write(
-    `vf serve: environment "${
-      environment.envId || loaded.id
-    }" at ${server.url} (${maxConcurrent} groups at once)\n`,
-  );
-  if (zmqServer) {
-    process.stdout.write(`vf serve: ZeroMQ at ${zmqServer.address}\n`);
+  if (isTaskset) {
+    if (server) {
+      process.stdout.write(
+        `vf serve: taskset "${core.id}" at ${server.url} (${maxConcurrent} runs at once)\n`,
+      );
+    }
+    if (zmqServer) {
+      process.stdout.write(
+        `vf serve: taskset "${core.id}" over ZeroMQ at ${zmqServer.address} ` +
+          `(${maxConcurrent} runs at once${server ? ", shared with HTTP" : ""})\n`,
+      );
+    }
+  } else {
+    process.stdout.write(
+      `vf serve: environment "${core.id}" at ${server!.url} (${maxConcurrent} groups at once)\n`,
+    );
+    if (zmqServer) {
+      process.stdout.write(`vf serve: ZeroMQ at ${zmqServer.address}\n`);
+    }
   }
   return await untilSignal("the env server", async () => {
+    await server?.close();
     await zmqServer?.close();
-    await server.close();
-    await environment.teardown().catch(() => {});
+    await core.close();
+    await environment?.teardown().catch(() => {});
   });
 }
 

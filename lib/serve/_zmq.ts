@@ -113,9 +113,3 @@ const decoder = new TextDecoder();
 export function frameText(frame: Uint8Array): string {
   return decoder.decode(frame);
 }
-
-/** `"<Type>: <message>"`, the wire's form of an error. */
-export function wireError(error: unknown): string {
-  if (error instanceof Error) return `${error.name}: ${error.message}`;
-  return `Error: ${String(error)}`;
-}

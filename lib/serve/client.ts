@@ -15,7 +15,7 @@ import {
 } from "../model/client.ts";
 import { Dataset } from "../data/dataset.ts";
 import type { RolloutOptions } from "../envs/environment.ts";
-import { ENV_SERVER_PROTOCOL, type RolloutsLine } from "./server.ts";
+import { ENV_SERVER_PROTOCOL, type RolloutsLine, type RunRequest } from "./wire.ts";
 import {
   AuthenticationError,
   ConfigError,
@@ -29,6 +29,17 @@ import type { Row, SamplingArgs } from "../types.ts";
 
 /** The env server could not be reached, refused a request, or broke off a stream. */
 export class EnvServerError extends VfError {}
+
+/** A `run` was replied `success: false`; `message` is the server's `"<Type>: <message>"`. */
+export class EnvServerReplyError extends EnvServerError {
+  /** The error type the server named (`Cancelled`, `ConfigError`, `RequestError`, …). */
+  readonly type: string;
+
+  constructor(error: string) {
+    super(error);
+    this.type = /^(\w+):/.exec(error)?.[1] ?? "Error";
+  }
+}
 
 /** Options of {@link ServerEnvironment.connect}. */
 export interface ServerEnvironmentOptions {
@@ -57,11 +68,16 @@ export interface GroupResult {
   retryable: boolean;
 }
 
-/** Info the server reports about its environment. */
+/**
+ * Info the server reports about its environment. A taskset's server reports only
+ * `protocol_version`, `version`, `env_id`, `kind: "taskset"` and `max_concurrent`.
+ */
 export interface ServerInfo {
   protocol_version: number;
   version: string;
   env_id: string;
+  /** `"taskset"` when the server serves a taskset's episodes (`run` only); absent otherwise. */
+  kind?: "taskset";
   env_args: Record<string, unknown>;
   sampling_args: SamplingArgs;
   pass_threshold: number;
@@ -323,6 +339,65 @@ export class ServerEnvironment {
         void this.#call("POST", "/cancel", { request_id: requestId }).catch(() => {});
         controller.abort(new EnvServerError("The stream was closed by the caller"));
       }
+    }
+  }
+
+  /**
+   * Run one episode on the server (`POST /run`): of the served taskset, or one rollout of the
+   * legacy environment on the row `taskData` maps to. Aborting `signal` sends `/cancel` for
+   * it; the run then rejects with the server's `Cancelled` error.
+   *
+   * @param request the task data, the model endpoint the server calls, model and sampling
+   * @param options `signal` cancels the run; `requestId` (default a random UUID) names it
+   *   for `/cancel`
+   * @returns the episode record (for a legacy environment, its one trace is the rollout's
+   *   results row)
+   * @throws {EnvServerReplyError} when the server replies `success: false`
+   * @throws {EnvServerError} when the server is unreachable or refuses the request
+   * @example
+   * ```ts
+   * const env = await ServerEnvironment.connect("http://127.0.0.1:8123");
+   * const episode = await env.run({
+   *   taskData: { prompt: "Say hi", expected: "hi" },
+   *   client: { base_url: "http://127.0.0.1:8000/v1" },
+   *   model: "my-policy",
+   * });
+   * ```
+   */
+  async run<E = Record<string, unknown>>(
+    request: RunRequest,
+    options: { signal?: AbortSignal; requestId?: string } = {},
+  ): Promise<E> {
+    const outer = options.signal;
+    outer?.throwIfAborted();
+    const requestId = options.requestId ?? crypto.randomUUID();
+    const onAbort = () =>
+      void this.#call("POST", "/cancel", { request_id: requestId }).catch(() => {});
+    outer?.addEventListener("abort", onAbort, { once: true });
+    try {
+      // No timeout: an episode takes as long as it takes; cancelling is the signal's.
+      const res = await this.#fetch("/run", {
+        method: "POST",
+        body: JSON.stringify({
+          request_id: requestId,
+          task_data: request.taskData,
+          client: request.client,
+          model: request.model,
+          sampling: request.sampling ?? {},
+        }),
+      }, new AbortController().signal);
+      let reply: { success?: boolean; error?: unknown; episode?: unknown };
+      try {
+        reply = await res.json();
+      } catch (error) {
+        throw this.#unreachable(error);
+      }
+      if (reply.success !== true) {
+        throw new EnvServerReplyError(String(reply.error ?? "Error: run failed"));
+      }
+      return reply.episode as E;
+    } finally {
+      outer?.removeEventListener("abort", onAbort);
     }
   }
 

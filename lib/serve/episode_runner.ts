@@ -29,7 +29,31 @@ import type { ChatClient } from "../model/client.ts";
 import { modelRetries } from "../tasks/run.ts";
 import { requireRewards, Task, type TaskData, type Taskset } from "../tasks/task.ts";
 import type { Message, Row, SamplingArgs } from "../types.ts";
-import type { EpisodeRequest, EpisodeRunner } from "./zmq.ts";
+import { describeIssues } from "./wire.ts";
+
+/** One `run` request, checked, with its model client built. */
+export interface EpisodeRequest {
+  /** The task's data as the trainer sent it (the runner checks it against its schema). */
+  taskData: Record<string, unknown>;
+  client: ChatClient;
+  model: string;
+  samplingArgs: SamplingArgs;
+  /** The request's id (32 hex digits over ZeroMQ). */
+  requestId: string;
+}
+
+/** What a `run` request runs: a taskset's episodes or a legacy environment's rollouts. */
+export interface EpisodeRunner {
+  /** The served environment's id, reported by `health`. */
+  readonly id: string;
+  /**
+   * Run one episode; resolve with its record (what vf writes per episode). Throws for a
+   * request that cannot run (bad `task_data`); a failed rollout is data on the record.
+   */
+  run(request: EpisodeRequest, signal: AbortSignal): Promise<Record<string, unknown>>;
+  /** Releases what the runner holds (cached envs, shared toolsets). */
+  close?(): Promise<void>;
+}
 
 const MessageWire: z.ZodType<{ role: string; content?: unknown }> = z.looseObject({
   role: z.string(),
@@ -81,12 +105,6 @@ type TasksetClass = {
   dataSchema?: z.ZodType;
 };
 
-function issuesOf(error: z.ZodError, root: string): string {
-  return error.issues.slice(0, 5).map((issue) =>
-    `${[root, ...issue.path.map(String)].join(".")}: ${issue.message}`
-  ).join("; ");
-}
-
 function withoutNulls(data: Record<string, unknown>): Record<string, unknown> {
   return Object.fromEntries(Object.entries(data).filter(([, v]) => v !== null && v !== undefined));
 }
@@ -97,14 +115,14 @@ function withoutNulls(data: Record<string, unknown>): Record<string, unknown> {
  */
 export async function taskFromData(taskset: Taskset, raw: unknown): Promise<Task> {
   const base = TaskDataSchema.safeParse(raw);
-  if (!base.success) throw new ConfigError(issuesOf(base.error, "task_data"));
+  if (!base.success) throw new ConfigError(describeIssues(base.error, "task_data"));
   let data = withoutNulls(base.data);
   const cls = taskset.constructor as TasksetClass;
   if (cls.dataSchema) {
     const own = cls.dataSchema.safeParse(data);
     if (!own.success) {
       throw new ConfigError(
-        `${issuesOf(own.error, "task_data")} (the data of a "${taskset.id}" task)`,
+        `${describeIssues(own.error, "task_data")} (the data of a "${taskset.id}" task)`,
       );
     }
     data = { ...data, ...withoutNulls(own.data as Record<string, unknown>) };
@@ -170,7 +188,7 @@ export interface TasksetRunnerOptions {
  * @param taskset the taskset whose task class and schema the data must fit (never iterated,
  *   except to learn the task class when it declares none)
  * @param options how the Env is built, and run-wide judges and tools
- * @returns the runner to hand to `startZmqEnvServer`
+ * @returns the runner to hand to `startEnvServer` (HTTP) or `startZmqEnvServer`
  * @example
  * ```ts
  * const runner = tasksetRunner(taskset, { makeEnv: ({ client, model }) => buildMyEnv(client, model) });
@@ -231,7 +249,7 @@ export function rowFromTaskData(
   raw: unknown,
 ): Row {
   const parsed = LegacyTaskData.safeParse(raw);
-  if (!parsed.success) throw new ConfigError(issuesOf(parsed.error, "task_data"));
+  if (!parsed.success) throw new ConfigError(describeIssues(parsed.error, "task_data"));
   const { prompt, idx, system_prompt, ...columns } = withoutNulls(parsed.data) as
     & z.infer<typeof LegacyTaskData>
     & Record<string, unknown>;
@@ -261,7 +279,8 @@ export function rowFromTaskData(
  *
  * @param env a loaded environment
  * @param options the id reported to clients (default `env.envId`)
- * @returns the runner to hand to `startZmqEnvServer`
+ * @returns the runner to hand to `startZmqEnvServer` (an env server over either transport
+ *   builds one itself for a legacy environment it is given)
  * @example
  * ```ts
  * const server = await startZmqEnvServer(datasetRunner(await loadEnvironment("gsm8k")));

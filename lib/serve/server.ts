@@ -1,6 +1,8 @@
 /**
- * The env server: exposes one loaded environment over HTTP so a trainer or an evaluator on
- * another process or machine can run rollouts with it (`vf serve <env>`).
+ * The env server's HTTP transport: exposes one loaded environment, or a taskset, over HTTP so
+ * a trainer or an evaluator on another process or machine can run rollouts with it
+ * (`vf serve <env>`, `vf serve <taskset>`). Requests, cancellation and the limit are the
+ * env server's core (`core.ts`), which the ZeroMQ transport shares.
  *
  * Routes (JSON bodies, snake_case):
  * - `GET /health` → `{ ok, env_id, in_flight, queued, max_concurrent, requests, version }`
@@ -12,10 +14,19 @@
  *   `{ type: "group", example_id, outputs, retryable }` line per finished group (in finishing
  *   order), then `{ type: "done", count }`, or a last `{ type: "error", error, message }`
  *   line. Idle streams get a `{ type: "heartbeat" }` line now and then.
- * - `POST /cancel` `{ request_id }` → `{ cancelled }`: aborts that request's rollouts
+ * - `POST /run` `{ request_id?, task_data, client, model, sampling? }` → `{ success, error,
+ *   episode }`: the ZeroMQ wire's `run` (payload and reply alike) as one JSON exchange: one
+ *   episode of the served taskset, or one rollout of the legacy environment on the row
+ *   `task_data` maps to. A failed run is `{ success: false, error: "<Type>: <message>" }`
+ *   (a cancelled one `"Cancelled: rollout aborted"`); a body that does not fit is a 400.
+ * - `POST /cancel` `{ request_id }` → `{ cancelled }`: aborts that request's rollouts or run
  *
- * Groups in flight across all requests are bounded by `maxConcurrent`; the rest wait in a
- * queue. A client that disconnects from its stream cancels its request.
+ * A taskset serves `/health`, `/info` (`{ protocol_version, version, env_id, kind:
+ * "taskset", max_concurrent }`), `/run` and `/cancel`; `/dataset` and `/rollouts` are a
+ * legacy environment's.
+ *
+ * Groups and runs in flight across all requests are bounded by `maxConcurrent`; the rest wait
+ * in a queue. A client that disconnects from its stream (or its `/run`) cancels its request.
  *
  * Security: `client` carries the trainer's model endpoint and its API key in the request
  * body, and the server calls whatever `base_url` a request names. Serve on loopback (the
@@ -36,13 +47,23 @@ import { Hono } from "npm:hono@^4.13.0";
 // deno-lint-ignore no-import-prefix
 import { z } from "npm:zod@^4.6.0";
 import { type ClientConfig, OpenAIChatClient } from "../model/client.ts";
-import type { EnvironmentHandle } from "../eval/evaluate.ts";
 import { serveHttp } from "../model/http_server.ts";
 import type { Row } from "../types.ts";
 import { VERSION } from "../version.ts";
+import { EnvServerCore, type EnvServerTarget } from "./core.ts";
+import {
+  Cancelled,
+  describeIssues,
+  ENV_SERVER_PROTOCOL,
+  errorMessage,
+  errorName,
+  RequestError,
+  type RolloutsLine,
+  RunPayload,
+  wireError,
+} from "./wire.ts";
 
-/** The version of the request and response shapes; `/info` reports it. */
-export const ENV_SERVER_PROTOCOL = 1;
+export { ENV_SERVER_PROTOCOL, type RolloutsLine };
 
 /** Options of {@link startEnvServer}. */
 export interface EnvServerOptions {
@@ -50,15 +71,21 @@ export interface EnvServerOptions {
   port?: number;
   /** Interface to listen on; default `"127.0.0.1"`. */
   hostname?: string;
-  /** Groups running at once across all requests; the rest wait. Default 32. */
+  /**
+   * Groups and runs at once across all requests; the rest wait. Default 32. Ignored when a
+   * core is served (its own limit holds).
+   */
   maxConcurrent?: number;
-  /** The id reported to clients; default `env.envId`. */
+  /** The id reported to clients; default `env.envId` (a runner's `id`). Ignored for a core. */
   envId?: string;
   /** Defaults `vf eval` uses when -n / -r are not given (from the environment module). */
   evalDefaults?: { num_examples?: number; rollouts_per_example?: number } | null;
   /** When set, every route but `/health` needs `Authorization: Bearer <token>`. */
   token?: string;
-  /** Variables a request may name in `client.api_key_var` to use this server's key. Default none. */
+  /**
+   * Variables a request may name in `client.api_key_var` to use this server's key. Default
+   * none. Ignored when a core is served.
+   */
   allowKeyVars?: string[];
   /** Milliseconds of silence on a stream before a heartbeat line; default 15000. */
   heartbeatMs?: number;
@@ -73,11 +100,14 @@ export interface EnvServer extends AsyncDisposable {
   /** The base URL, e.g. `http://127.0.0.1:8123`. */
   readonly url: string;
   readonly port: number;
-  /** Groups running now. */
+  /** Groups and runs running now. */
   readonly inFlight: number;
-  /** Groups waiting for a slot. */
+  /** Groups and runs waiting for a slot. */
   readonly queued: number;
-  /** Cancels every request (their streams end with an error line), then stops listening. */
+  /**
+   * Cancels every request of its core (streams end with an error line), stops listening,
+   * and closes the core when the server made it.
+   */
   close(): Promise<void>;
 }
 
@@ -110,6 +140,11 @@ export const RolloutsRequest = z.strictObject({
 /** The body of `POST /rollouts`. */
 export type RolloutsRequest = z.infer<typeof RolloutsRequest>;
 
+/** The body of `POST /run`: the ZeroMQ `run` payload, with the request id the frames carry there. */
+const RunRequestBody = RunPayload.extend({
+  request_id: z.string().min(1).max(200).optional(),
+});
+
 const DatasetRequest = z.strictObject({
   n: z.number().int().optional(),
   seed: z.number().int().nullable().optional(),
@@ -117,84 +152,11 @@ const DatasetRequest = z.strictObject({
 
 const CancelRequest = z.strictObject({ request_id: z.string().min(1) });
 
-/** One line of a `/rollouts` stream. */
-export type RolloutsLine =
-  | { type: "group"; example_id: number; outputs: unknown[]; retryable: boolean }
-  | { type: "done"; count: number }
-  | { type: "error"; error: string; message: string; cancelled?: boolean }
-  | { type: "heartbeat" };
-
-/** Counts groups in flight and hands out slots first come, first served. */
-class Slots {
-  inFlight = 0;
-  #waiters: Array<() => void> = [];
-  readonly limit: number;
-
-  constructor(limit: number) {
-    this.limit = limit;
-  }
-
-  get queued(): number {
-    return this.#waiters.length;
-  }
-
-  /** Wait for a slot; rejects with the signal's reason when aborted while waiting. */
-  acquire(signal: AbortSignal): Promise<void> {
-    signal.throwIfAborted();
-    if (this.inFlight < this.limit) {
-      this.inFlight++;
-      return Promise.resolve();
-    }
-    return new Promise((resolve, reject) => {
-      const grant = () => {
-        signal.removeEventListener("abort", onAbort);
-        this.inFlight++;
-        resolve();
-      };
-      const onAbort = () => {
-        this.#waiters = this.#waiters.filter((w) => w !== grant);
-        reject(signal.reason);
-      };
-      this.#waiters.push(grant);
-      signal.addEventListener("abort", onAbort, { once: true });
-    });
-  }
-
-  release(): void {
-    this.inFlight--;
-    this.#waiters.shift()?.();
-  }
-}
-
-/** Issues as `path: message`, joined by `; `. */
-function describeIssues(error: z.ZodError): string {
-  return error.issues
-    .slice(0, 5)
-    .map((issue) => {
-      const path = issue.path.join(".");
-      return path ? `${path}: ${issue.message}` : issue.message;
-    })
-    .join("; ");
-}
-
 function json(status: number, body: unknown): Response {
   return new Response(JSON.stringify(body), {
     status,
     headers: { "content-type": "application/json" },
   });
-}
-
-function errorName(error: unknown): string {
-  return error instanceof Error ? error.name : "Error";
-}
-
-function errorMessage(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
-/** A cancellation's reason, recognised when the stream's last line is written. */
-class Cancelled extends Error {
-  override name = "Cancelled";
 }
 
 async function readBody<T>(request: Request, schema: z.ZodType<T>): Promise<T | Response> {
@@ -221,9 +183,11 @@ function groupByExample(inputs: Row[]): Row[][] {
 }
 
 /**
- * Serve `env` over HTTP until closed.
+ * Serve a legacy environment, or a taskset's episodes, over HTTP until closed.
  *
- * @param env a loaded environment (or any handle `generate` accepts); every request shares it
+ * @param served a loaded environment (or any handle `generate` accepts; every request shares
+ *   it), an episode runner (`tasksetRunner`: `/run` only), or a core shared with the ZeroMQ
+ *   transport
  * @param options port, hostname, concurrency and access settings
  * @returns the running server; close it when done
  * @throws when the port cannot be bound
@@ -234,19 +198,17 @@ function groupByExample(inputs: Row[]): Row[][] {
  * ```
  */
 export async function startEnvServer(
-  env: EnvironmentHandle,
+  served: EnvServerTarget | EnvServerCore,
   options: EnvServerOptions = {},
 ): Promise<EnvServer> {
-  const maxConcurrent = options.maxConcurrent ?? 32;
-  if (!Number.isInteger(maxConcurrent) || maxConcurrent < 1) {
-    throw new RangeError(`maxConcurrent must be an integer ≥ 1, got ${maxConcurrent}`);
-  }
-  const envId = options.envId ?? env.envId;
-  const slots = new Slots(maxConcurrent);
-  const requests = new Map<string, AbortController>();
-  const allowKeyVars = new Set(options.allowKeyVars ?? []);
+  const owned = !(served instanceof EnvServerCore);
+  const core = served instanceof EnvServerCore ? served : new EnvServerCore(served, {
+    maxConcurrent: options.maxConcurrent,
+    allowKeyVars: options.allowKeyVars,
+    envId: options.envId,
+  });
+  const env = core.environment;
   const heartbeatMs = options.heartbeatMs ?? 15_000;
-  const closing = new AbortController();
   const encoder = new TextEncoder();
   // One timer for every open stream: each maps to a function that sends a heartbeat when idle.
   const streams = new Set<() => void>();
@@ -265,11 +227,16 @@ export async function startEnvServer(
       ticker = undefined;
     }
   };
+  const tasksetOnly = (path: string) =>
+    json(404, {
+      error: `Taskset "${core.id}" serves POST /run, not ${path}; ` +
+        `/dataset and /rollouts are served for a legacy environment`,
+    });
 
   function clientFor(config: z.infer<typeof ClientConfigWire>): OpenAIChatClient | Response {
     const resolved: ClientConfig = { ...config };
     if (config.api_key === undefined && config.api_key_var !== undefined) {
-      if (!allowKeyVars.has(config.api_key_var)) {
+      if (!core.allowsKeyVar(config.api_key_var)) {
         return json(400, {
           error: `client.api_key_var: "${config.api_key_var}" is not allowed on this server; ` +
             `send client.api_key, or start the server with --allow-key-var ${config.api_key_var}`,
@@ -281,16 +248,15 @@ export async function startEnvServer(
     return new OpenAIChatClient(resolved);
   }
 
-  function rollouts(body: RolloutsRequest): Response {
+  function rollouts(environment: NonNullable<typeof env>, body: RolloutsRequest): Response {
     const requestId = body.request_id ?? crypto.randomUUID();
-    if (requests.has(requestId)) {
+    if (core.has(requestId)) {
       return json(409, { error: `request_id: "${requestId}" is already running` });
     }
     const client = clientFor(body.client);
     if (client instanceof Response) return client;
-    const controller = new AbortController();
-    const signal = AbortSignal.any([controller.signal, closing.signal]);
-    requests.set(requestId, controller);
+    const request = core.open(requestId);
+    const signal = request.signal;
     const groups = groupByExample(body.inputs as Row[]);
     let open = true;
     let lastWrite = Date.now();
@@ -312,10 +278,9 @@ export async function startEnvServer(
 
         let failure: unknown = null;
         let count = 0;
-        const runGroup = async (group: Row[]) => {
-          await slots.acquire(signal);
-          try {
-            const result = await env.runGroupOutputs(group, client, body.model, {
+        const runGroup = (group: Row[]) =>
+          core.withSlot(signal, async () => {
+            const result = await environment.runGroupOutputs(group, client, body.model, {
               samplingArgs: body.sampling_args,
               signal,
               independentScoring: body.independent_scoring,
@@ -334,21 +299,18 @@ export async function startEnvServer(
               sink.enqueue(encoder.encode(line));
             }
             count++;
-          } finally {
-            slots.release();
-          }
-        };
+          });
         const done = Promise.all(groups.map((group) =>
           runGroup(group).catch((error) => {
             if (failure === null) {
               failure = signal.aborted ? signal.reason : error;
-              controller.abort(failure);
+              request.abort(failure);
             }
           })
         ));
         void done.then(() => {
           unwatch(beat);
-          requests.delete(requestId);
+          request.end();
           if (failure === null) {
             write({ type: "done", count });
           } else if (failure instanceof Cancelled) {
@@ -366,7 +328,7 @@ export async function startEnvServer(
         // The client disconnected: stop its rollouts.
         open = false;
         unwatch(beat);
-        controller.abort(
+        request.abort(
           new Cancelled(`Request "${requestId}" was cancelled: the client disconnected`),
         );
       },
@@ -395,46 +357,76 @@ export async function startEnvServer(
   app.get("/health", () =>
     json(200, {
       ok: true,
-      env_id: envId,
-      in_flight: slots.inFlight,
-      queued: slots.queued,
-      max_concurrent: maxConcurrent,
-      requests: requests.size,
+      env_id: core.id,
+      in_flight: core.inFlight,
+      queued: core.queued,
+      max_concurrent: core.maxConcurrent,
+      requests: core.requests,
       version: VERSION,
     }));
   app.get("/info", async () => {
+    if (!env) {
+      return json(200, {
+        protocol_version: ENV_SERVER_PROTOCOL,
+        version: VERSION,
+        env_id: core.id,
+        kind: "taskset",
+        max_concurrent: core.maxConcurrent,
+      });
+    }
     const ds = await env.getEvalDataset();
     return json(200, {
       protocol_version: ENV_SERVER_PROTOCOL,
       version: VERSION,
-      env_id: envId,
+      env_id: core.id,
       env_args: env.envArgs,
       sampling_args: env.samplingArgs,
       pass_threshold: env.passThreshold,
       eval_defaults: options.evalDefaults ?? null,
       eval_dataset_size: ds.length,
-      max_concurrent: maxConcurrent,
+      max_concurrent: core.maxConcurrent,
     });
   });
   app.post("/dataset", async (c) => {
+    if (!env) return tasksetOnly("/dataset");
     const body = await readBody(c.req.raw, DatasetRequest);
     if (body instanceof Response) return body;
     const ds = await env.getEvalDataset(body.n ?? -1, body.seed ?? null);
     return json(200, { rows: ds.toList() });
   });
   app.post("/rollouts", async (c) => {
-    if (closing.signal.aborted) return json(503, { error: "The env server is shutting down" });
+    if (!env) return tasksetOnly("/rollouts");
+    if (core.closing.aborted) return json(503, { error: "The env server is shutting down" });
     const body = await readBody(c.req.raw, RolloutsRequest);
     if (body instanceof Response) return body;
-    return rollouts(body);
+    return rollouts(env, body);
+  });
+  app.post("/run", async (c) => {
+    if (core.closing.aborted) return json(503, { error: "The env server is shutting down" });
+    const body = await readBody(c.req.raw, RunRequestBody);
+    if (body instanceof Response) return body;
+    const { request_id: id, ...payload } = body;
+    const requestId = id ?? crypto.randomUUID();
+    if (core.has(requestId)) {
+      return json(409, { error: `request_id: "${requestId}" is already running` });
+    }
+    try {
+      // A client that goes away cancels its run.
+      const episode = await core.run(requestId, payload, { signal: c.req.raw.signal });
+      return json(200, { success: true, error: null, episode });
+    } catch (error) {
+      if (error instanceof RequestError) return json(400, { error: error.message });
+      return json(200, { success: false, error: wireError(error) });
+    }
   });
   app.post("/cancel", async (c) => {
     const body = await readBody(c.req.raw, CancelRequest);
     if (body instanceof Response) return body;
-    const controller = requests.get(body.request_id);
-    if (!controller || controller.signal.aborted) return json(200, { cancelled: false });
-    controller.abort(new Cancelled(`Request "${body.request_id}" was cancelled`));
-    return json(200, { cancelled: true });
+    const cancelled = core.cancel(
+      body.request_id,
+      new Cancelled(`Request "${body.request_id}" was cancelled`),
+    );
+    return json(200, { cancelled });
   });
   app.notFound((c) => json(404, { error: `No route for ${c.req.method} ${c.req.path}` }));
   app.onError((error) => json(500, { error: `${errorName(error)}: ${errorMessage(error)}` }));
@@ -449,8 +441,10 @@ export async function startEnvServer(
   let closed: Promise<void> | undefined;
   const close = () => {
     closed ??= (async () => {
-      closing.abort(new Cancelled("The env server is shutting down"));
+      const stopped = core.cancelAll(new Cancelled("The env server is shutting down"));
       await listener.close();
+      await stopped;
+      if (owned) await core.close();
     })();
     return closed;
   };
@@ -459,10 +453,10 @@ export async function startEnvServer(
     url: `${options.tls ? "https" : "http"}://${urlHost}:${listener.port}`,
     port: listener.port,
     get inFlight() {
-      return slots.inFlight;
+      return core.inFlight;
     },
     get queued() {
-      return slots.queued;
+      return core.queued;
     },
     close,
     [Symbol.asyncDispose]: close,

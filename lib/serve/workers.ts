@@ -2,8 +2,8 @@
  * `vf serve --workers N`: one port in front of up to N worker processes, each a `vf serve`
  * of the same environment on a loopback port, so rollouts use every core. The front starts
  * with one worker and adds one (up to N) whenever every worker has groups waiting; each
- * `/rollouts` stream goes to the least-loaded worker and `/cancel` to the one that holds the
- * request. `GET /health` reports every worker's load. The token (`VF_SERVER_TOKEN`) and TLS
+ * `/rollouts` stream and `/run` goes to the least-loaded worker and `/cancel` to the one that
+ * holds the request. `GET /health` reports every worker's load. The token (`VF_SERVER_TOKEN`) and TLS
  * apply at the front; workers listen on loopback only. The processes are a
  * {@link WorkerPool}, which the ZeroMQ broker (`zmq_broker.ts`) shares with the front under
  * `--zmq`; each worker then also serves the wire on a private `ipc://` endpoint.
@@ -14,7 +14,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
-import { Hono } from "npm:hono@^4.13.0";
+import { type Context, Hono } from "npm:hono@^4.13.0";
 import { type HttpListener, serveHttp } from "../model/http_server.ts";
 
 /** A worker process and what the front and the ZeroMQ broker know of it. */
@@ -313,7 +313,8 @@ export async function startWorkerFront(options: WorkerFrontOptions): Promise<Wor
     return c.json({ ...info, max_concurrent: Number(info.max_concurrent) * pool.maxWorkers });
   });
   app.post("/dataset", async (c) => forward(least(), c.req.raw, "/dataset", await c.req.text()));
-  app.post("/rollouts", async (c) => {
+  // A `/rollouts` stream or a `/run` goes to the least-loaded worker, which owns it for `/cancel`.
+  const dispatch = (path: string) => async (c: Context) => {
     const body = await c.req.text();
     let id: string | undefined;
     try {
@@ -323,7 +324,7 @@ export async function startWorkerFront(options: WorkerFrontOptions): Promise<Wor
     worker.active++;
     if (id) owner.set(id, worker);
     try {
-      const res = await fetch(`${worker.url}/rollouts`, {
+      const res = await fetch(`${worker.url}${path}`, {
         method: "POST",
         headers: headersOf(c.req.raw),
         body,
@@ -344,7 +345,9 @@ export async function startWorkerFront(options: WorkerFrontOptions): Promise<Wor
       if (id) owner.delete(id);
       return c.json({ error: `worker unreachable: ${(error as Error).message}` }, 502);
     }
-  });
+  };
+  app.post("/rollouts", dispatch("/rollouts"));
+  app.post("/run", dispatch("/run"));
   app.post("/cancel", async (c) => {
     const body = await c.req.text();
     let id = "";

@@ -13,7 +13,9 @@
  *   reply is then `{ success: false, error: "Cancelled: rollout aborted" }`
  *
  * Any failure is replied as `{ success: false, error: "<Type>: <message>" }` and the server
- * goes on serving. Runs in flight are bounded by `maxConcurrent`; the rest wait.
+ * goes on serving. Runs in flight are bounded by `maxConcurrent`; the rest wait. Requests,
+ * cancellation and the limit are the env server's core (`core.ts`), which the HTTP
+ * transport shares: a core under both bounds the work of both.
  *
  * Security: as with the HTTP server, a request names the model endpoint the server calls.
  * Bind to loopback (the default) or a trusted network. The server reads no key from its own
@@ -28,48 +30,37 @@
  * ```
  * @module
  */
-// deno-lint-ignore no-import-prefix
-import { z } from "npm:zod@^4.6.0";
-import { type ChatClient, type ClientConfig, OpenAIChatClient } from "../model/client.ts";
-import { Semaphore } from "../model/limits.ts";
-import type { SamplingArgs } from "../types.ts";
 import { VERSION } from "../version.ts";
-import { frameText, loadZmq, messages, pack, RECEIVE_OPTIONS, unpack, wireError } from "./_zmq.ts";
+import { frameText, loadZmq, messages, pack, RECEIVE_OPTIONS, unpack } from "./_zmq.ts";
+import { EnvServerCore, type EnvServerTarget } from "./core.ts";
+import {
+  Cancelled,
+  CancelPayload,
+  describeIssues,
+  RequestError,
+  RunPayload,
+  wireError,
+} from "./wire.ts";
+
+export type { EpisodeRequest, EpisodeRunner } from "./episode_runner.ts";
+export { RequestError, RunPayload };
 
 /** The default bind address, as verifiers uses it. */
 export const DEFAULT_ZMQ_ADDRESS = "tcp://127.0.0.1:5000";
-
-/** One `run` request, checked, with its model client built. */
-export interface EpisodeRequest {
-  /** The task's data as the trainer sent it (the runner checks it against its schema). */
-  taskData: Record<string, unknown>;
-  client: ChatClient;
-  model: string;
-  samplingArgs: SamplingArgs;
-  /** The request's id (32 hex digits). */
-  requestId: string;
-}
-
-/** What the server runs a `run` request with: a taskset's episodes or a legacy environment's. */
-export interface EpisodeRunner {
-  /** The served environment's id, reported by `health`. */
-  readonly id: string;
-  /**
-   * Run one episode; resolve with its record (what vf writes per episode). Throws for a
-   * request that cannot run (bad `task_data`); a failed rollout is data on the record.
-   */
-  run(request: EpisodeRequest, signal: AbortSignal): Promise<Record<string, unknown>>;
-  /** Releases what the runner holds (cached envs, shared toolsets). */
-  close?(): Promise<void>;
-}
 
 /** Options of {@link startZmqEnvServer}. */
 export interface ZmqEnvServerOptions {
   /** Where to bind; default `tcp://127.0.0.1:5000`. Port 0 picks a free one. */
   address?: string;
-  /** Runs at once; the rest wait in arrival order. Default 32. */
+  /**
+   * Runs at once; the rest wait in arrival order. Default 32. Ignored when a core is served
+   * (its own limit holds).
+   */
   maxConcurrent?: number;
-  /** Variables a request may name in `client.api_key_var` to use this server's key. */
+  /**
+   * Variables a request may name in `client.api_key_var` to use this server's key. Ignored
+   * when a core is served.
+   */
   allowKeyVars?: string[];
   /** Told about replies that could not be delivered (the client went away). Default: warn. */
   onWarning?: (message: string) => void;
@@ -85,52 +76,20 @@ export interface ZmqEnvServer extends AsyncDisposable {
   readonly inFlight: number;
   /** Runs waiting for a slot. */
   readonly queued: number;
-  /** Aborts every run (each replies cancelled), waits for them to wind down, closes the socket. */
+  /**
+   * Aborts every run of its core (each replies cancelled), waits for them to wind down,
+   * closes the socket, and closes the core when the server made it.
+   */
   close(): Promise<void>;
 }
 
-const ClientWire = z.looseObject({
-  base_url: z.string().regex(/^https?:\/\/\S+$/, "must be an http(s) URL"),
-  api_key: z.string().nullish(),
-  api_key_var: z.string().nullish(),
-  headers: z.record(z.string(), z.string()).nullish(),
-  extra_headers: z.record(z.string(), z.string()).nullish(),
-  timeout: z.number().positive().nullish(),
-  max_retries: z.number().int().min(0).nullish(),
-});
-
-/** The payload of a `run` request. */
-export const RunPayload = z.looseObject({
-  task_data: z.record(z.string(), z.unknown()),
-  client: ClientWire,
-  model: z.string().min(1),
-  sampling: z.record(z.string(), z.unknown()).nullish(),
-});
-
-const CancelPayload = z.looseObject({ request_id: z.string().min(1) });
-
-/** A request the server cannot take (bad frames, payload or method). */
-export class RequestError extends Error {
-  override name = "RequestError";
-}
-
-/** Issues as `path: message`, joined by `; `. */
-function describeIssues(error: z.ZodError): string {
-  return error.issues.slice(0, 5).map((issue) => {
-    const path = issue.path.join(".");
-    return path ? `${path}: ${issue.message}` : issue.message;
-  }).join("; ");
-}
-
-/** A cancelled run's reason. */
-class Cancelled extends Error {
-  override name = "Cancelled";
-}
-
 /**
- * Serve `runner` over ZeroMQ until closed. Loads the `zeromq` addon on first use.
+ * Serve a taskset's episodes or a legacy environment's rollouts over ZeroMQ until closed.
+ * Loads the `zeromq` addon on first use.
  *
- * @param runner runs one episode per `run` request (see `tasksetRunner`, `datasetRunner`)
+ * @param served an episode runner (`tasksetRunner`, `datasetRunner`), a loaded legacy
+ *   environment (each `run` is one rollout of the row its task data maps to), or a core
+ *   shared with the HTTP transport
  * @param options address, concurrency and key settings
  * @returns the running server; close it when done
  * @throws {Error} when the address cannot be bound or ZeroMQ cannot be loaded
@@ -141,14 +100,14 @@ class Cancelled extends Error {
  * ```
  */
 export async function startZmqEnvServer(
-  runner: EpisodeRunner,
+  served: EnvServerTarget | EnvServerCore,
   options: ZmqEnvServerOptions = {},
 ): Promise<ZmqEnvServer> {
-  const maxConcurrent = options.maxConcurrent ?? 32;
-  if (!Number.isInteger(maxConcurrent) || maxConcurrent < 1) {
-    throw new RangeError(`maxConcurrent must be an integer ≥ 1, got ${maxConcurrent}`);
-  }
-  const allowKeyVars = new Set(options.allowKeyVars ?? []);
+  const owned = !(served instanceof EnvServerCore);
+  const core = served instanceof EnvServerCore ? served : new EnvServerCore(served, {
+    maxConcurrent: options.maxConcurrent,
+    allowKeyVars: options.allowKeyVars,
+  });
   const warn = options.onWarning ?? ((m: string) => console.warn(`warning: ${m}`));
   const zmq = await loadZmq();
   const router = new zmq.Router({
@@ -170,11 +129,7 @@ export async function startZmqEnvServer(
     );
   }
   const address = router.lastEndpoint ?? requested;
-  const slots = new Semaphore(maxConcurrent);
-  const runs = new Map<string, AbortController>();
   const handlers = new Set<Promise<void>>();
-  const closing = new AbortController();
-  let queued = 0;
 
   // One send at a time: replies of concurrent runs are written in the order they finish.
   let sending = Promise.resolve();
@@ -192,63 +147,6 @@ export async function startZmqEnvServer(
     });
     return sending;
   };
-
-  function clientFor(wire: z.infer<typeof ClientWire>): ChatClient {
-    const headers = { ...(wire.headers ?? {}), ...(wire.extra_headers ?? {}) };
-    const config: ClientConfig = {
-      base_url: wire.base_url,
-      ...(wire.api_key && { api_key: wire.api_key }),
-      ...(!wire.api_key && wire.api_key_var && allowKeyVars.has(wire.api_key_var) &&
-        { api_key_var: wire.api_key_var }),
-      ...(wire.timeout && { timeout: wire.timeout }),
-      ...(typeof wire.max_retries === "number" && { max_retries: wire.max_retries }),
-      ...(Object.keys(headers).length > 0 && { extra_headers: headers }),
-    };
-    return new OpenAIChatClient(config);
-  }
-
-  async function run(requestId: string, raw: unknown): Promise<Record<string, unknown>> {
-    const parsed = RunPayload.safeParse(raw);
-    if (!parsed.success) throw new RequestError(describeIssues(parsed.error));
-    if (runs.has(requestId)) {
-      throw new RequestError(`request_id "${requestId}" is already running; send a fresh id`);
-    }
-    const body = parsed.data;
-    const samplingArgs: SamplingArgs = {};
-    for (const [k, v] of Object.entries(body.sampling ?? {})) {
-      if (v !== null && v !== undefined) samplingArgs[k] = v; // verifiers sends unset fields as nil
-    }
-    const controller = new AbortController();
-    const signal = AbortSignal.any([controller.signal, closing.signal]);
-    runs.set(requestId, controller);
-    try {
-      queued++;
-      let release: () => void;
-      try {
-        release = await slots.acquire({ signal });
-      } finally {
-        queued--;
-      }
-      try {
-        const episode = await runner.run({
-          taskData: body.task_data,
-          client: clientFor(body.client),
-          model: body.model,
-          samplingArgs,
-          requestId,
-        }, signal);
-        signal.throwIfAborted();
-        return { success: true, error: null, episode };
-      } finally {
-        release();
-      }
-    } catch (error) {
-      if (signal.aborted) throw new Cancelled("rollout aborted");
-      throw error;
-    } finally {
-      runs.delete(requestId);
-    }
-  }
 
   async function handle(frames: Uint8Array[]): Promise<void> {
     const [identity, requestIdFrame, methodFrame, payloadFrame] = frames;
@@ -283,22 +181,20 @@ export async function startZmqEnvServer(
           response = {
             success: true,
             error: null,
-            env_id: runner.id,
-            in_flight: slots.held,
-            queued,
-            max_concurrent: maxConcurrent,
+            env_id: core.id,
+            in_flight: core.inFlight,
+            queued: core.queued,
+            max_concurrent: core.maxConcurrent,
             version: VERSION,
           };
           break;
         case "run":
-          response = await run(requestId, payload);
+          response = { success: true, error: null, episode: await core.run(requestId, payload) };
           break;
         case "cancel": {
           const parsed = CancelPayload.safeParse(payload);
           if (!parsed.success) throw new RequestError(describeIssues(parsed.error));
-          const controller = runs.get(parsed.data.request_id);
-          const cancelled = controller !== undefined && !controller.signal.aborted;
-          controller?.abort(new Cancelled("rollout aborted"));
+          const cancelled = core.cancel(parsed.data.request_id, new Cancelled("rollout aborted"));
           response = { success: true, error: null, cancelled };
           break;
         }
@@ -330,13 +226,13 @@ export async function startZmqEnvServer(
   let closed: Promise<void> | undefined;
   const close = () => {
     closed ??= (async () => {
-      closing.abort(new Cancelled("rollout aborted: the env server is shutting down"));
+      await core.cancelAll(new Cancelled("rollout aborted: the env server is shutting down"));
       // Runs wind down (their sandboxes stop) and reply before the socket goes.
       while (handlers.size > 0) await Promise.all([...handlers]);
       await sending;
       router.close();
       await loop;
-      await runner.close?.();
+      if (owned) await core.close();
     })();
     return closed;
   };
@@ -344,10 +240,10 @@ export async function startZmqEnvServer(
   return {
     address,
     get inFlight() {
-      return slots.held;
+      return core.inFlight;
     },
     get queued() {
-      return queued;
+      return core.queued;
     },
     close,
     [Symbol.asyncDispose]: close,

@@ -13,7 +13,8 @@
  * @module
  */
 import { VERSION } from "../version.ts";
-import { frameText, loadZmq, messages, pack, RECEIVE_OPTIONS, unpack, wireError } from "./_zmq.ts";
+import { frameText, loadZmq, messages, pack, RECEIVE_OPTIONS, unpack } from "./_zmq.ts";
+import { wireError } from "./wire.ts";
 import type { Worker, WorkerPool } from "./workers.ts";
 import { DEFAULT_ZMQ_ADDRESS } from "./zmq.ts";
 

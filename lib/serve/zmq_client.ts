@@ -17,8 +17,8 @@
  * @module
  */
 import type { Episode } from "../agents/env.ts";
-import type { SamplingArgs } from "../types.ts";
-import { EnvServerError } from "./client.ts";
+import { EnvServerReplyError } from "./client.ts";
+import type { RunRequest } from "./wire.ts";
 import {
   frameText,
   loadZmq,
@@ -30,37 +30,8 @@ import {
 } from "./_zmq.ts";
 import { DEFAULT_ZMQ_ADDRESS } from "./zmq.ts";
 
-/** The model endpoint the server calls for a run (verifiers' `ClientConfig`, snake_case). */
-export interface ZmqClientConfig {
-  base_url: string;
-  /** The key itself; sent over the wire, so only to a server you trust. */
-  api_key?: string;
-  /** A variable the server reads the key from (only if it allows it: `--allow-key-var`). */
-  api_key_var?: string;
-  headers?: Record<string, string>;
-  timeout?: number;
-  max_retries?: number;
-}
-
-/** One `run` request. */
-export interface ZmqRunRequest {
-  /** The task's data (the taskset's TaskData, or a legacy environment's row fields). */
-  taskData: Record<string, unknown>;
-  client: ZmqClientConfig;
-  model: string;
-  sampling?: SamplingArgs;
-}
-
-/** The server replied `success: false`; `message` is its `"<Type>: <message>"`. */
-export class EnvServerReplyError extends EnvServerError {
-  /** The error type the server named (`Cancelled`, `ConfigError`, `RequestError`, …). */
-  readonly type: string;
-
-  constructor(error: string) {
-    super(error);
-    this.type = /^(\w+):/.exec(error)?.[1] ?? "Error";
-  }
-}
+export type { RunClientConfig as ZmqClientConfig, RunRequest as ZmqRunRequest } from "./wire.ts";
+export { EnvServerReplyError };
 
 interface Pending {
   resolve: (response: Record<string, unknown>) => void;
@@ -216,7 +187,7 @@ export class ZmqEnvClient implements AsyncDisposable {
    * @throws {EnvServerReplyError} when the server replies `success: false`
    */
   async run<E = Episode>(
-    request: ZmqRunRequest,
+    request: RunRequest,
     options: { signal?: AbortSignal; requestId?: string } = {},
   ): Promise<E> {
     options.signal?.throwIfAborted();

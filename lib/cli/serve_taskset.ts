@@ -1,7 +1,7 @@
 /**
- * `vf serve <env> --zmq <address>`: the ZeroMQ half of `vf serve` — which runner serves the
- * environment (a taskset's episodes, or a legacy environment's rollouts), and a taskset's
- * `[env]` (roles, runtime, harness) read from the `--env.*` flags.
+ * `vf serve <taskset>`: the taskset half of `vf serve` — whether a name is a taskset, and the
+ * runner of its episodes (served over HTTP's `/run` and ZeroMQ's `run` alike), its `[env]`
+ * (roles, runtime, harness) read from the `--env.*` flags.
  * @module
  */
 import { TASKSETS } from "../../environments/mod.ts";
@@ -10,8 +10,7 @@ import { deepMerge, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { resolveEnvironmentModule } from "../envs/load.ts";
 import { OpenAIChatClient } from "../model/client.ts";
-import { type RoleDefaults, tasksetRunner } from "../serve/episode_runner.ts";
-import type { EpisodeRunner } from "../serve/zmq.ts";
+import { type EpisodeRunner, type RoleDefaults, tasksetRunner } from "../serve/episode_runner.ts";
 import { loadPluggedHooks } from "../tasks/plugged.ts";
 import { loadServices } from "../services/compose.ts";
 import { loadToolsets } from "../tools/config.ts";
@@ -59,7 +58,7 @@ const SERVE_KEYS = [
 ];
 
 /**
- * The runner of a taskset served over ZeroMQ: `--env.*` flags configure its Env (roles,
+ * The runner of a served taskset: `--env.*` flags configure its Env (roles,
  * runtime, harness, scoring) and `--env.taskset.*` its knobs, as for `vf run`; each request
  * brings the model endpoint, model and sampling.
  * @throws {ConfigError} naming the flag that is wrong
@@ -72,7 +71,7 @@ export async function tasksetServeRunner(spec: string, argv: string[]): Promise<
   const rawEnv = (config.env ?? {}) as Record<string, unknown>;
   if (rawEnv.judges !== undefined) {
     throw new ConfigError(
-      "command line: env.judges: judges are not served over ZeroMQ yet; score with the task's " +
+      "command line: env.judges: a served taskset takes no judges yet; score with the task's " +
         "own rewards, or run the judge as a role of the Env (--env.id agentic-judge)",
     );
   }

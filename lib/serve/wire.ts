@@ -1,0 +1,102 @@
+/**
+ * What the env server's two transports (HTTP, `server.ts`; ZeroMQ, `zmq.ts`) and their
+ * clients share on the wire: the `run` payload (verifiers' trainer wire, which HTTP's
+ * `POST /run` takes too), the errors a request ends with and how a wire spells them, and
+ * schema issues as text. Light on purpose: the clients import it without the servers.
+ * @module
+ */
+// deno-lint-ignore no-import-prefix
+import { z } from "npm:zod@^4.6.0";
+import { describeIssue } from "../config.ts";
+import type { SamplingArgs } from "../types.ts";
+
+/** The version of the HTTP request and response shapes; `/info` reports it. */
+export const ENV_SERVER_PROTOCOL = 1;
+
+/** A cancelled request's reason: the client cancelled it, went away, or the server is closing. */
+export class Cancelled extends Error {
+  override name = "Cancelled";
+}
+
+/** A request the server cannot take (bad frames, payload, method, or an id already running). */
+export class RequestError extends Error {
+  override name = "RequestError";
+}
+
+/** The model endpoint the server calls for a run (verifiers' `ClientConfig`, snake_case). */
+export interface RunClientConfig {
+  base_url: string;
+  /** The key itself; sent over the wire, so only to a server you trust. */
+  api_key?: string;
+  /** A variable the server reads the key from (only if it allows it: `--allow-key-var`). */
+  api_key_var?: string;
+  headers?: Record<string, string>;
+  timeout?: number;
+  max_retries?: number;
+}
+
+/** One `run` request, as a client builds it. */
+export interface RunRequest {
+  /** The task's data (the taskset's TaskData, or a legacy environment's row fields). */
+  taskData: Record<string, unknown>;
+  client: RunClientConfig;
+  model: string;
+  sampling?: SamplingArgs;
+}
+
+/** `client` of a `run` payload; loose, and nil fields as unset, as verifiers sends them. */
+export const RunClientWire = z.looseObject({
+  base_url: z.string().regex(/^https?:\/\/\S+$/, "must be an http(s) URL"),
+  api_key: z.string().nullish(),
+  api_key_var: z.string().nullish(),
+  headers: z.record(z.string(), z.string()).nullish(),
+  extra_headers: z.record(z.string(), z.string()).nullish(),
+  timeout: z.number().positive().nullish(),
+  max_retries: z.number().int().min(0).nullish(),
+});
+
+/** The payload of a `run` request. */
+export const RunPayload = z.looseObject({
+  task_data: z.record(z.string(), z.unknown()),
+  client: RunClientWire,
+  model: z.string().min(1),
+  sampling: z.record(z.string(), z.unknown()).nullish(),
+});
+
+/** The payload of a `cancel` request. */
+export const CancelPayload = z.looseObject({ request_id: z.string().min(1) });
+
+/**
+ * A schema's first issues as `path: message` (under `root` when given), joined by `; `.
+ * @param error what `safeParse` failed with
+ * @param root a path in front of every issue's own, e.g. `task_data`
+ */
+export function describeIssues(error: z.ZodError, root?: string): string {
+  return error.issues.slice(0, 5).map((issue) => {
+    const path = [...(root ? [root] : []), ...issue.path.map(String)].join(".");
+    return path ? `${path}: ${describeIssue(issue)}` : describeIssue(issue);
+  }).join("; ");
+}
+
+/** An error's name (`"Error"` for a thrown non-Error). */
+export function errorName(error: unknown): string {
+  return error instanceof Error ? error.name : "Error";
+}
+
+/** An error's message. */
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** `"<Type>: <message>"`, the `run` reply's form of an error. */
+export function wireError(error: unknown): string {
+  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  return `Error: ${String(error)}`;
+}
+
+/** One line of an HTTP `/rollouts` stream. */
+export type RolloutsLine =
+  | { type: "group"; example_id: number; outputs: unknown[]; retryable: boolean }
+  | { type: "done"; count: number }
+  | { type: "error"; error: string; message: string; cancelled?: boolean }
+  | { type: "heartbeat" };
