@@ -117,8 +117,9 @@ export function traitsOf(spec: RuntimeSpec): RuntimeTraits {
  * What a runtime under `config` can do as far as the config alone tells (before a task makes
  * it a spec): its type's traits, a docker container on no network of its own, an ssh host
  * dedicated when the config says so.
+ * @throws {ConfigError} for an unknown `type`
  */
-export function traitsOfConfig(config: Pick<RuntimeConfig, "type" | "dedicated">): RuntimeTraits {
+export function traitsOfConfig(config: { type?: string; dedicated?: boolean }): RuntimeTraits {
   const type = config.type ?? "docker";
   if (type === "docker") return docker.traitsOf({});
   if (type === "ssh") return ssh.traitsOf({ dedicated: config.dedicated });

@@ -27,6 +27,7 @@ import {
   SandboxUnavailableError,
   SandboxUnsupportedError,
   sshConnectionsClosed,
+  traitsOf,
 } from "../runtimes/mod.ts";
 import { ConfigError, InfraError } from "../lib/errors.ts";
 import { readTar } from "../runtimes/_tar.ts";
@@ -176,6 +177,17 @@ for (const target of TARGETS) {
       await rt.start();
       assert.notEqual(rt.id, "");
       assert.ok(liveRuntimes().some((live) => live === rt), "a started runtime is registered");
+
+      await t.step("traitsOf(spec) agrees with the started runtime's capabilities", () => {
+        const traits = traitsOf(target.spec);
+        const caps = rt.capabilities;
+        assert.equal(traits.isolation, caps.isolation);
+        assert.equal(traits.networkControl, caps.network_control);
+        assert.equal(traits.killProcesses, caps.kill_processes === true);
+        if (traits.killProcesses) assert.equal(typeof rt.killProcesses, "function");
+        assert.equal(traits.snapshots, typeof rt.snapshot === "function");
+        if (traits.users !== "if-privileged") assert.equal(caps.users, traits.users === "always");
+      });
 
       await t.step("run() reports non-zero exits as results", async () => {
         assert.equal((await rt.run(["true"])).exit_code, 0);
@@ -667,6 +679,25 @@ Deno.test(
       Deno.env.delete(secret);
       Deno.env.delete("VF_TEST_PLAIN");
     }
+  }),
+);
+
+Deno.test(
+  "traitsOf(spec) agrees with the capabilities of a dedicated ssh host and of a container running its own command",
+  closingEngines(async () => {
+    const specs: RuntimeSpec[] = [
+      { ...SSH_SPEC, dedicated: true },
+      { type: "docker", image: "busybox", command: ["sleep", "3600"] },
+    ];
+    for (const spec of specs) {
+      await using rt = createRuntime(spec, { runId: RUN_ID, task: "conformance" });
+      await rt.start();
+      const traits = traitsOf(spec);
+      assert.equal(traits.isolation, rt.capabilities.isolation, spec.type);
+      assert.equal(traits.networkControl, rt.capabilities.network_control, spec.type);
+      assert.equal(traits.killProcesses, rt.capabilities.kill_processes === true, spec.type);
+    }
+    assert.deepEqual(specs.map((s) => traitsOf(s).isolation), [true, true]);
   }),
 );
 

@@ -8,6 +8,7 @@ import { createRuntime } from "../../runtimes/create.ts";
 import type { SandboxSlot } from "../../runtimes/limits.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
+import { traitsOf } from "../../runtimes/config.ts";
 import type { NetworkPolicy } from "../gateway/policy.ts";
 import { loadServices, type ServicesSpec } from "../services/compose.ts";
 import { Enclosure } from "./enclosure.ts";
@@ -124,7 +125,7 @@ async function start(
       ...labels,
       role: options.role,
       // On its own network it starts on the slot taken with its services' (Enclosure.open).
-      ...(spec.type === "docker" && spec.networkName ? { unpooled: true, slot } : {}),
+      ...(traitsOf(spec).enclosed ? { unpooled: true, slot } : {}),
       signal: options.signal,
     });
   } catch (error) {

@@ -7,7 +7,8 @@
  */
 import { SandboxLimitError, type SandboxSlot } from "../../runtimes/limits.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
-import type { RuntimeSpec } from "../../runtimes/runtime.ts";
+import type { DockerRuntimeSpec, RuntimeSpec } from "../../runtimes/runtime.ts";
+import { traitsOf } from "../../runtimes/config.ts";
 import { ConfigError } from "../errors.ts";
 import { type EgressDenial, Gateway, type GatewayRoute } from "../gateway/gateway.ts";
 import { OPEN_POLICY } from "../gateway/policy.ts";
@@ -98,7 +99,7 @@ export class Enclosure {
     needs: EnclosureNeeds,
     source: SandboxSource | undefined,
   ): Promise<SandboxSlot | undefined> {
-    if (spec.type !== "docker" || !source?.reserve) return undefined;
+    if (!traitsOf(spec).ownNetwork || !source?.reserve) return undefined;
     const services = needs.services?.services.length ?? 0;
     const relay = needs.gateway || needs.egress ? 1 : 0;
     let slots: SandboxSlot[] | null;
@@ -129,12 +130,13 @@ export class Enclosure {
 
   async #open(spec: RuntimeSpec, needs: EnclosureNeeds): Promise<RuntimeSpec> {
     const gateway = Gateway.shared();
-    if (spec.type === "subprocess" && needs.services === null && !needs.egress) {
+    const traits = traitsOf(spec);
+    if (traits.gateway === "loopback" && needs.services === null && !needs.egress) {
       const port = await gateway.listen("127.0.0.1");
       this.route = { session: gateway.open(needs.model), url: `http://127.0.0.1:${port}` };
       return spec;
     }
-    if (spec.type !== "docker") {
+    if (!traits.ownNetwork) {
       throw new ConfigError(
         needs.services
           ? `Task "${needs.task}" has services (Compose); the ${spec.type} runtime cannot run ` +
@@ -143,13 +145,15 @@ export class Enclosure {
             `which the ${spec.type} runtime cannot give`,
       );
     }
+    // What can have a network of its own is a container.
+    const container = spec as DockerRuntimeSpec;
     const network = await RolloutNetwork.create({
       runId: needs.runId,
       task: needs.task,
-      internet: spec.network === true,
+      internet: container.network === true,
     });
     this.#network = network;
-    let env = spec.env ?? {};
+    let env = container.env ?? {};
     if (needs.gateway || needs.egress) {
       const host = await evaluatorHost();
       const port = await gateway.listen(host);
@@ -179,7 +183,7 @@ export class Enclosure {
       // The phase ended (timeout, interrupt) as they came up.
       needs.signal.throwIfAborted();
     }
-    return { ...spec, env, networkName: network.name, aliases: [needs.alias] };
+    return { ...container, env, networkName: network.name, aliases: [needs.alias] };
   }
 
   /**

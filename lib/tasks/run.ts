@@ -6,6 +6,7 @@
  */
 import type { SandboxLimits } from "../../runtimes/limits.ts";
 import { type SandboxSource, WarmPool } from "../../runtimes/pool.ts";
+import { traitsOfConfig } from "../../runtimes/config.ts";
 import { Semaphore } from "../model/limits.ts";
 import { isFatalError } from "../envs/environment.ts";
 import { ConfigError } from "../errors.ts";
@@ -528,7 +529,7 @@ export function requireIsolatableConcurrency(
     warm_pool?: number;
   };
   const role = options.role ?? "agent";
-  const dedicated = (r: Host) => r.type === "ssh" && r.dedicated === true;
+  const dedicated = (r: Host) => traitsOfConfig(r).dedicated;
   const turns = (r: Host, field: string, what: string) => {
     if (maxConcurrent <= 1) return;
     throw new ConfigError(

@@ -9,6 +9,7 @@
 import { z } from "npm:zod@^4.6.0";
 import { ConfigError, EnvError, JudgeVerdictError } from "../../errors.ts";
 import type { Task } from "../../tasks/task.ts";
+import { traitsOfConfig } from "../../../runtimes/config.ts";
 import { type AgentRun, harnessFor } from "../agent.ts";
 import { type Agents, Env, type EnvInit, type Episode } from "../env.ts";
 import { type Criterion, DEFAULT_CRITERIA, loadCriteria } from "../../scoring/judges/criteria.ts";
@@ -37,7 +38,8 @@ export abstract class JudgeEnvBase extends Env {
   constructor(init: EnvInit) {
     super(init);
     const { solver, judge } = this.roles;
-    if ((solver.policy.runtime.type ?? "docker") === "subprocess") {
+    // The judge works in a copy of the solver's sandbox: its files must copy out.
+    if (!traitsOfConfig(solver.policy.runtime).artifacts) {
       throw new ConfigError(
         `env.solver.runtime.type: "${this.id}" needs a container runtime for the solver (the ` +
           `judge works in a copy of its sandbox); "subprocess" is not one`,
