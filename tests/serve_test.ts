@@ -1,10 +1,14 @@
 /**
  * End-to-end test of `vf serve` and `vf eval --server`: the real CLI in two subprocesses
- * (the env server and the evaluator) against a real model server on loopback.
+ * (the env server and the evaluator) against a real model server on loopback; and a taskset
+ * served over HTTP, driven by `ServerEnvironment.run`.
  * @module
  */
 import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { EnvServerReplyError, ServerEnvironment } from "../mod.ts";
 import { startModelServer } from "./model_server.ts";
 import { cliCommand, collect, tempDir, transcript } from "./_cli.ts";
 import { makeCertificates } from "./_remote_docker.ts";
@@ -216,5 +220,149 @@ Deno.test("vf serve --workers: one HTTPS port with a token in front of worker pr
     assert.equal(out.code, 0, out.stderr);
     assert.match(out.stdout, /up to 2 workers at https:\/\/127\.0\.0\.1/);
     assert.match(out.stderr, /SIGTERM: stopping the env server and its workers/);
+  }
+});
+
+Deno.test("vf serve <taskset> over HTTP: ServerEnvironment.run runs its episodes, cancels one in flight, and names bad task data", async () => {
+  await using tmp = await tempDir("vf_serve_taskset_");
+  await using model = await startModelServer({
+    responder: (request) =>
+      JSON.stringify(request.body.messages).includes("HANG") ? { hang: true } : { content: "hi" },
+  });
+  const port = freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const taskset = fileURLToPath(new URL("./_zmq_taskset.ts", import.meta.url));
+  const server = cli(
+    ["serve", taskset, "--port", String(port), "-c", "4", "--env.agent.runtime.type", "subprocess"],
+    tmp.path,
+  ).spawn();
+  try {
+    const health = await waitForHealth(url, server);
+    assert.equal(health.env_id, "zmq-echo");
+    assert.equal(health.max_concurrent, 4);
+    const env = await ServerEnvironment.connect(url);
+    assert.equal(env.info.kind, "taskset");
+    assert.equal(env.envId, "zmq-echo");
+
+    const client = { base_url: model.url };
+    type Echo = { ok: boolean; example_id: number; traces: Array<{ reward: number }> };
+    const episodes = await Promise.all(Array.from({ length: 6 }, (_, i) =>
+      env.run<Echo>({
+        taskData: { prompt: `Say hi (${i})`, expected: i % 2 ? "hi" : "bye", idx: i },
+        client,
+        model: "m",
+      })));
+    assert.deepEqual(episodes.map((e) => e.example_id), [0, 1, 2, 3, 4, 5]);
+    assert.deepEqual(episodes.map((e) => e.traces[0].reward), [0, 1, 0, 1, 0, 1]);
+    assert.ok(episodes.every((e) => e.ok));
+
+    // A run whose model call hangs: aborting sends /cancel, the reply is Cancelled, and its
+    // sandbox (a temp dir of the subprocess runtime) is gone.
+    const marker = join(tmp.path, "sandbox_dir");
+    const controller = new AbortController();
+    const hung = env.run({
+      taskData: { prompt: "HANG", expected: "hi", marker },
+      client,
+      model: "m",
+    }, { signal: controller.signal, requestId: "hung-run" });
+    const rejected = assert.rejects(hung, (error: EnvServerReplyError) => {
+      assert.ok(error instanceof EnvServerReplyError);
+      assert.equal(error.type, "Cancelled");
+      assert.equal(error.message, "Cancelled: rollout aborted");
+      return true;
+    });
+    while (!existsSync(marker) || Deno.readTextFileSync(marker) === "") {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await eventuallyInFlight(url, 1);
+    controller.abort();
+    await rejected;
+    assert.equal(existsSync(Deno.readTextFileSync(marker)), false, "the sandbox is still there");
+
+    await assert.rejects(
+      env.run({ taskData: { prompt: "Say hi", expected: 5 }, client, model: "m" }),
+      (error: EnvServerReplyError) => {
+        assert.equal(error.type, "ConfigError");
+        assert.match(error.message, /^ConfigError: task_data\.expected: /);
+        return true;
+      },
+    );
+    // What a taskset does not serve is refused by name; a body that does not fit is a 400.
+    const rollouts = await fetch(`${url}/rollouts`, { method: "POST", body: "{}" });
+    assert.equal(rollouts.status, 404);
+    assert.match((await rollouts.json()).error, /Taskset "zmq-echo" serves POST \/run/);
+    const bad = await fetch(`${url}/run`, { method: "POST", body: JSON.stringify({ model: "m" }) });
+    assert.equal(bad.status, 400);
+    assert.match((await bad.json()).error, /^task_data: /);
+    const after = await (await fetch(`${url}/health`)).json();
+    assert.deepEqual([after.in_flight, after.queued, after.requests], [0, 0, 0]);
+  } finally {
+    server.kill("SIGTERM");
+    const out = await collect(server);
+    assert.equal(out.code, 0, out.stderr);
+    assert.match(out.stdout, new RegExp(`taskset "zmq-echo" at ${url} \\(4 runs at once\\)`));
+  }
+});
+
+/** Poll the server's /health until `in_flight` is `n`. */
+async function eventuallyInFlight(url: string, n: number): Promise<void> {
+  const end = Date.now() + 30_000;
+  while (Date.now() < end) {
+    const health = await (await fetch(`${url}/health`)).json();
+    if (health.in_flight === n) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`in_flight never reached ${n}`);
+}
+
+Deno.test("vf serve <taskset> --workers 2 over HTTP: the front hands /run to a worker and /cancel to the one that holds it", async () => {
+  await using tmp = await tempDir("vf_serve_taskset_workers_");
+  await using model = await startModelServer({
+    responder: (request) =>
+      JSON.stringify(request.body.messages).includes("HANG") ? { hang: true } : { content: "hi" },
+  });
+  const port = freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const taskset = fileURLToPath(new URL("./_zmq_taskset.ts", import.meta.url));
+  const server = cli(
+    [
+      "serve",
+      taskset,
+      "--port",
+      String(port),
+      "--workers",
+      "2",
+      "--env.agent.runtime.type",
+      "subprocess",
+    ],
+    tmp.path,
+  ).spawn();
+  try {
+    await waitForHealth(url, server);
+    const env = await ServerEnvironment.connect(url);
+    assert.equal(env.info.kind, "taskset");
+    const client = { base_url: model.url };
+    const episodes = await Promise.all(
+      Array.from({ length: 3 }, (_, i) =>
+        env.run<{ traces: Array<{ reward: number }> }>({
+          taskData: { prompt: `Say hi (${i})`, expected: "hi" },
+          client,
+          model: "m",
+        })),
+    );
+    assert.deepEqual(episodes.map((e) => e.traces[0].reward), [1, 1, 1]);
+    const controller = new AbortController();
+    const hung = env.run({ taskData: { prompt: "HANG", expected: "hi" }, client, model: "m" }, {
+      signal: controller.signal,
+    });
+    const rejected = assert.rejects(hung, /Cancelled: rollout aborted/);
+    while (model.inFlight === 0) await new Promise((r) => setTimeout(r, 50));
+    controller.abort();
+    await rejected;
+  } finally {
+    server.kill("SIGTERM");
+    const out = await collect(server);
+    assert.equal(out.code, 0, out.stderr);
+    assert.match(out.stdout, /up to 2 workers at http:\/\/127\.0\.0\.1/);
   }
 });

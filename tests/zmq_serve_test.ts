@@ -19,6 +19,7 @@ import { EngineEvents } from "./_engine_events.ts";
 
 const TASKSET = fileURLToPath(new URL("./_zmq_taskset.ts", import.meta.url));
 const DRIVER = fileURLToPath(new URL("./_zmq_client.py", import.meta.url));
+const LEGACY_DRIVER = fileURLToPath(new URL("./_zmq_legacy_client.py", import.meta.url));
 /** Debian's interpreter: its python3-zmq and python3-msgpack (tests/setup.sh installs them). */
 const PYTHON = "/usr/bin/python3";
 
@@ -51,7 +52,10 @@ async function serve(args: string[], cwd: string) {
   };
 }
 
-async function pythonDriver(args: string[]): Promise<Record<string, Record<string, unknown>>> {
+async function pythonDriver(
+  args: string[],
+  driver = DRIVER,
+): Promise<Record<string, Record<string, unknown>>> {
   const probe = await new Deno.Command(PYTHON, {
     args: ["-c", "import zmq, msgpack"],
     stdout: "null",
@@ -63,7 +67,7 @@ async function pythonDriver(args: string[]): Promise<Record<string, Record<strin
       `python3-zmq python3-msgpack)`,
   );
   const res = await new Deno.Command(PYTHON, {
-    args: [DRIVER, ...args],
+    args: [driver, ...args],
     stdout: "piped",
     stderr: "piped",
   }).output();
@@ -149,6 +153,50 @@ Deno.test("a Python DEALER client drives vf serve --zmq: health, 50 runs, cancel
 
 Deno.test("a Python DEALER client drives vf serve --zmq --workers 2 through its broker alike", async () => {
   await pythonDrives(["--workers", "2"], 32);
+});
+
+Deno.test("a Python DEALER client drives vf serve --zmq <legacy env>: health, runs, cancel, bad task data", async () => {
+  await using tmp = await tempDir("vf_zmq_legacy_py_");
+  await using model = await startModelServer({
+    responder: (request) =>
+      JSON.stringify(request.body.messages).includes("HANG")
+        ? { hang: true }
+        : { content: "So \\boxed{18}" },
+  });
+  await using server = await serve(
+    ["gsm8k", "--port", "0", "--zmq", "tcp://127.0.0.1:0", "-c", "3"],
+    tmp.path,
+  );
+  const out = await pythonDriver([server.address, model.url], LEGACY_DRIVER);
+  assert.equal(out.health.success, true);
+  assert.equal(out.health.env_id, "gsm8k");
+  assert.equal(out.health.max_concurrent, 3);
+
+  const runs = out.runs as unknown as Array<Record<string, unknown>>;
+  const episodes = runs.map((r) => {
+    assert.equal(r.success, true, String(r.error));
+    return r.episode as {
+      kind: string;
+      ok: boolean;
+      example_id: number;
+      traces: Array<{ reward: number; example_id: number }>;
+    };
+  });
+  assert.deepEqual(episodes.map((e) => e.example_id), [...Array(8).keys()]);
+  for (const [i, e] of episodes.entries()) {
+    assert.equal(e.kind, "episode");
+    assert.equal(e.ok, true);
+    assert.equal(e.traces.length, 1);
+    assert.equal(e.traces[0].example_id, i);
+    assert.equal(e.traces[0].reward, i % 2 === 0 ? 1 : 0);
+  }
+
+  assert.deepEqual(out.cancel, { success: true, error: null, cancelled: true });
+  assert.deepEqual(out.cancelled_run, { success: false, error: "Cancelled: rollout aborted" });
+  assert.equal(out.bad_task_data.success, false);
+  assert.match(String(out.bad_task_data.error), /^ConfigError: task_data\.prompt: /);
+  assert.equal(out.health_after.in_flight, 0);
+  assert.equal(out.health_after.queued, 0);
 });
 
 Deno.test("ZmqEnvClient runs a legacy environment's row through vf serve --zmq", async () => {
