@@ -237,14 +237,14 @@ export {
   restoreArtifacts,
   runTaskRollout,
   TaskRollout,
-} from "./lib/tasks/rollout.ts";
+} from "./lib/tasks/rollout/mod.ts";
 export type {
   AgentPolicy,
   Box,
   Segment,
   TaskRolloutOptions,
   TaskTrace,
-} from "./lib/tasks/rollout.ts";
+} from "./lib/tasks/rollout/mod.ts";
 export { renderTaskSummary, selectTasks, validateTaskset } from "./lib/tasks/run.ts";
 export {
   compareStdout,

@@ -23,7 +23,7 @@ import process from "node:process";
 import { join } from "node:path";
 import { Buffer } from "node:buffer";
 import { loadTaskset } from "../environments/file_sum/mod.ts";
-import { collectArtifacts, restoreArtifacts } from "../lib/tasks/rollout.ts";
+import { collectArtifacts, restoreArtifacts } from "../lib/tasks/rollout/mod.ts";
 import type { Task, TaskHookContext, TraceView } from "../lib/tasks/task.ts";
 import { cleanupContainers, DockerEngine } from "../runtimes/docker/mod.ts";
 import { setDefaultLedger } from "../runtimes/ledger.ts";

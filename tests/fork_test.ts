@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { runTaskset, Task, type TaskHookContext, Taskset, type TaskTrace } from "../mod.ts";
 import { GroupForks } from "../lib/tasks/fork.ts";
-import { runTaskRollout } from "../lib/tasks/rollout.ts";
+import { runTaskRollout } from "../lib/tasks/rollout/mod.ts";
 import type { ChatClient } from "../lib/model/client.ts";
 import { cleanupContainers, DockerEngine, DockerRuntime } from "../runtimes/docker/mod.ts";
 import type { HarnessContext } from "../lib/tasks/harness.ts";

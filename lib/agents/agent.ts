@@ -17,7 +17,7 @@ import {
   type Segment,
   TaskRollout,
   type TaskTrace,
-} from "../tasks/rollout.ts";
+} from "../tasks/rollout/mod.ts";
 import type { Task, TraceView } from "../tasks/task.ts";
 import type { GroupForks } from "../tasks/fork.ts";
 import type { Judge } from "../scoring/judges/judge.ts";

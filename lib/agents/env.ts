@@ -21,7 +21,7 @@ import type { z } from "npm:zod@^4.6.0";
 import { EnvError, JudgeVerdictError, type SerializedError, serializeError } from "../errors.ts";
 import { Semaphore } from "../model/limits.ts";
 import type { Task } from "../tasks/task.ts";
-import { type TaskTrace, TRACE_FORMAT_VERSION } from "../tasks/rollout.ts";
+import { type TaskTrace, TRACE_FORMAT_VERSION } from "../tasks/trace.ts";
 import { type AgentRole, EpisodeAgent, type EpisodeScope, type Interaction } from "./agent.ts";
 
 /** Version of episode lines in `traces.jsonl`. */

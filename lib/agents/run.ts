@@ -14,8 +14,8 @@ import { Toolbox } from "../tools/toolbox.ts";
 import type { StartGate } from "../eval/evaluate.ts";
 import { readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
 import { requireRewards, type Task, type Taskset } from "../tasks/task.ts";
-import { SANDBOX_RECORDS } from "../tasks/rollout.ts";
-import type { AgentPolicy, TaskTrace } from "../tasks/rollout.ts";
+import { SANDBOX_RECORDS } from "../tasks/rollout/mod.ts";
+import type { AgentPolicy, TaskTrace } from "../tasks/rollout/mod.ts";
 import {
   modelRetries,
   requireIsolatableConcurrency,

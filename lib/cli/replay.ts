@@ -21,7 +21,7 @@ import { parseArgs } from "./args.ts";
 import { resolveEval } from "./eval.ts";
 import { runTasks } from "./run.ts";
 import { loadTraces } from "../agents/run.ts";
-import { rescoreTrace, type TaskTrace } from "../tasks/rollout.ts";
+import { rescoreTrace, type TaskTrace } from "../tasks/rollout/mod.ts";
 import { renderTaskSummary, summarizeTraces } from "../tasks/run.ts";
 import { loadRecords, ReplaySandboxSource } from "../tasks/record.ts";
 

@@ -14,8 +14,8 @@ import { readdir, readFile } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { ConfigError } from "../errors.ts";
 import type { Message, Messages, ToolCall } from "../types.ts";
-import type { TaskTrace } from "../tasks/rollout.ts";
-import { TRACE_FORMAT_VERSION } from "../tasks/rollout.ts";
+import type { TaskTrace } from "../tasks/trace.ts";
+import { TRACE_FORMAT_VERSION } from "../tasks/trace.ts";
 import { VERSION } from "../version.ts";
 
 /** The ATIF version vf writes. */

@@ -22,7 +22,7 @@ import {
   resolveNetworkPolicy,
   resolveRuntimeSpec,
   restoreArtifacts,
-} from "./rollout.ts";
+} from "./rollout/mod.ts";
 import type { Task, TaskHookContext, TraceView } from "./task.ts";
 
 /** One way to game a grader. */

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { captureWarnings } from "../../tests/_warnings.ts";
 import { metric, readText, reward, Task } from "./task.ts";
-import { rescoreTrace, type TaskTrace } from "./rollout.ts";
+import { rescoreTrace, type TaskTrace } from "./rollout/mod.ts";
 import { Trace } from "./trace.ts";
 
 class SavedTask extends Task {

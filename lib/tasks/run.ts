@@ -25,7 +25,7 @@ import {
   resolveNetworkPolicy,
   resolveRuntimeSpec,
   type TaskTrace,
-} from "./rollout.ts";
+} from "./rollout/mod.ts";
 import { servicesOf, startChecked } from "./checked.ts";
 import { VERSION } from "../version.ts";
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { modelRetries, renderTaskSummary, summarizeTraces } from "./run.ts";
-import type { TaskTrace } from "./rollout.ts";
+import type { TaskTrace } from "./trace.ts";
 
 function trace(task: string, reward: number | null, infra = false): TaskTrace {
   return {

@@ -14,10 +14,90 @@
  * @module
  */
 import { renderTranscript } from "../messages.ts";
-import { serializeError } from "../errors.ts";
+import { type SerializedError, serializeError } from "../errors.ts";
 import type { Messages } from "../types.ts";
-import { MessageGraph, type MessageNode } from "./graph.ts";
-import { type TaskTrace, TRACE_FORMAT_VERSION } from "./rollout.ts";
+import { MessageGraph, type MessageNode } from "../graph.ts";
+import type { EgressDenial } from "../gateway/gateway.ts";
+import type { NetworkPolicy } from "../gateway/policy.ts";
+import type { ModelCallRecord, ToolCallRecord } from "./harness.ts";
+
+/**
+ * Version of trace records. 2 added `role`, `trainable`, `attempt`, `episode_id`,
+ * `reward_weights`, `judge_usage` and (for a rewritten history) `nodes`; version 1 lines are
+ * read as a single agent's (see `Trace.read`).
+ */
+export const TRACE_FORMAT_VERSION = 2;
+
+/** One rollout's trace, one line of `traces.jsonl`. */
+export interface TaskTrace {
+  format_version: number;
+  trace_id: string;
+  run_id: string;
+  taskset: string;
+  task: { key: string; idx: number; hash: string };
+  example_id: number;
+  rollout_index: number;
+  model: string;
+  harness: string;
+  /** The role this agent played in its episode (`agent` in a single-agent run). */
+  role: string;
+  /** Whether this trace is training data (false for judges and simulated users). */
+  trainable: boolean;
+  /** This role's run number within its episode (0 for the first; best-of-n counts up). */
+  attempt: number;
+  /** The episode this trace belongs to. */
+  episode_id?: string;
+  /**
+   * `attempts`: agent sandboxes tried when more than one was needed (infrastructure failures
+   * retry in a fresh sandbox); absent means the first one worked.
+   */
+  runtime: {
+    type: string;
+    image?: string;
+    attempts?: number;
+    /** fork_group: the trace id of the rollout whose setup (and sandbox snapshot) this one started from. */
+    forked_from?: string;
+  };
+  scoring: { mode: "shared" | "isolated"; attempts: number };
+  messages: Messages;
+  /**
+   * The message graph, when the history was rewritten (more than one branch) or the endpoint
+   * returned token ids (`return_token_ids`: `token_ids`/`mask`/`logprobs` per node);
+   * otherwise the one branch is `messages`.
+   */
+  nodes?: MessageNode[];
+  model_calls: ModelCallRecord[];
+  /** Model requests of this rollout that were retried (set when the trace is written). */
+  model_retries?: number;
+  tool_calls: ToolCallRecord[];
+  stop_condition: string | null;
+  reward: number | null;
+  /**
+   * Reward minus the mean reward of the task's scored rollouts in this run (null when
+   * unscored); set on what `runTaskset()` returns, not on the lines written as episodes end.
+   */
+  advantage?: number | null;
+  rewards: Record<string, number>;
+  /** Each reward's weight in `reward`, where it is not 1. */
+  reward_weights?: Record<string, number>;
+  metrics: Record<string, number>;
+  /** Tokens the judges' calls used (their replies are in `info.judge`), apart from `usage`. */
+  judge_usage?: { input_tokens: number; output_tokens: number };
+  /** The egress policy of the agent phase and the connections it refused (every phase). */
+  network?: { policy: NetworkPolicy; denied: EgressDenial[] };
+  ok: boolean;
+  /** `infra`: the failure was infrastructure (sandbox, engine), not the agent's or the task's. */
+  error: (SerializedError & { phase: string; infra?: boolean }) | null;
+  usage: { input_tokens: number; output_tokens: number };
+  /**
+   * `started_at` (epoch seconds) and milliseconds per phase (`setup_ms`, `sandbox_ms`,
+   * `agent_ms`, `finalize_ms`, `artifacts_ms`, `scoring_ms`, `judge_ms`, `total_ms`). In
+   * isolated scoring the grader starts while the artifacts are collected, so `artifacts_ms`
+   * lies within `scoring_ms`.
+   */
+  timing: Record<string, number>;
+  info: Record<string, unknown>;
+}
 
 /** Stop conditions that cut the rollout short. */
 const TRUNCATING = new Set([

@@ -3,7 +3,7 @@ import { OpenAIChatClient } from "../model/client.ts";
 import { startModelServer } from "../model/local_server.ts";
 import { MessageGraph, messageHash } from "./graph.ts";
 import { assistantMessage, callModel, type Harness, type HarnessContext } from "./harness.ts";
-import { runTaskRollout, type TaskTrace } from "./rollout.ts";
+import { runTaskRollout, type TaskTrace } from "./rollout/mod.ts";
 import { reward, Task } from "./task.ts";
 import { Trace } from "./trace.ts";
 

@@ -6,7 +6,7 @@
  */
 import { z } from "npm:zod@^4.6.0";
 import type { Task } from "../../tasks/task.ts";
-import type { TaskTrace } from "../../tasks/rollout.ts";
+import type { TaskTrace } from "../../tasks/trace.ts";
 import { type Agents, Env, type Episode } from "../env.ts";
 
 /** Run `count` copies of `fn` and wait for all; the first failure is thrown after every one ended. */

@@ -16,7 +16,7 @@ import {
   weightedScore,
 } from "../../scoring/judges/verdicts.ts";
 import { Task, type TaskHookContext, type TaskScores } from "../../tasks/task.ts";
-import { restoreArtifacts, type TaskTrace } from "../../tasks/rollout.ts";
+import { restoreArtifacts, type TaskTrace } from "../../tasks/rollout/mod.ts";
 import type { AgentRun } from "../agent.ts";
 
 /** A verdict as the judge gives it: the criteria judges' shape. */
