@@ -342,8 +342,11 @@ Deno.test('vf run refuses a return_token_ids that is neither true, false nor "re
     run("--env.agent.sampling", JSON.stringify({ return_token_ids: 1 })),
   ]);
   assert.equal(top.code, 1, transcript(top));
-  assert.match(top.stderr, /return_token_ids" must be true, false or "required", got "yes"/);
+  assert.match(
+    top.stderr,
+    /sampling_args\.return_token_ids: must be true, false or "required", got "yes"/,
+  );
   assert.equal(role.code, 1, transcript(role));
-  assert.match(role.stderr, /env\.agent\.sampling: .*return_token_ids" must be .* got 1/);
+  assert.match(role.stderr, /env\.agent\.sampling\.return_token_ids: must be .* got 1/);
   for (const res of [top, role]) assert.doesNotMatch(res.stderr, /Saving traces to/);
 });
