@@ -212,3 +212,77 @@ Deno.test("the benchmarks and the chaos run type-check (nothing else compiles th
   }).output();
   assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
 });
+
+const RUNTIME_TYPE = `["'](?:docker|subprocess|ssh|prime|kubernetes)["']`;
+/** A decision on a runtime's type: a comparison with a type name, a `case`, `spec.type ===`. */
+const TYPE_BRANCH = new RegExp(
+  [
+    `\\btype\\b(?:\\s*\\?\\?\\s*["'][a-z]+["']\\s*\\))?\\s*[!=]==?\\s*${RUNTIME_TYPE}`,
+    `${RUNTIME_TYPE}\\s*[!=]==?\\s*[\\w.]*\\btype\\b`,
+    `\\bcase\\s+${RUNTIME_TYPE}\\s*:`,
+    `\\bspec\\.type\\s*[!=]==?`,
+  ].join("|"),
+);
+
+/**
+ * Lines of `source` that branch on a runtime's type; comments are skipped, and a message that
+ * prints the type (`${spec.type} runtime`) is not a branch.
+ */
+function typeBranches(source: string): string[] {
+  return source.split("\n").filter((line) => {
+    const code = line.replace(/\/\/.*$/, "");
+    return !/^\s*\*/.test(code) && TYPE_BRANCH.test(code);
+  });
+}
+
+/** Where lib/ keeps a type comparison that is not a decision about a runtime it holds. */
+const TYPE_BRANCH_ALLOWED: Record<string, string> = {
+  // Ledger records by type: Docker's sweep by labels has already reported those it kept.
+  "lib/cli/cleanup.ts": `k.type !== "docker"`,
+};
+
+Deno.test("the runtime-type check finds branches on a type and lets messages print one", () => {
+  const flagged = [
+    `if (spec.type === "subprocess") {`,
+    `if (spec.type !== other.type) return;`,
+    `const ssh = r.type === "ssh" && r.dedicated;`,
+    `if ((policy.runtime.type ?? "docker") === "subprocess") {`,
+    `if (type !== "docker" && type !== "kubernetes") {`,
+    `    case "prime":`,
+    `if ("docker" === spec.type) {`,
+  ];
+  for (const line of flagged) assert.deepEqual(typeBranches(line), [line], line);
+  const allowed = [
+    "throw new ConfigError(`the ${spec.type} runtime cannot run them`);",
+    `// spec.type === "docker" used to be asked here`,
+    ` * where \`spec.type === "ssh"\` was written twice`,
+    `if (part.type === "text") {`,
+    `return { type: "docker", image };`,
+  ];
+  for (const line of allowed) assert.deepEqual(typeBranches(line), [], line);
+});
+
+Deno.test("lib/ asks a runtime's traits and never branches on its type", async () => {
+  const found: string[] = [];
+  async function walk(dir: string): Promise<void> {
+    for (const entry of await readdir(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) await walk(path);
+      else if (entry.name.endsWith(".ts") && !entry.name.endsWith("_test.ts")) {
+        const file = relative(ROOT, path);
+        // The sandbox host's source, embedded as a string.
+        if (entry.name.startsWith("_") && entry.name.endsWith("_source.ts")) continue;
+        for (const line of typeBranches(await readFile(path, "utf8"))) {
+          if (TYPE_BRANCH_ALLOWED[file] && line.includes(TYPE_BRANCH_ALLOWED[file])) continue;
+          found.push(`${file}: ${line.trim()}`);
+        }
+      }
+    }
+  }
+  await walk(join(ROOT, "lib"));
+  assert.deepEqual(
+    found,
+    [],
+    `lib/ branches on a runtime's type; ask traitsOf(spec):\n${found.join("\n")}`,
+  );
+});

@@ -55,6 +55,7 @@ import type {
   RunResult,
   Runtime,
   RuntimeCapabilities,
+  RuntimeSpec,
   SshRuntimeSpec,
 } from "../runtime.ts";
 import {
@@ -788,8 +789,8 @@ export class SshRuntime implements Runtime {
  * a sandbox started on that host now waits until it has stopped. A caller about to start one
  * while keeping that sandbox up until the new one is done would wait forever, so it refuses.
  */
-export function dedicatedHolderOf(spec: SshRuntimeSpec): string | undefined {
-  if (!spec.dedicated) return undefined;
+export function dedicatedHolderOf(spec: RuntimeSpec): string | undefined {
+  if (spec.type !== "ssh" || !spec.dedicated) return undefined;
   return dedicatedHostHolder(new SshRuntime(spec).address);
 }
 

@@ -9,6 +9,7 @@ import { posix } from "node:path";
 import type { SandboxSlot } from "../../../runtimes/limits.ts";
 import type { SandboxSource } from "../../../runtimes/pool.ts";
 import type { Runtime, RuntimeSpec } from "../../../runtimes/runtime.ts";
+import { dedicatedHostOf, traitsOf } from "../../../runtimes/config.ts";
 import { dedicatedHolderOf } from "../../../runtimes/ssh/runtime.ts";
 import { resolveTemplate } from "../../config.ts";
 import { ConfigError, InfraError } from "../../errors.ts";
@@ -256,10 +257,11 @@ export async function scoreIsolated(s: RolloutState): Promise<TaskScores> {
   // deno-lint-ignore require-await
   const graderSpec = await inPhase("scoring", async () => {
     const spec = resolveRuntimeSpec(graderConfig, task, "grader", scoringEnv);
-    if (spec.type === "subprocess" || (spec.type === "ssh" && !spec.dedicated)) {
+    const traits = traitsOf(spec);
+    if (!traits.isolation) {
       throw new ConfigError(
-        `The grading sandbox must be a fresh, isolated sandbox; a ${spec.type} runtime` +
-          `${spec.type === "ssh" ? " on a shared host" : ""} is not one (task "${task.key}"); ` +
+        `The grading sandbox must be a fresh, isolated sandbox; a ${traits.label} is not one ` +
+          `(task "${task.key}"); ` +
           `use docker or prime for --env.agent.scoring.runtime`,
       );
     }
@@ -282,7 +284,7 @@ export async function scoreIsolated(s: RolloutState): Promise<TaskScores> {
     const policy = own
       ? parseNetworkPolicy(own, "scoring.network")
       : resolveNetworkPolicy(graderConfig, task, "env.agent.scoring.runtime");
-    if (policy && graderSpec.type !== "docker") {
+    if (policy && !traitsOf(graderSpec).egress) {
       throw new ConfigError(
         `A network policy is enforced on the docker runtime only; the grading sandbox is ` +
           `${graderSpec.type} (task "${task.key}")`,
@@ -361,7 +363,7 @@ export async function gradeSubmission(
   const config: RuntimeConfig = { ...(options.runtime ?? {}), ...(scoring.runtime ?? {}) };
   const scoringEnv = scoringEnvOf(scoring.env, (n) => process.env[n]);
   const spec = resolveRuntimeSpec(config, task, "grader", scoringEnv);
-  if (spec.type === "subprocess" || (spec.type === "ssh" && !spec.dedicated)) {
+  if (!traitsOf(spec).isolation) {
     throw new ConfigError(
       `gradeSubmission needs a fresh, isolated grading sandbox; a ${spec.type} runtime is not ` +
         `one (task "${task.key}"); use docker or prime for scoring.runtime`,
@@ -398,11 +400,11 @@ function requireHostNotKept(
   options: { kept: Runtime; task: Task; field: string },
 ): void {
   const { kept, task, field } = options;
-  if (spec.type !== "ssh" || !spec.dedicated) return;
+  const host = dedicatedHostOf(spec);
   const holder = dedicatedHolderOf(spec);
-  if (holder === undefined || holder !== kept.id) return;
+  if (host === undefined || holder === undefined || holder !== kept.id) return;
   throw new ConfigError(
-    `The grading sandbox of task "${task.key}" would need dedicated ssh host "${spec.host}", ` +
+    `The grading sandbox of task "${task.key}" would need dedicated ssh host "${host}", ` +
       `which sandbox "${holder}" holds until grading is done; a dedicated host holds one ` +
       `sandbox at a time: give ${field} a host of its own (host = "...")`,
   );

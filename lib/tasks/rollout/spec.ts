@@ -4,6 +4,7 @@
  * anything starts.
  * @module
  */
+import { specOf, traitsOf } from "../../../runtimes/config.ts";
 import type { RuntimeSpec } from "../../../runtimes/runtime.ts";
 import { ConfigError } from "../../errors.ts";
 import {
@@ -16,11 +17,6 @@ import type { RuntimeConfig, Task } from "../task.ts";
 import type { RolloutState } from "./state.ts";
 import { warnOnce } from "./_warn.ts";
 
-function memoryString(m: number | string | undefined): string | undefined {
-  if (m === undefined) return undefined;
-  return typeof m === "number" ? `${Math.round(m * 1024)}m` : m;
-}
-
 /** Build a runtime spec from a runtime config plus the task's requirements. */
 export function resolveRuntimeSpec(
   config: RuntimeConfig,
@@ -29,111 +25,17 @@ export function resolveRuntimeSpec(
   extraEnv: Record<string, string> = {},
 ): RuntimeSpec {
   const data = task.data;
-  const type = config.type ?? "docker";
-  const env = { ...task.runtimeEnv(), ...(config.env ?? {}), ...extraEnv };
-  if (type === "subprocess") {
-    if (task.needsContainer) {
-      throw new ConfigError(
-        `Task "${task.key}" needs a container runtime${
-          data.image ? ` (image "${data.image}")` : ""
-        }; the subprocess runtime cannot run it; use --env.agent.runtime.type docker`,
-      );
-    }
-    return { type: "subprocess", workdir: config.workdir ?? data.workdir, env };
-  }
-  if (type === "ssh") {
-    if (!config.host) {
-      throw new ConfigError(`The ssh runtime needs a host: --env.agent.runtime.host <host>`);
-    }
-    if (task.needsContainer && !config.dedicated) {
-      throw new ConfigError(
-        `Task "${task.key}" needs a container; a shared SSH host is not one. Use docker or prime, ` +
-          `or mark a host used only by this run with --env.agent.runtime.dedicated true`,
-      );
-    }
-    return {
-      type: "ssh",
-      host: config.host,
-      port: config.port,
-      user: config.user,
-      privateKeyPath: config.private_key_path,
-      knownHostsPath: config.known_hosts_path,
-      sshConfigPath: config.ssh_config_path === "" ? null : config.ssh_config_path,
-      trustOnFirstUse: config.trust_on_first_use,
-      dedicated: config.dedicated,
-      maxSessions: config.max_sessions,
-      workdir: config.workdir ?? data.workdir,
-      env,
-    };
-  }
-  if (type === "prime") {
-    const memory = config.memory ?? data.resources?.memory;
-    return {
-      type: "prime",
-      image: config.image ?? data.image,
-      gpu: config.gpu,
-      cpu: config.cpu ?? data.resources?.cpu,
-      memory: typeof memory === "number" ? memory : undefined,
-      disk: config.disk,
-      ttlMinutes: config.ttl_minutes,
-      apiBase: config.api_base,
-      apiKeyVar: config.api_key_var,
-      workdir: config.workdir ?? data.workdir,
-      env,
-      labels: { "vf.role": role },
-      ssh: {
-        user: config.user,
-        privateKeyPath: config.private_key_path,
-        knownHostsPath: config.known_hosts_path,
-        trustOnFirstUse: config.trust_on_first_use,
-      },
-    };
-  }
-  if (type !== "docker" && type !== "kubernetes") {
-    throw new ConfigError(
-      `Unknown runtime type "${type}"; known: "docker", "subprocess", "ssh", "prime", "kubernetes"`,
-    );
-  }
-  const image = config.image ?? data.image;
-  if (!image) {
-    throw new ConfigError(
-      `Task "${task.key}" has no image for its ${role} sandbox; set TaskData.image or ` +
-        `--env.agent.runtime.image`,
-    );
-  }
-  if (type === "kubernetes") {
-    return {
-      type: "kubernetes",
-      image,
-      kubeconfig: config.kubeconfig,
-      context: config.context,
-      inCluster: config.in_cluster,
-      namespace: config.namespace,
-      nodeSelector: config.node_selector,
-      tolerations: config.tolerations,
-      runtimeClassName: config.runtime_class_name,
-      serviceAccountName: config.service_account_name,
-      imagePullPolicy: config.image_pull_policy,
-      startTimeoutMs: config.start_timeout === undefined ? undefined : config.start_timeout * 1000,
-      cpu: config.cpu ?? data.resources?.cpu,
-      memory: memoryString(config.memory ?? data.resources?.memory),
-      workdir: config.workdir ?? data.workdir,
-      env,
-      network: (config.network ?? data.network ?? false) === true,
-      labels: { "vf.role": role },
-    };
-  }
-  return {
-    type: "docker",
-    image,
-    cpu: config.cpu ?? data.resources?.cpu,
-    memory: memoryString(config.memory ?? data.resources?.memory),
-    workdir: config.workdir ?? data.workdir,
-    env,
-    // A policy is enforced by the rollout's egress proxy, never by an open bridge.
-    network: (config.network ?? data.network ?? false) === true,
-    labels: { "vf.role": role },
-  };
+  return specOf(config, {
+    task: task.key,
+    role,
+    container: task.needsContainer,
+    image: data.image,
+    workdir: data.workdir,
+    resources: data.resources,
+    network: data.network,
+    env: task.runtimeEnv(),
+    extraEnv,
+  });
 }
 
 /**
@@ -168,25 +70,26 @@ export function resolveNetworkPolicy(
 export function agentSpecOf(s: RolloutState): RuntimeSpec {
   const { task, policy, box } = s.options;
   const spec = box ? box.spec : resolveRuntimeSpec(policy.runtime, task, "agent");
-  if (s.mode === "isolated" && spec.type === "subprocess") {
+  const traits = traitsOf(spec);
+  if (s.mode === "isolated" && !traits.artifacts) {
     throw new ConfigError(
       `Isolated scoring needs a container runtime; the subprocess runtime cannot collect artifacts ` +
         `or start a grading sandbox (task "${task.key}"); use docker or --env.agent.scoring.mode shared`,
     );
   }
-  if (policy.harness.executesCode && spec.type === "subprocess") {
+  if (policy.harness.executesCode && traits.onHost) {
     warnOnce(
       `Harness "${policy.harness.id}" runs agent commands on the host (subprocess runtime)`,
     );
   }
   const egress = s.egress = resolveNetworkPolicy(policy.runtime, task);
-  if (egress && spec.type !== "docker") {
+  if (egress && !traits.egress) {
     throw new ConfigError(
       `A network policy (allow/block) is enforced on the docker runtime only; the ` +
         `${spec.type} runtime cannot (task "${task.key}")`,
     );
   }
-  if (policy.harness.needsGateway && spec.type !== "docker" && spec.type !== "subprocess") {
+  if (policy.harness.needsGateway && traits.gateway === null) {
     throw new ConfigError(
       `Harness "${policy.harness.id}" runs the agent inside the sandbox, which reaches the ` +
         `model gateway on docker and subprocess runtimes only, not ${spec.type}`,
