@@ -4,7 +4,6 @@
  * or provision a sandbox that several runs share. Every finished run joins the episode.
  * @module
  */
-import { createRuntime } from "../../runtimes/create.ts";
 import type { ChatClient } from "../model/client.ts";
 import type { Semaphore } from "../model/limits.ts";
 import { ConfigError, EnvError, serializeError } from "../errors.ts";
@@ -14,12 +13,14 @@ import {
   type AgentPolicy,
   type Box,
   resolveRuntimeSpec,
+  type RolloutRecord,
   type Segment,
   TaskRollout,
   type TaskTrace,
 } from "../tasks/rollout/mod.ts";
 import type { Task, TraceView } from "../tasks/task.ts";
 import type { GroupForks } from "../tasks/fork.ts";
+import { acquireSandbox } from "../tasks/sandbox.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import type { Toolbox } from "../tools/toolbox.ts";
@@ -51,8 +52,11 @@ export interface EpisodeScope {
   /** Agent runs of this episode active at once. */
   permits: Semaphore;
   signal?: AbortSignal;
-  /** Called with every finished trace, in completion order. */
-  onTrace: (trace: TaskTrace) => void;
+  /**
+   * Called with every finished trace, in completion order, and what its sandboxes and
+   * toolsets did (for `vf replay`; null when it used neither).
+   */
+  onTrace: (trace: TaskTrace, record?: RolloutRecord | null) => void;
   /** The run's configured judges: they score every run of a trainable role. */
   judges?: Judge[];
   /** The run's toolsets: offered to every run of a trainable role. */
@@ -76,6 +80,8 @@ export interface AgentRun {
   artifacts: TraceView["artifacts"];
   /** The run's state object (never persisted). */
   state: Record<string, unknown>;
+  /** What the run's sandboxes and toolsets did (null when it used neither). */
+  record: RolloutRecord | null;
 }
 
 /** Options of {@link EpisodeAgent.run} and {@link EpisodeAgent.interaction}. */
@@ -163,14 +169,14 @@ export class EpisodeAgent {
     trace.ok = false;
     trace.error ??= { ...serializeError(reason), phase: "env" };
     trace.stop_condition ??= "has_error";
-    this.#scope.onTrace(trace);
+    this.#scope.onTrace(trace, rollout.record);
   }
 
   // deno-lint-ignore require-await
   async #finish(rollout: TaskRollout, _task: Task): Promise<AgentRun> {
-    const trace = rollout.trace;
-    this.#scope.onTrace(trace);
-    return { trace, artifacts: rollout.view.artifacts, state: rollout.state };
+    const { trace, record } = rollout;
+    this.#scope.onTrace(trace, record);
+    return { trace, artifacts: rollout.view.artifacts, state: rollout.state, record };
   }
 
   /**
@@ -182,14 +188,11 @@ export class EpisodeAgent {
     const rollout = this.#rollout(task, options);
     const release = await this.#scope.permits.acquire({ signal: this.#scope.signal });
     try {
-      if (await rollout.open()) await rollout.step();
-      await rollout.close();
+      await rollout.run();
     } catch (error) {
-      await rollout.dispose();
       this.recordCutShort(rollout);
       throw error;
     } finally {
-      await rollout.dispose();
       release();
     }
     return await this.#finish(rollout, task);
@@ -242,17 +245,13 @@ export class EpisodeAgent {
    */
   async provision(task: Task): Promise<Box & AsyncDisposable> {
     const spec = resolveRuntimeSpec(this.#spec.policy.runtime, task, "agent");
-    const labels = { runId: this.#scope.runId, task: task.key };
-    const sandboxes = this.#spec.policy.sandboxes;
-    const runtime = sandboxes
-      ? await sandboxes.acquire(spec, { ...labels, role: "agent", signal: this.#scope.signal })
-      : createRuntime(spec, labels);
-    try {
-      if (!sandboxes) await runtime.start({ signal: this.#scope.signal });
-    } catch (error) {
-      await runtime.stop().catch(() => {});
-      throw error;
-    }
+    const runtime = await acquireSandbox(spec, {
+      runId: this.#scope.runId,
+      task: task.key,
+      role: "agent",
+      sandboxes: this.#spec.policy.sandboxes,
+      signal: this.#scope.signal,
+    });
     return { runtime, spec, [Symbol.asyncDispose]: () => runtime.stop() };
   }
 }
@@ -317,13 +316,10 @@ export class Interaction implements AsyncDisposable {
     this.#result ??= (async () => {
       this.#scope.interactions.delete(this);
       try {
-        await this.#rollout.close(this.#terminated ? {} : { stopCondition: "user_closed" });
+        await this.#rollout.finish(this.#terminated ? {} : { stopCondition: "user_closed" });
       } catch (error) {
-        await this.#rollout.dispose();
         this.#cutShort();
         throw error;
-      } finally {
-        await this.#rollout.dispose();
       }
       return await this.#finish();
     })();

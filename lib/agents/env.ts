@@ -22,6 +22,7 @@ import { EnvError, JudgeVerdictError, type SerializedError, serializeError } fro
 import { Semaphore } from "../model/limits.ts";
 import type { Task } from "../tasks/task.ts";
 import { type TaskTrace, TRACE_FORMAT_VERSION } from "../tasks/trace.ts";
+import type { RolloutRecord } from "../tasks/rollout/mod.ts";
 import { type AgentRole, EpisodeAgent, type EpisodeScope, type Interaction } from "./agent.ts";
 
 /** Version of episode lines in `traces.jsonl`. */
@@ -149,6 +150,11 @@ export interface RunEpisodeOptions {
   services?: string;
   /** The run's fork groups (`fork_group`): trainable roles' rollouts of a task share one setup. */
   forks?: EpisodeScope["forks"];
+  /**
+   * Told, as each trace joins the episode, what its sandboxes and toolsets did (what a run
+   * writes to `record.jsonl` for `vf replay`); not called for a trace that used neither.
+   */
+  onRecord?: (trace: TaskTrace, record: RolloutRecord) => void;
 }
 
 /** Race `fn` against a limit in seconds; the inner signal aborts when the limit passes. */
@@ -239,10 +245,11 @@ export async function runEpisode(
         episodeIndex: episode.episode_index,
         permits,
         signal,
-        onTrace: (trace) => {
+        onTrace: (trace, record) => {
           trace.episode_id = episode.episode_id;
           scope.traces.add(trace);
           episode.traces.push(trace);
+          if (record) options.onRecord?.(trace, record);
         },
         judges: options.judges,
         toolsets: options.toolsets,

@@ -14,8 +14,7 @@ import { Toolbox } from "../tools/toolbox.ts";
 import type { StartGate } from "../eval/evaluate.ts";
 import { readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
 import { requireRewards, type Task, type Taskset } from "../tasks/task.ts";
-import { SANDBOX_RECORDS } from "../tasks/rollout/mod.ts";
-import type { AgentPolicy, TaskTrace } from "../tasks/rollout/mod.ts";
+import type { AgentPolicy, RolloutRecord, TaskTrace } from "../tasks/rollout/mod.ts";
 import {
   modelRetries,
   requireIsolatableConcurrency,
@@ -239,7 +238,7 @@ export async function runTaskset(
     ? new GroupForks({ members: r - 1 })
     : undefined;
   let writeQueue = Promise.resolve();
-  const persist = (episode: Episode) => {
+  const persist = (episode: Episode, sandboxes: Map<TaskTrace, RolloutRecord>) => {
     for (const t of episode.traces) t.model_retries = modelRetries(t);
     const flat = env.flat ? flatTrace(episode) : null;
     if (!tracesPath) return Promise.resolve();
@@ -249,7 +248,7 @@ export async function runTaskset(
     }
     // What a replay needs of each rollout's sandboxes goes beside the traces.
     const records = episode.traces.flatMap((t) => {
-      const record = SANDBOX_RECORDS.get(t);
+      const record = sandboxes.get(t);
       return record
         ? [JSON.stringify({
           format_version: 1,
@@ -288,6 +287,7 @@ export async function runTaskset(
       }
       const job = jobs[next++];
       let episode: Episode | undefined;
+      const sandboxes = new Map<TaskTrace, RolloutRecord>();
       try {
         episode = await runEpisode(env, job.task, {
           tasksetId: options.taskset.id,
@@ -299,6 +299,7 @@ export async function runTaskset(
           sharedTools,
           services: options.services,
           forks,
+          onRecord: (trace, record) => sandboxes.set(trace, record),
         });
       } catch (error) {
         if (!controller.signal.aborted) {
@@ -323,7 +324,7 @@ export async function runTaskset(
       if (modelError) fatal = new ConfigError(modelError.error!.message);
       episodes.push(episode);
       try {
-        await persist(episode);
+        await persist(episode, sandboxes);
         // Counted as each is written: episodes.length has grown by the time this runs when
         // several finish at once, and every line said "4/4".
         const done = ++written;

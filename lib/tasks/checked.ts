@@ -4,14 +4,13 @@
  * policy), through the run's sandbox source when there is one (its limits count them).
  * @module
  */
-import { createRuntime } from "../../runtimes/create.ts";
 import type { SandboxSlot } from "../../runtimes/limits.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
-import { traitsOf } from "../../runtimes/config.ts";
 import type { NetworkPolicy } from "../gateway/policy.ts";
 import { loadServices, type ServicesSpec } from "../services/compose.ts";
 import { Enclosure } from "./enclosure.ts";
+import { acquireSandbox } from "./sandbox.ts";
 import type { Task } from "./task.ts";
 
 const SERVICES = new WeakMap<Task, Promise<(ServicesSpec & { dir: string }) | null>>();
@@ -80,7 +79,14 @@ export async function startChecked(
   }
   let runtime: Runtime;
   try {
-    runtime = await start(spec, task, slot, options);
+    runtime = await acquireSandbox(spec, {
+      runId: options.runId,
+      task: task.key,
+      role: options.role,
+      sandboxes,
+      slot,
+      signal,
+    });
   } catch (error) {
     await enclosure?.close();
     throw error;
@@ -100,36 +106,4 @@ export async function startChecked(
       }
     },
   };
-}
-
-async function start(
-  spec: RuntimeSpec,
-  task: Task,
-  slot: SandboxSlot | undefined,
-  options: CheckedOptions,
-): Promise<Runtime> {
-  const labels = { runId: options.runId, task: task.key };
-  if (!options.sandboxes) {
-    slot?.release();
-    const runtime = createRuntime(spec, labels);
-    try {
-      await runtime.start({ signal: options.signal });
-    } catch (error) {
-      await runtime.stop().catch(() => {});
-      throw error;
-    }
-    return runtime;
-  }
-  try {
-    return await options.sandboxes.acquire(spec, {
-      ...labels,
-      role: options.role,
-      // On its own network it starts on the slot taken with its services' (Enclosure.open).
-      ...(traitsOf(spec).enclosed ? { unpooled: true, slot } : {}),
-      signal: options.signal,
-    });
-  } catch (error) {
-    slot?.release();
-    throw error;
-  }
 }

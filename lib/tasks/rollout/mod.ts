@@ -36,12 +36,6 @@ export { rescoreTrace } from "./rescore.ts";
 export { resolveNetworkPolicy, resolveRuntimeSpec } from "./spec.ts";
 export { type TaskTrace, TRACE_FORMAT_VERSION } from "../trace.ts";
 
-/**
- * What each finished trace's sandboxes and toolsets did (the run writes it to `record.jsonl`
- * for `vf replay`).
- */
-export const SANDBOX_RECORDS: WeakMap<TaskTrace, RolloutRecord> = new WeakMap();
-
 const tokenLimitNames = new Set(["max_input_tokens", "max_output_tokens", "max_total_tokens"]);
 
 function messageText(content: unknown): string {
@@ -293,7 +287,6 @@ export class TaskRollout {
       trace.timing.total_ms = Math.round(performance.now() - s.t0);
       if (s.records.length || s.toolRecord) {
         this.#record = { sandboxes: s.records, tools: s.toolRecord };
-        SANDBOX_RECORDS.set(trace, this.#record);
       }
     }
     return trace;
@@ -346,16 +339,29 @@ export class TaskRollout {
   }
 
   /**
+   * {@link TaskRollout.close}, then {@link TaskRollout.dispose} whatever happens: an interrupt
+   * during close is thrown once the sandboxes are gone.
+   */
+  async finish(options: { stopCondition?: string } = {}): Promise<TaskTrace> {
+    try {
+      return await this.close(options);
+    } finally {
+      await this.dispose();
+    }
+  }
+
+  /**
    * The whole rollout of one segment: open, step, close, and dispose whatever happens.
    * Failures are on the returned trace; only an interrupt throws (after the teardown).
    */
   async run(): Promise<TaskTrace> {
     try {
       if (await this.open()) await this.step();
-      return await this.close();
-    } finally {
+    } catch (error) {
       await this.dispose();
+      throw error;
     }
+    return await this.finish();
   }
 }
 
