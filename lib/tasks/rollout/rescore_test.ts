@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
-import { captureWarnings } from "../../tests/_warnings.ts";
-import { metric, readText, reward, Task } from "./task.ts";
-import { rescoreTrace, type TaskTrace } from "./rollout/mod.ts";
-import { Trace } from "./trace.ts";
+import { captureWarnings } from "../../../tests/_warnings.ts";
+import { metric, readText, reward, Task } from "../task.ts";
+import { rescoreTrace } from "./rescore.ts";
+import type { TaskTrace } from "../trace.ts";
+import { Trace } from "../trace.ts";
 
 class SavedTask extends Task {
   // Reads only the trace: can be rescored offline.
