@@ -1,9 +1,10 @@
 /**
- * A typed view of one rollout's trace: derived values (turns, truncation, the last reply,
- * usage, branches, a transcript), rewards with their weights, and mutators that keep the
- * total reward right. {@link Trace.read} is a lenient reader: it takes the current format and
- * the version-1 lines older runs wrote, keeps fields it does not know, and
- * `Trace.read(JSON.parse(JSON.stringify(trace))).toJSON()` equals `trace.toJSON()`.
+ * One rollout's trace: the record written to `traces.jsonl` ({@link TaskTrace}, versioned by
+ * {@link TRACE_FORMAT_VERSION}) and {@link Trace}, a typed view of it: derived values (turns,
+ * truncation, the last reply, usage, branches, a transcript), rewards with their weights, and
+ * mutators that keep the total reward right. {@link Trace.read} is a lenient reader: it takes
+ * the current format and the version-1 lines older runs wrote, keeps fields it does not know,
+ * and `Trace.read(JSON.parse(JSON.stringify(trace))).toJSON()` equals `trace.toJSON()`.
  *
  * ```ts
  * for (const line of lines) {
