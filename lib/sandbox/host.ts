@@ -273,3 +273,6 @@ const peer = new RpcPeer(writeLine, async (method, params, signal) => {
 });
 
 await peer.pump(Deno.stdin.readable, () => new Error("Evaluator closed the channel"));
+// The evaluator is gone or done with us: whatever the environment left running (timers,
+// servers, signal listeners) must not keep this process alive.
+Deno.exit(0);

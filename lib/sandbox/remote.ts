@@ -320,10 +320,24 @@ export class SandboxHost {
     }
   }
 
-  /** Stop the host process. */
+  /**
+   * Stop the host process: it exits when its input ends; environment code may ignore SIGTERM
+   * (no permission is needed) or block its event loop, so SIGKILL follows a grace period.
+   */
   async close(): Promise<void> {
-    this.#child.stdin?.end();
-    this.#child.kill("SIGTERM");
+    const child = this.#child;
+    const exited = child.exitCode !== null || child.signalCode !== null
+      ? Promise.resolve()
+      : new Promise<void>((resolve) => child.once("exit", () => resolve()));
+    child.stdin?.end();
+    child.kill("SIGTERM");
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = await Promise.race([
+      exited.then(() => false),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), 2000))),
+    ]);
+    clearTimeout(timer);
+    if (late) child.kill("SIGKILL");
     await this.done.catch(() => {});
   }
 }
