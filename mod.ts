@@ -245,7 +245,8 @@ export type {
   TaskRolloutOptions,
   TaskTrace,
 } from "./lib/tasks/rollout/mod.ts";
-export { renderTaskSummary, selectTasks, validateTaskset } from "./lib/tasks/run.ts";
+export { renderTaskSummary } from "./lib/tasks/summary.ts";
+export { validateTaskset } from "./lib/tasks/validate.ts";
 export {
   compareStdout,
   parsePytestOutcomes,
@@ -253,14 +254,15 @@ export {
   verifyBoxedMathAnswer,
 } from "./lib/scoring/graders.ts";
 export type { FileReader, PytestOutcome } from "./lib/scoring/graders.ts";
-export type { TaskRunSummary, ValidationResult } from "./lib/tasks/run.ts";
+export type { TaskRunSummary } from "./lib/tasks/summary.ts";
+export type { ValidationResult } from "./lib/tasks/validate.ts";
 export { Env, runEpisode } from "./lib/agents/env.ts";
 export type { Agents, EnvInit, Episode, EpisodeError } from "./lib/agents/env.ts";
 export { EpisodeAgent, Interaction } from "./lib/agents/agent.ts";
 export type { AgentRole, AgentRun, AgentRunOptions } from "./lib/agents/agent.ts";
 export { buildEnv, ENVS, resolveEnvClass } from "./lib/agents/load.ts";
 export type { BuildEnvOptions, EnvClass } from "./lib/agents/load.ts";
-export { loadEpisodes, loadTraces, runTaskset } from "./lib/agents/run.ts";
+export { loadEpisodes, loadTraces, runTaskset, selectTasks } from "./lib/agents/run.ts";
 export type { RunTasksetOptions } from "./lib/agents/run.ts";
 export { SingleAgentEnv } from "./lib/agents/envs/single_agent.ts";
 export { BestOfNEnv } from "./lib/agents/envs/best_of_n.ts";

@@ -1,13 +1,18 @@
 /**
- * Running a taskset: select tasks, run episodes of an Env concurrently, append one line per
- * episode to `traces.jsonl` (a single-agent episode is written as its one trace), aggregate
- * the trainable traces, and resume a run by keeping only its complete episodes.
+ * Running a taskset, top to bottom: select tasks, check them against the run (task config,
+ * rewards, judges, what a dedicated host can serve), run episodes of an Env concurrently,
+ * append one line per episode to `traces.jsonl` (a single-agent episode is written as its one
+ * trace) with its sandbox records in `record.jsonl`, aggregate the trainable traces into the
+ * run's summary, and resume a run by keeping only its complete episodes. Everything it calls
+ * is below it: the Env layer, the rollout, the summary.
  * @module
  */
 import { appendFile, mkdir } from "node:fs/promises";
 import { join } from "node:path";
+import { traitsOfConfig } from "../../runtimes/config.ts";
 import type { ChatClient } from "../model/client.ts";
 import { ConfigError, EnvError, serializeError } from "../errors.ts";
+import { seededShuffle } from "../random.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import { Toolbox } from "../tools/toolbox.ts";
@@ -15,13 +20,7 @@ import type { StartGate } from "../eval/evaluate.ts";
 import { readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
 import { requireRewards, type Task, type Taskset } from "../tasks/task.ts";
 import type { AgentPolicy, RolloutRecord, TaskTrace } from "../tasks/rollout/mod.ts";
-import {
-  modelRetries,
-  requireIsolatableConcurrency,
-  selectTasks,
-  summarizeTraces,
-  type TaskRunSummary,
-} from "../tasks/run.ts";
+import { modelRetries, summarizeTraces, type TaskRunSummary } from "../tasks/summary.ts";
 import type { SamplingArgs } from "../types.ts";
 import { type Env, type Episode, episodeOfLine, flatTrace, runEpisode } from "./env.ts";
 import { GroupForks } from "../tasks/fork.ts";
@@ -176,6 +175,98 @@ function requireDistinctRewardKeys(task: Task, judges: Judge[]): void {
   }
 }
 
+/** Select tasks: ids filter, seeded shuffle, then the first n. */
+export async function selectTasks(
+  taskset: Taskset,
+  options: { numTasks?: number; shuffleSeed?: number | null; ids?: string[] },
+): Promise<Task[]> {
+  const needAll = options.shuffleSeed !== undefined && options.shuffleSeed !== null ||
+    options.ids?.length;
+  let tasks = await taskset.tasks(
+    needAll ? -1 : options.numTasks && options.numTasks > 0 ? options.numTasks : -1,
+  );
+  if (options.ids?.length) {
+    const want = new Set(options.ids);
+    const missing = options.ids.filter((id) => !tasks.some((t) => t.key === id));
+    if (missing.length) {
+      throw new ConfigError(
+        `Unknown task id${missing.length > 1 ? "s" : ""}: ${missing.join(", ")}`,
+      );
+    }
+    tasks = tasks.filter((t) => want.has(t.key));
+  }
+  if (options.shuffleSeed !== undefined && options.shuffleSeed !== null) {
+    tasks = seededShuffle(tasks, options.shuffleSeed);
+  }
+  if (options.numTasks && options.numTasks > 0) tasks = tasks.slice(0, options.numTasks);
+  return tasks;
+}
+
+/**
+ * A dedicated ssh host is one sandbox: sandboxes on it take turns (a grader on the agent's
+ * host waits until the agent has handed it back), so each dedicated host serves one rollout
+ * at a time. Refuse before the run starts what its hosts cannot serve, instead of letting
+ * rollouts fail one by one: more rollouts at once than one, on the agent's host or on a
+ * grading host of its own, or a warm sandbox that would sit on the host the next one waits for.
+ * @param options.tasks the run's tasks, whose own `scoring` may put graders on a dedicated host
+ * @param options.role the role whose policy this is, for messages; default `agent`
+ * @throws {ConfigError}
+ */
+export function requireIsolatableConcurrency(
+  policy: Pick<AgentPolicy, "runtime" | "scoring">,
+  maxConcurrent: number,
+  options: { tasks?: Task[]; role?: string } = {},
+): void {
+  type Host = {
+    type?: string;
+    dedicated?: boolean;
+    host?: string;
+    port?: number;
+    user?: string;
+    warm_pool?: number;
+  };
+  const role = options.role ?? "agent";
+  const dedicated = (r: Host) => traitsOfConfig(r).dedicated;
+  const turns = (r: Host, field: string, what: string) => {
+    if (maxConcurrent <= 1) return;
+    throw new ConfigError(
+      `${field}: ssh host "${r.host}" is dedicated, so it holds one sandbox at a time and ` +
+        `${what}; run with -c 1 (max_concurrent = 1), got ${maxConcurrent}`,
+    );
+  };
+  const agent = policy.runtime as Host;
+  if (dedicated(agent)) {
+    turns(agent, `env.${role}.runtime`, "rollouts on it at once would share its files");
+    if ((agent.warm_pool ?? 0) > 0) {
+      throw new ConfigError(
+        `env.${role}.runtime: ssh host "${agent.host}" is dedicated, so it cannot keep warm ` +
+          `sandboxes beside the one in use; remove warm_pool`,
+      );
+    }
+  }
+  // Graders: the run's scoring.runtime over each isolated task's own, over the agent's runtime.
+  const tasks: Array<Task | null> = options.tasks?.length ? options.tasks : [null];
+  for (const task of tasks) {
+    const scoring = { ...(task?.data.scoring ?? {}), ...(policy.scoring ?? {}) };
+    if (scoring.mode !== "isolated") continue;
+    const grader = { ...policy.runtime, ...(scoring.runtime ?? {}) } as Host;
+    if (!dedicated(grader)) continue;
+    const field = policy.scoring?.runtime || !task
+      ? `env.${role}.scoring.runtime`
+      : `task "${task.key}" scoring.runtime`;
+    const agentsHost = dedicated(agent) && grader.host === agent.host &&
+      grader.port === agent.port && grader.user === agent.user;
+    if (agentsHost && (grader.warm_pool ?? 0) > 0) {
+      throw new ConfigError(
+        `${field}: ssh host "${grader.host}" is dedicated and holds the agent's sandboxes too, ` +
+          `so it cannot keep a warm grading sandbox: an idle one would hold the host the next ` +
+          `agent waits for; remove warm_pool, or give the grader a host of its own`,
+      );
+    }
+    if (!agentsHost) turns(grader, field, "grades one rollout at a time");
+  }
+}
+
 /** The model failures that end a run: no later rollout could reach the model either. */
 const FATAL_MODEL_ERRORS = ["AuthenticationError", "EndpointUnreachableError"];
 
@@ -185,6 +276,75 @@ export async function runTaskset(
 ): Promise<{ traces: TaskTrace[]; episodes: Episode[]; summary: TaskRunSummary }> {
   const env = options.env ?? defaultEnv(options);
   const tasks = await selectTasks(options.taskset, options);
+  checkTasks(tasks, env, options);
+  const r = Math.max(1, options.rolloutsPerTask ?? 1);
+  const done = await resumedEpisodes(env, options);
+  const jobs: Job[] = [];
+  for (const task of tasks) {
+    for (let i = 0; i < r; i++) if (!done.has(`${task.key}#${i}`)) jobs.push({ task, index: i });
+  }
+  if (options.runDir) await mkdir(options.runDir, { recursive: true });
+  // Shared toolsets: opened once, before any rollout, for every rollout of the run.
+  const sharedSpecs = (options.toolsets ?? []).filter((t) => t.shared);
+  const sharedTools = sharedSpecs.length
+    ? await Toolbox.open(sharedSpecs, { state: {}, signal: options.signal })
+    : undefined;
+  try {
+    await env.start();
+  } catch (error) {
+    await sharedTools?.close();
+    throw error;
+  }
+  const episodes: Episode[] = [...done.values()];
+  // Each group (a task, a role) has r rollouts: a leader and r − 1 members.
+  const forks = (options.forkGroup ?? options.taskset.forkGroup)
+    ? new GroupForks({ members: r - 1 })
+    : undefined;
+  const writer = new EpisodeWriter(env, options);
+  let fatal: unknown = null;
+  try {
+    fatal = await runJobs(jobs, {
+      env,
+      options,
+      episodes,
+      writer,
+      total: tasks.length * r,
+      written: episodes.length,
+      episode: { sharedTools, forks },
+    });
+  } finally {
+    try {
+      await writer.settled(); // a write that failed is already the run's error
+    } finally {
+      await env.stop();
+      await sharedTools?.close();
+      await forks?.close();
+    }
+  }
+  const scored = scoredTraces(episodes);
+  const summary = summarize(scored, episodes, { env, tasks, r, options });
+  if (options.runDir) await writeJsonAtomic(join(options.runDir, "metadata.json"), summary);
+  if (fatal) throw fatal;
+  if (options.signal?.aborted) throw options.signal.reason;
+  episodes.sort((a, b) => a.example_id - b.example_id || a.episode_index - b.episode_index);
+  const traces = episodes.flatMap((e) => e.traces);
+  assignAdvantages(traces, scored);
+  return { traces, episodes, summary };
+}
+
+/** One episode to run: a task and its episode index. */
+interface Job {
+  task: Task;
+  index: number;
+}
+
+/**
+ * Before anything starts: each task received the task config its plugged hooks need, can be
+ * scored, shares no reward name with a judge, and each role's runtime can serve the run's
+ * concurrency.
+ * @throws {ConfigError}
+ */
+function checkTasks(tasks: Task[], env: Env, options: RunTasksetOptions): void {
   for (const task of tasks) {
     const dropped = (options.requireTaskConfig ?? []).filter((k) => !(k in task.config));
     if (dropped.length) {
@@ -203,47 +363,46 @@ export async function runTaskset(
       role: role.name,
     });
   }
-  const r = Math.max(1, options.rolloutsPerTask ?? 1);
-  const tracesPath = options.runDir ? join(options.runDir, "traces.jsonl") : null;
+}
+
+/** A resumed run's complete episodes by `task#index`; torn last lines are repaired first. */
+async function resumedEpisodes(
+  env: Env,
+  options: RunTasksetOptions,
+): Promise<Map<string, Episode>> {
   const done = new Map<string, Episode>();
-  if (options.resume && options.runDir) {
-    await repairTrailingLine(tracesPath!);
-    // A torn record would swallow the start of the next one appended after it.
-    await repairTrailingLine(join(options.runDir, "record.jsonl"));
-    for (const e of await loadEpisodes(options.runDir)) {
-      if (env.complete(e)) done.set(`${e.task.key}#${e.episode_index}`, e);
-    }
+  if (!options.resume || !options.runDir) return done;
+  await repairTrailingLine(join(options.runDir, "traces.jsonl"));
+  // A torn record would swallow the start of the next one appended after it.
+  await repairTrailingLine(join(options.runDir, "record.jsonl"));
+  for (const e of await loadEpisodes(options.runDir)) {
+    if (env.complete(e)) done.set(`${e.task.key}#${e.episode_index}`, e);
   }
-  const jobs: Array<{ task: Task; index: number }> = [];
-  for (const task of tasks) {
-    for (let i = 0; i < r; i++) if (!done.has(`${task.key}#${i}`)) jobs.push({ task, index: i });
+  return done;
+}
+
+/**
+ * Writes each finished episode to the run directory, one write at a time: its line to
+ * `traces.jsonl` (token data left out unless `saveTokens`) after its sandbox records to
+ * `record.jsonl`.
+ */
+class EpisodeWriter {
+  #queue = Promise.resolve();
+  #env: Env;
+  #options: RunTasksetOptions;
+
+  constructor(env: Env, options: RunTasksetOptions) {
+    this.#env = env;
+    this.#options = options;
   }
-  if (options.runDir) await mkdir(options.runDir, { recursive: true });
-  // Shared toolsets: opened once, before any rollout, for every rollout of the run.
-  const sharedSpecs = (options.toolsets ?? []).filter((t) => t.shared);
-  const sharedTools = sharedSpecs.length
-    ? await Toolbox.open(sharedSpecs, { state: {}, signal: options.signal })
-    : undefined;
-  try {
-    await env.start();
-  } catch (error) {
-    await sharedTools?.close();
-    throw error;
-  }
-  const episodes: Episode[] = [...done.values()];
-  let written = episodes.length;
-  const total = tasks.length * r;
-  // Each group (a task, a role) has r rollouts: a leader and r − 1 members.
-  const forks = (options.forkGroup ?? options.taskset.forkGroup)
-    ? new GroupForks({ members: r - 1 })
-    : undefined;
-  let writeQueue = Promise.resolve();
-  const persist = (episode: Episode, sandboxes: Map<TaskTrace, RolloutRecord>) => {
+
+  write(episode: Episode, sandboxes: Map<TaskTrace, RolloutRecord>): Promise<void> {
     for (const t of episode.traces) t.model_retries = modelRetries(t);
-    const flat = env.flat ? flatTrace(episode) : null;
-    if (!tracesPath) return Promise.resolve();
+    const flat = this.#env.flat ? flatTrace(episode) : null;
+    const runDir = this.#options.runDir;
+    if (!runDir) return Promise.resolve();
     let line: TaskTrace | Episode = flat ?? episode;
-    if (!options.saveTokens) {
+    if (!this.#options.saveTokens) {
       line = flat ? withoutTokens(flat) : { ...episode, traces: episode.traces.map(withoutTokens) };
     }
     // What a replay needs of each rollout's sandboxes goes beside the traces.
@@ -261,18 +420,41 @@ export async function runTaskset(
         })]
         : [];
     });
-    const write = writeQueue.then(async () => {
-      if (records.length) {
-        await appendFile(join(options.runDir!, "record.jsonl"), records.join("\n") + "\n");
-      }
-      await appendFile(tracesPath, JSON.stringify(line) + "\n");
+    const write = this.#queue.then(async () => {
+      if (records.length) await appendFile(join(runDir, "record.jsonl"), records.join("\n") + "\n");
+      await appendFile(join(runDir, "traces.jsonl"), JSON.stringify(line) + "\n");
     });
-    writeQueue = write.catch(() => {});
+    this.#queue = write.catch(() => {});
     return write;
-  };
+  }
+
+  /** Resolves once every write has ended, failed ones included. */
+  settled(): Promise<void> {
+    return this.#queue.catch(() => {});
+  }
+}
+
+/**
+ * Runs the jobs on `maxConcurrent` workers until they are done, the run is aborted, or one
+ * fails in a way that ends the run; returns that failure (null when none did).
+ */
+async function runJobs(
+  jobs: Job[],
+  run: {
+    env: Env;
+    options: RunTasksetOptions;
+    episodes: Episode[];
+    writer: EpisodeWriter;
+    total: number;
+    written: number;
+    episode: Pick<Parameters<typeof runEpisode>[2], "sharedTools" | "forks">;
+  },
+): Promise<unknown> {
+  const { env, options, episodes, writer, total } = run;
   const controller = new AbortController();
   const outer = options.signal;
   outer?.addEventListener("abort", () => controller.abort(outer.reason), { once: true });
+  let written = run.written;
   let fatal: unknown = null;
   let next = 0;
   const worker = async () => {
@@ -296,9 +478,8 @@ export async function runTaskset(
           signal: controller.signal,
           judges: options.judges,
           toolsets: options.toolsets,
-          sharedTools,
           services: options.services,
-          forks,
+          ...run.episode,
           onRecord: (trace, record) => sandboxes.set(trace, record),
         });
       } catch (error) {
@@ -324,7 +505,7 @@ export async function runTaskset(
       if (modelError) fatal = new ConfigError(modelError.error!.message);
       episodes.push(episode);
       try {
-        await persist(episode, sandboxes);
+        await writer.write(episode, sandboxes);
         // Counted as each is written: episodes.length has grown by the time this runs when
         // several finish at once, and every line said "4/4".
         const done = ++written;
@@ -345,39 +526,39 @@ export async function runTaskset(
     }
   };
   const n = Math.max(1, Math.min(options.maxConcurrent ?? 4, jobs.length || 1));
-  try {
-    await Promise.all(Array.from({ length: n }, worker));
-  } finally {
-    try {
-      await writeQueue.catch(() => {}); // a write that failed is already the run's error
-    } finally {
-      await env.stop();
-      await sharedTools?.close();
-      await forks?.close();
-    }
-  }
-  const scored = scoredTraces(episodes);
+  await Promise.all(Array.from({ length: n }, worker));
+  return fatal;
+}
+
+/** The run's summary over its scored traces, with its episodes' counts and usage by role. */
+function summarize(
+  scored: TaskTrace[],
+  episodes: Episode[],
+  run: { env: Env; tasks: Task[]; r: number; options: RunTasksetOptions },
+): TaskRunSummary {
+  const { options } = run;
   const perTask = new Map<string, number>();
   for (const t of scored) perTask.set(t.task.key, (perTask.get(t.task.key) ?? 0) + 1);
   const summary = summarizeTraces(scored, {
     run_id: options.runId,
     taskset: options.taskset.id,
     model: options.model,
-    env_id: env.id,
-    num_tasks: tasks.length,
-    rollouts_per_task: Math.max(r, ...perTask.values()),
+    env_id: run.env.id,
+    num_tasks: run.tasks.length,
+    rollouts_per_task: Math.max(run.r, ...perTask.values()),
   }, { passThreshold: options.passThreshold });
   summary.num_episodes = episodes.length;
   summary.num_failed_episodes = episodes.filter((e) => e.errors.length > 0).length;
   summary.usage_by_role = usageByRole(episodes);
   if (!summary.usage_by_role) delete summary.usage_by_role;
-  if (options.runDir) await writeJsonAtomic(join(options.runDir, "metadata.json"), summary);
-  if (fatal) throw fatal;
-  if (outer?.aborted) throw outer.reason;
-  episodes.sort((a, b) => a.example_id - b.example_id || a.episode_index - b.episode_index);
-  const traces = episodes.flatMap((e) => e.traces);
-  // Group advantages per task and role over the trainable traces this call returns, resumed
-  // ones included (lines already written stay as they were: a group is complete only now).
+  return summary;
+}
+
+/**
+ * Group advantages per task and role over the trainable traces a run returns, resumed ones
+ * included (lines already written stay as they were: a group is complete only now).
+ */
+function assignAdvantages(traces: TaskTrace[], scored: TaskTrace[]): void {
   const unscored = new Set(scored.filter((t) => t.error).map((t) => t.trace_id));
   const groups = new Map<string, TaskTrace[]>();
   for (const t of traces) {
@@ -389,7 +570,6 @@ export async function runTaskset(
     const rewards = group.map((t) => (t.error || unscored.has(t.trace_id) ? null : t.reward));
     groupAdvantages(rewards).forEach((a, i) => (group[i].advantage = a));
   }
-  return { traces, episodes, summary };
 }
 
 /**

@@ -10,7 +10,7 @@ import { ConfigError } from "../errors.ts";
 import { isUnscoredOutput, loadOutputs } from "../eval/results.ts";
 import { pairedComparison, type RewardsByExample } from "../eval/compare.ts";
 import { loadEpisodes, scoredTraces } from "../agents/run.ts";
-import { isUnscored } from "../tasks/run.ts";
+import { isUnscored } from "../tasks/summary.ts";
 import { parseArgs } from "./args.ts";
 
 const COMPARE_HELP = `vf compare <runA> <runB> [--fail-if-worse D] [--top N]

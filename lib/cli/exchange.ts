@@ -9,7 +9,7 @@ import { join, resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
 import { importHarborJob, traceToAtif } from "../harbor/atif.ts";
 import { loadTraces } from "../agents/run.ts";
-import { summarizeTraces } from "../tasks/run.ts";
+import { summarizeTraces } from "../tasks/summary.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import { parseArgs } from "./args.ts";
 

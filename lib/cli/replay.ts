@@ -22,7 +22,7 @@ import { resolveEval } from "./eval.ts";
 import { runTasks } from "./run.ts";
 import { loadTraces } from "../agents/run.ts";
 import { rescoreTrace, type TaskTrace } from "../tasks/rollout/mod.ts";
-import { renderTaskSummary, summarizeTraces } from "../tasks/run.ts";
+import { renderTaskSummary, summarizeTraces } from "../tasks/summary.ts";
 import { loadRecords, ReplaySandboxSource } from "../tasks/record.ts";
 
 const HELP = {

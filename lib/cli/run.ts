@@ -15,7 +15,7 @@ import { limitModelConnections } from "../model/limits.ts";
 import { buildEnv, type EnvClass, envClassOf, roleClient } from "../agents/load.ts";
 import type { Env, Episode } from "../agents/env.ts";
 import { runTaskset, scoredTraces } from "../agents/run.ts";
-import { renderTaskSummary } from "../tasks/run.ts";
+import { renderTaskSummary } from "../tasks/summary.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
 import { buildJudges } from "../scoring/judges/config.ts";
 import type { Taskset } from "../tasks/task.ts";

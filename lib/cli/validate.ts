@@ -5,7 +5,7 @@
 
 import process from "node:process";
 import { PROBES } from "../tasks/probe.ts";
-import { validateTaskset } from "../tasks/run.ts";
+import { validateTaskset } from "../tasks/validate.ts";
 import { RuntimeTable, validateEvalConfig } from "../config.ts";
 import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
 import { ConfigError } from "../errors.ts";

@@ -26,7 +26,7 @@ import { formatRows } from "../data/formatting.ts";
 import { ConfigError } from "../errors.ts";
 import type { EnvironmentHandle } from "../eval/evaluate.ts";
 import type { ChatClient } from "../model/client.ts";
-import { modelRetries } from "../tasks/run.ts";
+import { modelRetries } from "../tasks/summary.ts";
 import { requireRewards, Task, type TaskData, type Taskset } from "../tasks/task.ts";
 import type { Message, Row, SamplingArgs } from "../types.ts";
 import { describeIssues } from "./wire.ts";

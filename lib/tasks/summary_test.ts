@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { modelRetries, renderTaskSummary, summarizeTraces } from "./run.ts";
+import { modelRetries, renderTaskSummary, summarizeTraces } from "./summary.ts";
 import type { TaskTrace } from "./trace.ts";
 
 function trace(task: string, reward: number | null, infra = false): TaskTrace {
