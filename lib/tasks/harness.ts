@@ -8,7 +8,7 @@ import type { Runtime } from "../../runtimes/runtime.ts";
 import type { ChatClient } from "../model/client.ts";
 import { CommandTimeoutError, InfraError, TaskError } from "../errors.ts";
 import type { StopHook, Task, TaskData } from "./task.ts";
-import type { MessageGraph } from "./graph.ts";
+import type { MessageGraph } from "../graph.ts";
 import type { Toolbox } from "../tools/toolbox.ts";
 import type { GatewayRoute } from "../gateway/gateway.ts";
 import type { Message, Messages, Response, SamplingArgs, Tool, ToolCall } from "../types.ts";

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { OpenAIChatClient } from "../model/client.ts";
 import { startModelServer } from "../model/local_server.ts";
-import { MessageGraph, messageHash } from "./graph.ts";
+import { MessageGraph, messageHash } from "../graph.ts";
 import { assistantMessage, callModel, type Harness, type HarnessContext } from "./harness.ts";
 import { runTaskRollout, type TaskTrace } from "./rollout/mod.ts";
 import { reward, Task } from "./task.ts";
