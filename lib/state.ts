@@ -5,7 +5,7 @@
  * @module
  */
 import { type SerializedError, serializeError } from "./errors.ts";
-import { jsonCopy } from "./_plain.ts";
+import { jsonCopy } from "./util/_plain.ts";
 import type { ChatClient } from "./model/client.ts";
 import { MessageGraph, type MessageNode } from "./graph.ts";
 import type { Messages, RolloutInput, SamplingArgs, Tool, TrajectoryStep, Usage } from "./types.ts";

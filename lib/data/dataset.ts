@@ -18,7 +18,7 @@
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { ConfigError } from "../errors.ts";
-import { copyPlain } from "../_plain.ts";
+import { copyPlain } from "../util/_plain.ts";
 import { seededShuffle } from "../random.ts";
 import type { Row } from "../types.ts";
 

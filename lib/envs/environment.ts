@@ -15,7 +15,7 @@ import {
   VfError,
 } from "../errors.ts";
 import { formatRows, parseInfo } from "../data/formatting.ts";
-import { copyPlain } from "../_plain.ts";
+import { copyPlain } from "../util/_plain.ts";
 import { normalizeMessages, normalizeToolDefs } from "../messages.ts";
 import { Parser } from "../scoring/parser.ts";
 import { isThenable, RESOLVED, Rubric, RubricGroup, sortHandlers } from "../scoring/rubric.ts";

@@ -7,7 +7,7 @@ import { stat } from "node:fs/promises";
 import { isAbsolute, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { ConfigError } from "../errors.ts";
-import { describeWhere } from "../_user_frame.ts";
+import { describeWhere } from "../util/_user_frame.ts";
 
 /** What an environment module exports. */
 export interface EnvironmentModule {

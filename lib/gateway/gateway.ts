@@ -49,7 +49,7 @@ import {
   parseMessagesRequest,
 } from "./anthropic.ts";
 import { parseResponsesRequest, responsesBody, responsesStream } from "./responses.ts";
-import { unrefTimer } from "../_timers.ts";
+import { unrefTimer } from "../util/_timers.ts";
 
 /** A connection the network policy refused. */
 export interface EgressDenial {

@@ -11,7 +11,7 @@
  */
 import net from "node:net";
 import { Buffer } from "node:buffer";
-import { unrefTimer } from "../_timers.ts";
+import { unrefTimer } from "../util/_timers.ts";
 
 /** One request. The body is sent whole with a `content-length`. */
 export interface Http1Request {

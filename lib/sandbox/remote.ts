@@ -27,7 +27,7 @@ import {
 } from "../tasks/task.ts";
 import type { Row, SamplingArgs } from "../types.ts";
 import { fromBase64, RemoteError, RpcPeer, toBase64 } from "./protocol.ts";
-import { fetchEnv } from "../_fetch_env.ts";
+import { fetchEnv } from "../util/_fetch_env.ts";
 
 /** What a sandboxed environment may do beyond loading its own modules. */
 export interface SandboxPermissions {

@@ -23,7 +23,7 @@
  */
 
 import { mathEquivalentSync } from "./math_equivalence.ts";
-import { unrefTimer } from "../_timers.ts";
+import { unrefTimer } from "../util/_timers.ts";
 
 export { mathEquivalentSync, normalizeMathAnswer } from "./math_equivalence.ts";
 

@@ -19,7 +19,7 @@
 import type { NetworkPolicyInput } from "../gateway/policy.ts";
 import { createHash } from "node:crypto";
 import { ConfigError, RewardError, VfError } from "../errors.ts";
-import { describeWhere } from "../_user_frame.ts";
+import { describeWhere } from "../util/_user_frame.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
 import type { RuntimeConfig } from "../../runtimes/config.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";

@@ -8,7 +8,7 @@
 import process from "node:process";
 import type { Client } from "npm:@modelcontextprotocol/sdk@^1.32.0/client/index.js";
 import { ConfigError, InfraError } from "../errors.ts";
-import { fetchEnv } from "../_fetch_env.ts";
+import { fetchEnv } from "../util/_fetch_env.ts";
 import type { Tool } from "../types.ts";
 import { TOOLSET_NAME, type ToolsetSpec } from "./toolset.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";

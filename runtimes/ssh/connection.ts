@@ -16,7 +16,7 @@ import { hostKeyVerifier, knownHostKeyAlgorithms } from "./known_hosts.ts";
 import { SandboxError, SandboxUnavailableError } from "../errors.ts";
 import { ExecChannel, type SupervisorLauncher, type SupervisorStream } from "../_channel.ts";
 import { shCommand } from "./shell.ts";
-import { unrefTimer } from "../../lib/_timers.ts";
+import { unrefTimer } from "../../lib/util/_timers.ts";
 
 /** Why an SSH connection could not be made. */
 export type SshFailure = "network" | "timeout" | "auth" | "host-key" | "identity";

@@ -4,7 +4,7 @@
  * @module
  */
 import { TaskError } from "../../errors.ts";
-import { unrefTimer } from "../../_timers.ts";
+import { unrefTimer } from "../../util/_timers.ts";
 
 /** The longest delay a timer takes (a longer one would fire at once). */
 const MAX_TIMER_MS = 2 ** 31 - 1;

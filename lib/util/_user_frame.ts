@@ -3,9 +3,9 @@
  * that name the user's file and line.
  * @module
  */
-import { describeError } from "./errors.ts";
+import { describeError } from "../errors.ts";
 
-const VF_ROOT = new URL("../", import.meta.url).href;
+const VF_ROOT = new URL("../../", import.meta.url).href;
 
 /**
  * Where `error` was thrown in the user's code: the first frame of its stack outside vf's own
