@@ -20,7 +20,7 @@ import { cmdRun } from "./lib/cli/run.ts";
 import { cmdServe } from "./lib/cli/serve.ts";
 import { cmdValidate } from "./lib/cli/validate.ts";
 import { cmdView } from "./lib/cli/view.ts";
-import { registerBunImports } from "./lib/envs/_bun_imports.ts";
+import { registerBunImports } from "./lib/legacy/_bun_imports.ts";
 import * as vf from "./mod.ts";
 
 const HELP = `vf ${VERSION}: build, share and run LLM evaluation environments

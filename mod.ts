@@ -89,18 +89,18 @@ export {
 export type { ChatClient, ChatRequestOptions, ClientConfig } from "./lib/model/client.ts";
 export { loadEndpoints, RoundRobinClient } from "./lib/model/endpoints.ts";
 export type { Endpoint } from "./lib/model/endpoints.ts";
-export { Environment, MultiTurnEnv, SingleTurnEnv } from "./lib/envs/environment.ts";
+export { Environment, MultiTurnEnv, SingleTurnEnv } from "./lib/legacy/environment.ts";
 export type {
   DatasetBuilder,
   DatasetSource,
   EnvironmentOptions,
   MultiTurnEnvOptions,
   RolloutOptions,
-} from "./lib/envs/environment.ts";
-export { defineTool, StatefulToolEnv, ToolEnv } from "./lib/envs/tool_env.ts";
-export type { DefineToolOptions, ToolEnvOptions, ToolSpec } from "./lib/envs/tool_env.ts";
-export { EnvGroup, EnvGroupRubric } from "./lib/envs/group.ts";
-export type { EnvGroupOptions } from "./lib/envs/group.ts";
+} from "./lib/legacy/environment.ts";
+export { defineTool, StatefulToolEnv, ToolEnv } from "./lib/legacy/tool_env.ts";
+export type { DefineToolOptions, ToolEnvOptions, ToolSpec } from "./lib/legacy/tool_env.ts";
+export { EnvGroup, EnvGroupRubric } from "./lib/legacy/group.ts";
+export type { EnvGroupOptions } from "./lib/legacy/group.ts";
 export { stateToOutput, tokenGraph } from "./lib/state.ts";
 export { groupAdvantages } from "./lib/scoring/advantages.ts";
 export type { AdvantageOptions } from "./lib/scoring/advantages.ts";
@@ -116,7 +116,7 @@ export type {
 } from "./lib/eval/evaluate.ts";
 export { loadMetadata, loadOutputs, passAtK } from "./lib/eval/results.ts";
 export type { RunMetadata } from "./lib/eval/results.ts";
-export { loadEnvironment } from "./lib/envs/load.ts";
+export { loadEnvironment } from "./lib/legacy/load.ts";
 export { ENV_SERVER_PROTOCOL, startEnvServer } from "./lib/serve/server.ts";
 export type { EnvServer, EnvServerOptions, RolloutsLine } from "./lib/serve/server.ts";
 export { EnvServerError, ServerEnvironment } from "./lib/serve/client.ts";
@@ -145,7 +145,7 @@ export {
 export type { RoleDefaults, TasksetRunnerOptions } from "./lib/serve/episode_runner.ts";
 export { EnvServerReplyError, ZmqEnvClient } from "./lib/serve/zmq_client.ts";
 export type { ZmqClientConfig, ZmqRunRequest } from "./lib/serve/zmq_client.ts";
-export type { EnvironmentModule } from "./lib/envs/load.ts";
+export type { EnvironmentModule } from "./lib/legacy/load.ts";
 export { VERSION } from "./lib/version.ts";
 export { mulberry32, seededShuffle } from "./lib/random.ts";
 

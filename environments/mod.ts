@@ -3,7 +3,7 @@
  * embeds them.
  * @module
  */
-import type { Registry } from "../lib/envs/load.ts";
+import type { Registry } from "../lib/legacy/load.ts";
 import type { TasksetModule } from "../lib/tasks/task.ts";
 import * as calculator from "./calculator/mod.ts";
 import * as fileSum from "./file_sum/mod.ts";

@@ -9,7 +9,7 @@
 import { existsSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import process from "node:process";
-import { resolveNpmSpecifier } from "../lib/envs/_npm_resolve.ts";
+import { resolveNpmSpecifier } from "../lib/legacy/_npm_resolve.ts";
 
 interface BuildArtifact {
   path: string;

@@ -3,7 +3,7 @@ import { join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { ConfigError } from "../errors.ts";
 import { initPackage } from "./init.ts";
-import { loadEnvironment, loadTasksetSpec } from "../envs/load.ts";
+import { loadEnvironment, loadTasksetSpec } from "../legacy/load.ts";
 import type { Taskset } from "../tasks/task.ts";
 
 const VF_MOD = fileURLToPath(new URL("../../mod.ts", import.meta.url));

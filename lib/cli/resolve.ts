@@ -21,7 +21,7 @@ import { loadEndpoints, RoundRobinClient } from "../model/endpoints.ts";
 import { ConfigError } from "../errors.ts";
 import type { JudgeEndpoint } from "../scoring/judges/judge.ts";
 import type { JudgeEndpointEntry } from "../scoring/judges/config.ts";
-import { loadTasksetSpec } from "../envs/load.ts";
+import { loadTasksetSpec } from "../legacy/load.ts";
 import { RemoteTaskset, type SandboxPermissions, startSandboxHost } from "../sandbox/remote.ts";
 import { HarborTaskset, isHarborFolder } from "../harbor/taskset.ts";
 

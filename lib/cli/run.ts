@@ -24,7 +24,7 @@ import { loadToolsets } from "../tools/config.ts";
 import { loadServices } from "../services/compose.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import type { ChatClient } from "../model/client.ts";
-import { resolveEnvironmentModule } from "../envs/load.ts";
+import { resolveEnvironmentModule } from "../legacy/load.ts";
 import { deepMerge, type EvalConfig, samplingOf, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { writeJsonAtomic } from "../eval/results.ts";

@@ -7,9 +7,9 @@
 import process from "node:process";
 import yargsParser from "npm:yargs-parser@^22.0.0";
 import { BUILTINS } from "../../environments/mod.ts";
-import type { Environment } from "../envs/environment.ts";
+import type { Environment } from "../legacy/environment.ts";
 import { ConfigError, describeError } from "../errors.ts";
-import { loadEnvironment } from "../envs/load.ts";
+import { loadEnvironment } from "../legacy/load.ts";
 import { EnvServerCore } from "../serve/core.ts";
 import { type EnvServer, type EnvServerOptions, startEnvServer } from "../serve/server.ts";
 import { DEFAULT_ZMQ_ADDRESS, startZmqEnvServer, type ZmqEnvServer } from "../serve/zmq.ts";

@@ -8,7 +8,7 @@ import { TASKSETS } from "../../environments/mod.ts";
 import { buildEnv, envClassOf, roleClient } from "../agents/load.ts";
 import { deepMerge, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
-import { resolveEnvironmentModule } from "../envs/load.ts";
+import { resolveEnvironmentModule } from "../legacy/load.ts";
 import { OpenAIChatClient } from "../model/client.ts";
 import { type EpisodeRunner, type RoleDefaults, tasksetRunner } from "../serve/episode_runner.ts";
 import { loadPluggedHooks } from "../tasks/plugged.ts";

@@ -6,7 +6,7 @@
  */
 import type { ChatClient } from "../model/client.ts";
 import { Dataset, sharedRows } from "../data/dataset.ts";
-import { type Environment, isFatalError } from "../envs/environment.ts";
+import { type Environment, isFatalError } from "../legacy/environment.ts";
 
 /** What `generate`/`evaluate` need of an environment (in-process or sandboxed). */
 export type EnvironmentHandle = Pick<

@@ -11,7 +11,7 @@ import {
   toolCallReply,
 } from "../../tests/model_server.ts";
 import { TOY_TOKENS, toyLogprob, toyPromptTokens } from "../model/local_server.ts";
-import { defineTool, ToolEnv } from "../envs/tool_env.ts";
+import { defineTool, ToolEnv } from "../legacy/tool_env.ts";
 import { MessageGraph } from "../graph.ts";
 import { echoEnv } from "../../tests/_echo_env.ts";
 import { evaluate } from "./evaluate.ts";

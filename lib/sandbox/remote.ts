@@ -15,7 +15,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import type { Runtime } from "../../runtimes/runtime.ts";
 import type { ChatClient } from "../model/client.ts";
 import { Dataset } from "../data/dataset.ts";
-import type { RolloutOptions } from "../envs/environment.ts";
+import type { RolloutOptions } from "../legacy/environment.ts";
 import { ConfigError, type PermissionDenial, PermissionDeniedError } from "../errors.ts";
 import type { RolloutOutput } from "../state.ts";
 import {

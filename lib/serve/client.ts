@@ -14,7 +14,7 @@ import {
   resolveApiKey,
 } from "../model/client.ts";
 import { Dataset } from "../data/dataset.ts";
-import type { RolloutOptions } from "../envs/environment.ts";
+import type { RolloutOptions } from "../legacy/environment.ts";
 import { ENV_SERVER_PROTOCOL, type RolloutsLine, type RunRequest } from "./wire.ts";
 import {
   AuthenticationError,

@@ -7,7 +7,7 @@
 import type { SandboxLimits } from "../../runtimes/limits.ts";
 import { type SandboxSource, WarmPool } from "../../runtimes/pool.ts";
 import { Semaphore } from "../model/limits.ts";
-import { isFatalError } from "../envs/environment.ts";
+import { isFatalError } from "../legacy/environment.ts";
 import { ConfigError } from "../errors.ts";
 import { type ProbeResult, PROBES, runProbe } from "./probe.ts";
 import {

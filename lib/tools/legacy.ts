@@ -11,7 +11,7 @@
  * ```
  * @module
  */
-import type { ToolSpec } from "../envs/tool_env.ts";
+import type { ToolSpec } from "../legacy/tool_env.ts";
 import type { Toolbox } from "./toolbox.ts";
 
 /** The toolbox's tools as `ToolEnv` tools. */

@@ -2,7 +2,7 @@
  * Resolves Deno's `npm:pkg@range/subpath` specifiers to files in `node_modules` for Bun, which
  * does not know them: used by the bundler plugin that builds the `vf` binary
  * (`scripts/_bun_build.ts`) and by the binary itself for environment modules loaded from disk
- * (`lib/envs/_bun_imports.ts`). Runs only under Bun.
+ * (`lib/legacy/_bun_imports.ts`). Runs only under Bun.
  * @module
  */
 import { existsSync } from "node:fs";
