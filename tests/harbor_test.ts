@@ -39,7 +39,6 @@ timeout_sec = 120.0
 build_timeout_sec = 300.0
 cpus = 1
 memory_mb = 512
-shiny_new_key = true
 `,
   "hello/environment/Dockerfile": "FROM busybox:latest\nWORKDIR /app\nRUN mkdir -p /app\n",
   "hello/tests/test.sh":
@@ -84,10 +83,6 @@ Deno.test("Harbor folders: vf validate checks gold and no-op; vf run solves them
     const validate = await run(dir, ["validate", "./bench"]);
     assert.equal(validate.code, 0, transcript(validate));
     assert.match(validate.stdout + validate.stderr, /hello/);
-    assert.match(
-      validate.stderr,
-      /task\.toml: "environment\.shiny_new_key" is not read by vf \(ignored\)/,
-    );
 
     await using model = await startModelServer({
       responder: ({ body }) => {

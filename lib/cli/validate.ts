@@ -15,6 +15,7 @@ import { loadTasksetFor } from "./resolve.ts";
 const VALIDATE_HELP =
   `vf validate <taskset> [-n N] [-c N] [--runtime.type docker|subprocess] [--probe]
             [--limits.max_sandboxes N] [--limits.sandbox_create_rate R]
+            [--env.taskset.include GLOB] [--env.taskset.exclude GLOB]
 
 Per task, in fresh sandboxes: the gold answer (Task.validate) must score 1.0 and an
 untouched workspace 0.0. Prints a table and a JSON summary; exits 1 when any task fails.
@@ -56,7 +57,11 @@ export async function cmdValidate(argv: string[]): Promise<number> {
   );
   const taskset = await loadTasksetFor(
     positional[0],
-    { id: positional[0] },
+    // `--env.taskset.*`: a Harbor folder's selectors (include, exclude, n_tasks) and multipliers.
+    {
+      ...((raw.env as { taskset?: Record<string, unknown> } | undefined)?.taskset ?? {}),
+      id: positional[0],
+    },
     evalConfig,
     "command line",
   );

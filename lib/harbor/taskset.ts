@@ -16,8 +16,8 @@ import { existsSync, readdirSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
 import { basename, join, resolve } from "node:path";
 import process from "node:process";
-import { parse as parseToml } from "npm:smol-toml@^1.4.0";
 import { ConfigError, TaskError } from "../errors.ts";
+import { gradeSubmission } from "../tasks/rollout/grading.ts";
 import { buildImage, folderEntries } from "../services/build.ts";
 import { packTar } from "../../runtimes/_tar.ts";
 import {
@@ -29,6 +29,14 @@ import {
   Taskset,
 } from "../tasks/task.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
+import {
+  HARBOR_DEFAULTS,
+  type HarborNetwork,
+  type HarborSettings,
+  readHarborSettings,
+} from "./settings.ts";
+
+export { HARBOR_DEFAULTS, type HarborSettings, readHarborSettings };
 
 /** Whether `dir` is a Harbor task folder, or holds some. */
 export function isHarborFolder(dir: string): boolean {
@@ -41,134 +49,6 @@ export function isHarborFolder(dir: string): boolean {
   } catch {
     return false;
   }
-}
-
-const KNOWN: Record<string, string[]> = {
-  "": ["version", "metadata", "verifier", "agent", "environment", "solution", "source"],
-  verifier: ["timeout_sec", "env", "user"],
-  agent: ["timeout_sec", "user"],
-  solution: ["env"],
-  environment: [
-    "build_timeout_sec",
-    "docker_image",
-    "cpus",
-    "memory_mb",
-    "memory",
-    "storage_mb",
-    "storage",
-    "allow_internet",
-    "gpus",
-  ],
-};
-
-/**
- * Harbor's defaults where `task.toml` leaves a key out (its `TaskConfig` schema): the verifier
- * and the image build get 600 s; the agent has no limit of its own there.
- */
-export const HARBOR_DEFAULTS = { verifierTimeout: 600, buildTimeout: 600 } as const;
-
-/** The settings of one task folder's `task.toml`. */
-export interface HarborSettings {
-  /** `timeout` in seconds (default {@link HARBOR_DEFAULTS}). */
-  verifier: { timeout: number; env: Record<string, string>; user?: string };
-  agent: { timeout?: number; user?: string };
-  solution: { env: Record<string, string> };
-  environment: {
-    /** Seconds (default {@link HARBOR_DEFAULTS}). */
-    buildTimeout: number;
-    image?: string;
-    cpus?: number;
-    memoryMb?: number;
-    internet: boolean;
-  };
-  /** Keys Harbor has that vf does not read (each is warned about once). */
-  unknown: string[];
-}
-
-/**
- * A positive number from `task.toml`: a TOML number, or a string that spells one (`"3"`), as
- * Harbor's schema reads it. Missing is undefined.
- * @throws {ConfigError} naming the file and key for anything else
- */
-function positive(v: unknown, path: string, key: string): number | undefined {
-  if (v === undefined) return undefined;
-  const n = typeof v === "number"
-    ? v
-    : typeof v === "string" && /^\s*(\d+\.?\d*|\.\d+)\s*$/.test(v)
-    ? Number(v)
-    : NaN;
-  if (Number.isFinite(n) && n > 0) return n;
-  let shown: string;
-  try {
-    shown = JSON.stringify(v) ?? String(v);
-  } catch {
-    shown = String(v);
-  }
-  const name = key.slice(key.indexOf(".") + 1);
-  throw new ConfigError(
-    `${path}: ${key}: ${shown.slice(0, 60)} is not a positive number; write one, e.g. ` +
-      `${name} = ${name === "cpus" ? 2 : name === "memory_mb" ? 2048 : 600}`,
-  );
-}
-
-function strMap(v: unknown, at: string): Record<string, string> {
-  if (v === undefined) return {};
-  if (!v || typeof v !== "object" || Array.isArray(v)) {
-    throw new ConfigError(`${at}: expected a table of strings`);
-  }
-  return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, String(x)]));
-}
-
-/**
- * Read a `task.toml`. Keys vf does not know are listed in `unknown` (a warning, not an
- * error); a file that is not TOML is an error naming it.
- * @throws {ConfigError}
- */
-export function readHarborSettings(text: string, path: string): HarborSettings {
-  let doc: Record<string, unknown>;
-  try {
-    doc = parseToml(text) as Record<string, unknown>;
-  } catch (error) {
-    throw new ConfigError(`${path}: not valid TOML: ${(error as Error).message}`);
-  }
-  const unknown: string[] = [];
-  for (const key of Object.keys(doc)) if (!KNOWN[""].includes(key)) unknown.push(key);
-  for (const section of ["verifier", "agent", "solution", "environment"]) {
-    const table = (doc[section] ?? {}) as Record<string, unknown>;
-    for (const key of Object.keys(table)) {
-      if (!KNOWN[section].includes(key)) unknown.push(`${section}.${key}`);
-    }
-  }
-  const v = (doc.verifier ?? {}) as Record<string, unknown>;
-  const a = (doc.agent ?? {}) as Record<string, unknown>;
-  const s = (doc.solution ?? {}) as Record<string, unknown>;
-  const e = (doc.environment ?? {}) as Record<string, unknown>;
-  const at = (table: Record<string, unknown>, section: string, key: string) =>
-    positive(table[key], path, `${section}.${key}`);
-  const memory = at(e, "environment", "memory_mb") ??
-    (typeof e.memory === "string" && /^\d+[gGmM]$/.test(e.memory)
-      ? Number(e.memory.slice(0, -1)) * (/[gG]$/.test(e.memory) ? 1024 : 1)
-      : undefined);
-  return {
-    verifier: {
-      timeout: at(v, "verifier", "timeout_sec") ?? HARBOR_DEFAULTS.verifierTimeout,
-      env: strMap(v.env, `${path}: verifier.env`),
-      user: typeof v.user === "string" ? v.user : undefined,
-    },
-    agent: {
-      timeout: at(a, "agent", "timeout_sec"),
-      user: typeof a.user === "string" ? a.user : undefined,
-    },
-    solution: { env: strMap(s.env, `${path}: solution.env`) },
-    environment: {
-      buildTimeout: at(e, "environment", "build_timeout_sec") ?? HARBOR_DEFAULTS.buildTimeout,
-      image: typeof e.docker_image === "string" ? e.docker_image : undefined,
-      cpus: at(e, "environment", "cpus"),
-      memoryMb: memory,
-      internet: e.allow_internet === true,
-    },
-    unknown,
-  };
 }
 
 /** Copy a local folder to `/<name>` in the sandbox, replacing what is there. */
@@ -211,18 +91,50 @@ export class HarborTask extends Task {
   readonly folder: string;
   readonly settings: HarborSettings;
 
+  /** Why this folder cannot run (a dataset's broken folder is its own task's error). */
+  readonly broken: Error | null;
+
   readonly #sidecars: Record<string, unknown> | null;
+  /** Grading sandboxes the tests were staged in (a separate verifier runs only there). */
+  readonly #graders = new WeakSet<Runtime>();
 
   constructor(
     data: TaskData,
     folder: string,
-    settings: HarborSettings,
+    settings: HarborSettings | null,
     sidecars: Record<string, unknown> | null = null,
+    broken: Error | null = null,
   ) {
     super(data);
     this.folder = folder;
-    this.settings = settings;
+    this.settings = settings ?? readHarborSettings("", join(folder, "task.toml"));
     this.#sidecars = sidecars;
+    this.broken = broken;
+  }
+
+  /** Whether `[verifier].environment_mode = "separate"`: grading in a fresh sandbox. */
+  get separate(): boolean {
+    return this.settings.verifier.mode === "separate";
+  }
+
+  /** The task's schema version and `[task]` table go on the trace; a broken folder fails here. */
+  override setup(ctx: TaskHookContext): void {
+    if (this.broken) throw this.broken;
+    ctx.trace.info.harbor = {
+      schema_version: this.settings.schemaVersion ?? null,
+      task: this.settings.task,
+      ...(Object.keys(this.settings.metadata).length ? { metadata: this.settings.metadata } : {}),
+    };
+  }
+
+  /**
+   * A separate verifier's sandbox, after the artifacts are restored: `tests/` arrives as
+   * `/tests`. (In the agent's sandbox the tests are staged by `score`, after the sweep.)
+   */
+  override async stageVerifier(ctx: TaskHookContext): Promise<void> {
+    if (!this.separate) return;
+    await stageFolder(ctx.runtime, join(this.folder, "tests"), "tests");
+    this.#graders.add(ctx.runtime);
   }
 
   /** The sidecars of `environment/docker-compose.yaml` (services other than `main`). */
@@ -241,8 +153,15 @@ export class HarborTask extends Task {
    */
   override async score(ctx: TaskHookContext): Promise<TaskScores> {
     const { runtime, trace } = ctx;
-    await killLeftovers(runtime, this.key, ctx.signal);
-    await stageFolder(runtime, join(this.folder, "tests"), "tests");
+    if (this.broken) throw this.broken;
+    if (this.separate) {
+      // A separate verifier runs only in a grader vf prepared (stageVerifier); anywhere else
+      // (vf validate's checks) the work goes to a fresh grader first, artifacts only.
+      if (!this.#graders.has(runtime)) return await gradeSubmission(ctx);
+    } else {
+      await killLeftovers(runtime, this.key, ctx.signal);
+      await stageFolder(runtime, join(this.folder, "tests"), "tests");
+    }
     const prep = await runtime.run([
       "sh",
       "-c",
@@ -294,14 +213,19 @@ export class HarborTask extends Task {
   }
 
   /** The gold answer: `solution/` copied in as `/solution`, then `solve.sh` runs. */
-  override async validate({ runtime, signal }: TaskHookContext): Promise<boolean> {
+  override async validate(ctx: TaskHookContext): Promise<boolean | TaskScores> {
+    const { runtime, signal } = ctx;
+    if (this.broken) throw this.broken;
     const dir = join(this.folder, "solution");
     if (!existsSync(join(dir, "solve.sh"))) {
       throw new ConfigError(`${this.folder}: solution/solve.sh is missing; vf validate needs it`);
     }
     await stageFolder(runtime, dir, "solution");
+    // As Harbor's oracle runs it: as the agent's user, in the agent's working directory.
     const r = await runtime.run(scriptArgv("/solution/solve.sh"), {
       env: this.settings.solution.env,
+      user: this.settings.agent.user,
+      cwd: this.data.workdir,
       signal,
     });
     if (r.exit_code !== 0) {
@@ -309,33 +233,119 @@ export class HarborTask extends Task {
         `solution/solve.sh exited ${r.exit_code}: ${`${r.stdout}${r.stderr}`.slice(-500)}`,
       );
     }
-    return true;
+    return this.separate ? await gradeSubmission(ctx) : true;
   }
 }
 
 const warned = new Set<string>();
 
 /**
- * Load one Harbor task folder: read it, build its image (or use `docker_image`).
- * @throws {ConfigError} naming the path when something required is missing
+ * Harbor's timeout multipliers, from `[env.taskset]` (or `--env.taskset.<key> N`):
+ * `timeout_multiplier` for all, then `agent_timeout_multiplier`,
+ * `verifier_timeout_multiplier`, `agent_setup_timeout_multiplier` and
+ * `environment_build_timeout_multiplier` each over it. Default 1.
  */
-export async function loadHarborTask(folder: string): Promise<HarborTask> {
+export interface HarborMultipliers {
+  agent: number;
+  verifier: number;
+  agentSetup: number;
+  build: number;
+}
+
+/**
+ * The multipliers of a taskset config.
+ * @throws {ConfigError} naming the key of one that is not a positive number
+ */
+export function harborMultipliers(config: Record<string, unknown>): HarborMultipliers {
+  const read = (key: string): number | undefined => {
+    const raw = config[key];
+    if (raw === undefined) return undefined;
+    // From the command line a number arrives as its text.
+    const v = typeof raw === "string" && /^\d+(\.\d+)?$/.test(raw) ? Number(raw) : raw;
+    if (typeof v === "number" && Number.isFinite(v) && v > 0) return v;
+    throw new ConfigError(`env.taskset.${key}: ${JSON.stringify(v)} is not a positive number`);
+  };
+  const all = read("timeout_multiplier") ?? 1;
+  return {
+    agent: read("agent_timeout_multiplier") ?? all,
+    verifier: read("verifier_timeout_multiplier") ?? all,
+    agentSetup: read("agent_setup_timeout_multiplier") ?? all,
+    build: read("environment_build_timeout_multiplier") ?? all,
+  };
+}
+
+const ONE: HarborMultipliers = { agent: 1, verifier: 1, agentSetup: 1, build: 1 };
+
+function sameNetwork(a: HarborNetwork, b: HarborNetwork): boolean {
+  return a.mode === b.mode && a.hosts.join("\n") === b.hosts.join("\n");
+}
+
+/** A phase's network as vf's task data has it: on, off, or an allowlist through the proxy. */
+function networkOf(n: HarborNetwork): boolean | { allow: string[] } {
+  return n.mode === "allowlist" ? { allow: n.hosts } : n.mode === "public";
+}
+
+/** A phase's network as an egress policy (for a phase under a proxy). */
+function policyOf(n: HarborNetwork): { allow: string[]; block: string[] } {
+  return n.mode === "allowlist"
+    ? { allow: n.hosts, block: [] }
+    : n.mode === "public"
+    ? { allow: ["*"], block: [] }
+    : { allow: [], block: ["*"] };
+}
+
+/**
+ * Load one Harbor task folder: read it, build its image (or use `docker_image`), and for a
+ * separate verifier its own image (`tests/Dockerfile`, `[verifier.environment] docker_image`,
+ * else the agent's).
+ * @throws {ConfigError} naming the path and key when something required is missing, or a
+ * setting vf cannot honour is there
+ */
+export async function loadHarborTask(
+  folder: string,
+  options: { multipliers?: HarborMultipliers } = {},
+): Promise<HarborTask> {
+  const m = options.multipliers ?? ONE;
   const name = basename(folder);
+  const tomlPath = join(folder, "task.toml");
+  const settings = readHarborSettings(await readFile(tomlPath, "utf8"), tomlPath);
+  if (settings.steps.length) {
+    for (const step of settings.steps) {
+      const path = join(folder, "steps", step.name, "instruction.md");
+      if (!existsSync(path)) {
+        throw new ConfigError(`${path}: missing; step "${step.name}" needs its instruction`);
+      }
+    }
+    throw new ConfigError(
+      `${tomlPath}: steps: a multi-step task (${settings.steps.length} steps: ` +
+        `${settings.steps.map((s) => `"${s.name}"`).join(", ")}) is read but vf does not run ` +
+        `[[steps]] yet; run each step as a task folder of its own`,
+    );
+  }
   const instructionPath = join(folder, "instruction.md");
   if (!existsSync(instructionPath)) {
     throw new ConfigError(`${instructionPath}: missing; a Harbor task needs its instruction`);
   }
-  const tomlPath = join(folder, "task.toml");
-  const settings = readHarborSettings(await readFile(tomlPath, "utf8"), tomlPath);
-  for (const key of settings.unknown) {
-    const note = `${tomlPath}: "${key}" is not read by vf (ignored)`;
-    if (!warned.has(note)) {
-      warned.add(note);
-      console.warn(note);
-    }
-  }
   if (!existsSync(join(folder, "tests", "test.sh"))) {
     throw new ConfigError(`${join(folder, "tests", "test.sh")}: missing; the verifier runs it`);
+  }
+  const verifier = settings.verifier;
+  const separate = verifier.mode === "separate";
+  if (separate && !settings.artifacts.length) {
+    throw new ConfigError(
+      `${tomlPath}: artifacts: a separate verifier sees only the declared artifacts; list the ` +
+        `paths it grades (artifacts = ["/app/answer.txt"])`,
+    );
+  }
+  // The network of each phase: setup and the agent share one in vf, the verifier may differ.
+  const base = settings.environment.network;
+  const agentNet = settings.agent.network ?? base;
+  if (!sameNetwork(agentNet, base) && base.mode !== "public") {
+    throw new ConfigError(
+      `${tomlPath}: agent.network_mode: "${agentNet.mode}" over an environment baseline of ` +
+        `"${base.mode}" cannot be kept: vf runs setup under the agent's network; set ` +
+        `[environment].network_mode to the agent's`,
+    );
   }
   const envDir = join(folder, "environment");
   const compose = await readHarborCompose(envDir);
@@ -348,9 +358,54 @@ export async function loadHarborTask(folder: string): Promise<HarborTask> {
       );
     }
     image = await buildImage(`harbor-${name}`, context, {
-      signal: AbortSignal.timeout(settings.environment.buildTimeout * 1000),
+      signal: AbortSignal.timeout(settings.environment.buildTimeout * m.build * 1000),
     });
   }
+  let scoring: TaskData["scoring"] = { mode: "shared" };
+  if (separate) {
+    const env = verifier.environment;
+    const testsDir = join(folder, "tests");
+    let graderImage = env.image ?? image;
+    if (existsSync(join(testsDir, "Dockerfile"))) {
+      if (env.image) {
+        throw new ConfigError(
+          `${tomlPath}: verifier.environment.docker_image: tests/Dockerfile builds the ` +
+            `verifier's image too; keep one of them`,
+        );
+      }
+      graderImage = await buildImage(`harbor-${name}-verifier`, testsDir, {
+        signal: AbortSignal.timeout(env.buildTimeout * m.build * 1000),
+      });
+    }
+    const own = verifier.network ?? env.network;
+    scoring = {
+      mode: "isolated",
+      runtime: {
+        image: graderImage,
+        network: own.mode === "public",
+        ...(env.cpus ? { cpu: env.cpus } : {}),
+        ...(env.memoryMb ? { memory: `${env.memoryMb}m` } : {}),
+      } as NonNullable<TaskData["scoring"]>["runtime"],
+      // Under an agent's allowlist the grader would inherit it: it gets its own policy then.
+      ...(own.mode === "allowlist" || agentNet.mode === "allowlist"
+        ? { network: policyOf(own) }
+        : {}),
+    };
+  } else {
+    const own = verifier.network ?? base;
+    if (!sameNetwork(own, agentNet)) {
+      if (agentNet.mode !== "allowlist") {
+        throw new ConfigError(
+          `${tomlPath}: verifier.network_mode: "${own.mode}" differs from the agent's ` +
+            `"${agentNet.mode}", and a verifier in the agent's sandbox keeps the agent's network ` +
+            `unless the agent's is an allowlist; use [verifier] environment_mode = "separate"`,
+        );
+      }
+      scoring = { mode: "shared", network: policyOf(own) };
+    }
+  }
+  // Harbor's limits times the multipliers; the verifier's in the settings test.sh runs under.
+  verifier.timeout *= m.verifier;
   const instruction = await readFile(instructionPath, "utf8");
   const memory = settings.environment.memoryMb;
   return new HarborTask(
@@ -358,18 +413,27 @@ export async function loadHarborTask(folder: string): Promise<HarborTask> {
       id: name,
       prompt: instruction,
       image,
-      network: settings.environment.internet,
+      network: networkOf(agentNet),
       agent_user: settings.agent.user,
+      ...(settings.environment.workdir ? { workdir: settings.environment.workdir } : {}),
       resources: {
         cpu: settings.environment.cpus,
         memory: memory ? `${memory}m` : undefined,
       },
       timeout: {
-        agent: settings.agent.timeout,
-        // The verifier's own limit, and a minute for the sweep, staging and the reward.
-        scoring: settings.verifier.timeout + 60,
+        agent: settings.agent.timeout ? settings.agent.timeout * m.agent : undefined,
+        ...(settings.agent.setupTimeout
+          ? { setup: settings.agent.setupTimeout * m.agentSetup }
+          : {}),
+        // The verifier's own limit, and a minute for the sweep (or the grader), staging and
+        // the reward.
+        scoring: verifier.timeout + 60,
       },
-      scoring: { mode: "shared" },
+      scoring,
+      // Missing is the verifier's to judge (Harbor's hands it nothing), never a failed rollout.
+      ...(settings.artifacts.length
+        ? { artifacts: settings.artifacts.map((source) => ({ source, required: false })) }
+        : {}),
       ...(compose && Object.keys(compose.main.env).length ? { env: compose.main.env } : {}),
     },
     resolve(folder),
@@ -455,8 +519,59 @@ async function readHarborCompose(envDir: string): Promise<HarborCompose | null> 
   return { main, sidecars };
 }
 
-/** The task folders under `path`: itself when it is one, else its subfolders that are. */
-export async function harborFolders(path: string, names?: string[]): Promise<string[]> {
+/** A glob (`*`, `?`, `[...]`) as a whole-name regular expression. */
+function globRegExp(glob: string): RegExp {
+  let out = "";
+  for (let i = 0; i < glob.length; i++) {
+    const c = glob[i];
+    if (c === "*") out += ".*";
+    else if (c === "?") out += ".";
+    else if (c === "[") {
+      const end = glob.indexOf("]", i + 1);
+      if (end < 0) out += "\\[";
+      else {
+        const body = glob.slice(i + 1, end).replace(/^!/, "^").replace(/\\/g, "\\\\");
+        out += `[${body}]`;
+        i = end;
+      }
+    } else out += c.replace(/[.+^${}()|\\\]]/g, "\\$&");
+  }
+  return new RegExp(`^${out}$`);
+}
+
+function globList(v: unknown, key: string): RegExp[] {
+  if (v === undefined) return [];
+  const list = typeof v === "string" ? [v] : v;
+  if (!Array.isArray(list) || !list.every((x) => typeof x === "string" && x)) {
+    throw new ConfigError(`env.taskset.${key}: give a glob or a list of globs of task names`);
+  }
+  return list.map(globRegExp);
+}
+
+/** Which task folders of a folder of them to take. */
+export interface HarborSelection {
+  /** Exactly these names (each must exist). */
+  names?: string[];
+  /** Globs of names to take (default all). */
+  include?: string[] | string;
+  /** Globs of names to leave out. */
+  exclude?: string[] | string;
+  /** The first n of what is left, by name; default all. */
+  n?: number | string;
+}
+
+/**
+ * The task folders under `path`: itself when it is one, else its subfolders that are (by
+ * name), narrowed by `names`, `include` and `exclude` globs, then the first `n`.
+ * @throws {ConfigError} when nothing is there, or a named task is not
+ */
+export async function harborFolders(
+  path: string,
+  selection: string[] | HarborSelection = {},
+): Promise<string[]> {
+  const { names, include, exclude, n } = Array.isArray(selection)
+    ? { names: selection } as HarborSelection
+    : selection;
   const root = resolve(path);
   let folders: string[];
   if (existsSync(join(root, "task.toml"))) folders = [root];
@@ -484,7 +599,35 @@ export async function harborFolders(path: string, names?: string[]): Promise<str
     }
     folders = folders.filter((f) => names.includes(basename(f)));
   }
+  const inc = globList(include, "include");
+  const exc = globList(exclude, "exclude");
+  folders = folders.filter((f) => {
+    const name = basename(f);
+    return (!inc.length || inc.some((g) => g.test(name))) && !exc.some((g) => g.test(name));
+  });
+  if (n !== undefined) {
+    // From the command line a number arrives as its text.
+    const count: unknown = typeof n === "string" && /^\d+$/.test(n) ? Number(n) : n;
+    if (typeof count !== "number" || !Number.isInteger(count) || count < 1) {
+      throw new ConfigError(`env.taskset.n_tasks: ${JSON.stringify(n)} is not a positive integer`);
+    }
+    folders = folders.slice(0, count);
+  }
+  if (folders.length === 0) {
+    throw new ConfigError(`${path}: env.taskset.include/exclude leave no Harbor task`);
+  }
   return folders;
+}
+
+/**
+ * A folder that could not be loaded, as a task of its own: its setup (and any check) fails with
+ * the reason, so one broken folder is that task's error and the rest of the dataset runs.
+ */
+class BrokenHarborTask extends HarborTask {
+  /** Thrown where the rollout first asks for its sandbox, before anything starts. */
+  override runtimeEnv(): Record<string, string> {
+    throw this.broken;
+  }
 }
 
 /** Harbor task folders as a taskset. */
@@ -494,20 +637,53 @@ export class HarborTaskset extends Taskset<HarborTask> {
     return basename(resolve(String(this.config.path ?? ".")));
   }
 
+  /**
+   * The task folders, each loaded on its own: `tasks` (names), `include` / `exclude` (globs of
+   * names), `n_tasks` (the first n), and the timeout multipliers ({@link HarborMultipliers}). A
+   * folder that fails to load (a bad task.toml, a failed build) is a task whose every check
+   * fails with that error, named; when they all fail, loading fails with the first.
+   */
   async load(): Promise<HarborTask[]> {
     const path = this.config.path;
     if (typeof path !== "string" || !path) {
       throw new ConfigError(`env.taskset.path: the Harbor task folder (or a folder of them)`);
     }
-    const names = this.config.tasks as string[] | undefined;
-    const folders = await harborFolders(path, names);
+    const folders = await harborFolders(path, {
+      names: this.config.tasks as string[] | undefined,
+      include: this.config.include as string[] | undefined,
+      exclude: this.config.exclude as string[] | undefined,
+      n: this.config.n_tasks as number | undefined,
+    });
+    const multipliers = harborMultipliers(this.config);
     const tasks: HarborTask[] = [];
-    for (const folder of folders) tasks.push(await loadHarborTask(folder));
+    const errors: unknown[] = [];
+    for (const folder of folders) {
+      try {
+        tasks.push(await loadHarborTask(folder, { multipliers }));
+      } catch (error) {
+        if (!(error instanceof Error) || error.name === "AbortError") throw error;
+        errors.push(error);
+        const broken = new ConfigError(`Harbor task "${basename(folder)}": ${error.message}`, {
+          cause: error,
+        });
+        console.warn(broken.message);
+        tasks.push(
+          new BrokenHarborTask(
+            { id: basename(folder), prompt: "" },
+            resolve(folder),
+            null,
+            null,
+            broken,
+          ),
+        );
+      }
+    }
+    if (errors.length === folders.length) throw errors[0];
     return tasks;
   }
 }
 
-/** Entry point: `[env.taskset] id = "harbor"` with `path` and `tasks`. */
+/** Entry point: `[env.taskset] id = "harbor"` with `path`, `tasks`, `include`, `exclude`. */
 export function loadTaskset(config: Record<string, unknown>): HarborTaskset {
   return new HarborTaskset(config);
 }

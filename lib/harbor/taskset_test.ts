@@ -52,17 +52,41 @@ function folder(
 
 const PATH = "/t/task.toml";
 
-Deno.test("readHarborSettings(): keys vf does not read are listed, top-level and per section, not refused", () => {
+Deno.test("readHarborSettings(): a key vf does not know, or one it cannot honour, is an error naming the file and key", () => {
+  const refused = (toml: string, re: RegExp) =>
+    assert.throws(
+      () => readHarborSettings(toml, PATH),
+      (e: Error) => e instanceof ConfigError && re.test(e.message),
+    );
+  refused("extra_top = 1\n", /^\/t\/task\.toml: extra_top: not a Harbor task\.toml key vf knows/);
+  refused("[verifier]\nretries = 2\n", /verifier\.retries: not a Harbor/);
+  refused("[environment]\ngpus = 1\n", /environment\.gpus: vf cannot give a sandbox GPUs/);
+  refused("[environment]\nmcp_servers = []\n", /environment\.mcp_servers: vf cannot honour it/);
+  refused('[environment]\nos = "windows"\n', /environment\.os: vf runs linux sandboxes only/);
+  refused('[verifier]\nenvironment_mode = "elsewhere"\n', /verifier\.environment_mode:/);
+  refused(
+    '[agent]\nnetwork_mode = "allowlist"\n',
+    /agent\.allowed_hosts: network_mode = "allowlist" needs/,
+  );
+  refused('multi_step_reward_strategy = "max"\n', /multi_step_reward_strategy: "max" is not/);
+  refused('[[steps]]\nname = "a"\n[[steps]]\nname = "a"\n', /steps: two steps are named "a"/);
+  // Harbor's 1.3 keys are read.
   const s = readHarborSettings(
-    `version = "1.0"\nextra_top = 1\n[metadata]\nauthor = "x"\n[verifier]\nretries = 2\n[agent]\nmodel = "m"\n[environment]\ngpus = 1\nshiny = true\n`,
+    `schema_version = "1.3"\nartifacts = ["/app/a"]\nmulti_step_reward_strategy = "final"\n[task]\nname = "o/n"\n[environment]\nworkdir = "/w"\nnetwork_mode = "public"\n[verifier]\nenvironment_mode = "separate"\n[verifier.environment]\ncpus = 2\n[[steps]]\nname = "one"\nmin_reward = 1.0\n[steps.agent]\ntimeout_sec = 5\n`,
     PATH,
   );
-  assert.deepEqual(s.unknown, [
-    "extra_top",
-    "verifier.retries",
-    "agent.model",
-    "environment.shiny",
-  ]);
+  assert.equal(s.schemaVersion, "1.3");
+  assert.deepEqual({ ...s.task }, { name: "o/n" });
+  assert.deepEqual(s.artifacts, ["/app/a"]);
+  assert.equal(s.rewardStrategy, "final");
+  assert.equal(s.environment.workdir, "/w");
+  assert.deepEqual(s.environment.network, { mode: "public", hosts: [] });
+  assert.equal(s.verifier.mode, "separate");
+  assert.equal(s.verifier.environment.cpus, 2);
+  assert.equal(s.steps[0].name, "one");
+  assert.equal(s.steps[0].minReward, 1);
+  assert.equal(s.steps[0].agent.timeout, 5);
+  assert.equal(s.steps[0].verifier.mode, "separate", "a step's verifier falls back to the task's");
 });
 
 Deno.test("readHarborSettings(): the verifier's env and user, the solution's env (values as strings), the image and internet access", () => {
@@ -86,13 +110,13 @@ Deno.test("readHarborSettings(): the verifier's env and user, the solution's env
   assert.equal(s.agent.user, "agent");
   assert.deepEqual(s.solution.env, { FAST: "true" });
   assert.equal(s.environment.image, "python:3.11-slim");
-  assert.equal(s.environment.internet, true);
-  // Only a TOML true opens the network.
-  assert.equal(
-    readHarborSettings('[environment]\nallow_internet = "yes"\n', PATH).environment.internet,
-    false,
+  assert.equal(s.environment.network.mode, "public");
+  // Only a TOML boolean is read; no key leaves the network off.
+  assert.throws(
+    () => readHarborSettings('[environment]\nallow_internet = "yes"\n', PATH),
+    /environment\.allow_internet: "yes" is not true or false/,
   );
-  assert.equal(readHarborSettings("", PATH).environment.internet, false);
+  assert.equal(readHarborSettings("", PATH).environment.network.mode, "no-network");
 });
 
 Deno.test("readHarborSettings(): memory as '2G' or '512M' is megabytes, memory_mb wins over it, and a missing key gets Harbor's default", () => {
@@ -102,7 +126,7 @@ Deno.test("readHarborSettings(): memory as '2G' or '512M' is megabytes, memory_m
   assert.equal(mem('memory = "512M"'), 512);
   assert.equal(mem('memory = "1g"'), 1024);
   assert.equal(mem('memory_mb = 300\nmemory = "2G"'), 300);
-  assert.equal(mem('memory = "lots"'), undefined, "an unreadable size is left out");
+  assert.throws(() => mem('memory = "lots"'), /environment\.memory: "lots" is not a size/);
   const bare = readHarborSettings("", PATH);
   assert.equal(bare.verifier.timeout, HARBOR_DEFAULTS.verifierTimeout);
   assert.equal(bare.environment.buildTimeout, HARBOR_DEFAULTS.buildTimeout);
@@ -120,11 +144,11 @@ Deno.test("readHarborSettings(): a file that is not TOML, or an env that is not 
     () => readHarborSettings('[verifier]\nenv = "A=1"\n', PATH),
     (e: Error) =>
       e instanceof ConfigError &&
-      e.message === `${PATH}: verifier.env: expected a table of strings`,
+      e.message === `${PATH}: verifier.env: "A=1" is not a table`,
   );
   assert.throws(
     () => readHarborSettings("[solution]\nenv = [1]\n", PATH),
-    /solution\.env: expected a table of strings/,
+    /solution\.env: \[1\] is not a table/,
   );
   // The remedy suggests a value of the key's kind.
   assert.throws(() => readHarborSettings("[environment]\ncpus = 0\n", PATH), /e\.g\. cpus = 2$/);
@@ -158,18 +182,18 @@ Deno.test("loadHarborTask(): the folder becomes a task: its name, the instructio
   assert.equal((task.constructor as typeof HarborTask).NEEDS_CONTAINER, true);
 });
 
-Deno.test("loadHarborTask(): an unknown task.toml key is warned about once per file, naming it", async () => {
+Deno.test("loadHarborTask(): an unknown task.toml key is an error naming the file and key", async () => {
   await using dir = await tempDir();
-  await write(dir.path, folder("warned", ""));
+  await write(dir.path, folder("refused", ""));
   await write(dir.path, {
-    "warned/task.toml": `wibble = 1\n[environment]\ndocker_image = "busybox:latest"\n`,
+    "refused/task.toml": `wibble = 1\n[environment]\ndocker_image = "busybox:latest"\n`,
   });
-  const folderPath = join(dir.path, "warned");
-  const first = await captureWarnings(() => loadHarborTask(folderPath));
-  assert.deepEqual(first, [
-    `${join(folderPath, "task.toml")}: "wibble" is not read by vf (ignored)`,
-  ]);
-  assert.deepEqual(await captureWarnings(() => loadHarborTask(folderPath)), []);
+  await assert.rejects(
+    () => loadHarborTask(join(dir.path, "refused")),
+    (e: Error) =>
+      e instanceof ConfigError &&
+      e.message.startsWith(`${join(dir.path, "refused", "task.toml")}: wibble: not a Harbor`),
+  );
 });
 
 Deno.test("loadHarborTask(): a missing instruction, test.sh or Dockerfile (with no docker_image) is a ConfigError naming the path", async () => {
@@ -458,5 +482,26 @@ Deno.test("HarborTask.validate() in Docker: solution/ is copied to /solution and
     (e: Error) =>
       e instanceof ConfigError &&
       e.message === `${task.folder}: solution/solve.sh is missing; vf validate needs it`,
+  );
+});
+
+Deno.test("loadHarborTask(): a [[steps]] task is read (each step's instruction checked) and refused by key, never 'instruction.md: missing'", async () => {
+  await using dir = await tempDir();
+  await write(dir.path, {
+    "multi/task.toml":
+      `schema_version = "1.3"\n[environment]\ndocker_image = "busybox:latest"\n[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n`,
+    "multi/steps/one/instruction.md": "first\n",
+    "multi/tests/test.sh": "exit 0\n",
+  });
+  await assert.rejects(
+    () => loadHarborTask(join(dir.path, "multi")),
+    (e: Error) =>
+      e.message === `${join(dir.path, "multi", "steps", "two", "instruction.md")}: missing; ` +
+          `step "two" needs its instruction`,
+  );
+  await write(dir.path, { "multi/steps/two/instruction.md": "second\n" });
+  await assert.rejects(
+    () => loadHarborTask(join(dir.path, "multi")),
+    /task\.toml: steps: a multi-step task \(2 steps: "one", "two"\) is read but vf does not run/,
   );
 });
