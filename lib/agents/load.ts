@@ -16,11 +16,11 @@ import { HARNESSES } from "../tasks/harnesses.ts";
 import type { SamplingArgs } from "../types.ts";
 import type { AgentRole } from "./agent.ts";
 import { Env, type EnvInit } from "./env.ts";
-import { AgenticJudgeEnv, SharedAgenticJudgeEnv } from "./envs/agentic_judge.ts";
-import { BestOfNEnv } from "./envs/best_of_n.ts";
-import { BestOfNJudgeEnv } from "./envs/best_of_n_judge.ts";
-import { SingleAgentEnv } from "./envs/single_agent.ts";
-import { UserSimEnv } from "./envs/user_sim.ts";
+import { AgenticJudgeEnv, SharedAgenticJudgeEnv } from "./builtin/agentic_judge.ts";
+import { BestOfNEnv } from "./builtin/best_of_n.ts";
+import { BestOfNJudgeEnv } from "./builtin/best_of_n_judge.ts";
+import { SingleAgentEnv } from "./builtin/single_agent.ts";
+import { UserSimEnv } from "./builtin/user_sim.ts";
 
 /** A concrete Env class. */
 export type EnvClass = (new (init: EnvInit) => Env) & {

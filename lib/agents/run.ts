@@ -26,7 +26,7 @@ import { type Env, type Episode, episodeOfLine, flatTrace, runEpisode } from "./
 import { GroupForks } from "../tasks/fork.ts";
 import { groupAdvantages } from "../scoring/advantages.ts";
 import { MessageGraph } from "../graph.ts";
-import { SingleAgentEnv } from "./envs/single_agent.ts";
+import { SingleAgentEnv } from "./builtin/single_agent.ts";
 
 /** Options of {@link runTaskset}. */
 export interface RunTasksetOptions {
