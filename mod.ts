@@ -89,14 +89,15 @@ export {
 export type { ChatClient, ChatRequestOptions, ClientConfig } from "./lib/model/client.ts";
 export { loadEndpoints, RoundRobinClient } from "./lib/model/endpoints.ts";
 export type { Endpoint } from "./lib/model/endpoints.ts";
-export { Environment, MultiTurnEnv, SingleTurnEnv } from "./lib/legacy/environment.ts";
+export { Environment } from "./lib/legacy/environment.ts";
 export type {
   DatasetBuilder,
   DatasetSource,
   EnvironmentOptions,
-  MultiTurnEnvOptions,
   RolloutOptions,
 } from "./lib/legacy/environment.ts";
+export { MultiTurnEnv, SingleTurnEnv } from "./lib/legacy/multi_turn.ts";
+export type { MultiTurnEnvOptions } from "./lib/legacy/multi_turn.ts";
 export { defineTool, StatefulToolEnv, ToolEnv } from "./lib/legacy/tool_env.ts";
 export type { DefineToolOptions, ToolEnvOptions, ToolSpec } from "./lib/legacy/tool_env.ts";
 export { EnvGroup, EnvGroupRubric } from "./lib/legacy/group.ts";

@@ -13,7 +13,7 @@ import process from "node:process";
 import { OpenAIChatClient } from "../lib/model/client.ts";
 import { ServerEnvironment } from "../lib/serve/client.ts";
 import { startEnvServer } from "../lib/serve/server.ts";
-import { SingleTurnEnv } from "../lib/legacy/environment.ts";
+import { SingleTurnEnv } from "../lib/legacy/multi_turn.ts";
 import { type EnvironmentHandle, evaluate } from "../lib/eval/evaluate.ts";
 import { startModelServer } from "../lib/model/local_server.ts";
 import { contentText } from "../lib/messages.ts";

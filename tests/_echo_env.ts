@@ -3,7 +3,7 @@
  * answer to question `qN` is `aN` (q0 … q5), scored 1 on an exact match.
  * @module
  */
-import { type MultiTurnEnvOptions, SingleTurnEnv } from "../lib/legacy/environment.ts";
+import { type MultiTurnEnvOptions, SingleTurnEnv } from "../lib/legacy/multi_turn.ts";
 import { contentText } from "../lib/messages.ts";
 import { Rubric } from "../lib/scoring/rubric.ts";
 

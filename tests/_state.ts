@@ -5,7 +5,7 @@
  * @module
  */
 import type { ChatClient } from "../lib/model/client.ts";
-import { SingleTurnEnv } from "../lib/legacy/environment.ts";
+import { SingleTurnEnv } from "../lib/legacy/multi_turn.ts";
 import type { State } from "../lib/state.ts";
 import type { Messages, TrajectoryStep, Usage } from "../lib/types.ts";
 

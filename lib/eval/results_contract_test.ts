@@ -11,7 +11,7 @@ import { lastUserText, type Responder, startModelServer } from "../../tests/mode
 import { loadOutputs, ResultsWriter } from "./results.ts";
 import { echoEnv } from "../../tests/_echo_env.ts";
 import { captureWarnings } from "../../tests/_warnings.ts";
-import { SingleTurnEnv } from "../legacy/environment.ts";
+import { SingleTurnEnv } from "../legacy/multi_turn.ts";
 import type { ChatClient } from "../model/client.ts";
 import type { RolloutOutput } from "../state.ts";
 import type { Row } from "../types.ts";

@@ -4,9 +4,12 @@
  *
  * - model endpoints in three dialects, chosen by the route the program posts to: chat
  *   completions (`POST /v1/chat/completions`), Responses (`POST /v1/responses`) and Anthropic
- *   Messages (`POST /v1/messages`), each streaming too, called with the rollout's model secret; the rollout's harness answers
- *   it through the run's real client, so the real key stays on the evaluator, the run's model
- *   and sampling apply, and every call lands on the trace;
+ *   Messages (`POST /v1/messages`), called with the rollout's model secret; the rollout's
+ *   harness answers it through the run's real client, so the real key stays on the
+ *   evaluator, the run's model and sampling apply, and every call lands on the trace. A
+ *   stream is relayed as the upstream model produces it (with `: keep-alive` comments while
+ *   nothing comes); errors take the route's dialect's shape; a tool the gateway cannot offer
+ *   the model is recorded on the call and warned about once;
  * - an HTTP(S) forward proxy (`CONNECT` and absolute-URI requests, `Proxy-Authorization`
  *   with the egress secret) that lets a connection out only when the rollout's network
  *   policy for the current phase allows it, and records every refusal. The evaluator's own
@@ -26,11 +29,13 @@ import type { Response } from "../types.ts";
 import {
   type ChatCall,
   chatCompletionBody,
-  chatCompletionStream,
+  chatStreamWriter,
   errorBody,
   GatewayRefusal,
   parseChatRequest,
+  type StreamWriter,
 } from "./chat.ts";
+import type { ResponseDelta } from "../model/client.ts";
 import {
   canonicalHost,
   CLOSED_POLICY,
@@ -45,10 +50,10 @@ import {
   anthropicError,
   estimateTokens,
   messagesBody,
-  messagesStream,
+  messagesStreamWriter,
   parseMessagesRequest,
 } from "./anthropic.ts";
-import { parseResponsesRequest, responsesBody, responsesStream } from "./responses.ts";
+import { parseResponsesRequest, responsesBody, responsesStreamWriter } from "./responses.ts";
 import { unrefTimer } from "../util/_timers.ts";
 
 /** A connection the network policy refused. */
@@ -62,8 +67,11 @@ export interface EgressDenial {
 
 /** What answers a rollout's model calls. */
 export interface GatewayHandler {
-  /** A chat-completions call of the program; throw {@link GatewayRefusal} to refuse it. */
-  chat(call: ChatCall): Promise<Response>;
+  /**
+   * A chat-completions call of the program; throw {@link GatewayRefusal} to refuse it.
+   * `onDelta`, given when the program streams, takes the reply's pieces as they come.
+   */
+  chat(call: ChatCall, onDelta?: (delta: ResponseDelta) => void): Promise<Response>;
   /**
    * One step of vf's shell agent: `output` is what the last command printed (null on the
    * first step); the reply is the next command, or null when the agent is done.
@@ -166,7 +174,12 @@ export class GatewaySession {
   }
 
   /** Answer a chat call once per request body: retries replay, duplicates in flight wait. */
-  async chat(call: ChatCall, digest: string, retry: boolean): Promise<Response> {
+  async chat(
+    call: ChatCall,
+    digest: string,
+    retry: boolean,
+    onDelta?: (delta: ResponseDelta) => void,
+  ): Promise<Response> {
     if (this.#sealed) throw new GatewayRefusal(409, "the rollout has ended");
     if (retry && this.#last?.digest === digest) return this.#last.response;
     // Only an SDK's retry waits for the first attempt: identical requests sent on purpose
@@ -175,7 +188,7 @@ export class GatewaySession {
     if (pending) return await pending;
     const handler = this.handler;
     if (!handler) throw new GatewayRefusal(503, "no program is running in this rollout");
-    const promise = handler.chat(call);
+    const promise = onDelta ? handler.chat(call, onDelta) : handler.chat(call);
     this.#inflight.set(digest, promise);
     try {
       const response = await promise;
@@ -210,27 +223,27 @@ export interface GatewayRoute {
 /** One wire format a program may speak: chosen by the route it posts to. */
 interface Dialect {
   parse(body: unknown): ChatCall;
-  body(response: Response, model: string): Record<string, unknown>;
-  stream(response: Response, model: string, includeUsage: boolean): string;
-  error(message: string): Record<string, unknown>;
+  body(responses: Response[], model: string, call: ChatCall): Record<string, unknown>;
+  writer(model: string, call: ChatCall): StreamWriter;
+  error(message: string, status: number): Record<string, unknown>;
 }
 
 const CHAT: Dialect = {
   parse: parseChatRequest,
-  body: chatCompletionBody,
-  stream: chatCompletionStream,
+  body: (rs, model) => chatCompletionBody(rs, model),
+  writer: (model, call) => chatStreamWriter(model, call.includeUsage),
   error: errorBody,
 };
 const ANTHROPIC: Dialect = {
   parse: parseMessagesRequest,
-  body: messagesBody,
-  stream: (r, model) => messagesStream(r, model),
+  body: ([r], model) => messagesBody(r, model),
+  writer: (model) => messagesStreamWriter(model),
   error: anthropicError,
 };
 const RESPONSES: Dialect = {
   parse: parseResponsesRequest,
-  body: responsesBody,
-  stream: (r, model) => responsesStream(r, model),
+  body: ([r], model, call) => responsesBody(r, model, call.customTools),
+  writer: (model, call) => responsesStreamWriter(model, call.customTools),
   error: errorBody,
 };
 const DIALECTS: Record<string, Dialect> = {
@@ -240,6 +253,77 @@ const DIALECTS: Record<string, Dialect> = {
   "/v1/responses": RESPONSES,
   "/responses": RESPONSES,
 };
+
+/** The dialect errors on `path` are shaped in: Anthropic's under `/v1/messages`, else OpenAI's. */
+function errorDialect(path: string): Dialect {
+  return DIALECTS[path] ?? (path.startsWith("/v1/messages") ? ANTHROPIC : CHAT);
+}
+
+const warnedTools = new Set<string>();
+/** Warn once per process about each thing the gateway cannot give the model. */
+function warnNotHonoured(route: string, items: { name: string; type: string }[]): void {
+  for (const { name, type } of items) {
+    const key = `${type}\0${name}`;
+    if (warnedTools.has(key)) continue;
+    warnedTools.add(key);
+    console.warn(
+      type === "context_management"
+        ? `vf gateway: "${route}" asks for context_management edit "${name}", which the gateway does not make; recorded on the trace as not_honoured`
+        : `vf gateway: the program's tool "${name}" (type "${type}") on "${route}" cannot be offered to the model and is left out; recorded on the trace as not_honoured`,
+    );
+  }
+}
+
+/**
+ * A server-sent event stream on a socket: the head goes out with the first event (so a
+ * refusal before any still gets its status), chunked; a `: keep-alive` comment goes out
+ * whenever nothing has for `keepAliveMs`.
+ */
+class EventStream {
+  started = false;
+  #last = Date.now();
+  readonly #timer: ReturnType<typeof setInterval>;
+  constructor(readonly socket: net.Socket, keepAliveMs: number) {
+    this.#timer = unrefTimer(setInterval(() => {
+      if (Date.now() - this.#last >= keepAliveMs / 2) this.write(": keep-alive\n\n");
+    }, keepAliveMs));
+  }
+  write(text: string): void {
+    if (!text || this.socket.destroyed) return;
+    this.#last = Date.now();
+    if (!this.started) {
+      this.started = true;
+      this.socket.write(
+        [
+          "HTTP/1.1 200 OK",
+          "Content-Type: text/event-stream; charset=utf-8",
+          "Cache-Control: no-cache",
+          "Transfer-Encoding: chunked",
+          "Connection: close",
+          "",
+          "",
+        ].join("\r\n"),
+        "latin1",
+      );
+    }
+    if (headOnly.has(this.socket)) return;
+    const bytes = Buffer.from(text, "utf8");
+    this.socket.write(Buffer.concat([
+      Buffer.from(`${bytes.length.toString(16)}\r\n`, "latin1"),
+      bytes,
+      Buffer.from("\r\n", "latin1"),
+    ]));
+  }
+  end(text: string): void {
+    this.stop();
+    this.write(text);
+    this.socket.end(headOnly.has(this.socket) ? "" : "0\r\n\r\n");
+    this.socket.resume();
+  }
+  stop(): void {
+    clearInterval(this.#timer);
+  }
+}
 
 function parseJson(body: Buffer): unknown {
   try {
@@ -274,6 +358,10 @@ function parseHead(text: string): Head | null {
 const MAX_HEAD = 64 * 1024;
 /** Default of {@link Gateway.requestTimeoutMs}. */
 const REQUEST_TIMEOUT_MS = 60_000;
+/** Default of {@link Gateway.keepAliveMs}. */
+const KEEP_ALIVE_MS = 15_000;
+/** Sockets whose request is a HEAD: their replies carry no body. */
+const headOnly = new WeakSet<net.Socket>();
 const MAX_BODY = 64 * 1024 * 1024;
 
 const REASONS: Record<number, string> = {
@@ -285,6 +373,8 @@ const REASONS: Record<number, string> = {
   407: "Proxy Authentication Required",
   409: "Conflict",
   413: "Payload Too Large",
+  429: "Too Many Requests",
+  500: "Internal Server Error",
   502: "Bad Gateway",
   503: "Service Unavailable",
 };
@@ -310,7 +400,7 @@ function reply(
       ].join("\r\n"),
       "latin1",
     ),
-    bytes,
+    headOnly.has(socket) ? Buffer.alloc(0) : bytes,
   ]));
   socket.resume(); // read on to the client's end, so the connection closes
 }
@@ -399,11 +489,14 @@ export class Gateway {
    * otherwise hold a socket in the evaluator for good.
    */
   readonly requestTimeoutMs: number;
+  /** A stream sends a `: keep-alive` comment after this long without an event. */
+  readonly keepAliveMs: number;
   readonly #own: OwnAddresses;
   readonly #resolve: (host: string) => Promise<string>;
 
   /**
    * @param options.requestTimeoutMs see {@link Gateway.requestTimeoutMs}; default 60 s
+   * @param options.keepAliveMs see {@link Gateway.keepAliveMs}; default 15 s
    * @param options.ownAddresses addresses of this host besides its interfaces' and the ones
    *   the gateway listens on; default none ({@link Gateway.shared} adds every Docker network's
    *   gateway)
@@ -413,11 +506,13 @@ export class Gateway {
   constructor(
     options: {
       requestTimeoutMs?: number;
+      keepAliveMs?: number;
       ownAddresses?: () => Promise<Iterable<string>>;
       resolve?: (host: string) => Promise<string>;
     } = {},
   ) {
     this.requestTimeoutMs = options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
+    this.keepAliveMs = options.keepAliveMs ?? KEEP_ALIVE_MS;
     this.#own = new OwnAddresses({ extra: options.ownAddresses });
     this.#resolve = options.resolve ?? (async (host) => (await lookup(host)).address);
   }
@@ -502,12 +597,14 @@ export class Gateway {
       const head = parseHead(buf.subarray(0, end).toString("latin1"));
       const rest = buf.subarray(end + 4);
       if (!head) return reply(socket, 400, "malformed request", "text/plain");
+      if (head.method === "HEAD") headOnly.add(socket);
       const handle = head.method === "CONNECT" || /^[a-z]+:\/\//i.test(head.target)
         ? this.#proxy(socket, head, rest, received)
         : this.#serve(socket, head, rest, received);
       handle.catch((error) => {
         if (error instanceof GatewayRefusal) {
-          replyJson(socket, error.status, errorBody(error.message));
+          const path = head.target.split("?")[0];
+          replyJson(socket, error.status, errorDialect(path).error(error.message, error.status));
         } else socket.destroy();
       });
     };
@@ -652,56 +749,34 @@ export class Gateway {
     received: () => void,
   ): Promise<void> {
     const path = head.target.split("?")[0];
-    if (head.method === "GET" && path === "/health") return replyJson(socket, 200, { ok: true });
+    // HEAD is answered as GET is, without the body.
+    const method = head.method === "HEAD" ? "GET" : head.method;
+    if (method === "GET" && path === "/health") return replyJson(socket, 200, { ok: true });
     const bearer = /^Bearer\s+(\S+)$/i.exec(head.headers.get("authorization") ?? "")?.[1] ??
       head.headers.get("x-api-key") ?? "";
     const session = this.#byModelSecret.get(bearer);
     if (!session) {
-      return replyJson(socket, 401, errorBody("unknown or expired gateway key"));
+      return replyJson(
+        socket,
+        401,
+        errorDialect(path).error("unknown or expired gateway key", 401),
+      );
     }
     const body = await readBody(socket, rest, head);
     received(); // the answer may take as long as the model does
-    if (head.method === "GET" && (path === "/v1/models" || path === "/models")) {
+    if (method === "GET" && (path === "/v1/models" || path === "/models")) {
       return replyJson(socket, 200, {
         object: "list",
         data: [{ id: session.model, object: "model", owned_by: "vf" }],
       });
     }
-    if (head.method === "POST" && (path === "/v1/messages/count_tokens")) {
+    if (method === "POST" && (path === "/v1/messages/count_tokens")) {
       // An estimate, not recorded: the upstream is a chat-completions endpoint.
       const call = parseMessagesRequest(parseJson(body));
       return replyJson(socket, 200, { input_tokens: estimateTokens(call) });
     }
     const dialect = head.method === "POST" ? DIALECTS[path] : undefined;
-    if (dialect) {
-      try {
-        const raw = body.toString("utf8");
-        const call = dialect.parse(parseJson(body));
-        const digest = createHash("sha256").update(raw).digest("hex");
-        const retry = Number(head.headers.get("x-stainless-retry-count") ?? 0) > 0;
-        let response: Response;
-        try {
-          response = await session.chat(call, digest, retry);
-        } catch (error) {
-          if (error instanceof GatewayRefusal) throw error;
-          throw new GatewayRefusal(502, `the model call failed: ${(error as Error).message}`);
-        }
-        const model = response.model || session.model;
-        if (call.stream) {
-          return reply(
-            socket,
-            200,
-            dialect.stream(response, model, call.includeUsage),
-            "text/event-stream",
-            ["Cache-Control: no-cache"],
-          );
-        }
-        return replyJson(socket, 200, dialect.body(response, model));
-      } catch (error) {
-        if (!(error instanceof GatewayRefusal)) throw error;
-        return replyJson(socket, error.status, dialect.error(error.message));
-      }
-    }
+    if (dialect) return await this.#answer(socket, session, dialect, head, path, body);
     if (head.method === "POST" && path === "/vf/shell/step") {
       if (session.sealed) throw new GatewayRefusal(409, "the rollout has ended");
       const step = session.handler?.shellStep;
@@ -716,6 +791,65 @@ export class Gateway {
       }
       return reply(socket, 200, next ?? "", "text/plain; charset=utf-8");
     }
-    return replyJson(socket, 404, errorBody(`no route ${head.method} ${path}`));
+    return replyJson(
+      socket,
+      404,
+      errorDialect(path).error(`no route ${head.method} ${path}`, 404),
+    );
+  }
+
+  /** A model call in `dialect`: answered whole, or streamed as the upstream model replies. */
+  async #answer(
+    socket: net.Socket,
+    session: GatewaySession,
+    dialect: Dialect,
+    head: Head,
+    path: string,
+    body: Buffer,
+  ): Promise<void> {
+    let stream: EventStream | null = null;
+    let writer: StreamWriter | null = null;
+    try {
+      const call = dialect.parse(parseJson(body));
+      if (call.notHonoured?.length) warnNotHonoured(path, call.notHonoured);
+      const digest = createHash("sha256").update(body).digest("hex");
+      const retry = Number(head.headers.get("x-stainless-retry-count") ?? 0) > 0;
+      const n = call.n ?? 1;
+      writer = call.stream ? dialect.writer(session.model, call) : null;
+      if (writer) stream = new EventStream(socket, this.keepAliveMs);
+      const responses: Response[] = [];
+      for (let i = 0; i < n; i++) {
+        const w = writer;
+        const onDelta = w && stream
+          ? (delta: ResponseDelta) => stream!.write(w.delta(delta, i))
+          : undefined;
+        try {
+          // Each choice is its own call; only the first carries what was not honoured.
+          const one = i === 0 ? call : { ...call, notHonoured: [] };
+          responses.push(
+            await session.chat(one, n > 1 ? `${digest}:${i}` : digest, retry, onDelta),
+          );
+        } catch (error) {
+          if (error instanceof GatewayRefusal) throw error;
+          throw new GatewayRefusal(502, `the model call failed: ${(error as Error).message}`);
+        }
+      }
+      if (writer && stream) return stream.end(writer.finish(responses));
+      return replyJson(
+        socket,
+        200,
+        dialect.body(responses, responses[0].model || session.model, call),
+      );
+    } catch (error) {
+      if (!(error instanceof GatewayRefusal)) {
+        stream?.stop();
+        throw error;
+      }
+      if (stream?.started && writer) {
+        return stream.end(writer.error(error.message, error.status));
+      }
+      stream?.stop();
+      return replyJson(socket, error.status, dialect.error(error.message, error.status));
+    }
   }
 }

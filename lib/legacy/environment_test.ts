@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { OpenAIChatClient } from "../model/client.ts";
 import { Dataset } from "../data/dataset.ts";
-import { MultiTurnEnv, type MultiTurnEnvOptions, SingleTurnEnv } from "./environment.ts";
+import { MultiTurnEnv, type MultiTurnEnvOptions, SingleTurnEnv } from "./multi_turn.ts";
 import { ConfigError, VfError } from "../errors.ts";
 import {
   contextLengthReply,

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { OpenAIChatClient } from "../model/client.ts";
 import { EnvGroup, EnvGroupRubric } from "./group.ts";
-import { SingleTurnEnv } from "./environment.ts";
+import { SingleTurnEnv } from "./multi_turn.ts";
 import { ConfigError, RewardError } from "../errors.ts";
 import { stateToOutput } from "../state.ts";
 import { isUnscoredOutput } from "../eval/results.ts";

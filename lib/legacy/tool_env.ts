@@ -5,7 +5,7 @@
  */
 import { z } from "npm:zod@^4.6.0";
 import { ConfigError, ToolCallError, ToolParseError } from "../errors.ts";
-import { MultiTurnEnv, type MultiTurnEnvOptions } from "./environment.ts";
+import { MultiTurnEnv, type MultiTurnEnvOptions } from "./multi_turn.ts";
 import { Rubric } from "../scoring/rubric.ts";
 import type { State } from "../state.ts";
 import type { ContentPart, JsonSchema, Messages, Tool, ToolMessage } from "../types.ts";

@@ -482,7 +482,7 @@ Deno.test("ToolEnv warns about a tool without a description, naming it", () => {
 
 Deno.test("tool_defs without a description are refused, on the environment and in a row's info, as upstream's Tool model does", async () => {
   const { ConfigError } = await import("../errors.ts");
-  const { SingleTurnEnv } = await import("./environment.ts");
+  const { SingleTurnEnv } = await import("./multi_turn.ts");
   assert.throws(
     () =>
       new SingleTurnEnv({

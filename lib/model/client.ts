@@ -58,6 +58,19 @@ export interface ChatRequestOptions {
   signal?: AbortSignal;
   /** Which rollout of its group the call belongs to (the model-call cache keys by it). */
   cacheSalt?: string;
+  /**
+   * Called with each piece of the reply as the endpoint produces it: the request then streams
+   * (`stream: true`, usage asked for) and still resolves to the whole {@link Response}. Not
+   * streamed when token data is asked for; a client that cannot stream calls it never.
+   */
+  onDelta?: (delta: ResponseDelta) => void;
+}
+
+/** One streamed piece of a reply: text, reasoning, or a tool call's part (by its index). */
+export interface ResponseDelta {
+  content?: string;
+  reasoning?: string;
+  tool_call?: { index: number; id?: string; name?: string; arguments?: string };
 }
 
 /** Anything that answers chat prompts. */
@@ -381,6 +394,11 @@ export class OpenAIChatClient implements ChatClient {
         },
       }));
     }
+    const onDelta = capture === "off" ? options.onDelta : undefined;
+    if (onDelta) {
+      body.stream = true;
+      body.stream_options = { include_usage: true };
+    }
     const payload = JSON.stringify(body);
     const url = `${this.baseUrl}/chat/completions`;
     const headers = options.headers && hasKeys(options.headers)
@@ -391,7 +409,9 @@ export class OpenAIChatClient implements ChatClient {
       options.signal?.throwIfAborted();
       let reply: Reply;
       try {
-        reply = await this.#post(url, headers, payload, options.signal);
+        reply = onDelta
+          ? await this.#postFetch(url, headers, payload, options.signal, onDelta)
+          : await this.#post(url, headers, payload, options.signal);
       } catch (error) {
         if (options.signal?.aborted) throw options.signal.reason;
         if (!(error instanceof TransportFailure)) throw error;
@@ -417,6 +437,11 @@ export class OpenAIChatClient implements ChatClient {
         throw withRetries(lastError, attempt);
       }
       const { status, text } = reply;
+      if (reply.streamed) {
+        const response = parseChatCompletion(reply.streamed);
+        if (attempt > 0) response.retries = attempt;
+        return response;
+      }
       if (status >= 200 && status < 300) {
         let json: unknown;
         try {
@@ -534,6 +559,7 @@ export class OpenAIChatClient implements ChatClient {
     headers: Record<string, string>,
     body: string,
     outer: AbortSignal | undefined,
+    onDelta?: (delta: ResponseDelta) => void,
   ): Promise<Reply> {
     // One controller and one timer per attempt (cheaper than AbortSignal.timeout/any at
     // thousands of requests per second); the timer also bounds reading the body.
@@ -558,6 +584,17 @@ export class OpenAIChatClient implements ChatClient {
         );
       }
       try {
+        const ok = res.status >= 200 && res.status < 300;
+        if (
+          onDelta && ok && res.body && /event-stream/i.test(res.headers.get("content-type") ?? "")
+        ) {
+          return {
+            status: res.status,
+            text: "",
+            retryAfter: null,
+            streamed: await readChatStream(res.body, onDelta),
+          };
+        }
         return {
           status: res.status,
           text: await res.text(),
@@ -601,6 +638,116 @@ interface Reply {
   status: number;
   text: string;
   retryAfter: string | null;
+  /** A streamed reply, put together as a `chat.completion` body. */
+  streamed?: Record<string, unknown>;
+}
+
+/**
+ * Read a `chat.completion.chunk` event stream, handing each piece to `onDelta`, into the
+ * `chat.completion` body it adds up to. An error event in the stream is thrown.
+ */
+async function readChatStream(
+  stream: ReadableStream<Uint8Array>,
+  onDelta: (delta: ResponseDelta) => void,
+): Promise<Record<string, unknown>> {
+  const decoder = new TextDecoder();
+  let buffer = "";
+  let head: Record<string, unknown> = {};
+  let content: string | null = null;
+  let reasoning = "";
+  let finish: unknown = null;
+  let usage: unknown = undefined;
+  const calls: { id: string; type: "function"; function: { name: string; arguments: string } }[] =
+    [];
+  const event = (data: string) => {
+    if (data === "[DONE]") return;
+    let chunk: Record<string, unknown>;
+    try {
+      chunk = JSON.parse(data);
+    } catch (error) {
+      throw new InvalidModelResponseError(
+        `Model stream sent malformed JSON: ${JSON.stringify(data.slice(0, 120))}`,
+        { cause: error },
+      );
+    }
+    if (chunk.error) {
+      const e = chunk.error as { message?: unknown };
+      throw new ModelError(`Model stream sent an error: ${String(e.message ?? data)}`);
+    }
+    if (!head.id && chunk.id) head = { id: chunk.id, created: chunk.created, model: chunk.model };
+    if (chunk.usage) usage = chunk.usage;
+    const choice = (Array.isArray(chunk.choices) ? chunk.choices[0] : undefined) as
+      | Record<string, unknown>
+      | undefined;
+    if (!choice) return;
+    if (choice.finish_reason) finish = choice.finish_reason;
+    const delta = (choice.delta ?? {}) as Record<string, unknown>;
+    if (typeof delta.content === "string" && delta.content) {
+      content = (content ?? "") + delta.content;
+      onDelta({ content: delta.content });
+    }
+    const thought = typeof delta.reasoning_content === "string"
+      ? delta.reasoning_content
+      : delta.reasoning;
+    if (typeof thought === "string" && thought) {
+      reasoning += thought;
+      onDelta({ reasoning: thought });
+    }
+    for (const raw of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
+      const c = raw as Record<string, unknown>;
+      const index = Number(c.index ?? calls.length);
+      const fn = (c.function ?? {}) as Record<string, unknown>;
+      const call = calls[index] ??= {
+        id: "",
+        type: "function",
+        function: { name: "", arguments: "" },
+      };
+      if (typeof c.id === "string" && c.id) call.id = c.id;
+      if (typeof fn.name === "string") call.function.name += fn.name;
+      if (typeof fn.arguments === "string") call.function.arguments += fn.arguments;
+      onDelta({
+        tool_call: {
+          index,
+          ...(typeof c.id === "string" && c.id ? { id: c.id } : {}),
+          ...(typeof fn.name === "string" && fn.name ? { name: fn.name } : {}),
+          ...(typeof fn.arguments === "string" ? { arguments: fn.arguments } : {}),
+        },
+      });
+    }
+  };
+  const reader = stream.getReader();
+  for (;;) {
+    const { value, done } = await reader.read();
+    buffer += decoder.decode(value ?? new Uint8Array(), { stream: !done });
+    let end: number;
+    while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
+      const data = block.split(/\r?\n/).filter((l) => l.startsWith("data:"))
+        .map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+      if (data) event(data);
+    }
+    if (done) break;
+  }
+  if (buffer.trim()) {
+    const data = buffer.split(/\r?\n/).filter((l) => l.startsWith("data:"))
+      .map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+    if (data) event(data);
+  }
+  return {
+    ...head,
+    choices: [{
+      index: 0,
+      message: {
+        role: "assistant",
+        content,
+        ...(reasoning ? { reasoning_content: reasoning } : {}),
+        ...(calls.length ? { tool_calls: calls.filter(Boolean) } : {}),
+      },
+      finish_reason: finish,
+    }],
+    ...(usage ? { usage } : {}),
+  };
 }
 
 /** One attempt failed in transport: no connection, no complete reply in time, or a broken read. */

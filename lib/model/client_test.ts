@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { EndpointUnreachableError, OpenAIChatClient } from "./client.ts";
-import { SingleTurnEnv } from "../legacy/environment.ts";
+import { SingleTurnEnv } from "../legacy/multi_turn.ts";
 import {
   AuthenticationError,
   ConfigError,

@@ -4,7 +4,8 @@
  * End-to-end tests point the model client at it and script every reply (text, tool calls,
  * rate limits, malformed JSON, hangs); `vf demo` serves {@link demoResponder} from it so a
  * bundled environment can be evaluated with no API key and no internet. It speaks the
- * non-streaming `chat.completion` wire format only. Like vLLM (0.10.2 and newer) it answers
+ * `chat.completion` wire format, and streams it (`stream: true`) as `chat.completion.chunk`
+ * events: the text word by word, a reply's `chunk_delay_ms` apart. Like vLLM (0.10.2 and newer) it answers
  * `return_token_ids: true` with `prompt_token_ids` and `choices[0].token_ids`, and
  * `logprobs: true` with `choices[0].logprobs.content`, from a toy byte-level tokenizer whose
  * chat template keeps every earlier turn's tokens as an exact prefix of the next prompt.
@@ -77,6 +78,8 @@ export interface ChatRequest {
   body: ChatCompletionBody;
   /** The request headers, with lower-case names. */
   headers: Record<string, string>;
+  /** When a streamed reply's last byte was handed to the connection (ms since the epoch). */
+  finishedAt?: number;
 }
 
 /** A normal completion. */
@@ -92,6 +95,8 @@ export interface CompletionReply {
   usage?: { prompt_tokens: number; completion_tokens: number };
   /** Wait this long before answering. */
   delay_ms?: number;
+  /** When the request streams: wait this long before each chunk after the first. */
+  chunk_delay_ms?: number;
 }
 
 /** An HTTP error. A string `body` is wrapped as `{ error: { message, type, code } }`. */
@@ -233,6 +238,72 @@ function sleep(ms: number, signal: AbortSignal): Promise<boolean> {
       resolve(false);
     }, ms);
     signal.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** A completion body sent as `chat.completion.chunk` events, the text a word a chunk. */
+function streamResponse(
+  whole: Record<string, unknown>,
+  request: ChatRequest,
+  delayMs: number,
+  closing: AbortSignal,
+): Response {
+  const choice = (whole.choices as Record<string, unknown>[])[0];
+  const message = choice.message as Record<string, unknown>;
+  const base = {
+    id: whole.id,
+    object: "chat.completion.chunk",
+    created: whole.created,
+    model: whole.model,
+  };
+  const chunk = (delta: Record<string, unknown>, finish: unknown = null) => ({
+    ...base,
+    choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+  });
+  const pieces: Record<string, unknown>[] = [chunk({ role: "assistant", content: "" })];
+  if (typeof message.reasoning_content === "string") {
+    pieces.push(chunk({ reasoning_content: message.reasoning_content }));
+  }
+  for (
+    const word
+      of (typeof message.content === "string" ? message.content : "").match(/\S+\s*|\s+/g) ?? []
+  ) {
+    pieces.push(chunk({ content: word }));
+  }
+  ((message.tool_calls ?? []) as WireToolCall[]).forEach((call, index) => {
+    const args = call.function.arguments;
+    const half = Math.ceil(args.length / 2);
+    pieces.push(chunk({
+      tool_calls: [{
+        index,
+        id: call.id,
+        type: "function",
+        function: { name: call.function.name, arguments: args.slice(0, half) },
+      }],
+    }));
+    if (args.length > half) {
+      pieces.push(chunk({ tool_calls: [{ index, function: { arguments: args.slice(half) } }] }));
+    }
+  });
+  pieces.push(chunk({}, choice.finish_reason));
+  const usage = (request.body.stream_options as { include_usage?: unknown } | undefined)
+    ?.include_usage;
+  if (usage === true) pieces.push({ ...base, choices: [], usage: whole.usage });
+  const encoder = new TextEncoder();
+  const body = new ReadableStream<Uint8Array>({
+    async start(controller) {
+      for (const [i, piece] of pieces.entries()) {
+        if (i > 0 && delayMs > 0 && await sleep(delayMs, closing)) break;
+        controller.enqueue(encoder.encode(`data: ${JSON.stringify(piece)}\n\n`));
+      }
+      controller.enqueue(encoder.encode("data: [DONE]\n\n"));
+      request.finishedAt = Date.now();
+      controller.close();
+    },
+  });
+  return new Response(body, {
+    status: 200,
+    headers: { "content-type": "text/event-stream", "cache-control": "no-cache" },
   });
 }
 
@@ -421,6 +492,21 @@ export async function startModelServer(options: ModelServerOptions): Promise<Mod
       });
     }
     if ("status" in reply && typeof reply.status === "number") return errorResponse(reply);
+    if (request.body.stream === true) {
+      const whole = await completionResponse(
+        reply as CompletionReply,
+        { ...request, body: { ...request.body, return_token_ids: false, logprobs: false } },
+        index,
+        defaultModel,
+        false,
+      ).json();
+      return streamResponse(
+        whole,
+        request,
+        (reply as CompletionReply).chunk_delay_ms ?? 0,
+        closing.signal,
+      );
+    }
     return completionResponse(
       reply as CompletionReply,
       request,
@@ -473,16 +559,6 @@ export async function startModelServer(options: ModelServerOptions): Promise<Mod
         errorBody(
           'Request body must be an object with a "messages" array',
           "invalid_request_error",
-        ),
-      );
-    }
-    if (body.stream === true) {
-      return json(
-        400,
-        errorBody(
-          'Streaming is not supported by the vf local model server; send "stream": false',
-          "invalid_request_error",
-          "stream_not_supported",
         ),
       );
     }

@@ -246,11 +246,29 @@ Deno.test("startModelServer() numbers concurrent requests uniquely", async () =>
   });
 });
 
-Deno.test("startModelServer() refuses streaming, invalid JSON and unknown routes", async () => {
+Deno.test("startModelServer() streams a reply word by word, usage last when asked", async () => {
+  await withModelServer(() => ({ content: "one two three" }), async (server) => {
+    const res = await fetch(`${server.url}/chat/completions`, {
+      method: "POST",
+      body: JSON.stringify(
+        chatBody("q", { stream: true, stream_options: { include_usage: true } }),
+      ),
+    });
+    assert.match(res.headers.get("content-type") ?? "", /event-stream/);
+    const events = (await res.text()).split("\n\n").filter(Boolean).map((e) => e.slice(6));
+    assert.equal(events.at(-1), "[DONE]");
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e));
+    const text = chunks.map((c) => c.choices[0]?.delta?.content ?? "").join("");
+    assert.equal(text, "one two three");
+    assert.equal(chunks.filter((c) => c.choices[0]?.delta?.content).length, 3);
+    assert.equal(chunks.at(-1).choices.length, 0);
+    assert.ok(chunks.at(-1).usage.completion_tokens > 0);
+    assert.ok(server.requests[0].finishedAt);
+  });
+});
+
+Deno.test("startModelServer() refuses invalid JSON and unknown routes", async () => {
   await withModelServer(() => ({ content: "x" }), async (server) => {
-    const stream = await post(server, chatBody("q", { stream: true }));
-    assert.equal(stream.status, 400);
-    assert.match((stream.json() as Json).error.message, /Streaming is not supported/);
     const bad = await post(server, "{oops");
     assert.equal(bad.status, 400);
     assert.match((bad.json() as Json).error.message, /not valid JSON/);

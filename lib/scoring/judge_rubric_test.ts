@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { startModelServer } from "../../tests/model_server.ts";
 import { OpenAIChatClient } from "../model/client.ts";
 import { JudgeRubric } from "./judge_rubric.ts";
-import { SingleTurnEnv } from "../legacy/environment.ts";
+import { SingleTurnEnv } from "../legacy/multi_turn.ts";
 import type { State } from "../state.ts";
 
 Deno.test("JudgeRubric.judge() fills the template, calls the judge model and caches per state", async () => {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { OpenAIChatClient } from "../model/client.ts";
 import { EnvServerError, ServerEnvironment } from "./client.ts";
 import { startEnvServer } from "./server.ts";
-import type { SingleTurnEnv } from "../legacy/environment.ts";
+import type { SingleTurnEnv } from "../legacy/multi_turn.ts";
 import { AuthenticationError } from "../errors.ts";
 import { evaluate } from "../eval/evaluate.ts";
 import type { Row } from "../types.ts";

@@ -5,7 +5,7 @@
  * @module
  */
 import type { Runtime } from "../../runtimes/runtime.ts";
-import type { ChatClient } from "../model/client.ts";
+import type { ChatClient, ChatRequestOptions } from "../model/client.ts";
 import { CommandTimeoutError, InfraError, TaskError } from "../errors.ts";
 import type { StopHook, Task, TaskData } from "./task.ts";
 import type { MessageGraph } from "../graph.ts";
@@ -25,6 +25,11 @@ export interface ModelCallRecord {
   retries?: number;
   /** The reply's node in the message graph. */
   node?: number;
+  /**
+   * What the program asked that the model gateway could not give the model: tools it cannot
+   * offer (`type` is the tool's), context edits it does not make (`context_management`).
+   */
+  not_honoured?: { name: string; type: string }[];
 }
 
 /** One recorded tool call. */
@@ -213,6 +218,12 @@ export async function callModel(
   ctx: HarnessContext,
   turn: number,
   tools: Tool[],
+  options: {
+    /** Gets the reply piece by piece as the endpoint streams it (see ChatRequestOptions). */
+    onDelta?: ChatRequestOptions["onDelta"];
+    /** Recorded on the call: what the gateway could not give the model. */
+    notHonoured?: { name: string; type: string }[];
+  } = {},
 ): Promise<Response> {
   const limit = tokenLimitReached(ctx.recorder.usage, ctx.tokenLimits);
   if (limit) {
@@ -250,12 +261,14 @@ export async function callModel(
     request_messages: ctx.recorder.messages.length,
     response: null,
   };
+  if (options.notHonoured?.length) record.not_honoured = options.notHonoured;
   ctx.recorder.model_calls.push(record);
   try {
     const response = await ctx.client.getResponse(ctx.recorder.messages, ctx.model, {
       tools,
       samplingArgs: ctx.samplingArgs,
       signal: ctx.signal,
+      ...(options.onDelta ? { onDelta: options.onDelta } : {}),
     });
     record.response = response;
     if (ctx.recorder.graph) {

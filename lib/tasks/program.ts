@@ -99,7 +99,12 @@ export class ProgramHarness implements Harness {
     const instruction = userText(initial);
     let modelError: unknown = null;
 
-    const answer = async (messages: Messages, tools: Tool[], sampling: Record<string, unknown>) => {
+    const answer = async (
+      messages: Messages,
+      tools: Tool[],
+      sampling: Record<string, unknown>,
+      options: Parameters<typeof callModel>[3] = {},
+    ) => {
       const turn = ctx.recorder.model_calls.length;
       if (turn >= ctx.maxTurns) {
         ctx.recorder.stop_condition ??= "max_turns_reached";
@@ -116,6 +121,7 @@ export class ProgramHarness implements Harness {
           { ...ctx, samplingArgs: { ...sampling, ...ctx.samplingArgs } },
           turn,
           tools,
+          options,
         );
       } catch (error) {
         if (error instanceof StopFired) {
@@ -131,7 +137,11 @@ export class ProgramHarness implements Harness {
     // vf's sh agent: the conversation lives here, one command per step.
     const shell: Messages = [];
     route.session.handler = {
-      chat: (call: ChatCall) => answer(call.messages, call.tools, call.sampling),
+      chat: (call: ChatCall, onDelta) =>
+        answer(call.messages, call.tools, call.sampling, {
+          onDelta,
+          notHonoured: call.notHonoured,
+        }),
       shellStep: async (output) => {
         if (output === null) {
           shell.splice(0, shell.length, ...structuredClone(initial));
