@@ -134,6 +134,9 @@ export class StartOnce {
   }
 }
 
+/** The longest delay `setTimeout` keeps; a longer one fires at once. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * Waits for `done`, a timeout or an abort, whichever comes first (timer and listener are
  * removed either way): `{ outcome: "done", value }`, or the interruption without a value.
@@ -146,7 +149,8 @@ export async function untilInterrupted<T>(
   let timer: ReturnType<typeof setTimeout> | undefined;
   let onAbort: (() => void) | undefined;
   const interrupted = new Promise<{ outcome: "timeout" | "abort" }>((resolve) => {
-    if (timeoutMs !== undefined) {
+    // A delay past what a timer holds (about 24.8 days) would fire at once: no limit instead.
+    if (timeoutMs !== undefined && timeoutMs <= MAX_TIMER_MS) {
       timer = setTimeout(() => resolve({ outcome: "timeout" }), timeoutMs);
     }
     if (signal) {

@@ -26,6 +26,7 @@ import { CommandTimeoutError } from "../lib/errors.ts";
 import {
   decodeChunks,
   describeArgv,
+  MAX_TIMER_MS,
   randomHex,
   requireArgv,
   resolveSandboxPath,
@@ -200,7 +201,9 @@ export class SubprocessRuntime implements Runtime {
     let timer: ReturnType<typeof setTimeout> | undefined;
     let onAbort: (() => void) | undefined;
     const interrupted = new Promise<"timeout" | "abort">((resolve) => {
-      if (timeoutMs !== undefined) timer = setTimeout(() => resolve("timeout"), timeoutMs);
+      if (timeoutMs !== undefined && timeoutMs <= MAX_TIMER_MS) {
+        timer = setTimeout(() => resolve("timeout"), timeoutMs);
+      }
       if (signal) {
         onAbort = () => resolve("abort");
         signal.addEventListener("abort", onAbort, { once: true });
