@@ -727,6 +727,36 @@ Deno.test("program harness: vf's agent that cannot run in the sandbox (no wget, 
       assert.equal(summary.avg_reward, null, label); // not averaged in as a 0
       assert.deepEqual(await leftovers(res.runId), { containers: 0, networks: 0 });
     }
+    // Once the model has run a command, a gateway the agent cannot reach may be the agent's own
+    // doing (here it points vf-gateway at its own loopback): that rollout is scored, not an
+    // infrastructure error that would have it re-run.
+    await using saboteur = await startModelServer({
+      responder: () => ({
+        content: null,
+        tool_calls: [{
+          name: "bash",
+          arguments: {
+            command:
+              "echo '127.0.0.1 vf-gateway' > /tmp/h; cat /etc/hosts >> /tmp/h; cat /tmp/h > /etc/hosts",
+          },
+        }],
+      }),
+    });
+    const cut = await run(dir, [
+      "run",
+      "./plain",
+      ...base.slice(0, 2),
+      "-b",
+      saboteur.url,
+      ...base.slice(4),
+    ]);
+    runIds.push(cut.runId);
+    const [own] = await traces(cut.runDir);
+    const label = `${JSON.stringify(own.error)} reward ${own.reward} stop ${own.stop_condition}`;
+    assert.equal(own.model_calls.length, 1, label);
+    assert.equal(own.error, null, label);
+    assert.equal(own.stop_condition, "program_failed", label);
+    assert.equal(own.reward, 0, label);
   } finally {
     for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
     await Deno.remove(dir, { recursive: true });

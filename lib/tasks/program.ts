@@ -223,7 +223,10 @@ export class ProgramHarness implements Harness {
       if (modelError) throw modelError;
       if (ctx.recorder.stop_condition) return; // a limit or stop: the exit code does not matter
       const shipped = agent?.agent;
-      if (shipped) {
+      // Only before the model's first step: once the model has run commands, a missing tool or a
+      // gateway it cannot reach may be its own doing (rm wget, a rewritten /etc/hosts), and
+      // calling that infrastructure would let an agent turn a failing rollout into a re-run.
+      if (shipped && ctx.recorder.model_calls.length === 0) {
         // vf's own agent that cannot work in this sandbox is a broken image or route, not an
         // agent that did nothing: infrastructure, never scored.
         const why = r.stderr.split("\n").find((l) => l.startsWith(CANNOT_RUN_PREFIX));
