@@ -9,7 +9,12 @@ import { normalizeMessages } from "../messages.ts";
 import { isThenable, Rubric } from "../scoring/rubric.ts";
 import { nowSeconds, type State } from "../state.ts";
 import type { AssistantMessage, Messages, Response, Row } from "../types.ts";
-import { Environment, type EnvironmentOptions, type RolloutOptions } from "./environment.ts";
+import {
+  Environment,
+  type EnvironmentOptions,
+  isFatalError,
+  type RolloutOptions,
+} from "./environment.ts";
 
 /** What a rollout's timer resolves with when it wins the race against the rollout. */
 const TIMEOUT = Symbol("timeout");
