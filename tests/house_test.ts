@@ -1,7 +1,8 @@
 /**
  * The shape of the tree (DESIGN.md, "House"): no import circles among the project's own
- * non-test modules, and a public API (`mod.ts`'s exported names and their kinds) that only
- * changes on purpose, together with `tests/public_api.txt`.
+ * non-test modules, a public API (`mod.ts`'s exported names and their kinds) that only
+ * changes on purpose, together with `tests/public_api.txt`, no runtime-type branch in `lib/`,
+ * and no `lib/` module over 700 lines.
  *
  * Both read what Deno itself resolves: `deno info --json` for the module graph (static,
  * dynamic and type-only imports), `deno doc --json` for the exports. Nothing is listed by
@@ -285,4 +286,46 @@ Deno.test("lib/ asks a runtime's traits and never branches on its type", async (
     [],
     `lib/ branches on a runtime's type; ask traitsOf(spec):\n${found.join("\n")}`,
   );
+});
+
+/** A module this long is usually two concepts (DESIGN.md, "House"). */
+const MAX_MODULE_LINES = 700;
+
+/**
+ * Modules over the limit that are still to be split, each with why it waits. The list only
+ * shrinks: a module not on it may not grow past the limit, and one on it that fits again must
+ * leave it.
+ */
+const TOO_LONG_PENDING: Record<string, string> = {
+  // The streaming relay landed in these today while the house work ran beside it; each splits
+  // along its seams (the gateway's dialect relays, the client's wire parsing and stream reader,
+  // the model server's scripted and demo responders) once that work has settled.
+  "lib/gateway/gateway.ts": "streaming relay",
+  "lib/model/client.ts": "streaming reader",
+  "lib/model/local_server.ts": "streaming replies",
+};
+
+Deno.test(`no lib/ module is over ${MAX_MODULE_LINES} lines`, async () => {
+  const long: string[] = [];
+  const fits: string[] = [];
+  async function walk(dir: string): Promise<void> {
+    for (const entry of await readdir(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) await walk(path);
+      else if (entry.name.endsWith(".ts") && !entry.name.endsWith("_test.ts")) {
+        const file = relative(ROOT, path);
+        const lines = (await readFile(path, "utf8")).split("\n").length - 1;
+        if (lines > MAX_MODULE_LINES && !(file in TOO_LONG_PENDING)) {
+          long.push(`${file}: ${lines} lines`);
+        }
+        if (lines <= MAX_MODULE_LINES && file in TOO_LONG_PENDING) fits.push(file);
+      }
+    }
+  }
+  await walk(join(ROOT, "lib"));
+  assert.deepEqual(long, [], `split these modules (one concept per file):\n${long.join("\n")}`);
+  assert.deepEqual(fits, [], `these fit now; take them off TOO_LONG_PENDING:\n${fits.join("\n")}`);
+  for (const file of Object.keys(TOO_LONG_PENDING)) {
+    assert.ok(await readFile(join(ROOT, file), "utf8").catch(() => null), `${file} is gone`);
+  }
 });
