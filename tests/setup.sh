@@ -13,10 +13,11 @@ set -euo pipefail
 
 SOCK="${VF_DOCKER_SOCK:-/var/run/docker.sock}"
 CACHE=/var/cache/vf-images
-# python3-zmq and python3-msgpack: the trainer-side DEALER client of tests/zmq_serve_test.ts
+# python3-zmq, python3-msgpack and python3-jsonschema: the trainer-side DEALER clients of
+# tests/zmq_serve_test.ts (the current wire's checks traces against a JSON Schema)
 # (Debian's /usr/bin/python3, whatever python3 comes first on PATH).
 PACKAGES=(docker.io busybox-static debootstrap iproute2 openssh-server curl openssl chromium
-  python3-zmq python3-msgpack)
+  python3-zmq python3-msgpack python3-jsonschema)
 START=$(date +%s)
 
 log() { printf 'setup: %s\n' "$*"; }

@@ -19,13 +19,21 @@ import { EngineEvents } from "./_engine_events.ts";
 
 const TASKSET = fileURLToPath(new URL("./_zmq_taskset.ts", import.meta.url));
 const DRIVER = fileURLToPath(new URL("./_zmq_client.py", import.meta.url));
+const WIRE_DRIVER = fileURLToPath(new URL("./_zmq_wire_client.py", import.meta.url));
+const TRACE_SCHEMA = fileURLToPath(
+  new URL("../lib/serve/upstream_trace.schema.json", import.meta.url),
+);
 const LEGACY_DRIVER = fileURLToPath(new URL("./_zmq_legacy_client.py", import.meta.url));
 /** Debian's interpreter: its python3-zmq and python3-msgpack (tests/setup.sh installs them). */
 const PYTHON = "/usr/bin/python3";
 
-/** Start `vf serve` and read the ZeroMQ address it prints. */
-async function serve(args: string[], cwd: string) {
-  const child = cliCommand(["serve", ...args], { cwd, registry: false }).spawn();
+/**
+ * Start `vf serve` and read the ZeroMQ address it prints. Without a `--wire` in `args` it
+ * serves the earlier form (`--wire 2026-08`), which the older tests below speak.
+ */
+async function serve(args: string[], cwd: string, options: { defaultWire?: boolean } = {}) {
+  const wire = args.includes("--wire") || options.defaultWire ? [] : ["--wire", "2026-08"];
+  const child = cliCommand(["serve", ...args, ...wire], { cwd, registry: false }).spawn();
   const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
   let out = "";
   let address: string | undefined;
@@ -208,7 +216,7 @@ Deno.test("ZmqEnvClient runs a legacy environment's row through vf serve --zmq",
     ["gsm8k", "--port", "0", "--zmq", "tcp://127.0.0.1:0"],
     tmp.path,
   );
-  await using env = await ZmqEnvClient.connect(server.address);
+  await using env = await ZmqEnvClient.connect(server.address, { wire: "2026-08" });
   await env.waitForServer({ timeoutMs: 60_000, intervalMs: 100 });
   const client = { base_url: model.url };
   const right = await env.run<{ ok: boolean; traces: Array<Record<string, unknown>> }>({
@@ -278,7 +286,7 @@ Deno.test("vf serve <taskset> --zmq keeps the warm pool its flags ask for, hands
       "--env.agent.runtime.warm_pool",
       "2",
     ], tmp.path);
-    await using env = await ZmqEnvClient.connect(server.address);
+    await using env = await ZmqEnvClient.connect(server.address, { wire: "2026-08" });
     await env.waitForServer({ timeoutMs: 60_000, intervalMs: 100 });
     for (let i = 0; i < 3; i++) {
       const episode = await env.run<
@@ -364,7 +372,7 @@ Deno.test("vf serve --zmq --workers 2: a broker spreads runs over both workers, 
     "subprocess",
   ], tmp.path);
   assert.match(server.out, /"zmq-echo" over ZeroMQ at tcp:.* \(a broker in front of 2 workers\)/);
-  await using env = await ZmqEnvClient.connect(server.address);
+  await using env = await ZmqEnvClient.connect(server.address, { wire: "2026-08" });
   await env.waitForServer({ timeoutMs: 60_000, intervalMs: 100 });
   const health = async () => (await env.status({ timeoutMs: 60_000 })) as unknown as PoolHealth;
   const client = { base_url: model.url };
@@ -468,7 +476,7 @@ Deno.test("vf serve --port 0 --zmq --workers 2: HTTP and ZeroMQ share the same w
   );
   const url = /2 workers at (http:\/\/\S+)/.exec(server.out)?.[1];
   assert.ok(url, server.out);
-  await using env = await ZmqEnvClient.connect(server.address);
+  await using env = await ZmqEnvClient.connect(server.address, { wire: "2026-08" });
   await env.waitForServer({ timeoutMs: 60_000, intervalMs: 100 });
   const zmqHealth = (await env.status()) as unknown as PoolHealth;
   const httpHealth = await (await fetch(`${url}/health`)).json() as {
@@ -482,4 +490,119 @@ Deno.test("vf serve --port 0 --zmq --workers 2: HTTP and ZeroMQ share the same w
     model: "m",
   });
   assert.equal(episode.traces[0].reward, 1);
+});
+
+/** A Python DEALER on the current wire (the default): its whole exchange, asserted. */
+async function pythonDrivesCurrentWire(extra: string[]): Promise<void> {
+  await using tmp = await tempDir("vf_zmq_wire_");
+  await using model = await startModelServer({
+    responder: (request) =>
+      JSON.stringify(request.body.messages).includes("HANG") ? { hang: true } : { content: "hi" },
+  });
+  await using server = await serve(
+    [
+      TASKSET,
+      "--zmq",
+      "tcp://127.0.0.1:0",
+      "--env.agent.runtime.type",
+      "subprocess",
+      ...extra,
+    ],
+    tmp.path,
+    { defaultWire: true },
+  );
+  const out = await pythonDriver([server.address, model.url, TRACE_SCHEMA], WIRE_DRIVER);
+  assert.equal(out.health.success, true);
+  assert.deepEqual(out.info, {
+    success: true,
+    error: null,
+    num_tasks: null,
+    requires_group_scoring: false,
+  });
+  const runs = out.runs as unknown as Array<{
+    deltas: Array<Record<string, unknown>>;
+    reply: { traces: Array<{ id: string; nodes: number; calls: number }> };
+    episode: { ok: boolean; traces: Array<Record<string, unknown>> };
+  }>;
+  assert.equal(runs.length, 4);
+  for (const [i, run] of runs.entries()) {
+    // The episode grew over several deltas: the preview of the request, then the turn.
+    assert.ok(run.deltas.length >= 2, JSON.stringify(run.deltas));
+    assert.ok(run.deltas[0].open, JSON.stringify(run.deltas[0]));
+    assert.equal(run.episode.ok, true);
+    const [trace] = run.episode.traces;
+    assert.equal(run.reply.traces[0].id, trace.id);
+    assert.equal(run.reply.traces[0].calls, 1);
+    const nodes = trace.nodes as Array<{ message: { role: string; content: string } }>;
+    assert.equal(nodes.at(-1)?.message.content, "hi");
+    assert.ok(nodes.some((n) => n.message.content === `Say hi (${i})`));
+    assert.deepEqual(trace.rewards, { correct: { score: 1, weight: 1 } });
+    assert.equal(trace.version, 1);
+  }
+  // A delta arrived while the run was still in flight (its model call hangs until cancel).
+  const first = out.hang_first as { kind: string; data: Record<string, unknown> };
+  assert.equal(first.kind, "delta");
+  assert.ok(first.data.open);
+  assert.deepEqual(out.cancel, { success: true, error: null, cancelled: true });
+  assert.deepEqual(out.cancelled_run, { success: false, error: "Cancelled: rollout aborted" });
+  // Garbage gets error replies in the three-frame form, and the server serves on.
+  const [kind, notMsgpack] = out.not_msgpack as unknown as [string, { error: string }];
+  assert.equal(kind, "reply");
+  assert.match(notMsgpack.error, /^RequestError: The payload of "run" is not msgpack/);
+  assert.match(
+    (out.two_frames as unknown as [string, { error: string }])[1].error,
+    /^RequestError: Expected 3 frames/,
+  );
+  assert.match(
+    (out.oversized as unknown as [string, { error: string }])[1].error,
+    /^RequestError: The payload of "run" is 68157440 bytes, over the server's limit/,
+  );
+  assert.match(String(out.unknown_method.error), /answers "health", "info", "run" and "cancel"/);
+  assert.equal(out.health_after.success, true);
+  assert.equal(out.health_after.in_flight, 0);
+  assert.equal(out.dropped, 0);
+}
+
+Deno.test("the current wire (default): a Python DEALER gets health, info, per-turn deltas it assembles and checks against the counts and upstream's Trace schema, cancel, and errors for garbage", async () => {
+  await pythonDrivesCurrentWire([]);
+});
+
+Deno.test("the current wire through the --workers 2 broker: deltas pass through, the reply ends the run", async () => {
+  await pythonDrivesCurrentWire(["--workers", "2"]);
+});
+
+Deno.test("ZmqEnvClient on the current wire: deltas before the reply, the episode assembled from them, info", async () => {
+  await using tmp = await tempDir("vf_zmq_wire_ts_");
+  await using model = await startModelServer({ responder: () => ({ content: "hi" }) });
+  await using server = await serve(
+    [
+      TASKSET,
+      "--zmq",
+      "tcp://127.0.0.1:0",
+      "--env.agent.runtime.type",
+      "subprocess",
+    ],
+    tmp.path,
+    { defaultWire: true },
+  );
+  await using env = await ZmqEnvClient.connect(server.address);
+  await env.waitForServer({ timeoutMs: 60_000, intervalMs: 100 });
+  assert.deepEqual(await env.info(), { num_tasks: null, requires_group_scoring: false });
+  let before = 0;
+  let ended = false;
+  const episode = await env.run<{ ok: boolean; traces: Array<{ nodes: unknown[]; id: string }> }>({
+    taskData: { prompt: "Say hi", expected: "hi" },
+    client: { base_url: model.url },
+    model: "m",
+  }, {
+    onDelta: (_delta, assembly) => {
+      if (!ended) before++;
+      assert.ok(assembly.traces.size <= 1);
+    },
+  });
+  ended = true;
+  assert.ok(before >= 2, `deltas before the reply: ${before}`);
+  assert.equal(episode.ok, true);
+  assert.equal(episode.traces.length, 1);
+  assert.ok(episode.traces[0].nodes.length >= 2);
 });

@@ -13,6 +13,7 @@ import { loadEnvironment } from "../legacy/load.ts";
 import { EnvServerCore } from "../serve/core.ts";
 import { type EnvServer, type EnvServerOptions, startEnvServer } from "../serve/server.ts";
 import { DEFAULT_ZMQ_ADDRESS, startZmqEnvServer, type ZmqEnvServer } from "../serve/zmq.ts";
+import { DEFAULT_ZMQ_WIRE, ZMQ_WIRES, type ZmqWire } from "../serve/wire.ts";
 import { isTasksetSpec, tasksetServeRunner } from "./serve_taskset.ts";
 import { startWorkerFront, type WorkerFront, WorkerPool } from "../serve/workers.ts";
 import { startZmqBroker, type ZmqBroker } from "../serve/zmq_broker.ts";
@@ -50,6 +51,10 @@ Evaluate through it with: vf eval <env> --server http://HOST:PORT -m <model> -b 
                               sampling} -> {success, error, episode}, cancel {request_id}.
                               A taskset given --zmq without --port is served over ZeroMQ
                               only
+  --wire <form>               the form of the ZeroMQ wire: 2026-09 (default; verifiers'
+                              serve since September 2026: replies [request_id, kind, data],
+                              a run's episode streamed as per-turn deltas, info) or 2026-08
+                              (replies [request_id, data], the whole episode in one reply)
 A taskset (file-sum, or a module exporting loadTaskset()) has its [env] set with --env.*
 flags as for vf run (warm pools: --env.agent.runtime.warm_pool,
 --env.agent.scoring.runtime.warm_pool) and its sandboxes bounded by --limits.*; a legacy
@@ -76,6 +81,7 @@ export async function cmdServe(argv: string[]): Promise<number> {
       "tls-cert",
       "tls-key",
       "zmq",
+      "wire",
     ],
     number: ["port", "c", "max-concurrent", "timeout", "workers"],
   });
@@ -115,6 +121,15 @@ export async function cmdServe(argv: string[]): Promise<number> {
   if (!Number.isInteger(workers) || workers < 1) {
     throw new ConfigError(`--workers must be an integer ≥ 1, got ${last(flags.workers)}`);
   }
+  const wireFlag = String(last(flags.wire) ?? DEFAULT_ZMQ_WIRE);
+  if (!(ZMQ_WIRES as readonly string[]).includes(wireFlag)) {
+    throw new ConfigError(
+      `--wire "${wireFlag}" is not a form of the ZeroMQ wire; choose one of ${
+        ZMQ_WIRES.map((w) => `"${w}"`).join(", ")
+      }`,
+    );
+  }
+  const wire = wireFlag as ZmqWire;
   const zmqFlag = last(flags.zmq);
   const zmqAddress = zmqFlag === undefined ? null : String(zmqFlag) || DEFAULT_ZMQ_ADDRESS;
   const allowKeyVars = [flags["allow-key-var"] ?? []].flat().map(String);
@@ -125,6 +140,7 @@ export async function cmdServe(argv: string[]): Promise<number> {
   if (workers > 1) {
     return await servePool(workerArgsOf(argv), workers, {
       zmq: zmqAddress,
+      wire,
       http: http ? { port, hostname, token, tls } : undefined,
     });
   }
@@ -170,7 +186,7 @@ export async function cmdServe(argv: string[]): Promise<number> {
       server = await startEnvServer(core, { port, hostname, evalDefaults, token, tls });
     }
     if (zmqAddress !== null) {
-      zmqServer = await startZmqEnvServer(core, { address: zmqAddress });
+      zmqServer = await startZmqEnvServer(core, { address: zmqAddress, wire });
     }
   } catch (error) {
     await server?.close();
@@ -240,6 +256,7 @@ async function servePool(
   workers: number,
   serve: {
     zmq: string | null;
+    wire: ZmqWire;
     http?: {
       port: number;
       hostname: string;
@@ -266,7 +283,7 @@ async function servePool(
       process.stdout.write(`vf serve: ${many} workers at ${front.url}\n`);
     }
     if (serve.zmq !== null) {
-      broker = await startZmqBroker(pool, { address: serve.zmq });
+      broker = await startZmqBroker(pool, { address: serve.zmq, wire: serve.wire });
       process.stdout.write(
         `vf serve: "${broker.envId}" over ZeroMQ at ${broker.address} (a broker in front of ` +
           `${workers} workers)\n`,

@@ -43,6 +43,7 @@ export async function isTasksetSpec(
 /** Flags of `vf serve` that are not part of the eval config. */
 const SERVE_KEYS = [
   "zmq",
+  "wire",
   "workers",
   "port",
   "host",

@@ -16,7 +16,7 @@
  */
 import { type ChatClient, type ClientConfig, OpenAIChatClient } from "../model/client.ts";
 import type { EnvironmentHandle } from "../eval/evaluate.ts";
-import type { Message, SamplingArgs } from "../types.ts";
+import type { Message, Messages, Response, SamplingArgs } from "../types.ts";
 import { datasetRunner, type EpisodeRunner } from "./episode_runner.ts";
 import { Cancelled, describeIssues, RequestError, RunPayload } from "./wire.ts";
 // deno-lint-ignore no-import-prefix
@@ -80,6 +80,38 @@ export interface EnvServerCoreOptions {
   allowKeyVars?: string[];
   /** The id reported to clients; default the environment's `envId` or the runner's `id`. */
   envId?: string;
+}
+
+/** Told about a run's model calls as they go: what {@link EnvServerCore.run} streams from. */
+export interface ModelCallObserver {
+  /** A request is about to go out with `prompt`. */
+  request(prompt: Messages): void;
+  /** Its reply landed (epoch seconds). */
+  commit(prompt: Messages, response: Response, started: number, ended: number): void;
+}
+
+/** `client` watched by `observer`: each call reported as it goes out and as it lands. */
+function observed(client: ChatClient, observer: ModelCallObserver): ChatClient {
+  const wrapped: ChatClient & { readonly config?: Readonly<ClientConfig> } = {
+    get baseUrl() {
+      return client.baseUrl;
+    },
+    get headersFromState() {
+      return client.headersFromState;
+    },
+    // The endpoint's config, for code that forwards it (the model gateway).
+    get config() {
+      return (client as { config?: Readonly<ClientConfig> }).config;
+    },
+    async getResponse(prompt, model, options) {
+      const started = Date.now() / 1000;
+      observer.request(prompt);
+      const response = await client.getResponse(prompt, model, options);
+      observer.commit(prompt, response, started, Date.now() / 1000);
+      return response;
+    },
+  };
+  return wrapped;
 }
 
 /** One request the core is running. */
@@ -233,7 +265,8 @@ export class EnvServerCore implements AsyncDisposable {
    *
    * @param id the request's id, for `cancel`
    * @param payload the request's payload as decoded from the wire
-   * @param options `signal`: aborting it cancels the run (a client that went away)
+   * @param options `signal`: aborting it cancels the run (a client that went away);
+   *   `observer`: told about each model call of the run as it goes
    * @returns the episode record
    * @throws {RequestError} for a payload that does not fit, or an id already running
    * @throws {Cancelled} `rollout aborted` when the run was cancelled or the core shut down
@@ -242,7 +275,7 @@ export class EnvServerCore implements AsyncDisposable {
   async run(
     id: string,
     payload: unknown,
-    options: { signal?: AbortSignal } = {},
+    options: { signal?: AbortSignal; observer?: ModelCallObserver } = {},
   ): Promise<Record<string, unknown>> {
     const parsed = RunPayload.safeParse(payload);
     if (!parsed.success) throw new RequestError(describeIssues(parsed.error));
@@ -258,7 +291,9 @@ export class EnvServerCore implements AsyncDisposable {
       const episode = await this.withSlot(request.signal, () =>
         this.runner.run({
           taskData: body.task_data,
-          client: this.#runClient(body.client),
+          client: options.observer
+            ? observed(this.#runClient(body.client), options.observer)
+            : this.#runClient(body.client),
           model: body.model,
           samplingArgs,
           requestId: id,

@@ -74,12 +74,17 @@ Deno.test("startZmqEnvServer() takes a legacy environment itself: each run is on
   await using env = await ZmqEnvClient.connect(server.address);
   await env.waitForServer({ timeoutMs: 10_000, intervalMs: 50 });
   assert.equal((await env.status()).env_id, "echo-test");
-  const episode = await env.run<{ traces: Array<{ reward: number; example_id: number }> }>({
+  // The current wire: the rollout's row arrives as upstream's Trace, assembled from deltas.
+  const episode = await env.run<{
+    example_id: number;
+    traces: Array<{ rewards: Record<string, { score: number }>; nodes: unknown[] }>;
+  }>({
     taskData: { prompt: "q1", answer: "a1", idx: 1 },
     client: { base_url: model.url },
     model: "m",
   });
-  assert.deepEqual([episode.traces[0].reward, episode.traces[0].example_id], [1, 1]);
+  assert.deepEqual([episode.traces[0].rewards.reward.score, episode.example_id], [1, 1]);
+  assert.ok(episode.traces[0].nodes.length >= 2);
 });
 
 Deno.test("POST /run on a legacy environment: one rollout per request; a reused id is a 409 while it runs", async () => {

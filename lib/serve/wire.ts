@@ -13,6 +13,19 @@ import type { SamplingArgs } from "../types.ts";
 /** The version of the HTTP request and response shapes; `/info` reports it. */
 export const ENV_SERVER_PROTOCOL = 1;
 
+/**
+ * The forms of verifiers' ZeroMQ wire, named by the month upstream's serve module took them
+ * up (nothing on the wire tells them apart):
+ * - `2026-09` (the default): replies are `[request_id, kind, data]`, kind `delta` (a run's
+ *   episode as it grows, `delta.ts`) or `reply` (the last frame of every request); `info`.
+ * - `2026-08`: replies are `[request_id, data]`, a run's whole episode in its one reply.
+ */
+export const ZMQ_WIRES = ["2026-09", "2026-08"] as const;
+/** One form of the ZeroMQ wire (see {@link ZMQ_WIRES}). */
+export type ZmqWire = (typeof ZMQ_WIRES)[number];
+/** The form spoken unless asked otherwise. */
+export const DEFAULT_ZMQ_WIRE: ZmqWire = "2026-09";
+
 /** A cancelled request's reason: the client cancelled it, went away, or the server is closing. */
 export class Cancelled extends Error {
   override name = "Cancelled";

@@ -3,8 +3,16 @@
  * socket (`ROUTER_MANDATORY`, no high-water marks, linger 0) that answers DEALER clients.
  *
  * Frames: a request is `[request_id, method, msgpack(payload)]` (the ROUTER sees the
- * client's identity in front), a reply `[request_id, msgpack(response)]`; request ids are
- * 32 hex digits. Methods:
+ * client's identity in front); request ids are 32 hex digits. Replies take one of two forms
+ * (`wire`, nothing on the wire tells them apart; see `ZMQ_WIRES`):
+ * - `2026-09` (default): `[request_id, kind, msgpack(data)]`, kind `delta` while a run's
+ *   episode grows (per-turn deltas, `delta.ts`) and `reply` once at the end of every request.
+ *   A run's reply is `{ success, error, episode, traces }`: the episode without its traces
+ *   and each trace's `{ id, nodes, calls }`; the traces, upstream's `Trace`, came as deltas.
+ *   `info` → `{ success, error, num_tasks, requires_group_scoring }`.
+ * - `2026-08`: `[request_id, msgpack(response)]`, a run's whole episode in its reply.
+ *
+ * Methods:
  * - `health` `{}` → `{ success: true, error: null, in_flight, queued, max_concurrent, … }`
  * - `run` `{ task_data, client, model, sampling }` → `{ success, error, episode }`: one
  *   episode of the served taskset (or legacy environment) on `task_data`, against the
@@ -34,16 +42,43 @@ import { VERSION } from "../version.ts";
 import { frameText, loadZmq, messages, pack, RECEIVE_OPTIONS, unpack } from "./_zmq.ts";
 import { EnvServerCore, type EnvServerTarget } from "./core.ts";
 import {
+  type Delta,
+  DeltaStreamer,
+  LiveTrace,
+  type UpstreamTrace,
+  upstreamTrace,
+} from "./delta.ts";
+import type { TaskTrace } from "../tasks/trace.ts";
+import {
   Cancelled,
   CancelPayload,
+  DEFAULT_ZMQ_WIRE,
   describeIssues,
   RequestError,
   RunPayload,
   wireError,
+  type ZmqWire,
 } from "./wire.ts";
 
 export type { EpisodeRequest, EpisodeRunner } from "./episode_runner.ts";
 export { RequestError, RunPayload };
+export type { ZmqWire };
+
+const KIND = { reply: new TextEncoder().encode("reply"), delta: new TextEncoder().encode("delta") };
+
+function unknownMethod(method: string, current: boolean): RequestError {
+  return new RequestError(
+    `Unknown method "${method}"; the env server answers "health", ${
+      current ? `"info", ` : ""
+    }"run" and "cancel"`,
+  );
+}
+
+/** The number of tasks `info` reports: a legacy environment's rows, null for a taskset. */
+function taskCount(core: EnvServerCore): number | null {
+  const dataset = (core.environment as { dataset?: { length?: unknown } } | null)?.dataset;
+  return typeof dataset?.length === "number" ? dataset.length : null;
+}
 
 /** The default bind address, as verifiers uses it. */
 export const DEFAULT_ZMQ_ADDRESS = "tcp://127.0.0.1:5000";
@@ -66,6 +101,10 @@ export interface ZmqEnvServerOptions {
   onWarning?: (message: string) => void;
   /** Closes the server when aborted. */
   signal?: AbortSignal;
+  /** The form of the wire (see `ZMQ_WIRES`); default `2026-09`, three-frame replies. */
+  wire?: ZmqWire;
+  /** A request payload larger than this is replied an error, unread; default 64 MiB. */
+  maxPayloadBytes?: number;
 }
 
 /** A running ZeroMQ env server. */
@@ -131,22 +170,86 @@ export async function startZmqEnvServer(
   const address = router.lastEndpoint ?? requested;
   const handlers = new Set<Promise<void>>();
 
+  const wire = options.wire ?? DEFAULT_ZMQ_WIRE;
+  const maxPayloadBytes = options.maxPayloadBytes ?? 64 * 1024 * 1024;
+  const current = wire === "2026-09";
   // One send at a time: replies of concurrent runs are written in the order they finish.
   let sending = Promise.resolve();
-  const reply = (identity: Uint8Array, requestId: Uint8Array, response: unknown) => {
+  const send = (
+    identity: Uint8Array,
+    requestId: Uint8Array,
+    value: unknown,
+    kind: "reply" | "delta",
+  ) => {
     let frame: Uint8Array;
     try {
-      frame = pack(response);
+      frame = pack(value);
     } catch (error) {
+      if (kind === "delta") throw error;
       frame = pack({ success: false, error: `EncodeError: ${(error as Error).message}` });
     }
-    sending = sending.then(() => router.send([identity, requestId, frame])).catch((error) => {
+    const frames = current
+      ? [identity, requestId, KIND[kind], frame]
+      : [identity, requestId, frame];
+    sending = sending.then(() => router.send(frames)).catch((error) => {
       if (!router.closed) {
         warn(`could not reply to request "${frameText(requestId)}": ${error.message}`);
       }
     });
     return sending;
   };
+  const reply = (identity: Uint8Array, requestId: Uint8Array, response: unknown) =>
+    send(identity, requestId, response, "reply");
+
+  /** A run on the current wire: deltas as the episode grows, then the head and counts. */
+  async function streamRun(
+    identity: Uint8Array,
+    requestIdFrame: Uint8Array,
+    requestId: string,
+    payload: unknown,
+  ): Promise<Record<string, unknown>> {
+    const taskData = ((payload as { task_data?: unknown }).task_data ?? {}) as Record<
+      string,
+      unknown
+    >;
+    const model = String((payload as { model?: unknown }).model ?? "");
+    const live = new LiveTrace(crypto.randomUUID().replaceAll("-", ""), taskData, model);
+    let finals: UpstreamTrace[] | null = null;
+    const streamer = new DeltaStreamer(
+      () => finals ?? (live.trace.nodes.length > 0 || live.pending.length > 0 ? [live.trace] : []),
+      (delta: Delta) => send(identity, requestIdFrame, delta, "delta"),
+      (id) => (finals === null && id === live.trace.id ? live.pending : []),
+    );
+    let episode: Record<string, unknown>;
+    try {
+      episode = await core.run(requestId, payload, {
+        observer: {
+          request: (prompt) => {
+            live.request(prompt);
+            streamer.changed();
+          },
+          commit: (prompt, response, started, ended) => {
+            live.commit(prompt, response, started, ended);
+            streamer.changed();
+          },
+        },
+      });
+    } catch (error) {
+      await streamer.stop();
+      throw error;
+    }
+    const { traces, ...head } = episode as { traces?: TaskTrace[] };
+    const converted = (traces ?? []).map((t) => upstreamTrace(t, taskData));
+    if (live.trace.nodes.length > 0) converted.find((t) => live.adopt(t));
+    finals = converted;
+    await streamer.finish();
+    return {
+      success: true,
+      error: null,
+      episode: head,
+      traces: converted.map((t) => ({ id: t.id, nodes: t.nodes.length, calls: t.calls.length })),
+    };
+  }
 
   async function handle(frames: Uint8Array[]): Promise<void> {
     const [identity, requestIdFrame, methodFrame, payloadFrame] = frames;
@@ -165,6 +268,12 @@ export async function startZmqEnvServer(
     const method = frameText(methodFrame);
     let response: Record<string, unknown>;
     try {
+      if (payloadFrame.length > maxPayloadBytes) {
+        throw new RequestError(
+          `The payload of "${method}" is ${payloadFrame.length} bytes, over the server's ` +
+            `limit of ${maxPayloadBytes}`,
+        );
+      }
       let payload: unknown;
       try {
         payload = payloadFrame.length === 0 ? {} : unpack(payloadFrame);
@@ -189,7 +298,18 @@ export async function startZmqEnvServer(
           };
           break;
         case "run":
-          response = { success: true, error: null, episode: await core.run(requestId, payload) };
+          response = current
+            ? await streamRun(identity, requestIdFrame, requestId, payload)
+            : { success: true, error: null, episode: await core.run(requestId, payload) };
+          break;
+        case "info":
+          if (!current) throw unknownMethod(method, current);
+          response = {
+            success: true,
+            error: null,
+            num_tasks: taskCount(core),
+            requires_group_scoring: false,
+          };
           break;
         case "cancel": {
           const parsed = CancelPayload.safeParse(payload);
@@ -199,9 +319,7 @@ export async function startZmqEnvServer(
           break;
         }
         default:
-          throw new RequestError(
-            `Unknown method "${method}"; the env server answers "health", "run" and "cancel"`,
-          );
+          throw unknownMethod(method, current);
       }
     } catch (error) {
       response = { success: false, error: wireError(error) };

@@ -14,7 +14,7 @@
  */
 import { VERSION } from "../version.ts";
 import { frameText, loadZmq, messages, pack, RECEIVE_OPTIONS, unpack } from "./_zmq.ts";
-import { wireError } from "./wire.ts";
+import { DEFAULT_ZMQ_WIRE, wireError, type ZmqWire } from "./wire.ts";
 import type { Worker, WorkerPool } from "./workers.ts";
 import { DEFAULT_ZMQ_ADDRESS } from "./zmq.ts";
 
@@ -29,6 +29,8 @@ export interface ZmqBrokerOptions {
    * so a worker that stays silent is wedged); default 60 s, `Infinity` for no limit.
    */
   healthTimeoutMs?: number;
+  /** The form of the wire the workers speak and the broker answers in; default `2026-09`. */
+  wire?: ZmqWire;
 }
 
 /** A running broker. */
@@ -93,6 +95,7 @@ export async function startZmqBroker(
 ): Promise<ZmqBroker> {
   const warn = options.onWarning ?? ((m: string) => console.warn(`warning: ${m}`));
   const healthTimeoutMs = options.healthTimeoutMs ?? 60_000;
+  const current = (options.wire ?? DEFAULT_ZMQ_WIRE) === "2026-09";
   const zmq = await loadZmq();
   const socketOptions = {
     linger: 0,
@@ -117,10 +120,15 @@ export async function startZmqBroker(
     }
     if (!p.identity) return;
     const frame = response instanceof Uint8Array ? response : pack(response);
-    replying = replying.then(() => router.send([p.identity!, p.requestId, frame])).catch(
+    relay(p.identity, p.requestId, current ? [encoder.encode("reply"), frame] : [frame]);
+  };
+
+  /** Send `[requestId, ...frames]` to a client, in order with every other send. */
+  const relay = (identity: Uint8Array, requestId: Uint8Array, frames: Uint8Array[]) => {
+    replying = replying.then(() => router.send([identity, requestId, ...frames])).catch(
       (error) => {
         if (!router.closed) {
-          warn(`could not reply to request "${frameText(p.requestId)}": ${error.message}`);
+          warn(`could not reply to request "${frameText(requestId)}": ${error.message}`);
         }
       },
     );
@@ -152,8 +160,19 @@ export async function startZmqBroker(
     };
     member.loop = (async () => {
       try {
-        for await (const [requestId, data] of messages(dealer)) {
-          settle(frameText(requestId), data, true);
+        for await (const frames of messages(dealer)) {
+          const [requestId] = frames;
+          if (!current) {
+            settle(frameText(requestId), frames[1], true);
+            continue;
+          }
+          // A run's deltas pass through; its reply frame ends the request.
+          if (frameText(frames[1]) === "delta") {
+            const p = pending.get(frameText(requestId));
+            if (p?.identity) relay(p.identity, p.requestId, frames.slice(1));
+            continue;
+          }
+          settle(frameText(requestId), frames[2], true);
         }
       } catch (error) {
         if (!dealer.closed) warn(`lost worker ${worker.index}'s replies: ${wireError(error)}`);

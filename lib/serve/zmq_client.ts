@@ -18,7 +18,8 @@
  */
 import type { Episode } from "../agents/env.ts";
 import { EnvServerReplyError } from "./client.ts";
-import type { RunRequest } from "./wire.ts";
+import { DEFAULT_ZMQ_WIRE, type RunRequest, type ZmqWire } from "./wire.ts";
+import { type Delta, EpisodeAssembly, type TraceSummary } from "./delta.ts";
 import {
   frameText,
   loadZmq,
@@ -36,6 +37,8 @@ export { EnvServerReplyError };
 interface Pending {
   resolve: (response: Record<string, unknown>) => void;
   reject: (error: unknown) => void;
+  /** A run's deltas (the current wire). */
+  delta?: (delta: Delta) => void;
 }
 
 /**
@@ -51,13 +54,20 @@ interface Pending {
 export class ZmqEnvClient implements AsyncDisposable {
   /** The server's address. */
   readonly address: string;
+  /** The form of the wire it speaks. */
+  readonly wire: ZmqWire;
   #socket: import("npm:zeromq@^6.8.0").Dealer;
   #pending = new Map<string, Pending>();
   #loop: Promise<void>;
   #closed = false;
 
-  private constructor(address: string, socket: import("npm:zeromq@^6.8.0").Dealer) {
+  private constructor(
+    address: string,
+    socket: import("npm:zeromq@^6.8.0").Dealer,
+    wire: ZmqWire,
+  ) {
     this.address = address;
+    this.wire = wire;
     this.#socket = socket;
     this.#loop = this.#receive();
   }
@@ -67,10 +77,14 @@ export class ZmqEnvClient implements AsyncDisposable {
    * is reached once it is; see {@link ZmqEnvClient.waitForServer}).
    *
    * @param address e.g. `tcp://127.0.0.1:5000` (the default)
+   * @param options `wire`: the form the server speaks (`vf serve --wire`), default `2026-09`
    * @returns the client; close it when done
    * @throws {Error} when ZeroMQ cannot be loaded
    */
-  static async connect(address: string = DEFAULT_ZMQ_ADDRESS): Promise<ZmqEnvClient> {
+  static async connect(
+    address: string = DEFAULT_ZMQ_ADDRESS,
+    options: { wire?: ZmqWire } = {},
+  ): Promise<ZmqEnvClient> {
     const zmq = await loadZmq();
     const socket = new zmq.Dealer({
       linger: 0,
@@ -79,14 +93,29 @@ export class ZmqEnvClient implements AsyncDisposable {
       ...RECEIVE_OPTIONS,
     });
     socket.connect(address);
-    return new ZmqEnvClient(address, socket);
+    return new ZmqEnvClient(address, socket, options.wire ?? DEFAULT_ZMQ_WIRE);
   }
 
   async #receive(): Promise<void> {
     try {
-      for await (const [requestId, data] of messages(this.#socket)) {
+      const current = this.wire === "2026-09";
+      for await (const frames of messages(this.#socket)) {
+        // The current wire is [request_id, kind, data]; anything else is dropped there.
+        if (frames.length !== (current ? 3 : 2)) continue;
+        const requestId = frames[0];
+        const data = frames[frames.length - 1];
         const pending = this.#pending.get(frameText(requestId));
         if (!pending) continue; // a reply to a request given up on
+        if (current && frameText(frames[1]) === "delta") {
+          try {
+            pending.delta?.(unpack(data) as Delta);
+          } catch (error) {
+            this.#pending.delete(frameText(requestId));
+            pending.reject(new EnvServerReplyError(`DeltaError: ${(error as Error).message}`));
+          }
+          continue;
+        }
+        if (current && frameText(frames[1]) !== "reply") continue;
         this.#pending.delete(frameText(requestId));
         try {
           pending.resolve(unpack(data) as Record<string, unknown>);
@@ -103,12 +132,12 @@ export class ZmqEnvClient implements AsyncDisposable {
   async #request(
     method: string,
     payload: unknown,
-    options: { requestId?: string; timeoutMs?: number } = {},
+    options: { requestId?: string; timeoutMs?: number; delta?: (delta: Delta) => void } = {},
   ): Promise<Record<string, unknown>> {
     if (this.#closed) throw new Error(`The env client of "${this.address}" is closed`);
     const requestId = options.requestId ?? newRequestId();
     const reply = new Promise<Record<string, unknown>>((resolve, reject) => {
-      this.#pending.set(requestId, { resolve, reject });
+      this.#pending.set(requestId, { resolve, reject, delta: options.delta });
     });
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timeout = options.timeoutMs === undefined ? null : new Promise<never>((_, reject) => {
@@ -181,33 +210,64 @@ export class ZmqEnvClient implements AsyncDisposable {
    *
    * @param request the task data, the model endpoint the server calls, model and sampling
    * @param options `signal` cancels the run; `requestId` (32 hex digits, default a fresh
-   *   one) names it for {@link ZmqEnvClient.cancel}
-   * @returns the episode record (for a legacy environment, its one trace is the rollout's
-   *   results row)
+   *   one) names it for {@link ZmqEnvClient.cancel}; `onDelta`: each delta of the current
+   *   wire, with the assembly so far
+   * @returns the episode record. On the `2026-09` wire its traces are upstream's `Trace`
+   *   (assembled from the deltas, counts checked); on `2026-08` they are vf's trace records
+   *   (for a legacy environment, its one trace is the rollout's results row)
    * @throws {EnvServerReplyError} when the server replies `success: false`
    */
   async run<E = Episode>(
     request: RunRequest,
-    options: { signal?: AbortSignal; requestId?: string } = {},
+    options: {
+      signal?: AbortSignal;
+      requestId?: string;
+      onDelta?: (delta: Delta, assembly: EpisodeAssembly) => void;
+    } = {},
   ): Promise<E> {
     options.signal?.throwIfAborted();
     const requestId = options.requestId ?? newRequestId();
     const onAbort = () => void this.cancel(requestId).catch(() => {});
     options.signal?.addEventListener("abort", onAbort, { once: true });
+    const assembly = new EpisodeAssembly();
     try {
       const reply = await this.#request("run", {
         task_data: request.taskData,
         client: request.client,
         model: request.model,
         sampling: request.sampling ?? {},
-      }, { requestId });
+      }, {
+        requestId,
+        delta: (delta) => {
+          assembly.apply(delta);
+          options.onDelta?.(delta, assembly);
+        },
+      });
       if (reply.success !== true) {
         throw new EnvServerReplyError(String(reply.error ?? "Error: run failed"));
       }
-      return reply.episode as E;
+      if (this.wire === "2026-08") return reply.episode as E;
+      return assembly.finish(
+        reply.episode as Record<string, unknown>,
+        reply.traces as TraceSummary[],
+      ) as E;
     } finally {
       options.signal?.removeEventListener("abort", onAbort);
     }
+  }
+
+  /**
+   * The server's `info` (the `2026-09` wire): `num_tasks` (null when unknown) and
+   * `requires_group_scoring`.
+   * @throws {EnvServerReplyError} when the server does not answer it
+   */
+  async info(): Promise<{ num_tasks: number | null; requires_group_scoring: boolean }> {
+    const reply = await this.#request("info", {}, { timeoutMs: 10_000 });
+    if (reply.success !== true) throw new EnvServerReplyError(String(reply.error));
+    return {
+      num_tasks: (reply.num_tasks as number | null) ?? null,
+      requires_group_scoring: reply.requires_group_scoring === true,
+    };
   }
 
   /**
