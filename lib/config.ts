@@ -73,6 +73,25 @@ export function describeIssue(issue: z.core.$ZodIssue): string {
   return message;
 }
 
+/**
+ * A schema issue as `path: message`, its path under `root` when given (`env`,
+ * `endpoint[2]`), or the message alone when it has no path: the one formatter of schema
+ * issues, for config files and wire input alike.
+ */
+export function formatIssue(issue: z.core.$ZodIssue, root?: string): string {
+  const path = [...(root ? [root] : []), ...issue.path.map(String)].join(".");
+  return path ? `${path}: ${describeIssue(issue)}` : describeIssue(issue);
+}
+
+/**
+ * A schema's first issues (at most five) as {@link formatIssue} writes them, joined by `; `.
+ * @param error what `safeParse` failed with
+ * @param root a path in front of every issue's own, e.g. `task_data`
+ */
+export function describeIssues(error: z.ZodError, root?: string): string {
+  return error.issues.slice(0, 5).map((issue) => formatIssue(issue, root)).join("; ");
+}
+
 /** The `[client]` table: how to reach the model. */
 export const ClientSection = z.strictObject({
   base_url: z.string().optional(),
@@ -233,11 +252,7 @@ export function setDotted(target: Record<string, unknown>, key: string, value: u
 /** Validate a merged config; issues become `source: path.to.field: message`. */
 export function validateEvalConfig(raw: Record<string, unknown>, source: string): EvalConfig {
   const result = EvalConfig.safeParse(raw);
-  if (!result.success) {
-    const issue = result.error.issues[0];
-    const path = issue.path.join(".");
-    throw new ConfigError(`${source}: ${path ? `${path}: ` : ""}${describeIssue(issue)}`);
-  }
+  if (!result.success) throw new ConfigError(`${source}: ${formatIssue(result.error.issues[0])}`);
   return result.data;
 }
 
@@ -376,21 +391,3 @@ export const EnvBase = z.strictObject({
    */
   fork_group: z.boolean().optional(),
 });
-
-/** The `[env]` table of a single-agent taskset run (the seed's TOML shape). */
-export const TaskEnvSection = EnvBase.extend({ agent: AgentTable.optional() });
-
-/** A validated `[env]` table. */
-export type TaskEnvSection = z.infer<typeof TaskEnvSection>;
-
-/** Validate the `[env]` table of a taskset run; issues name `env.<path>`. */
-export function validateTaskEnv(raw: unknown, source: string): TaskEnvSection {
-  const result = TaskEnvSection.safeParse(raw);
-  if (!result.success) {
-    const issue = result.error.issues[0];
-    throw new ConfigError(
-      `${source}: ${["env", ...issue.path].join(".")}: ${describeIssue(issue)}`,
-    );
-  }
-  return result.data;
-}

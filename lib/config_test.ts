@@ -2,14 +2,7 @@ import assert from "node:assert/strict";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import {
-  deepMerge,
-  readToml,
-  resolveTemplate,
-  setDotted,
-  validateEvalConfig,
-  validateTaskEnv,
-} from "./config.ts";
+import { deepMerge, readToml, resolveTemplate, setDotted, validateEvalConfig } from "./config.ts";
 import { ConfigError } from "./errors.ts";
 
 async function withTomlFile(text: string, fn: (path: string) => Promise<void>): Promise<void> {
@@ -291,11 +284,4 @@ Deno.test("validateEvalConfig() checks the [limits] table and warm_pool in [env.
       JSON.stringify(raw),
     );
   }
-  const env = { taskset: { id: "file-sum" }, agent: { runtime: { warm_pool: 4 } } };
-  assert.equal(validateTaskEnv(env, "s").agent?.runtime?.warm_pool, 4);
-  assert.throws(
-    () => validateTaskEnv({ ...env, agent: { runtime: { warm_pool: -1 } } }, "s"),
-    (e: unknown) =>
-      e instanceof ConfigError && /^s: env\.agent\.runtime\.warm_pool: /.test(e.message),
-  );
 });

@@ -9,7 +9,7 @@ import { isAbsolute, resolve } from "node:path";
 import { stat } from "node:fs/promises";
 import type { z } from "npm:zod@^4.6.0";
 import type { SandboxSource } from "../../runtimes/pool.ts";
-import { AgentTable, deepMerge, describeIssue, EnvBase } from "../config.ts";
+import { AgentTable, deepMerge, EnvBase, formatIssue } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
 import { HARNESSES } from "../tasks/harnesses.ts";
@@ -195,14 +195,14 @@ export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
   const parsed = schema.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    let message = describeIssue(issue);
+    let message = `${source}: ${formatIssue(issue, "env")}`;
     if (issue.code === "unrecognized_keys" && issue.path.length === 0) {
       message += `; "${id}" takes ${
         [...baseKeys, ...Object.keys(cls.roles), ...Object.keys(cls.options)]
           .map((k) => `"${k}"`).join(", ")
       }`;
     }
-    throw at(["env", ...issue.path].join("."), message);
+    throw new ConfigError(message);
   }
   const data = parsed.data as Record<string, unknown>;
   const roles: Record<string, AgentRole> = {};

@@ -299,3 +299,10 @@ Deno.test("roleClient(): a role's endpoint reads its key from api_key_var (defau
   assert.ok(!bad.success);
   assert.deepEqual(bad.error.issues[0].path, ["n"]);
 });
+
+Deno.test("buildEnv(): [env.agent.runtime] warm_pool reaches the role's policy typed; a bad one is named by its path", async () => {
+  const env = await build({ agent: { runtime: { warm_pool: 4 } } });
+  assert.equal((env.roles.agent.policy.runtime as { warm_pool?: number }).warm_pool, 4);
+  const message = await configError(build({ agent: { runtime: { warm_pool: -1 } } }));
+  assert.match(message, /^run\.toml: env\.agent\.runtime\.warm_pool: /);
+});

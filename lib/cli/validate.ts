@@ -6,7 +6,7 @@
 import process from "node:process";
 import { PROBES } from "../tasks/probe.ts";
 import { validateTaskset } from "../tasks/validate.ts";
-import { RuntimeTable, validateEvalConfig } from "../config.ts";
+import { formatIssue, RuntimeTable, validateEvalConfig } from "../config.ts";
 import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
 import { ConfigError } from "../errors.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
@@ -31,8 +31,7 @@ untouched workspace 0.0. Prints a table and a JSON summary; exits 1 when any tas
 function validateRuntimeTable(raw: Record<string, unknown>) {
   const r = RuntimeTable.safeParse(raw);
   if (!r.success) {
-    const issue = r.error.issues[0];
-    throw new ConfigError(`command line: runtime.${issue.path.join(".")}: ${issue.message}`);
+    throw new ConfigError(`command line: ${formatIssue(r.error.issues[0], "runtime")}`);
   }
   return r.data;
 }

@@ -4,6 +4,7 @@
  * @module
  */
 import { z } from "npm:zod@^4.6.0";
+import { describeIssues } from "../config.ts";
 import { ConfigError, ToolCallError, ToolParseError } from "../errors.ts";
 import { MultiTurnEnv, type MultiTurnEnvOptions } from "./multi_turn.ts";
 import { Rubric } from "../scoring/rubric.ts";
@@ -52,9 +53,7 @@ export function defineTool<A = Record<string, unknown>>(options: DefineToolOptio
         const r = schema.safeParse(args);
         if (!r.success) {
           throw new TypeError(
-            `Invalid arguments for "${options.name}": ${
-              r.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ")
-            }`,
+            `Invalid arguments for "${options.name}": ${describeIssues(r.error)}`,
           );
         }
         return r.data;

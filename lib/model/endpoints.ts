@@ -5,7 +5,7 @@
  */
 import { z } from "npm:zod@^4.6.0";
 import type { ChatClient, ChatRequestOptions } from "./client.ts";
-import { readToml } from "../config.ts";
+import { formatIssue, readToml } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import type { Messages, Response } from "../types.ts";
 
@@ -45,9 +45,7 @@ export async function loadEndpoints(path: string): Promise<Map<string, Endpoint[
   list.forEach((raw, i) => {
     const r = Entry.safeParse(raw);
     if (!r.success) {
-      const issue = r.error.issues[0];
-      const field = issue.path.length ? `.${issue.path.join(".")}` : "";
-      throw new ConfigError(`${path}: endpoint[${i}]${field}: ${issue.message}`);
+      throw new ConfigError(`${path}: ${formatIssue(r.error.issues[0], `endpoint[${i}]`)}`);
     }
     const e = r.data;
     const url = e.url ?? e.api_base_url;

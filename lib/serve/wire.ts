@@ -7,7 +7,7 @@
  */
 // deno-lint-ignore no-import-prefix
 import { z } from "npm:zod@^4.6.0";
-import { describeIssue } from "../config.ts";
+import { describeIssues } from "../config.ts";
 import type { SamplingArgs } from "../types.ts";
 
 /** The version of the HTTP request and response shapes; `/info` reports it. */
@@ -79,17 +79,8 @@ export const RunPayload = z.looseObject({
 /** The payload of a `cancel` request. */
 export const CancelPayload = z.looseObject({ request_id: z.string().min(1) });
 
-/**
- * A schema's first issues as `path: message` (under `root` when given), joined by `; `.
- * @param error what `safeParse` failed with
- * @param root a path in front of every issue's own, e.g. `task_data`
- */
-export function describeIssues(error: z.ZodError, root?: string): string {
-  return error.issues.slice(0, 5).map((issue) => {
-    const path = [...(root ? [root] : []), ...issue.path.map(String)].join(".");
-    return path ? `${path}: ${describeIssue(issue)}` : describeIssue(issue);
-  }).join("; ");
-}
+/** The one formatter of schema issues, which wire input shares with config files. */
+export { describeIssues };
 
 /** An error's name (`"Error"` for a thrown non-Error). */
 export function errorName(error: unknown): string {

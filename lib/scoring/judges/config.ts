@@ -7,6 +7,7 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { z } from "npm:zod@^4.6.0";
+import { formatIssue } from "../../config.ts";
 import { ConfigError } from "../../errors.ts";
 import { loadCriteria } from "./criteria.ts";
 import type { Judge, JudgeEndpoint } from "./judge.ts";
@@ -99,14 +100,6 @@ export interface JudgeEndpointEntry {
   sampling?: Record<string, unknown>;
 }
 
-function issueText(issue: z.core.$ZodIssue): string {
-  if (issue.code === "unrecognized_keys") {
-    const keys = (issue as unknown as { keys: string[] }).keys;
-    return `unknown key${keys.length > 1 ? "s" : ""} ${keys.map((k) => `"${k}"`).join(", ")}`;
-  }
-  return issue.message;
-}
-
 /**
  * Build judges from config lists (`[[env.judges]]`, then the task config's `judges`): every
  * entry validated, reward keys unique across all of them.
@@ -139,8 +132,7 @@ export function buildJudges(
       }
       const parsed = schema.safeParse(raw);
       if (!parsed.success) {
-        const issue = parsed.error.issues[0];
-        throw new ConfigError(`${[at, ...issue.path].join(".")}: ${issueText(issue)}`);
+        throw new ConfigError(formatIssue(parsed.error.issues[0], at));
       }
       const entry = parsed.data;
       const name = entry.name ?? entry.id;
