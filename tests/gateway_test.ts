@@ -73,26 +73,41 @@ function interfaceIp(name?: string, family: "IPv4" | "IPv6" = "IPv4"): string | 
 }
 
 /**
- * An HTTP server in a busybox container on the default bridge, answering `text` on `port`:
- * a host other than the evaluator's that the evaluator can reach (there is no internet here).
+ * An HTTP server answering `text` on `port` at an address outside every Docker network and
+ * every host interface: a host other than the evaluator's that the evaluator can reach, as
+ * the internet would be (there is none here). It is a busybox container on the default
+ * bridge holding a random 198.18.0.0/15 (benchmarking) address, routed to it from the host;
+ * the container's own bridge address would be another rollout's container to the proxy.
  */
 async function containerServer(text: string, port = 8000) {
   const name = `vf-test-http-${crypto.randomUUID().slice(0, 8)}`;
+  const [x, y] = crypto.getRandomValues(new Uint8Array(2));
+  const ip = `198.${18 + (x & 1)}.${y}.${1 + (x >> 1)}`;
   const created = await engineCall("POST", `/containers/create?name=${name}`, {
     Image: "busybox:latest",
     Cmd: [
       "sh",
       "-c",
-      `mkdir -p /www && echo ${text} > /www/index.html && exec httpd -f -p ${port} -h /www`,
+      `ip addr add ${ip}/32 dev lo && mkdir -p /www && echo ${text} > /www/index.html && ` +
+      `exec httpd -f -p ${port} -h /www`,
     ],
     Labels: { "vf.test": "gateway" },
-    HostConfig: { NetworkMode: "bridge" },
+    HostConfig: { NetworkMode: "bridge", CapAdd: ["NET_ADMIN"] },
   });
-  const remove = () => engineCall("DELETE", `/containers/${created.Id}?force=1`);
+  const ipRoute = (...args: string[]) =>
+    new Deno.Command("ip", { args: ["route", ...args, `${ip}/32`], stderr: "null" }).output();
+  const remove = async () => {
+    await ipRoute("del");
+    await engineCall("DELETE", `/containers/${created.Id}?force=1`);
+  };
   try {
     await engineCall("POST", `/containers/${created.Id}/start`);
-    const ip: string = (await engineCall("GET", `/containers/${created.Id}/json`))
+    const bridgeIp: string = (await engineCall("GET", `/containers/${created.Id}/json`))
       .NetworkSettings.IPAddress;
+    const routed = await new Deno.Command("ip", {
+      args: ["route", "add", `${ip}/32`, "via", bridgeIp],
+    }).output();
+    if (!routed.success) throw new Error(new TextDecoder().decode(routed.stderr));
     for (let i = 0;; i++) {
       try {
         const res = await fetch(`http://${ip}:${port}/`);
@@ -102,7 +117,7 @@ async function containerServer(text: string, port = 8000) {
       }
       await new Promise((r) => setTimeout(r, 100));
     }
-    return { ip, port, [Symbol.asyncDispose]: remove };
+    return { ip, bridgeIp, port, [Symbol.asyncDispose]: remove };
   } catch (error) {
     await remove();
     throw error;
@@ -371,6 +386,77 @@ export function loadTaskset(config) { return new Nets(config); }
       bad.stdout + bad.stderr,
       /env\.agent\.runtime\.network\.allow: "10\.0\.0\.0\/8" is not a host/,
     );
+  } finally {
+    for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("network = true: the sandbox reaches the internet through the egress proxy only; the evaluator's host and other containers are refused and recorded, directly unreachable", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_open_net_" });
+  const runIds: string[] = [];
+  await using internet = await containerServer("INTERNET");
+  await using evaluator = await serveText("EVALUATOR-SECRET", "0.0.0.0");
+  const e = evaluator.addr.port;
+  const bridge = interfaceIp("docker0")!;
+  const direct = (host: string, port: number) =>
+    `printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 ${host} ${port} || echo NO_ROUTE`;
+  try {
+    await Deno.writeTextFile(
+      join(dir, "open.ts"),
+      `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class OpenTask extends Task {
+  static override NEEDS_CONTAINER = true;
+  // The grader cannot reach the evaluator's host either.
+  sealed = reward(async ({ runtime }) => {
+    const r = await runtime.run(["sh", "-c", ${JSON.stringify(direct(bridge, e))}]);
+    return r.stdout.includes("EVALUATOR-SECRET") ? 0 : 1;
+  });
+}
+class Open extends Taskset {
+  get id() { return "open"; }
+  *load() {
+    yield new OpenTask({ id: "open", prompt: "Probe.", image: "busybox:latest", network: true });
+  }
+}
+export function loadTaskset(config) { return new Open(config); }
+`,
+    );
+    await using model = await startModelServer({
+      responder: ({ body }) => {
+        const turn = body.messages.filter((m: WireMessage) => m.role === "assistant").length;
+        const command = [
+          `wget -q -O- http://${internet.ip}:${internet.port}/ || echo NO_INTERNET`,
+          `wget -q -O- http://${bridge}:${e}/ || echo REFUSED`,
+          `wget -q -O- http://${internet.bridgeIp}:${internet.port}/ || echo REFUSED`,
+          direct(bridge, e),
+          direct(internet.bridgeIp, internet.port),
+        ][turn];
+        return command
+          ? { content: null, tool_calls: [{ name: "bash", arguments: { command } }] }
+          : { content: "Done." };
+      },
+    });
+    const res = await run(dir, ["run", "./open.ts", "-m", "m", "-b", model.url, "-o", "out"]);
+    runIds.push(res.runId);
+    assert.equal(res.code, 0, transcript(res));
+    const [t] = await traces(res.runDir);
+    assert.equal(t.error, null);
+    const outputs = t.tool_calls.map((c: Json) => c.output);
+    assert.match(outputs[0], /stdout:\nINTERNET/); // HTTP through the proxy works
+    assert.match(outputs[1], /REFUSED/); // the evaluator's host, through the proxy
+    assert.match(outputs[2], /REFUSED/); // another container, through the proxy
+    assert.match(outputs[3], /NO_ROUTE/); // the evaluator's host, directly
+    assert.match(outputs[4], /NO_ROUTE/); // another container, directly
+    for (const out of outputs) assert.doesNotMatch(out, /EVALUATOR-SECRET/);
+    assert.equal(t.reward, 1);
+    assert.deepEqual(t.network.policy, { allow: ["*"], block: [] });
+    assert.deepEqual(
+      t.network.denied.map((d: Json) => [d.phase, d.host, d.port]),
+      [["agent", bridge, e], ["agent", internet.bridgeIp, internet.port]],
+    );
+    assert.deepEqual(await leftovers(res.runId), { containers: 0, networks: 0 });
   } finally {
     for (const id of runIds.filter(Boolean)) await cleanupContainers({ runId: id });
     await Deno.remove(dir, { recursive: true });

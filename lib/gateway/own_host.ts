@@ -1,10 +1,11 @@
 /**
  * The evaluator's own host as the egress proxy must see it, so that a sandbox whose policy
  * allows `*` still cannot reach what the evaluator serves (a local model server, the env
- * server, the gateway itself): every address on the host's interfaces, every Docker network's
- * gateway, loopback, link-local and unspecified addresses, in whatever spelling an address
- * comes (IPv4-mapped and other IPv6 forms that carry an IPv4 address, zone ids), and the
- * names that mean the host whatever they resolve to.
+ * server, the gateway itself) nor other rollouts' containers: every address on the host's
+ * interfaces, every local Docker network's gateway and subnet, loopback, link-local, cloud
+ * metadata and unspecified addresses, in whatever spelling an address comes (IPv4-mapped and
+ * other IPv6 forms that carry an IPv4 address, zone ids), and the names that mean the host
+ * whatever they resolve to.
  * @module
  */
 import { hostname, networkInterfaces } from "node:os";
@@ -59,12 +60,16 @@ export function addressForms(ip: string): string[] {
   return forms;
 }
 
+/** Cloud metadata services outside link-local: Alibaba's, and AWS's over IPv6. */
+const METADATA = new Set(["100.100.100.200", "fd00:0ec2:0000:0000:0000:0000:0000:0254"]);
+
 /**
- * Loopback, link-local (cloud metadata), unspecified, broadcast and multicast addresses, in
- * any spelling: never reached through a wildcard.
+ * Loopback, link-local and other cloud metadata, unspecified, broadcast and multicast
+ * addresses, in any spelling: never reached through a wildcard.
  */
 export function isReservedAddress(ip: string): boolean {
   return addressForms(ip).some((form) => {
+    if (METADATA.has(form)) return true;
     const v4 = /^(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(form);
     if (v4) {
       const [a, b] = [Number(v4[1]), Number(v4[2])];
@@ -90,16 +95,50 @@ export function isHostAlias(name: string): boolean {
     (own !== "" && h === own);
 }
 
+/** An address as a number and its width (32 or 128 bits), from one of its forms. */
+function bits(form: string): { value: bigint; width: number } | null {
+  if (net.isIPv4(form)) {
+    return {
+      value: form.split(".").reduce((n, octet) => (n << 8n) | BigInt(octet), 0n),
+      width: 32,
+    };
+  }
+  const g = ipv6Groups(form);
+  return g ? { value: g.reduce((n, x) => (n << 16n) | BigInt(x), 0n), width: 128 } : null;
+}
+
+/** A subnet (`a.b.c.d/n`, `x::/n`) as its network number, width and prefix, or null. */
+function subnet(cidr: string): { value: bigint; width: number; prefix: number } | null {
+  const m = /^(.+)\/(\d{1,3})$/.exec(cidr.trim());
+  if (!m) return null;
+  const base = bits(m[1]);
+  const prefix = Number(m[2]);
+  if (!base || prefix > base.width) return null;
+  return { value: base.value >> BigInt(base.width - prefix), width: base.width, prefix };
+}
+
+/** Whether any form of `ip` lies in one of `subnets`. */
+function inSubnets(
+  ip: string,
+  subnets: Array<{ value: bigint; width: number; prefix: number }>,
+): boolean {
+  return addressForms(ip).some((form) => {
+    const a = bits(form);
+    return a !== null &&
+      subnets.some((s) => s.width === a.width && a.value >> BigInt(a.width - s.prefix) === s.value);
+  });
+}
+
 /**
  * The set of the host's own addresses: the interfaces' (read afresh each time, so a network
- * created a moment ago counts at once) plus what `extra` reports (Docker networks' gateways),
- * kept for `ttlMs`.
+ * created a moment ago counts at once) plus what `extra` reports (Docker networks' gateways,
+ * and their subnets as `a.b.c.d/n`, where other rollouts' containers live), kept for `ttlMs`.
  */
 export class OwnAddresses {
   readonly #extra: (() => Promise<Iterable<string>>) | undefined;
   readonly #ttlMs: number;
   readonly #fixed = new Set<string>();
-  #cached: { at: number; forms: Promise<Set<string>> } | null = null;
+  #cached: { at: number; known: Promise<Known> } | null = null;
 
   constructor(options: { extra?: () => Promise<Iterable<string>>; ttlMs?: number } = {}) {
     this.#extra = options.extra;
@@ -112,7 +151,8 @@ export class OwnAddresses {
   }
 
   /**
-   * Whether a connection to `ip` would land on this host.
+   * Whether a connection to `ip` would land on this host, or on a container of one of its
+   * Docker networks.
    * @throws {Error} when the host's interfaces cannot be listed (the caller refuses then)
    */
   async has(ip: string): Promise<boolean> {
@@ -120,22 +160,37 @@ export class OwnAddresses {
     for (const list of Object.values(networkInterfaces())) {
       for (const a of list ?? []) for (const form of addressForms(a.address)) own.add(form);
     }
-    for (const form of await this.#extraForms()) own.add(form);
-    return addressForms(ip).some((form) => own.has(form));
+    const extra = await this.#extraKnown();
+    return addressForms(ip).some((form) => own.has(form) || extra.forms.has(form)) ||
+      inSubnets(ip, extra.subnets);
   }
 
-  #extraForms(): Promise<Set<string>> {
+  #extraKnown(): Promise<Known> {
     const extra = this.#extra;
-    if (!extra) return Promise.resolve(new Set());
+    if (!extra) return Promise.resolve({ forms: new Set(), subnets: [] });
     const now = Date.now();
     if (!this.#cached || now - this.#cached.at > this.#ttlMs) {
       // The interfaces are the ground truth; a source that fails adds nothing this time.
-      const forms = extra().then(
-        (ips) => new Set([...ips].flatMap(addressForms)),
-        () => new Set<string>(),
+      const known = extra().then(
+        (entries) => {
+          const found: Known = { forms: new Set(), subnets: [] };
+          for (const entry of entries) {
+            if (entry.includes("/")) {
+              const s = subnet(entry);
+              if (s) found.subnets.push(s);
+            } else for (const form of addressForms(entry)) found.forms.add(form);
+          }
+          return found;
+        },
+        (): Known => ({ forms: new Set(), subnets: [] }),
       );
-      this.#cached = { at: now, forms };
+      this.#cached = { at: now, known };
     }
-    return this.#cached.forms;
+    return this.#cached.known;
   }
+}
+
+interface Known {
+  forms: Set<string>;
+  subnets: Array<{ value: bigint; width: number; prefix: number }>;
 }

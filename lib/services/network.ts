@@ -1,7 +1,8 @@
 /**
- * A rollout's own Docker network. Without internet access it is `internal` and its bridge
- * has no address on the host (`inhibit_ipv4`), so nothing on it reaches the host or beyond:
- * the only way out is the gateway relay, a busybox `nc` container joined to the network as
+ * A rollout's own Docker network. It is always `internal` and its bridge has no address on
+ * the host (`inhibit_ipv4`), so nothing on it reaches the host or beyond: a task with internet
+ * access (`network = true`) gets it through the egress proxy under an open policy, which still
+ * refuses the evaluator's own host. The only way out is the gateway relay, a busybox `nc` container joined to the network as
  * `vf-gateway` that forwards to one port of the evaluator (the model gateway and egress proxy).
  * Everything is labelled with the run, and the relay is in the ledger, so `vf cleanup`
  * removes what an interrupted run left.
@@ -71,8 +72,9 @@ export function bridgeAddress(name: string | undefined): string | undefined {
 
 /**
  * The addresses by which containers reach this machine on every network of the local
- * engine (each network's gateway, and the address of its bridge on this host), the rollout
- * networks vf creates included: the egress proxy refuses them unless a task names one.
+ * engine (each network's gateway, and the address of its bridge on this host), and each
+ * network's subnet as `a.b.c.d/n` (other rollouts' services and sandboxes live there), the
+ * rollout networks vf creates included: the egress proxy refuses them unless a task names one.
  * Empty for a remote engine, whose networks are not this machine's.
  */
 export async function dockerNetworkAddresses(): Promise<string[]> {
@@ -81,13 +83,14 @@ export async function dockerNetworkAddresses(): Promise<string[]> {
   const networks = await engine.listNetworks() as Array<{
     Id?: string;
     Driver?: string;
-    IPAM?: { Config?: Array<{ Gateway?: string }> | null };
+    IPAM?: { Config?: Array<{ Gateway?: string; Subnet?: string }> | null };
     Options?: Record<string, string> | null;
   }>;
   const addresses: string[] = [];
   for (const n of networks) {
     for (const c of n.IPAM?.Config ?? []) {
       if (c.Gateway) addresses.push(c.Gateway.replace(/\/\d+$/, ""));
+      if (c.Subnet?.includes("/")) addresses.push(c.Subnet);
     }
     if (n.Driver !== "bridge") continue;
     const name = n.Options?.["com.docker.network.bridge.name"] ??
@@ -120,18 +123,16 @@ export class RolloutNetwork {
     };
   }
 
-  /** Create the network: internal and host-less unless `internet` is asked for. */
-  static async create(
-    options: { runId: string; task: string; internet?: boolean },
-  ): Promise<RolloutNetwork> {
+  /** Create the network: internal and host-less. */
+  static async create(options: { runId: string; task: string }): Promise<RolloutNetwork> {
     const network = new RolloutNetwork(`vf-net-${hex(6)}`, options);
     network.#id = await network.#engine.createNetwork({
       Name: network.name,
       Driver: "bridge",
-      Internal: !options.internet,
+      Internal: true,
       CheckDuplicate: true,
       Labels: network.#labels,
-      ...(!options.internet && { Options: { "com.docker.network.bridge.inhibit_ipv4": "true" } }),
+      Options: { "com.docker.network.bridge.inhibit_ipv4": "true" },
     });
     return network;
   }

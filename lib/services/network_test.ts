@@ -18,7 +18,7 @@ Deno.test("the evaluator's address on the default bridge is docker0's, whether o
   }
 });
 
-Deno.test("dockerNetworkAddresses() lists every network's gateway on this machine, host-less internal ones included", async () => {
+Deno.test("dockerNetworkAddresses() lists every network's gateway and subnet on this machine, host-less internal ones included", async () => {
   const engine = DockerEngine.shared();
   const name = `vf-test-addr-${crypto.randomUUID().slice(0, 8)}`;
   const id = await engine.createNetwork({
@@ -30,11 +30,14 @@ Deno.test("dockerNetworkAddresses() lists every network's gateway on this machin
   });
   try {
     const inspected = await engine.inspectNetwork(id) as {
-      IPAM: { Config: Array<{ Gateway: string }> };
+      IPAM: { Config: Array<{ Gateway: string; Subnet: string }> };
     };
-    const gateway = inspected.IPAM.Config[0].Gateway;
+    const { Gateway: gateway, Subnet: subnet } = inspected.IPAM.Config[0];
     const addresses = await dockerNetworkAddresses();
     assert.ok(addresses.includes(gateway), `${gateway} in ${addresses}`);
+    // Other rollouts' containers live in the subnet: the proxy refuses all of it.
+    assert.match(subnet, /\/\d+$/);
+    assert.ok(addresses.includes(subnet), `${subnet} in ${addresses}`);
     assert.ok(addresses.includes(await evaluatorHost()), "the default bridge's address");
   } finally {
     await engine.removeNetwork(id);

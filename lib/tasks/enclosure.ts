@@ -145,13 +145,11 @@ export class Enclosure {
             `which the ${spec.type} runtime cannot give`,
       );
     }
-    // What can have a network of its own is a container.
+    // What can have a network of its own is a container. Its network is internal whatever the
+    // task asks: internet access (`network = true`) is the egress proxy under an open policy,
+    // so the evaluator's host and other rollouts' containers stay out of reach.
     const container = spec as DockerRuntimeSpec;
-    const network = await RolloutNetwork.create({
-      runId: needs.runId,
-      task: needs.task,
-      internet: container.network === true,
-    });
+    const network = await RolloutNetwork.create({ runId: needs.runId, task: needs.task });
     this.#network = network;
     let env = container.env ?? {};
     if (needs.gateway || needs.egress) {
@@ -183,7 +181,8 @@ export class Enclosure {
       // The phase ended (timeout, interrupt) as they came up.
       needs.signal.throwIfAborted();
     }
-    return { ...container, env, networkName: network.name, aliases: [needs.alias] };
+    // Never the default bridge beside it (the host and every container on it are there).
+    return { ...container, network: false, env, networkName: network.name, aliases: [needs.alias] };
   }
 
   /**

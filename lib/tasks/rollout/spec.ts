@@ -4,13 +4,14 @@
  * anything starts.
  * @module
  */
-import { specOf, traitsOf } from "../../../runtimes/config.ts";
+import { specOf, traitsOf, traitsOfConfig } from "../../../runtimes/config.ts";
 import type { RuntimeSpec } from "../../../runtimes/runtime.ts";
 import { ConfigError } from "../../errors.ts";
 import {
   CLOSED_POLICY,
   composePolicies,
   type NetworkPolicy,
+  OPEN_POLICY,
   parseNetworkPolicy,
 } from "../../gateway/policy.ts";
 import type { RuntimeConfig, Task } from "../task.ts";
@@ -42,6 +43,9 @@ export function resolveRuntimeSpec(
  * The egress policy of a sandbox: the runtime's and the task's composed (a task allow of `*`
  * keeps the runtime's list, two lists intersect, blocks add up); null when neither gives a
  * policy (then `network` is plain on/off). A runtime's explicit `network = false` closes it.
+ * On a runtime with the egress proxy, plain `network = true` is the open policy (allow `*`):
+ * the internet through the proxy, which refuses the evaluator's own host and other rollouts'
+ * containers, never a bridge the host is on.
  * @throws {ConfigError} naming the key of an entry that is not a host
  */
 export function resolveNetworkPolicy(
@@ -55,7 +59,10 @@ export function resolveNetworkPolicy(
   const tp = typeof t === "object" && t !== null
     ? parseNetworkPolicy(t, `task "${task.key}" network`)
     : null;
-  if (!rp && !tp) return null;
+  if (!rp && !tp) {
+    const on = r === true || (r === undefined && t === true);
+    return on && traitsOfConfig(config).egress ? structuredClone(OPEN_POLICY) : null;
+  }
   if (r === false) return structuredClone(CLOSED_POLICY);
   if (rp && tp) return composePolicies(rp, tp);
   return rp ?? tp;
