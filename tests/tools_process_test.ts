@@ -1,7 +1,8 @@
 /**
  * stdio toolset servers never outlive vf: a hostile server tree, started through `sh -c` as
  * launchers do, with children in its process group and one that left it (`setsid`), all
- * ignoring SIGTERM and the end of their input. The real CLI runs it and ends (a) normally,
+ * ignoring SIGTERM and the end of their input, and a daemon (double fork: its parent exits, it
+ * is reparented to init in a session of its own). The real CLI runs it and ends (a) normally,
  * (b) by an error in the handshake, (c) by SIGINT, (d) by SIGTERM; afterwards every pid of
  * the tree is gone.
  * @module
@@ -51,17 +52,19 @@ while True:
 
 /**
  * The launcher: a shell that ignores SIGTERM, with a child in its group, one in a session of
- * its own, and the server as a child (a command after it keeps the shell from exec'ing it).
+ * its own, a daemon no longer below it, and the server as a child (a command after it keeps
+ * the shell from exec'ing it).
  */
 const LAUNCHER = `trap '' TERM INT HUP
 sleep 1000 & echo $! >> "$PIDS"
 setsid sleep 1000 & echo $! >> "$PIDS"
+setsid sh -c 'trap "" TERM; sleep 1000 </dev/null >/dev/null 2>&1 & echo $! >> "$PIDS"'
 echo $$ >> "$PIDS"
 python3 -u server.py "$@"
 wait`;
 
-/** sh, its two sleeps, python and python's sleep. */
-const TREE_SIZE = 5;
+/** sh, its two sleeps, the daemon, python and python's sleep. */
+const TREE_SIZE = 6;
 
 const TASKSET = `
 import { reward, Task, Taskset } from "${MOD_URL}";

@@ -3,15 +3,18 @@
  * process tree ends with it. The server starts in its own session and process group, so a
  * launcher (`sh -c`, `npx`, `uvx`) and whatever it starts can be signalled together. Closing
  * ends its stdin, then sends the group SIGTERM and, after a grace period, SIGKILL; a
- * descendant that left the group (`setsid`, a shell's job control) is signalled by pid. While
+ * descendant that left the group (`setsid`, a shell's job control) is signalled by pid. The
+ * tree is tagged with a random `VF_TOOLSET_ID` in its environment, so a daemon that left both
+ * (double fork, reparented to init) is found by it: every process of vf's user whose initial
+ * environment (`/proc/<pid>/environ`) carries the tag is ended with the rest. While
  * it runs it is in the process-wide teardown registry, so every way vf ends (normal end, an
  * error, SIGINT, SIGTERM, `process.exit`) ends it too. It never keeps vf alive by itself.
  * Messages are newline-delimited JSON-RPC, as MCP's stdio transport defines.
  * @module
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
-import { readdir, readFile } from "node:fs/promises";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { readdir, readFile, stat } from "node:fs/promises";
 import process from "node:process";
 import { type Tracked, trackRuntime, untrackRuntime } from "../../runtimes/registry.ts";
 
@@ -47,6 +50,11 @@ export class LocalStdioTransport {
   #stderr = "";
   readonly #decoder = new TextDecoder();
   readonly #errDecoder = new TextDecoder();
+  /** `VF_TOOLSET_ID=<nonce>`, as it appears in the tree's environments. */
+  readonly #tag = `VF_TOOLSET_ID=${
+    [...crypto.getRandomValues(new Uint8Array(16))]
+      .map((b) => b.toString(16).padStart(2, "0")).join("")
+  }`;
 
   constructor(readonly command: string, readonly options: LocalStdioOptions = {}) {}
 
@@ -62,8 +70,9 @@ export class LocalStdioTransport {
 
   start(): Promise<void> {
     if (this.#child) return Promise.reject(new Error("the stdio transport is already started"));
+    const [key, value] = this.#tag.split("=");
     const child = spawn(this.command, this.options.args ?? [], {
-      env: this.options.env,
+      env: { ...(this.options.env ?? process.env), [key]: value },
       cwd: this.options.cwd,
       // Its own session and process group: the tree is signalled as one, and a Ctrl-C meant
       // for vf reaches vf alone (vf then ends the tree itself).
@@ -96,7 +105,10 @@ export class LocalStdioTransport {
           type: "toolset",
           id: `${this.options.name ?? this.command} (pid ${pgid})`,
           stop: () => this.close(),
-          stopSync: () => signalTree(pgid, below(pgid, scanSync()), "SIGKILL"),
+          stopSync: () => {
+            const all = scanSync();
+            signalTree(pgid, [...below(pgid, all), ...taggedSync(all, this.#tag)], "SIGKILL");
+          },
         };
         trackRuntime(this.#tracked);
         // Only the requests waiting on it (each with its own timer) keep vf alive, not the
@@ -167,8 +179,10 @@ export class LocalStdioTransport {
     const pgid = child?.pid;
     if (!child || pgid === undefined || !this.#tracked) return;
     const grace = this.options.graceMs ?? 2000;
-    // Taken while the server still lives: a descendant that left the group is found through it.
-    const strays = below(pgid, await scan());
+    // Taken while the server still lives: a descendant that left the group is found through it,
+    // one that left the tree too by its tag.
+    const all = await scan();
+    const strays = [...below(pgid, all), ...await tagged(all, this.#tag)];
     try {
       child.stdin?.end();
     } catch {
@@ -178,6 +192,14 @@ export class LocalStdioTransport {
     await within(this.#exited, grace);
     signalTree(pgid, strays, "SIGTERM");
     if (!(await treeGone(pgid, strays, grace))) signalTree(pgid, strays, "SIGKILL");
+    // Whatever carries the tag now (started since the first look, or by a daemon that kept
+    // forking), pass after pass until none is left.
+    for (let pass = 0; pass < 50; pass++) {
+      const left = (await tagged(await scan(), this.#tag)).filter(stillRunning);
+      if (left.length === 0) break;
+      signalTree(pgid, left, "SIGKILL");
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
     await within(this.#exited, grace);
     child.stdout?.destroy();
     child.stderr?.destroy();
@@ -252,6 +274,45 @@ function below(root: number, all: ProcStat[]): Seen[] {
     for (const child of children.get(queue.shift()!) ?? []) {
       found.push({ pid: child.pid, start: child.start });
       queue.push(child.pid);
+    }
+  }
+  return found;
+}
+
+const ownUid = process.getuid?.();
+
+/** Whether `environ` (NUL-separated) holds `tag` as one of its entries. */
+function carries(environ: string, tag: string): boolean {
+  return environ.startsWith(`${tag}\0`) || environ.includes(`\0${tag}\0`) ||
+    environ === tag || environ.endsWith(`\0${tag}`);
+}
+
+/** The processes among `all` of vf's user whose environment carries `tag` (vf excluded). */
+async function tagged(all: ProcStat[], tag: string): Promise<Seen[]> {
+  const found = await Promise.all(all.map(async (p) => {
+    if (p.pid === process.pid) return undefined;
+    try {
+      if (ownUid !== undefined && (await stat(`/proc/${p.pid}`)).uid !== ownUid) return undefined;
+      const environ = await readFile(`/proc/${p.pid}/environ`, "latin1");
+      return carries(environ, tag) ? { pid: p.pid, start: p.start } : undefined;
+    } catch {
+      return undefined; // gone, or not readable (another user's)
+    }
+  }));
+  return found.filter((p) => p !== undefined);
+}
+
+function taggedSync(all: ProcStat[], tag: string): Seen[] {
+  const found: Seen[] = [];
+  for (const p of all) {
+    if (p.pid === process.pid) continue;
+    try {
+      if (ownUid !== undefined && statSync(`/proc/${p.pid}`).uid !== ownUid) continue;
+      if (carries(readFileSync(`/proc/${p.pid}/environ`, "latin1"), tag)) {
+        found.push({ pid: p.pid, start: p.start });
+      }
+    } catch {
+      // gone, or not readable
     }
   }
   return found;
