@@ -14,9 +14,14 @@ sampling settings, and gets back the episode: every trace with its rewards, mess
 (when recorded) token data. One DEALER socket carries every request; replies come back in
 any order and are matched to their request by `request_id` (32 hex digits).
 
-Frames: request `[request_id, method, msgpack(payload)]`, reply `[request_id,
-msgpack(response)]`. Methods: `health`, `run`, `cancel`. A reply with `success: false`
-carries `error: "<Type>: <message>"`.
+Frames: request `[request_id, method, msgpack(payload)]`. Replies, on the current wire
+(`vf serve --wire 2026-09`, the default; verifiers' serve since September 2026), are
+`[request_id, kind, msgpack(data)]`: kind `delta` while a run's episode grows (each applied
+to that run's assembly below) and `reply` once, last. A run's reply holds the episode head
+and each trace's node and call counts, checked against the assembly. On the earlier wire
+(`--wire 2026-08`, pass `--wire 2026-08` here too) a reply is `[request_id,
+msgpack(response)]` with the whole episode. Methods: `health`, `info` (current wire), `run`,
+`cancel`. A reply with `success: false` carries `error: "<Type>: <message>"`.
 """
 
 import argparse
@@ -34,11 +39,52 @@ class EnvServerError(RuntimeError):
     """The server replied `success: false`."""
 
 
+LISTS = ("nodes", "calls", "errors", "extra_usage", "request_rewrites", "response_rewrites")
+
+
+class Assembly:
+    """One run's traces as its deltas arrive (upstream's `Trace`, plus a `pending` preview)."""
+
+    def __init__(self) -> None:
+        self.traces: dict[str, dict] = {}
+
+    def apply(self, delta: dict) -> None:
+        trace_id = delta["trace"]
+        if delta.get("discard"):
+            self.traces.pop(trace_id, None)
+            return
+        if trace_id not in self.traces:
+            self.traces[trace_id] = {**delta["open"], **{f: [] for f in LISTS}, "pending": []}
+        trace = self.traces[trace_id]
+        for index, links in (delta.get("links") or {}).items():
+            trace["nodes"][int(index)].setdefault("semantic_parents", []).extend(links)
+        for field in LISTS:
+            trace[field].extend(delta.get(field) or [])
+        trace.update(delta.get("set") or {})
+        if "nodes" in delta:
+            trace["pending"] = []
+        if "pending" in delta:
+            trace["pending"] = delta["pending"]
+
+    def finish(self, reply: dict) -> dict:
+        traces = []
+        for summary in reply["traces"]:
+            trace = {k: v for k, v in self.traces[summary["id"]].items() if k != "pending"}
+            if len(trace["nodes"]) != summary["nodes"] or len(trace["calls"]) != summary["calls"]:
+                raise EnvServerError(f"trace {summary['id']} assembled {len(trace['nodes'])} "
+                                     f"nodes / {len(trace['calls'])} calls, the server says "
+                                     f"{summary['nodes']} / {summary['calls']}")
+            traces.append(trace)
+        return {**reply["episode"], "traces": traces}
+
+
 class EnvClient:
     """One DEALER socket and one receive loop that resolves each request's future."""
 
-    def __init__(self, address: str = "tcp://127.0.0.1:5000") -> None:
+    def __init__(self, address: str = "tcp://127.0.0.1:5000", wire: str = "2026-09") -> None:
         self.address = address
+        self.current = wire == "2026-09"
+        self.assemblies: dict[str, Assembly] = {}
         self.ctx = zmq.asyncio.Context()
         self.socket = self.ctx.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -50,7 +96,15 @@ class EnvClient:
 
     async def _receive(self) -> None:
         while True:
-            request_id, data = await self.socket.recv_multipart()
+            frames = await self.socket.recv_multipart()
+            if len(frames) != (3 if self.current else 2):
+                continue  # not this wire's form
+            request_id, data = frames[0], frames[-1]
+            if self.current and frames[1] == b"delta":
+                assembly = self.assemblies.get(request_id.decode())
+                if assembly is not None:
+                    assembly.apply(msgpack.unpackb(data, raw=False, strict_map_key=False))
+                continue
             future = self.pending.pop(request_id.decode(), None)
             if future is not None and not future.done():
                 future.set_result(msgpack.unpackb(data, raw=False))
@@ -91,14 +145,17 @@ class EnvClient:
         """Run one episode; return it. Cancelling this coroutine cancels the run."""
         request_id = request_id or uuid.uuid4().hex
         payload = {"task_data": task_data, "client": client, "model": model, "sampling": sampling}
+        assembly = self.assemblies[request_id] = Assembly()
         try:
             reply = await self.request("run", payload, request_id=request_id)
         except asyncio.CancelledError:
             await self.cancel(request_id)
             raise
+        finally:
+            self.assemblies.pop(request_id, None)
         if not reply.get("success"):
             raise EnvServerError(reply.get("error") or "env server request failed")
-        return reply["episode"]
+        return assembly.finish(reply) if self.current else reply["episode"]
 
     async def cancel(self, request_id: str) -> bool:
         reply = await self.request("cancel", {"request_id": request_id}, timeout=10.0)
@@ -112,8 +169,10 @@ class EnvClient:
 
 
 def rewards_of(episode: dict) -> list:
-    """The reward of each trace (None where a trace was not scored)."""
-    return [trace.get("reward") for trace in episode.get("traces", [])]
+    """Each trace's rewards: upstream's `{name: {score, weight}}` on the current wire, the
+    total `reward` on the earlier one (None where a trace was not scored)."""
+    return [trace["rewards"] if "rewards" in trace and "reward" not in trace
+            else trace.get("reward") for trace in episode.get("traces", [])]
 
 
 async def main() -> int:
@@ -127,6 +186,8 @@ async def main() -> int:
                         help="a JSON list of task data, or @file.json")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--rollouts", type=int, default=1, help="episodes per task")
+    parser.add_argument("--wire", default="2026-09", choices=["2026-09", "2026-08"],
+                        help="the form the server speaks (vf serve --wire)")
     args = parser.parse_args()
     text = args.task_data
     if text.startswith("@"):
@@ -136,7 +197,7 @@ async def main() -> int:
     client = {"base_url": args.base_url}
     if args.api_key_var:
         client["api_key_var"] = args.api_key_var
-    env = EnvClient(args.address)
+    env = EnvClient(args.address, args.wire)
     try:
         await env.wait_for_server()
         runs = [

@@ -19,7 +19,7 @@ from zmq_trainer import EnvClient  # noqa: E402
 
 async def main() -> None:
     address, base_url = sys.argv[1:3]
-    env = EnvClient(address)
+    env = EnvClient(address, "2026-08")
     out: dict = {}
     client = {"base_url": base_url, "api_key_var": "PRIME_API_KEY", "headers": {}}
     sampling = {"temperature": 1.0, "top_p": None, "max_tokens": None}

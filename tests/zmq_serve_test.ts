@@ -606,3 +606,44 @@ Deno.test("ZmqEnvClient on the current wire: deltas before the reply, the episod
   assert.equal(episode.traces.length, 1);
   assert.ok(episode.traces[0].nodes.length >= 2);
 });
+
+Deno.test("the guide's example as written: vf serve file-sum --zmq on Docker, driven by examples/zmq_trainer.py with {prompt, numbers} task data", async () => {
+  await using tmp = await tempDir("vf_zmq_example_");
+  await using model = await startModelServer({ responder: () => ({ content: "6" }) });
+  // docs/serving-and-training.md, with port 0 for the guide's 5000.
+  await using server = await serve(
+    [
+      "file-sum",
+      "--zmq",
+      "tcp://127.0.0.1:0",
+      "-c",
+      "64",
+      "--env.agent.runtime.type",
+      "docker",
+    ],
+    tmp.path,
+    { defaultWire: true },
+  );
+  const res = await new Deno.Command(PYTHON, {
+    args: [
+      fileURLToPath(new URL("../examples/zmq_trainer.py", import.meta.url)),
+      "--address",
+      server.address,
+      "--base-url",
+      model.url,
+      "--model",
+      "my-policy",
+      "--task-data",
+      '[{"prompt": "Sum the integers in /app/input.txt ...", "numbers": [1, 2, 3]}]',
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const stdout = new TextDecoder().decode(res.stdout);
+  assert.equal(res.code, 0, `${stdout}\n${new TextDecoder().decode(res.stderr)}`);
+  const [line] = stdout.trim().split("\n").map((l) => JSON.parse(l));
+  assert.equal(typeof line.task, "string");
+  // Scored in its isolated grading sandbox: the model only said "6", it wrote no answer file.
+  assert.deepEqual(line.rewards, [{ correct: { score: 0, weight: 1 } }]);
+  assert.ok(model.requests.length >= 1);
+});

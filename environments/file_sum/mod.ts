@@ -5,9 +5,11 @@
  * @module
  */
 import {
+  ConfigError,
   readText,
   reward,
   Task,
+  type TaskData,
   type TaskHookContext,
   Taskset,
   type TasksetConfig,
@@ -47,18 +49,40 @@ export class FileSumTaskset extends Taskset<FileSumTask> {
     return "file-sum";
   }
 
+  /** What every FileSum task runs in and how it is graded, unless its data says otherwise. */
+  #defaults(): Record<string, unknown> {
+    return {
+      image: (this.config.image as string | undefined) ?? "python:3.11-slim",
+      workdir: "/app",
+      scoring: { mode: "isolated" },
+      artifacts: [{ source: "/app/output" }],
+    };
+  }
+
   *load(): Iterable<FileSumTask> {
     for (const [i, numbers] of INPUTS.entries()) {
       yield new FileSumTask({
         id: `file-sum-${i}`,
         prompt: "Sum the integers in /app/input.txt. Write only the sum to /app/output/answer.txt.",
-        image: (this.config.image as string | undefined) ?? "python:3.11-slim",
-        workdir: "/app",
-        scoring: { mode: "isolated" },
-        artifacts: [{ source: "/app/output" }],
+        ...this.#defaults(),
         numbers,
       }, this.config.task ?? {});
     }
+  }
+
+  /**
+   * A task from a trainer's data (`vf serve file-sum`): `{ prompt, numbers }` is enough, the
+   * image, workdir, isolated scoring and artifacts are the built-in tasks' unless given.
+   * @throws {ConfigError} when `numbers` is not a list of integers
+   */
+  taskFromData(data: TaskData): FileSumTask {
+    const numbers = data.numbers;
+    if (!Array.isArray(numbers) || !numbers.every((n) => Number.isInteger(n))) {
+      throw new ConfigError(
+        `task_data.numbers: must be a list of integers, got ${JSON.stringify(numbers)}`,
+      );
+    }
+    return new FileSumTask({ ...this.#defaults(), ...data }, this.config.task ?? {});
   }
 }
 
