@@ -37,6 +37,7 @@ Usage:
   vf cache stats|clear           the model-call cache (vf eval/run --cache)
   vf compare <runA> <runB> [--fail-if-worse D]  paired per-example comparison of two runs
   vf export --format atif <run-dir>      write a run's rollouts as ATIF trajectories
+  vf export --format messages|sharegpt <run-dir> [--success]  fine-tuning JSONL of a run
   vf import --format harbor <job-dir>    read a Harbor job's trials into vf's run layout
   vf init <name> [--kind taskset|environment]  scaffold an environment package
   vf demo [env]                  evaluate a built-in environment against vf's scripted

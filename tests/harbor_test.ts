@@ -11,6 +11,7 @@ import { basename, join } from "node:path";
 import { cleanupContainers } from "../mod.ts";
 import { SubprocessRuntime } from "../runtimes/subprocess.ts";
 import { atifToMessages } from "../lib/harbor/atif.ts";
+import { atifErrors } from "./_atif_schema.ts";
 import { loadHarborTask, readHarborSettings } from "../lib/harbor/taskset.ts";
 import { startModelServer, type WireMessage } from "./model_server.ts";
 import { cliCommand, type CliResult, collect, transcript } from "./_cli.ts";
@@ -134,7 +135,8 @@ Deno.test("Harbor folders: vf validate checks gold and no-op; vf run solves them
     for (const [i, t] of traces.entries()) {
       const file = files.find((f) => f.startsWith(`${t.task.key}-0-${t.trace_id}`))!;
       const atif = JSON.parse(await Deno.readTextFile(join(dir, "atif", file)));
-      assert.equal(atif.schema_version, "ATIF-v1.6");
+      assert.equal(atif.schema_version, "ATIF-v1.7");
+      assert.deepEqual(atifErrors(atif), [], "the export holds to ATIF v1.7's schema");
       assert.equal(atif.agent.model_name, "m");
       assert.deepEqual(
         atif.steps.map((s: Json) => s.step_id),

@@ -5,19 +5,34 @@
 import process from "node:process";
 import { existsSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
-import { importHarborJob, traceToAtif } from "../harbor/atif.ts";
-import { loadTraces } from "../agents/run.ts";
+import { atifProblems, importHarborJob, traceToAtif } from "../harbor/atif.ts";
+import { loadEpisodes } from "../agents/run.ts";
+import type { TaskTrace } from "../tasks/trace.ts";
+import { type FinetuneFormat, finetuneRows } from "./_finetune.ts";
 import { summarizeTraces } from "../tasks/summary.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import { parseArgs } from "./args.ts";
 
 const EXPORT_HELP = `vf export --format atif <run-dir> [-o <dir>]
+vf export --format messages|sharegpt <run-dir> [-o <file>] [--min-reward R] [--success]
+    [--pass-threshold T]
 
-Write each rollout of a vf run (its traces.jsonl) as an ATIF trajectory, Harbor's agent
-trajectory format: one <task>-<rollout>-<trace id>.json per rollout in <dir> (default
-<run-dir>/atif). vf's reward, rewards and stop condition are in each file's extra.
+atif: each rollout of a vf run (its traces.jsonl) as an ATIF v1.7 trajectory, Harbor's agent
+trajectory format: one <task>-<rollout>-<trace id>.json per episode in <dir> (default
+<run-dir>/atif). The other agents of a multi-agent episode (judges, simulated users) are
+embedded in it as subagent trajectories. vf's reward, rewards and stop condition are in each
+file's extra; token ids are in each step's metrics when the run saved them (save_tokens).
+
+messages, sharegpt: the rollouts as fine-tuning JSONL (default <run-dir>/<format>.jsonl),
+from results.jsonl of vf eval or traces.jsonl of vf run. messages: {"messages": [...]} in
+OpenAI's chat shape; sharegpt: {"conversations": [{"from", "value"}]} with human, gpt,
+function_call and observation turns. Each row's metadata names the task, reward and source
+line. --min-reward keeps rollouts scored at least R; --success those that passed (reward at
+least --pass-threshold, default 0.5). A rollout that errored or was never scored passes
+neither. Malformed rows are skipped with a warning naming file and line; judges' and
+simulated users' traces are not training data and are left out.
 `;
 
 const IMPORT_HELP = `vf import --format harbor <job-dir> [-o <outputs>]
@@ -39,32 +54,109 @@ function format(flags: Record<string, unknown>, want: string, help: string): voi
   }
 }
 
-/** `vf export --format atif <run-dir> [-o dir]`. */
+function number(flags: Record<string, unknown>, key: string): number | undefined {
+  const v = flags[key];
+  if (v === undefined) return undefined;
+  const n = typeof v === "number" ? v : typeof v === "string" && v.trim() ? Number(v) : NaN;
+  if (!Number.isFinite(n)) throw new ConfigError(`--${key}: ${JSON.stringify(v)} is not a number`);
+  return n;
+}
+
+/** `vf export --format atif|messages|sharegpt <run-dir> [-o out]`. */
 export async function cmdExport(argv: string[]): Promise<number> {
-  const flags = parseArgs(argv);
+  // A bare --success takes no value: the run folder after it stays positional.
+  const flags = parseArgs(argv.map((a) => a === "--success" ? "--success=true" : a));
   if (flags.help || flags.h) {
     process.stdout.write(EXPORT_HELP);
     return 0;
   }
-  format(flags, "atif", EXPORT_HELP);
+  const f = flags.format;
+  if (f !== "atif" && f !== "messages" && f !== "sharegpt") {
+    throw new ConfigError(
+      `${
+        f === undefined ? "--format is required" : `unknown --format "${f}"`
+      } (atif, messages or sharegpt); usage: ${EXPORT_HELP.split("\n")[0]}`,
+    );
+  }
   const runDir = flags._.map(String)[0];
   if (!runDir) {
     throw new ConfigError(`vf export needs a run folder; usage: ${EXPORT_HELP.split("\n")[0]}`);
   }
+  if (f !== "atif") return await exportFinetune(runDir, f, flags);
   if (!existsSync(join(runDir, "traces.jsonl"))) {
     throw new ConfigError(`${join(runDir, "traces.jsonl")}: missing; give a vf run folder`);
   }
   const out = resolve(String(flags.o ?? flags["output-dir"] ?? join(runDir, "atif")));
   await mkdir(out, { recursive: true });
-  const traces = await loadTraces(runDir);
-  for (const t of traces) {
-    const name = `${
-      t.task.key.replace(/[^A-Za-z0-9_.-]/g, "_")
-    }-${t.rollout_index}-${t.trace_id}.json`;
-    await writeFile(join(out, name), JSON.stringify(traceToAtif(t), null, 2) + "\n");
+  let written = 0;
+  for (const episode of await loadEpisodes(runDir)) {
+    const traces = (episode.traces ?? []) as TaskTrace[];
+    if (!traces.length) continue;
+    // The episode's first trainable trace is the document; the other agents are embedded.
+    const root = traces.find((t) => t.trainable !== false) ?? traces[0];
+    let doc;
+    try {
+      doc = traceToAtif(root, { subagents: traces.filter((t) => t !== root) });
+    } catch (error) {
+      console.warn(
+        `${join(runDir, "traces.jsonl")}: skipping trace "${String(root?.trace_id)}" of task ` +
+          `"${String(root?.task?.key)}": not a trace vf can write as ATIF (${
+            (error as Error).message
+          })`,
+      );
+      continue;
+    }
+    const problems = atifProblems(doc);
+    if (problems.length) {
+      console.warn(
+        `${join(runDir, "traces.jsonl")}: skipping trace "${root.trace_id}": its ATIF breaks ` +
+          `the format: ${problems.slice(0, 3).join("; ")}`,
+      );
+      continue;
+    }
+    const name = `${root.task.key.replace(/[^A-Za-z0-9_.-]/g, "_")}-${root.rollout_index}-${
+      root.trace_id.replace(/[^A-Za-z0-9_.-]/g, "_")
+    }.json`;
+    await writeFile(join(out, name), JSON.stringify(doc, null, 2) + "\n");
+    written++;
   }
   process.stdout.write(
-    `wrote ${traces.length} ATIF trajector${traces.length === 1 ? "y" : "ies"} to ${out}\n`,
+    `wrote ${written} ATIF trajector${written === 1 ? "y" : "ies"} to ${out}\n`,
+  );
+  return 0;
+}
+
+/** `vf export --format messages|sharegpt`: fine-tuning JSONL from either run layout. */
+async function exportFinetune(
+  runDir: string,
+  format: FinetuneFormat,
+  flags: Record<string, unknown>,
+): Promise<number> {
+  const traces = join(runDir, "traces.jsonl");
+  const results = join(runDir, "results.jsonl");
+  const layout = existsSync(traces) ? "traces" : existsSync(results) ? "results" : null;
+  if (!layout) {
+    throw new ConfigError(
+      `${runDir}: neither traces.jsonl (vf run) nor results.jsonl (vf eval) is here; give a run folder`,
+    );
+  }
+  const minReward = number(flags, "min-reward");
+  const passThreshold = number(flags, "pass-threshold");
+  const success = flags.success === true || flags.success === "true";
+  const out = resolve(String(flags.o ?? flags.output ?? join(runDir, `${format}.jsonl`)));
+  const report = await finetuneRows(
+    layout === "traces" ? traces : results,
+    layout,
+    format,
+    { minReward, success, passThreshold },
+    (m) => console.warn(m),
+  );
+  await mkdir(dirname(out), { recursive: true });
+  await writeFile(out, report.rows.map((r) => r + "\n").join(""));
+  process.stdout.write(
+    `wrote ${report.kept} of ${report.read} rollouts to ${out} (${format})` +
+      (report.filtered ? `; ${report.filtered} left out by the filter` : "") +
+      (report.skipped ? `; ${report.skipped} malformed skipped` : "") + "\n",
   );
   return 0;
 }

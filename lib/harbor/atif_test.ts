@@ -8,8 +8,10 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { ConfigError, type TaskTrace, VERSION } from "../../mod.ts";
+import { atifErrors } from "../../tests/_atif_schema.ts";
 import {
   ATIF_VERSION,
+  atifProblems,
   atifToMessages,
   type AtifTrajectory,
   importHarborJob,
@@ -67,7 +69,8 @@ function bashTrace(): TaskTrace {
 Deno.test("traceToAtif(): one step per message, tool outputs as the observation of the step that called, each agent step with its call's model, time and tokens", () => {
   const doc = traceToAtif(bashTrace());
   assert.equal(doc.schema_version, ATIF_VERSION);
-  assert.equal(doc.session_id, "trace-1");
+  assert.equal(doc.session_id, "trace-1", "no episode: the trace is its own run");
+  assert.equal(doc.trajectory_id, "trace-1");
   assert.deepEqual(doc.agent, { name: "vf-bash", version: VERSION, model_name: "vf-test" });
   assert.deepEqual(doc.steps.map((s) => [s.step_id, s.source]), [
     [1, "system"],
@@ -85,6 +88,7 @@ Deno.test("traceToAtif(): one step per message, tool outputs as the observation 
   ]);
   assert.deepEqual(call.observation, { results: [{ source_call_id: "c1", content: "1\n2\n" }] });
   assert.deepEqual(call.metrics, { prompt_tokens: 11, completion_tokens: 4 });
+  assert.equal(call.llm_call_count, 1);
   assert.equal(
     answer.model_name,
     "vf-test",
@@ -101,6 +105,7 @@ Deno.test("traceToAtif(): one step per message, tool outputs as the observation 
     vf_run_id: "run-1",
     task: "sum",
     rollout_index: 2,
+    role: undefined,
     reward: 1,
     rewards: { correct: 1 },
     stop_condition: "no_tools",
@@ -296,4 +301,138 @@ Deno.test("importHarborJob(): a trial with an exception is an infrastructure err
     importHarborJob(`${empty}-gone`, "r"),
     (e: Error) => e instanceof ConfigError && e.message === `${empty}-gone: no such folder`,
   );
+});
+
+// ---------------------------------------------------------------------------------------
+// ATIF v1.7 against its schema
+
+// deno-lint-ignore no-explicit-any
+type Json = Record<string, any>;
+
+/** A one-turn trace whose run kept token ids (`save_tokens`): prompt 1 2 3, reply 7 8. */
+function tokenTrace(): TaskTrace {
+  const user = { role: "user" as const, content: "Say hi." };
+  const reply = { role: "assistant" as const, content: "hi" };
+  return {
+    ...bashTrace(),
+    trace_id: "trace-tok",
+    episode_id: "ep-1",
+    role: "solver",
+    trainable: true,
+    attempt: 0,
+    messages: [user, reply],
+    nodes: [
+      { parent: null, message: user, sampled: false, timestamp: 1, token_ids: [], mask: [] },
+      {
+        parent: 0,
+        message: reply,
+        sampled: true,
+        timestamp: 2,
+        token_ids: [1, 2, 3, 7, 8],
+        mask: [false, false, false, true, true],
+        logprobs: [-0.5, -0.25],
+      },
+    ],
+    model_calls: [{
+      turn: 0,
+      started_at: 1_700_000_000,
+      duration_ms: 3,
+      request_messages: 1,
+      node: 1,
+      response: {
+        model: "m",
+        usage: {
+          prompt_tokens: 3,
+          completion_tokens: 2,
+          prompt_tokens_details: { cached_tokens: 2 },
+        },
+      },
+    }],
+    tool_calls: [],
+    usage: { input_tokens: 3, output_tokens: 2 },
+  } as unknown as TaskTrace;
+}
+
+Deno.test("traceToAtif(): writes ATIF v1.7 that its JSON Schema and cross-value rules accept: trajectory_id per document, session_id per episode, token ids and logprobs per agent step, cached tokens", () => {
+  for (const trace of [bashTrace(), tokenTrace()]) {
+    const doc = JSON.parse(JSON.stringify(traceToAtif(trace)));
+    assert.equal(doc.schema_version, "ATIF-v1.7");
+    assert.deepEqual(atifErrors(doc), [], trace.trace_id);
+  }
+  const doc = traceToAtif(tokenTrace());
+  assert.equal(doc.trajectory_id, "trace-tok");
+  assert.equal(doc.session_id, "ep-1", "session_id is run-scoped: the episode");
+  assert.deepEqual(doc.steps[1].metrics, {
+    prompt_tokens: 3,
+    completion_tokens: 2,
+    cached_tokens: 2,
+    prompt_token_ids: [1, 2, 3],
+    completion_token_ids: [7, 8],
+    logprobs: [-0.5, -0.25],
+  });
+  assert.equal(doc.final_metrics?.total_cached_tokens, 2);
+});
+
+Deno.test("traceToAtif(): the other agents of an episode are embedded subagent trajectories, each referenced by trajectory_id from a closing system step; the schema holds for parent and children", () => {
+  const judge = {
+    ...bashTrace(),
+    trace_id: "trace-judge",
+    episode_id: "ep-1",
+    role: "judge",
+    trainable: false,
+    attempt: 0,
+    reward: null,
+  } as unknown as TaskTrace;
+  const doc = JSON.parse(JSON.stringify(traceToAtif(tokenTrace(), { subagents: [judge] })));
+  assert.deepEqual(atifErrors(doc), []);
+  assert.equal(doc.subagent_trajectories.length, 1);
+  const child = doc.subagent_trajectories[0];
+  assert.equal(child.trajectory_id, "trace-judge");
+  assert.equal(child.session_id, "ep-1");
+  assert.equal(child.extra.role, "judge");
+  const last = doc.steps.at(-1);
+  assert.equal(last.source, "system");
+  assert.deepEqual(last.observation.results[0].subagent_trajectory_ref, [{
+    trajectory_id: "trace-judge",
+    session_id: "ep-1",
+    extra: { role: "judge", trainable: false },
+  }]);
+});
+
+Deno.test("the ATIF schema and rules refuse what Harbor's validator refuses: agent-only fields on a user step, a v1.6 ref by session_id alone, an embedded subagent without trajectory_id, steps out of order, a result naming no tool call, an unknown key", () => {
+  const good = () => JSON.parse(JSON.stringify(traceToAtif(bashTrace())));
+  const cases: Array<[string, (d: Json) => void, RegExp]> = [
+    ["metrics on a user step", (d) => (d.steps[1].metrics = { prompt_tokens: 1 }), /must be null/],
+    ["ref by session only", (d) => {
+      d.steps[0].observation = { results: [{ subagent_trajectory_ref: [{ session_id: "s" }] }] };
+    }, /must have required property 'trajectory_id'/],
+    ["subagent without id", (d) => {
+      const sub = good();
+      delete sub.trajectory_id;
+      d.subagent_trajectories = [sub];
+    }, /trajectory_id/],
+    ["step ids", (d) => (d.steps[2].step_id = 7), /steps\[2\]\.step_id: 7 where 3 is due/],
+    [
+      "unmatched call",
+      (d) => (d.steps[2].observation.results[0].source_call_id = "zz"),
+      /"zz" is no tool call of the step/,
+    ],
+    ["unknown key", (d) => (d.steps[0].colour = "red"), /must NOT have additional properties/],
+    ["agent version", (d) => delete d.agent.version, /required property 'version'/],
+  ];
+  for (const [name, spoil, want] of cases) {
+    const d = good();
+    spoil(d);
+    const errors = atifErrors(d);
+    assert.ok(errors.some((e) => want.test(e)), `${name}: ${JSON.stringify(errors)}`);
+  }
+  assert.deepEqual(atifProblems(good()), []);
+});
+
+Deno.test("traceToAtif(): a tool message no agent step asked for (a history that starts with one) stays a user step without a dangling source_call_id", () => {
+  const trace = bashTrace();
+  trace.messages = [{ role: "tool", tool_call_id: "old", content: "left over" }, ...trace.messages];
+  const doc = JSON.parse(JSON.stringify(traceToAtif(trace)));
+  assert.deepEqual(atifErrors(doc), []);
+  assert.deepEqual(doc.steps[0], { step_id: 1, source: "user", message: "left over" });
 });
