@@ -211,7 +211,7 @@ export {
   NullHarness,
   StopFired,
 } from "./lib/tasks/harness.ts";
-export { getHarness, HARNESSES } from "./lib/tasks/harnesses.ts";
+export { getHarness, HARNESSES } from "./lib/tasks/harness_registry.ts";
 export { ProgramHarness, type ProgramHarnessOptions } from "./lib/tasks/program.ts";
 export {
   type EgressDenial,

@@ -16,7 +16,7 @@
 import { join } from "node:path";
 import process from "node:process";
 import { OpenAIChatClient } from "../lib/model/client.ts";
-import { getHarness } from "../lib/tasks/harnesses.ts";
+import { getHarness } from "../lib/tasks/harness_registry.ts";
 import { readText, reward, Task, type TaskHookContext, Taskset } from "../mod.ts";
 import { runTaskset } from "../lib/agents/run.ts";
 import { createRuntime } from "../runtimes/create.ts";

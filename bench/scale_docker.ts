@@ -15,7 +15,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { loadTaskset } from "../environments/file_sum/mod.ts";
 import { OpenAIChatClient } from "../lib/model/client.ts";
-import { getHarness } from "../lib/tasks/harnesses.ts";
+import { getHarness } from "../lib/tasks/harness_registry.ts";
 import { startModelServer, textReply, toolCallReply } from "../tests/model_server.ts";
 import { runTaskset } from "../lib/agents/run.ts";
 import { DockerEngine } from "../runtimes/docker/mod.ts";

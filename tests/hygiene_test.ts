@@ -25,7 +25,7 @@ import { cleanupLedger } from "../runtimes/ledger.ts";
 import type { Runtime, RuntimeSpec } from "../runtimes/runtime.ts";
 import type { AcquireOptions, SandboxSource } from "../runtimes/pool.ts";
 import { OpenAIChatClient } from "../lib/model/client.ts";
-import { getHarness } from "../lib/tasks/harnesses.ts";
+import { getHarness } from "../lib/tasks/harness_registry.ts";
 import { runTaskRollout } from "../lib/tasks/rollout/mod.ts";
 import { loadTaskset as loadFileSum } from "../environments/file_sum/mod.ts";
 import {

@@ -8,7 +8,7 @@ import type { ChatClient } from "../model/client.ts";
 import type { Semaphore } from "../model/limits.ts";
 import { ConfigError, EnvError, serializeError } from "../errors.ts";
 import type { Harness } from "../tasks/harness.ts";
-import { getHarness } from "../tasks/harnesses.ts";
+import { getHarness } from "../tasks/harness_registry.ts";
 import {
   type AgentPolicy,
   type Box,

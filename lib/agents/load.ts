@@ -12,7 +12,7 @@ import type { SandboxSource } from "../../runtimes/pool.ts";
 import { AgentTable, deepMerge, EnvBase, formatIssue } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { type ChatClient, OpenAIChatClient } from "../model/client.ts";
-import { HARNESSES } from "../tasks/harnesses.ts";
+import { HARNESSES } from "../tasks/harness_registry.ts";
 import type { SamplingArgs } from "../types.ts";
 import type { AgentRole } from "./agent.ts";
 import { Env, type EnvInit } from "./env.ts";

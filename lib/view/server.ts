@@ -19,7 +19,7 @@ import { join, relative, resolve } from "node:path";
 import { Hono } from "npm:hono@^4.13.0";
 import { pairedComparison, type RewardsByExample } from "../eval/compare.ts";
 import { serveHttp } from "../model/http_server.ts";
-import { type RowQuery, RunIndex } from "./index.ts";
+import { type RowQuery, RunIndex } from "./run_index.ts";
 import { VIEW_PAGE, VIEW_SCRIPT, VIEW_STYLE } from "./page.ts";
 
 /** The page's Content-Security-Policy: no inline script or style, nothing from elsewhere. */
