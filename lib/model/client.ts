@@ -2,29 +2,39 @@
  * The OpenAI-compatible chat completions client: retries with backoff on 429/5xx and
  * connection failures, per-request timeouts, and error mapping. Plain-http endpoints go
  * through vf's keep-alive HTTP/1.1 pool (`http1.ts`); https and proxied ones through `fetch`.
+ * The wire form (messages and sampling out, completion bodies and token data in) is
+ * `wire.ts`'s; a streamed reply is read by `chat_stream.ts`.
  * @module
  */
 import {
   AuthenticationError,
   ConfigError,
-  EmptyModelResponseError,
   InvalidModelResponseError,
   ModelError,
   OverlongPromptError,
 } from "../errors.ts";
 import { Http1Error, http1Request, Http1TimeoutError, usesProxy } from "./http1.ts";
-import { contentText, normalizeToolCall } from "../messages.ts";
 import { VERSION } from "../version.ts";
-import type {
-  FinishReason,
-  Messages,
-  Response,
-  ResponseTokens,
-  SamplingArgs,
-  Tool,
-  ToolCall,
-  Usage,
-} from "../types.ts";
+import type { Messages, Response, SamplingArgs, Tool } from "../types.ts";
+import {
+  normalizeSamplingArgs,
+  parseChatCompletion,
+  parseResponseTokens,
+  tokenCapture,
+  toWireMessages,
+} from "./wire.ts";
+import { readChatStream, type ResponseDelta } from "./chat_stream.ts";
+
+export {
+  normalizeSamplingArgs,
+  parseChatCompletion,
+  parseResponseTokens,
+  responseText,
+  type TokenCapture,
+  tokenCapture,
+  toWireMessages,
+} from "./wire.ts";
+export type { ResponseDelta } from "./chat_stream.ts";
 
 /** How to reach a model endpoint. Field names match verifiers' ClientConfig. */
 export interface ClientConfig {
@@ -66,13 +76,6 @@ export interface ChatRequestOptions {
   onDelta?: (delta: ResponseDelta) => void;
 }
 
-/** One streamed piece of a reply: text, reasoning, or a tool call's part (by its index). */
-export interface ResponseDelta {
-  content?: string;
-  reasoning?: string;
-  tool_call?: { index: number; id?: string; name?: string; arguments?: string };
-}
-
 /** Anything that answers chat prompts. */
 export interface ChatClient {
   readonly baseUrl: string;
@@ -90,60 +93,6 @@ export class EndpointUnreachableError extends ModelError {}
  */
 export class MissingTokenDataError extends ModelError {}
 
-/** How a request asks for token data: not at all, when the endpoint has it, or always. */
-export type TokenCapture = "off" | "auto" | "required";
-
-/**
- * The token capture a sampling value asks for: `return_token_ids = true` records token data
- * when the endpoint returns it, `"required"` fails the call when it does not.
- * @throws {ConfigError} for any other value
- */
-export function tokenCapture(value: unknown): TokenCapture {
-  if (value === undefined || value === null || value === false) return "off";
-  if (value === true) return "auto";
-  if (value === "required") return "required";
-  throw new ConfigError(
-    `Sampling "return_token_ids" must be true, false or "required", got ${JSON.stringify(value)}`,
-  );
-}
-
-/**
- * Read vLLM's token data from a chat completions body: `prompt_token_ids` at the top level,
- * `token_ids` on the choice and `logprobs.content[].logprob` (vLLM ≥ 0.10.2 with
- * `return_token_ids` and `logprobs`). Returns what is wrong instead (`has no "<field>"`) when the
- * data is absent or inconsistent.
- */
-export function parseResponseTokens(body: unknown): ResponseTokens | { problem: string } {
-  const b = (body ?? {}) as Record<string, unknown>;
-  const choice = (Array.isArray(b.choices) ? b.choices[0] : undefined) as
-    | Record<string, unknown>
-    | undefined;
-  const promptIds = b.prompt_token_ids;
-  if (!isIntArray(promptIds)) return { problem: 'has no "prompt_token_ids"' };
-  const completionIds = choice?.token_ids;
-  if (!isIntArray(completionIds)) return { problem: 'has no "choices[0].token_ids"' };
-  const content = (choice?.logprobs as { content?: unknown } | null | undefined)?.content;
-  if (!Array.isArray(content)) return { problem: 'has no "choices[0].logprobs.content"' };
-  const logprobs = content.map((c) => Number((c as { logprob?: unknown } | null)?.logprob));
-  if (logprobs.length !== completionIds.length || logprobs.some((l) => Number.isNaN(l))) {
-    return {
-      problem: `has ${logprobs.length} entries in "choices[0].logprobs.content" for ` +
-        `${completionIds.length} token ids`,
-    };
-  }
-  return {
-    prompt_ids: promptIds,
-    prompt_mask: promptIds.map(() => 0),
-    completion_ids: completionIds,
-    completion_mask: completionIds.map(() => 1),
-    completion_logprobs: logprobs,
-  };
-}
-
-function isIntArray(value: unknown): value is number[] {
-  return Array.isArray(value) && value.every((v) => Number.isInteger(v));
-}
-
 const USER_AGENT = `vf/${VERSION}`;
 
 const OVERLONG_PHRASES = [
@@ -158,50 +107,6 @@ const OVERLONG_PHRASES = [
   "context length",
   "maximum model length",
 ];
-
-/** Convert internal messages to the chat completions wire form. */
-export function toWireMessages(messages: Messages): Record<string, unknown>[] {
-  return messages.map((m) => {
-    switch (m.role) {
-      case "assistant": {
-        const out: Record<string, unknown> = { role: "assistant", content: m.content ?? null };
-        if (m.tool_calls && m.tool_calls.length > 0) {
-          out.tool_calls = m.tool_calls.map((c) => ({
-            id: c.id,
-            type: "function",
-            function: { name: c.name, arguments: c.arguments },
-          }));
-        }
-        if (m.reasoning_content) out.reasoning_content = m.reasoning_content;
-        return out;
-      }
-      case "tool":
-        return { role: "tool", tool_call_id: m.tool_call_id, content: m.content };
-      case "text":
-        return { role: "user", content: m.content };
-      default:
-        return { role: m.role, content: m.content };
-    }
-  });
-}
-
-/** Normalise sampling args: `max_tokens` → `max_completion_tokens`, nulls dropped. */
-export function normalizeSamplingArgs(args: SamplingArgs = {}): SamplingArgs {
-  const out: SamplingArgs = {};
-  for (const [k, v] of Object.entries(args)) {
-    if (v === null || v === undefined) continue;
-    if (k === "max_tokens") {
-      if (args.max_completion_tokens === undefined) out.max_completion_tokens = v;
-      continue;
-    }
-    if (k === "extra_body" && typeof v === "object") {
-      Object.assign(out, v);
-      continue;
-    }
-    out[k] = v;
-  }
-  return out;
-}
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -223,68 +128,6 @@ function backoffMs(attempt: number, retryAfter: string | null): number {
   if (Number.isFinite(ra) && ra >= 0) return Math.min(ra * 1000, 60_000);
   const base = Math.min(250 * 2 ** attempt, 8_000);
   return base / 2 + Math.random() * (base / 2);
-}
-
-/** Parse a chat completions body into a normalised {@link Response}. */
-export function parseChatCompletion(body: unknown): Response {
-  if (body === null || typeof body !== "object") {
-    throw new EmptyModelResponseError("Model returned an empty response");
-  }
-  const b = body as Record<string, unknown>;
-  const choices = b.choices;
-  if (!Array.isArray(choices)) {
-    throw new EmptyModelResponseError("Model response has no choices");
-  }
-  if (choices.length !== 1) {
-    throw new InvalidModelResponseError(`Model response has ${choices.length} choices, expected 1`);
-  }
-  const choice = choices[0] as Record<string, unknown>;
-  const msg = (choice.message ?? {}) as Record<string, unknown>;
-  const content = typeof msg.content === "string" ? msg.content : null;
-  const reasoning = [msg.reasoning, msg.reasoning_content, msg.reasoning_details].find((r) =>
-    typeof r === "string"
-  ) as string | undefined;
-  const toolCalls: ToolCall[] = [];
-  if (Array.isArray(msg.tool_calls)) {
-    for (const raw of msg.tool_calls) {
-      try {
-        toolCalls.push(normalizeToolCall(raw));
-      } catch { /* unparseable tool calls are dropped */ }
-    }
-  }
-  if (!content && toolCalls.length === 0 && !reasoning) {
-    throw new EmptyModelResponseError(
-      "Model returned a message with no content, no tool calls and no reasoning",
-    );
-  }
-  const fr = choice.finish_reason;
-  const finish: FinishReason = fr === "stop" || fr === "length" || fr === "tool_calls" ? fr : null;
-  const u = (b.usage ?? null) as Record<string, number> | null;
-  let usage: Usage | null = null;
-  if (u) {
-    const prompt = Number(u.prompt_tokens ?? u.input_tokens ?? 0);
-    const completion = Number(u.completion_tokens ?? u.output_tokens ?? 0);
-    usage = {
-      prompt_tokens: prompt,
-      completion_tokens: completion,
-      reasoning_tokens: 0,
-      total_tokens: Number(u.total_tokens ?? prompt + completion),
-    };
-  }
-  return {
-    id: String(b.id ?? ""),
-    created: Number(b.created ?? 0),
-    model: String(b.model ?? ""),
-    usage,
-    message: {
-      role: "assistant",
-      content,
-      ...(reasoning ? { reasoning_content: reasoning } : {}),
-      tool_calls: toolCalls.length > 0 ? toolCalls : null,
-      finish_reason: finish,
-      is_truncated: finish === "length",
-    },
-  };
 }
 
 /** Resolve the API key from a config: explicit key, else `$api_key_var`, else "EMPTY". */
@@ -642,114 +485,6 @@ interface Reply {
   streamed?: Record<string, unknown>;
 }
 
-/**
- * Read a `chat.completion.chunk` event stream, handing each piece to `onDelta`, into the
- * `chat.completion` body it adds up to. An error event in the stream is thrown.
- */
-async function readChatStream(
-  stream: ReadableStream<Uint8Array>,
-  onDelta: (delta: ResponseDelta) => void,
-): Promise<Record<string, unknown>> {
-  const decoder = new TextDecoder();
-  let buffer = "";
-  let head: Record<string, unknown> = {};
-  let content: string | null = null;
-  let reasoning = "";
-  let finish: unknown = null;
-  let usage: unknown = undefined;
-  const calls: { id: string; type: "function"; function: { name: string; arguments: string } }[] =
-    [];
-  const event = (data: string) => {
-    if (data === "[DONE]") return;
-    let chunk: Record<string, unknown>;
-    try {
-      chunk = JSON.parse(data);
-    } catch (error) {
-      throw new InvalidModelResponseError(
-        `Model stream sent malformed JSON: ${JSON.stringify(data.slice(0, 120))}`,
-        { cause: error },
-      );
-    }
-    if (chunk.error) {
-      const e = chunk.error as { message?: unknown };
-      throw new ModelError(`Model stream sent an error: ${String(e.message ?? data)}`);
-    }
-    if (!head.id && chunk.id) head = { id: chunk.id, created: chunk.created, model: chunk.model };
-    if (chunk.usage) usage = chunk.usage;
-    const choice = (Array.isArray(chunk.choices) ? chunk.choices[0] : undefined) as
-      | Record<string, unknown>
-      | undefined;
-    if (!choice) return;
-    if (choice.finish_reason) finish = choice.finish_reason;
-    const delta = (choice.delta ?? {}) as Record<string, unknown>;
-    if (typeof delta.content === "string" && delta.content) {
-      content = (content ?? "") + delta.content;
-      onDelta({ content: delta.content });
-    }
-    const thought = typeof delta.reasoning_content === "string"
-      ? delta.reasoning_content
-      : delta.reasoning;
-    if (typeof thought === "string" && thought) {
-      reasoning += thought;
-      onDelta({ reasoning: thought });
-    }
-    for (const raw of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
-      const c = raw as Record<string, unknown>;
-      const index = Number(c.index ?? calls.length);
-      const fn = (c.function ?? {}) as Record<string, unknown>;
-      const call = calls[index] ??= {
-        id: "",
-        type: "function",
-        function: { name: "", arguments: "" },
-      };
-      if (typeof c.id === "string" && c.id) call.id = c.id;
-      if (typeof fn.name === "string") call.function.name += fn.name;
-      if (typeof fn.arguments === "string") call.function.arguments += fn.arguments;
-      onDelta({
-        tool_call: {
-          index,
-          ...(typeof c.id === "string" && c.id ? { id: c.id } : {}),
-          ...(typeof fn.name === "string" && fn.name ? { name: fn.name } : {}),
-          ...(typeof fn.arguments === "string" ? { arguments: fn.arguments } : {}),
-        },
-      });
-    }
-  };
-  const reader = stream.getReader();
-  for (;;) {
-    const { value, done } = await reader.read();
-    buffer += decoder.decode(value ?? new Uint8Array(), { stream: !done });
-    let end: number;
-    while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
-      const data = block.split(/\r?\n/).filter((l) => l.startsWith("data:"))
-        .map((l) => l.slice(5).replace(/^ /, "")).join("\n");
-      if (data) event(data);
-    }
-    if (done) break;
-  }
-  if (buffer.trim()) {
-    const data = buffer.split(/\r?\n/).filter((l) => l.startsWith("data:"))
-      .map((l) => l.slice(5).replace(/^ /, "")).join("\n");
-    if (data) event(data);
-  }
-  return {
-    ...head,
-    choices: [{
-      index: 0,
-      message: {
-        role: "assistant",
-        content,
-        ...(reasoning ? { reasoning_content: reasoning } : {}),
-        ...(calls.length ? { tool_calls: calls.filter(Boolean) } : {}),
-      },
-      finish_reason: finish,
-    }],
-    ...(usage ? { usage } : {}),
-  };
-}
-
 /** One attempt failed in transport: no connection, no complete reply in time, or a broken read. */
 class TransportFailure extends Error {
   constructor(
@@ -759,9 +494,4 @@ class TransportFailure extends Error {
   ) {
     super(reason);
   }
-}
-
-/** Text of the first choice; used by judges. */
-export function responseText(response: Response): string {
-  return contentText(response.message.content ?? "");
 }
