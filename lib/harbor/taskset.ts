@@ -55,7 +55,8 @@ export function isHarborFolder(dir: string): boolean {
 async function stageFolder(runtime: Runtime, dir: string, name: string): Promise<void> {
   const rm = await runtime.run(["rm", "-rf", `/${name}`]);
   if (rm.exit_code !== 0) throw new TaskError(`Cannot clear /${name}: ${rm.stderr.trim()}`);
-  const entries = await folderEntries(dir, { prefix: name });
+  // Symlinks may not lead out of the task folder (`tests/x -> ~/.ssh/id_rsa`).
+  const entries = await folderEntries(dir, { prefix: name, root: join(dir, "..") });
   await runtime.archiveIn("/", packTar([{ name, type: "directory" }, ...entries]));
 }
 
@@ -358,6 +359,7 @@ export async function loadHarborTask(
       );
     }
     image = await buildImage(`harbor-${name}`, context, {
+      root: folder,
       signal: AbortSignal.timeout(settings.environment.buildTimeout * m.build * 1000),
     });
   }
@@ -374,6 +376,7 @@ export async function loadHarborTask(
         );
       }
       graderImage = await buildImage(`harbor-${name}-verifier`, testsDir, {
+        root: folder,
         signal: AbortSignal.timeout(env.buildTimeout * m.build * 1000),
       });
     }

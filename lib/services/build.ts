@@ -5,12 +5,13 @@
  * @module
  */
 import { createHash } from "node:crypto";
-import { mkdir, open, readdir, readFile, stat } from "node:fs/promises";
+import { lstat, mkdir, open, readdir, readFile, realpath, stat } from "node:fs/promises";
 import { homedir } from "node:os";
-import { join, relative } from "node:path";
+import { join, relative, sep } from "node:path";
 import process from "node:process";
 import { DockerEngine } from "../../runtimes/docker/engine_api.ts";
 import { excludeMatcher, packTar, type TarEntry } from "../../runtimes/_tar.ts";
+import { ConfigError } from "../errors.ts";
 
 /**
  * The `.dockerignore` of a context as a predicate on `/`-separated paths relative to it:
@@ -33,25 +34,51 @@ export async function dockerignore(dir: string): Promise<(path: string) => boole
   };
 }
 
+/** Whether `path` is `root` or below it (both real paths). */
+function inside(root: string, path: string): boolean {
+  return path === root || path.startsWith(root.endsWith(sep) ? root : root + sep);
+}
+
 /**
  * The files under `dir` as tar entries, sorted and with a fixed mtime, so the same folder
  * gives the same archive; names are relative to `dir` (under `prefix/` when given), `.git`
- * and what `ignore` accepts are left out.
+ * and what `ignore` accepts are left out. Symlinks are followed only while they stay within
+ * `root` (default `dir`), and `dir` itself must be there: a task folder cannot reach the
+ * evaluator's other files (`tests/key -> ~/.ssh/id_rsa`). A folder met twice (a link loop)
+ * is walked once.
+ * @throws {ConfigError} naming a path that leaves `root` through a symlink
  */
 export async function folderEntries(
   dir: string,
-  options: { prefix?: string; ignore?: (path: string) => boolean } = {},
+  options: { prefix?: string; ignore?: (path: string) => boolean; root?: string } = {},
 ): Promise<TarEntry[]> {
   const out: TarEntry[] = [];
+  const root = await realpath(options.root ?? dir);
+  const escape = (path: string, real: string) =>
+    new ConfigError(
+      `"${path}" leads outside "${options.root ?? dir}" through a symlink (to "${real}"); ` +
+        `copy the file into the task folder instead`,
+    );
+  const realDir = await realpath(dir);
+  if (!inside(root, realDir)) throw escape(dir, realDir);
+  const walked = new Set<string>([realDir]);
   const walk = async (path: string) => {
     for (const name of (await readdir(path)).sort()) {
       if (name === ".git") continue;
       const full = join(path, name);
-      const info = await stat(full);
       const rel = relative(dir, full).split("\\").join("/");
       if (options.ignore?.(rel)) continue;
+      if ((await lstat(full)).isSymbolicLink()) {
+        const real = await realpath(full).catch(() => null);
+        if (real === null) continue; // a dangling link: nothing to copy
+        if (!inside(root, real)) throw escape(full, real);
+      }
+      const info = await stat(full);
       const entryName = options.prefix ? `${options.prefix}/${rel}` : rel;
       if (info.isDirectory()) {
+        const real = await realpath(full);
+        if (walked.has(real)) continue;
+        walked.add(real);
         out.push({ name: entryName, type: "directory", mode: info.mode & 0o777, mtime: 0 });
         await walk(full);
       } else if (info.isFile()) {
@@ -82,9 +109,14 @@ export async function buildImage(
     signal?: AbortSignal;
     /** Where the build log goes; default {@link buildLogDir}. */
     logDir?: string;
+    /** The folder symlinks in the context may lead to; default the context itself. */
+    root?: string;
   } = {},
 ): Promise<string> {
-  const entries = await folderEntries(context, { ignore: await dockerignore(context) });
+  const entries = await folderEntries(context, {
+    ignore: await dockerignore(context),
+    root: options.root,
+  });
   const hash = createHash("sha256");
   hash.update(options.dockerfile ?? "Dockerfile");
   for (const e of entries) {

@@ -9,8 +9,9 @@
  * network the agent is on). Anything else is an error naming the key.
  * @module
  */
+import { realpathSync } from "node:fs";
 import { readFile } from "node:fs/promises";
-import { dirname, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
 
 /** One service, checked. */
@@ -62,6 +63,25 @@ const KEYS = [
 
 function within(root: string, path: string): boolean {
   return path === root || path.startsWith(root + "/");
+}
+
+/** `path` with every symlink resolved, as far as it exists (the rest appended as written). */
+function real(path: string): string {
+  try {
+    return realpathSync(path);
+  } catch {
+    const parent = dirname(path);
+    return parent === path ? path : join(real(parent), basename(path));
+  }
+}
+
+/**
+ * Whether `path` is within `root` both as written and once symlinks are resolved: Docker
+ * follows a symlink in a bind mount's source or a build context, so `./data -> /` would
+ * otherwise hand the host's root to a service.
+ */
+function realWithin(root: string, path: string): boolean {
+  return within(root, path) && within(real(root), real(path));
 }
 
 function declared(value: unknown, what: string, at: (p: string) => string): string[] {
@@ -189,7 +209,7 @@ export function checkCompose(doc: unknown, source: string, baseDir = "."): Servi
         throw new ConfigError(at(`${p}.build.context: the folder to build from`));
       }
       const context = resolve(root, b.context);
-      if (!within(root, context)) {
+      if (!realWithin(root, context)) {
         throw new ConfigError(at(`${p}.build.context: "${b.context}" is outside the task folder`));
       }
       build = { context, dockerfile: typeof b.dockerfile === "string" ? b.dockerfile : undefined };
@@ -296,10 +316,13 @@ export function checkCompose(doc: unknown, source: string, baseDir = "."): Servi
         }
         if (type === "bind") {
           const full = resolve(root, source);
-          if (!within(root, full)) {
-            throw new ConfigError(at(`${vp}: "${source}" is outside the task folder`));
+          if (!realWithin(root, full)) {
+            throw new ConfigError(
+              at(`${vp}: "${source}" is outside the task folder (symlinks resolved)`),
+            );
           }
-          volumes.push({ type: "bind", source: full, target, readOnly });
+          // What was checked is what is mounted.
+          volumes.push({ type: "bind", source: real(full), target, readOnly });
         } else if (type === "volume") {
           if (!namedVolumes.includes(source)) {
             throw new ConfigError(
