@@ -328,6 +328,16 @@ fetch_agent_clis() {
   done
 }
 
+# The MCP servers and the MCP conformance suite (with its Node 22) of tests/mcp_*_test.ts.
+fetch_mcp_packages() {
+  command -v deno >/dev/null 2>&1 || { log "deno is missing: cannot fetch the MCP packages"; return; }
+  if deno run -A "$(dirname "${BASH_SOURCE[0]}")/_mcp_packages.ts" >/tmp/vf-setup-mcp.log 2>&1; then
+    log "MCP servers and conformance suite cached"
+  else
+    log "could not fetch the MCP packages; see /tmp/vf-setup-mcp.log"
+  fi
+}
+
 # -- main ---------------------------------------------------------------------------------
 # Sourced (tests/setup_mirror_test.ts reads the functions above): define, do not run.
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0
@@ -345,6 +355,7 @@ if is_debian_root; then
   build_busybox
   build_python
   fetch_agent_clis
+  fetch_mcp_packages
   log "done in $(($(date +%s) - START))s"
 else
   log "not root on Debian: cannot install packages, start dockerd or build images"

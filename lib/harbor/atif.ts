@@ -150,7 +150,7 @@ export interface TraceToAtifOptions {
  */
 export function traceToAtif(trace: TaskTrace, options: TraceToAtifOptions = {}): AtifTrajectory {
   const steps: AtifStep[] = [];
-  const calls = trace.model_calls.filter((c) => c.response);
+  const calls = trace.model_calls.filter((c) => c.response && !c.sampling);
   const graph = trace.nodes?.some((n: MessageNode) => n.token_ids !== undefined)
     ? new MessageGraph(trace.nodes as MessageNode[])
     : null;

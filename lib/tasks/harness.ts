@@ -10,6 +10,8 @@ import { CommandTimeoutError, InfraError, TaskError } from "../errors.ts";
 import type { StopHook, Task, TaskData } from "./task.ts";
 import type { MessageGraph } from "../graph.ts";
 import type { Toolbox } from "../tools/toolbox.ts";
+import { rolloutSampler } from "../tools/sampling.ts";
+import type { ContentPart } from "../types.ts";
 import type { GatewayRoute } from "../gateway/gateway.ts";
 import type { Message, Messages, Response, SamplingArgs, Tool, ToolCall } from "../types.ts";
 
@@ -25,6 +27,8 @@ export interface ModelCallRecord {
   retries?: number;
   /** The reply's node in the message graph. */
   node?: number;
+  /** A toolset's sampling request (the toolset's name), outside the agent's conversation. */
+  sampling?: string;
   /**
    * What the program asked that the model gateway could not give the model: tools it cannot
    * offer (`type` is the tool's), context edits it does not make (`context_management`).
@@ -309,7 +313,7 @@ async function toolLoop(
   execute: (
     call: ToolCall,
     args: Record<string, unknown>,
-  ) => Promise<{ output: string; exit_code?: number; error?: string }>,
+  ) => Promise<{ output: string; exit_code?: number; error?: string; parts?: ContentPart[] }>,
 ): Promise<void> {
   for (let turn = ctx.recorder.model_calls.length; turn < ctx.maxTurns; turn++) {
     ctx.signal?.throwIfAborted();
@@ -336,6 +340,7 @@ async function toolLoop(
         duration_ms: 0,
       };
       let args: Record<string, unknown> | null = null;
+      let parts: ContentPart[] | undefined;
       try {
         const parsed = JSON.parse(call.arguments || "{}");
         if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
@@ -352,6 +357,7 @@ async function toolLoop(
             ? await callToolbox(ctx, call.name, args)
             : await execute(call, args);
           rec.output = clip(result.output);
+          parts = result.parts;
           rec.exit_code = result.exit_code;
           if (result.error) rec.error = result.error;
         } catch (error) {
@@ -369,7 +375,11 @@ async function toolLoop(
       }
       rec.duration_ms = Date.now() - started;
       ctx.recorder.tool_calls.push(rec);
-      ctx.recorder.messages.push({ role: "tool", tool_call_id: call.id, content: rec.output });
+      ctx.recorder.messages.push({
+        role: "tool",
+        tool_call_id: call.id,
+        content: parts ?? rec.output,
+      });
     }
   }
   ctx.recorder.stop_condition = "max_turns_reached";
@@ -386,10 +396,14 @@ async function callToolbox(
   ctx: HarnessContext,
   name: string,
   args: Record<string, unknown>,
-): Promise<{ output: string; exit_code?: number; error?: string }> {
+): Promise<{ output: string; exit_code?: number; error?: string; parts?: ContentPart[] }> {
   try {
-    const r = await ctx.toolbox!.call(name, args, ctx.signal);
-    return r.isError ? { output: `Error: ${r.text}`, error: r.text } : { output: r.text };
+    const r = await ctx.toolbox!.call(name, args, {
+      signal: ctx.signal,
+      sample: rolloutSampler(ctx),
+    });
+    if (r.isError) return { output: `Error: ${r.text}`, error: r.text };
+    return r.parts ? { output: r.text, parts: r.parts } : { output: r.text };
   } catch (error) {
     if (ctx.signal?.aborted) throw error;
     const message = (error as Error).message ?? String(error);

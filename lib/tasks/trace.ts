@@ -170,7 +170,7 @@ export class Trace {
     if (this.record.nodes?.length) return new MessageGraph(this.record.nodes as MessageNode[]);
     const sampled = new Set<number>();
     for (const call of this.record.model_calls) {
-      if (call.response && !call.error) sampled.add(call.request_messages);
+      if (call.response && !call.error && !call.sampling) sampled.add(call.request_messages);
     }
     return MessageGraph.linear(this.record.messages, sampled);
   }
@@ -193,7 +193,9 @@ export class Trace {
   /** Whether a limit cut the rollout short, or the last reply stopped at its length. */
   get isTruncated(): boolean {
     if (this.record.stop_condition && TRUNCATING.has(this.record.stop_condition)) return true;
-    const last = [...this.record.model_calls].reverse().find((c) => c.response && !c.error);
+    const last = [...this.record.model_calls].reverse().find((c) =>
+      c.response && !c.error && !c.sampling
+    );
     return (last?.response?.message as { finish_reason?: string } | undefined)?.finish_reason ===
       "length";
   }

@@ -1,7 +1,8 @@
 /**
  * Toolsets from config: `[[env.toolsets]]` with `name` and one of `command`/`args`/`env`
- * (a stdio MCP server), `url` (streamable HTTP) or `module` (a TypeScript module exporting a
- * toolset, as `default` or `toolset`), plus `timeout` per call. Errors name the entry.
+ * (a stdio MCP server), `url` (streamable HTTP, with `headers` and `oauth`) or `module` (a
+ * TypeScript module exporting a toolset, as `default` or `toolset`), plus `timeout` per call,
+ * `elicitation` and `images`. Errors name the entry.
  * @module
  */
 import { isAbsolute, resolve } from "node:path";
@@ -21,6 +22,20 @@ const KEYS = [
   "timeout",
   "shared",
   "colocated",
+  "headers",
+  "oauth",
+  "elicitation",
+  "images",
+];
+
+const OAUTH_KEYS = [
+  "token",
+  "client_id",
+  "client_secret",
+  "private_key",
+  "algorithm",
+  "scope",
+  "issuer",
 ];
 
 /**
@@ -67,6 +82,39 @@ export async function loadToolsets(
     if (e.colocated !== undefined && typeof e.colocated !== "boolean") {
       throw new ConfigError(`${at}.colocated: expected true or false`);
     }
+    if (e.images !== undefined && typeof e.images !== "boolean") {
+      throw new ConfigError(`${at}.images: expected true or false`);
+    }
+    const strings = (k: string, keys?: string[]) => {
+      const v = e[k];
+      if (v === undefined) return undefined;
+      if (!v || typeof v !== "object" || Array.isArray(v)) {
+        throw new ConfigError(`${at}.${k}: expected a table of strings`);
+      }
+      for (const [name, value] of Object.entries(v)) {
+        if (keys && !keys.includes(name)) {
+          throw new ConfigError(
+            `${at}.${k}.${name}: unknown key; ${k} takes ${keys.map((x) => `"${x}"`).join(", ")}`,
+          );
+        }
+        if (typeof value !== "string") {
+          throw new ConfigError(`${at}.${k}.${name}: expected a string`);
+        }
+      }
+      return v as Record<string, string>;
+    };
+    const headers = strings("headers");
+    const oauth = strings("oauth", OAUTH_KEYS);
+    let elicitation = e.elicitation as ToolsetSpec["elicitation"];
+    if (elicitation !== undefined && typeof elicitation === "object") {
+      const keys = Object.keys(elicitation);
+      if (keys.length !== 1 || keys[0] !== "accept") {
+        throw new ConfigError(
+          `${at}.elicitation: expected "decline", "cancel" or { accept = { ... } } (the answer)`,
+        );
+      }
+      elicitation = { accept: (elicitation as { accept: Record<string, unknown> }).accept };
+    }
     const colocated = e.colocated === true;
     let spec: ToolsetSpec = {
       name: str("name") as string,
@@ -77,6 +125,10 @@ export async function loadToolsets(
       cwd: str("cwd") ? (colocated ? str("cwd") : resolve(baseDir, str("cwd")!)) : undefined,
       colocated: colocated || undefined,
       url: str("url"),
+      headers,
+      oauth,
+      elicitation,
+      images: e.images as boolean | undefined,
       timeout: e.timeout as number | undefined,
       shared: e.shared as boolean | undefined,
     };

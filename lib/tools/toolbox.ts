@@ -1,16 +1,21 @@
 /**
  * A rollout's toolbox: its toolsets opened as MCP clients (a stdio server started for the
- * rollout, a URL connected, TypeScript tools served in-process over an in-memory transport),
- * their tools listed as `<toolset>_<tool>`, and calls with a per-call time limit. Closed with
- * the rollout.
+ * rollout, a URL connected with its headers and OAuth, TypeScript tools served in-process over
+ * an in-memory transport), their tools listed as `<toolset>_<tool>`, and calls with a per-call
+ * time limit. The client declares roots (the sandbox's workdir), elicitation (answered by the
+ * toolset's policy) and, in a rollout, sampling (answered through the rollout's model by the
+ * caller's sampler). Closed with the rollout.
  * @module
  */
 import process from "node:process";
+import { pathToFileURL } from "node:url";
 import type { Client } from "npm:@modelcontextprotocol/sdk@^1.32.0/client/index.js";
 import { ConfigError, InfraError } from "../errors.ts";
 import { fetchEnv } from "../util/_fetch_env.ts";
-import type { Tool } from "../types.ts";
+import type { ContentPart, Messages, Tool } from "../types.ts";
+import { resolveTemplate } from "../config.ts";
 import { TOOLSET_NAME, type ToolsetSpec } from "./toolset.ts";
+import { renderContent } from "./content.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
 import { SandboxStdioTransport } from "./sandbox_stdio.ts";
 import { LocalStdioTransport } from "./local_stdio.ts";
@@ -22,7 +27,41 @@ export interface ToolboxContext {
   runtime?: Runtime;
   /** The user colocated servers run as. */
   user?: string;
+  /**
+   * Folders offered as the client's roots (`roots/list`) to colocated servers: the sandbox's
+   * workdir. A stdio server on the evaluator is offered its `cwd`, a URL server none.
+   */
+  roots?: string[];
+  /**
+   * Declare the sampling capability: the calls come with a sampler ({@link CallOptions}),
+   * as a rollout's harness gives. Default false.
+   */
+  sampling?: boolean;
   signal?: AbortSignal;
+}
+
+/** A server's `sampling/createMessage` request, in vf's terms. */
+export interface SamplingRequest {
+  /** The toolset asking. */
+  toolset: string;
+  messages: Messages;
+  maxTokens: number;
+  temperature?: number;
+  stopSequences?: string[];
+  signal?: AbortSignal;
+}
+
+/** What answers a server's sampling request: the model's reply. */
+export type Sampler = (
+  request: SamplingRequest,
+) => Promise<{ text: string; model: string; stopReason: "endTurn" | "maxTokens" }>;
+
+/** Options of one {@link Toolbox.call}. */
+export interface CallOptions {
+  /** Ends the call (a `notifications/cancelled` is sent only for a call still running). */
+  signal?: AbortSignal;
+  /** Answers the server's sampling requests made while this call runs. */
+  sample?: Sampler;
 }
 
 /** A toolbox's tools and every call made through it, in order (what a replay answers from). */
@@ -36,12 +75,18 @@ export interface ToolResult {
   text: string;
   /** The server reported an error (it goes back to the model as the result). */
   isError: boolean;
+  /** The result as text and image parts, when it carries images the model takes. */
+  parts?: ContentPart[];
 }
 
 interface Open {
   spec: ToolsetSpec;
   client: Client;
   tools: Tool[];
+  /** Calls running now, latest last: a sampling request goes to the latest one's sampler. */
+  running: CallOptions[];
+  /** A replay's answer to a call, instead of the client. */
+  replay?: (tool: string, args: Record<string, unknown>) => ToolResult;
 }
 
 /**
@@ -82,6 +127,39 @@ export function checkToolsets(specs: ToolsetSpec[], field = "toolsets"): void {
     }
     if (s.timeout !== undefined && !(s.timeout > 0)) {
       throw new ConfigError(`${at}.timeout: must be a positive number of seconds`);
+    }
+    if ((s.headers !== undefined || s.oauth !== undefined) && s.url === undefined) {
+      throw new ConfigError(
+        `${at}.${s.headers !== undefined ? "headers" : "oauth"}: only a url toolset sends ` +
+          `HTTP headers or does OAuth; give a stdio server its secrets in env`,
+      );
+    }
+    if (s.oauth) {
+      const o = s.oauth;
+      if (o.token !== undefined && (o.client_id ?? o.client_secret ?? o.private_key)) {
+        throw new ConfigError(`${at}.oauth: give a token or client credentials, not both`);
+      }
+      if (o.token === undefined && o.client_id === undefined) {
+        throw new ConfigError(
+          `${at}.oauth: give token (a bearer token) or client_id with client_secret or private_key`,
+        );
+      }
+      if (
+        o.client_id !== undefined &&
+        (o.client_secret === undefined) === (o.private_key === undefined)
+      ) {
+        throw new ConfigError(`${at}.oauth: give client_secret or private_key with client_id`);
+      }
+    }
+    const e = s.elicitation;
+    if (
+      e !== undefined && e !== "decline" && e !== "cancel" &&
+      !(typeof e === "object" && e && typeof e.accept === "object" && e.accept &&
+        !Array.isArray(e.accept))
+    ) {
+      throw new ConfigError(
+        `${at}.elicitation: expected "decline", "cancel" or { accept = { ... } } (the answer)`,
+      );
     }
   });
 }
@@ -149,16 +227,28 @@ export class Toolbox {
     const opened: Open[] = [];
     // Loaded on first use: importing vf (e.g. in the permission sandbox) must not load the SDK,
     // whose stdio client reads the environment when it is evaluated.
-    const { Client } = await import("npm:@modelcontextprotocol/sdk@^1.32.0/client/index.js");
+    const [{ Client }, types] = await Promise.all([
+      import("npm:@modelcontextprotocol/sdk@^1.32.0/client/index.js"),
+      import("npm:@modelcontextprotocol/sdk@^1.32.0/types.js"),
+    ]);
     const results = await Promise.allSettled(specs.map(async (spec) => {
-      const client = new Client({ name: "vf", version: "1" });
+      const client = new Client({ name: "vf", version: "1" }, {
+        capabilities: {
+          roots: { listChanged: false },
+          elicitation: { form: { applyDefaults: true } },
+          ...(ctx.sampling ? { sampling: {} } : {}),
+        },
+      });
+      const running: CallOptions[] = [];
+      answerServer(client, types, spec, ctx, running);
       try {
         await connect(client, spec, ctx);
         const listed: Array<{ name: string; description?: string; inputSchema?: unknown }> = [];
         let cursor: string | undefined;
         do {
+          using own = scoped(ctx.signal);
           const page = await client.listTools(cursor ? { cursor } : undefined, {
-            signal: ctx.signal,
+            signal: own.signal,
             timeout: (spec.timeout ?? 60) * 1000,
           });
           listed.push(...page.tools);
@@ -171,7 +261,7 @@ export class Toolbox {
           description: t.description ?? "",
           parameters: (t.inputSchema ?? { type: "object", properties: {} }) as Tool["parameters"],
         }));
-        opened.push({ spec, client, tools });
+        opened.push({ spec, client, tools, running });
       } catch (error) {
         await client.close().catch(() => {});
         throw new InfraError(
@@ -209,19 +299,34 @@ export class Toolbox {
   async call(
     name: string,
     args: Record<string, unknown>,
-    signal?: AbortSignal,
+    options?: AbortSignal | CallOptions,
   ): Promise<ToolResult> {
     const found = this.#byName.get(name);
     if (!found) throw new ConfigError(`Unknown tool "${name}"`);
-    const timeout = (found.open.spec.timeout ?? 60) * 1000;
-    const result = await found.open.client.callTool(
-      { name: found.tool, arguments: args },
-      undefined,
-      { signal, timeout },
-    );
-    const content = (result.content ?? []) as Array<{ type: string; text?: string }>;
-    const text = content.map((c) => (c.type === "text" ? c.text ?? "" : `[${c.type}]`)).join("\n");
-    const out = { text, isError: result.isError === true };
+    const opts: CallOptions = options instanceof AbortSignal ? { signal: options } : options ?? {};
+    const open = found.open;
+    let out: ToolResult;
+    if (open.replay) out = open.replay(found.tool, args);
+    else {
+      const timeout = (open.spec.timeout ?? 60) * 1000;
+      // A signal of the call's own: the SDK never removes the listener it adds, so the
+      // rollout's signal, aborted at teardown, would cancel every call that already finished.
+      using own = scoped(opts.signal);
+      open.running.push(opts);
+      try {
+        const result = await open.client.callTool(
+          { name: found.tool, arguments: args },
+          undefined,
+          { signal: own.signal, timeout },
+        );
+        out = {
+          ...renderContent(result, open.spec.images === true),
+          isError: result.isError === true,
+        };
+      } finally {
+        open.running.splice(open.running.indexOf(opts), 1);
+      }
+    }
     if (this.record?.tools.some((t) => t.name === name)) {
       this.record.calls.push({ name, args, result: out });
     }
@@ -247,34 +352,21 @@ export class Toolbox {
    */
   static fromRecord(record: ToolboxRecord): Toolbox {
     let next = 0;
-    const spec = { name: "replay" } as ToolsetSpec;
-    const client = {
-      callTool: ({ name, arguments: args }: { name: string; arguments: unknown }) => {
-        const entry = record.calls[next];
-        const full = entry?.name;
-        if (
-          !entry || !full.endsWith(`_${name}`) ||
-          JSON.stringify(entry.args) !== JSON.stringify(args)
-        ) {
-          return Promise.reject(
-            new InfraError(
-              `Replay of the toolsets diverged at call ${next + 1}: the re-run called ${name} ` +
-                `${JSON.stringify(args).slice(0, 200)}, the record has ${
-                  entry
-                    ? `${entry.name} ${JSON.stringify(entry.args).slice(0, 200)}`
-                    : "nothing more"
-                }`,
-            ),
-          );
-        }
-        next++;
-        return Promise.resolve({
-          content: [{ type: "text", text: entry.result.text }],
-          isError: entry.result.isError,
-        });
-      },
-      close: () => Promise.resolve(),
-    } as unknown as Client;
+    const replay = (server: string) => (tool: string, args: Record<string, unknown>) => {
+      const entry = record.calls[next];
+      const name = `${server}_${tool}`;
+      if (!entry || entry.name !== name || JSON.stringify(entry.args) !== JSON.stringify(args)) {
+        throw new InfraError(
+          `Replay of the toolsets diverged at call ${next + 1}: the re-run called ${name} ` +
+            `${JSON.stringify(args).slice(0, 200)}, the record has ${
+              entry ? `${entry.name} ${JSON.stringify(entry.args).slice(0, 200)}` : "nothing more"
+            }`,
+        );
+      }
+      next++;
+      return structuredClone(entry.result);
+    };
+    const client = { close: () => Promise.resolve() } as unknown as Client;
     // Each recorded tool keeps its full name: the toolset part is everything before the last
     // `<server>_` split the live toolbox made, so one synthetic toolset per server name.
     const byServer = new Map<string, Tool[]>();
@@ -282,10 +374,12 @@ export class Toolbox {
       const server = t.name.slice(0, t.name.indexOf("_"));
       byServer.set(server, [...(byServer.get(server) ?? []), t]);
     }
-    const opens = [...byServer].map(([server, tools]) => ({
-      spec: { ...spec, name: server },
+    const opens = [...byServer].map(([server, tools]): Open => ({
+      spec: { name: server },
       client,
       tools,
+      running: [],
+      replay: replay(server),
     }));
     return new Toolbox(opens);
   }
@@ -296,11 +390,177 @@ export class Toolbox {
   }
 }
 
+/**
+ * A signal of one request's own, following `outer` until disposed. The SDK never removes the
+ * abort listener it adds to a request's signal, so a long-lived signal (the rollout's), aborted
+ * at teardown, would send `notifications/cancelled` for every request that already finished.
+ */
+function scoped(outer: AbortSignal | undefined): { signal: AbortSignal } & Disposable {
+  const own = new AbortController();
+  const abort = () => own.abort(outer?.reason);
+  if (outer?.aborted) abort();
+  else outer?.addEventListener("abort", abort, { once: true });
+  return {
+    signal: own.signal,
+    [Symbol.dispose]: () => outer?.removeEventListener("abort", abort),
+  };
+}
+
+type Types = typeof import("npm:@modelcontextprotocol/sdk@^1.32.0/types.js");
+
+/** One MCP sampling message's content as vf content. */
+function samplingContent(content: unknown): ContentPart[] {
+  const blocks = (Array.isArray(content) ? content : [content]) as Array<
+    { type?: string; text?: string; data?: string; mimeType?: string }
+  >;
+  return blocks.map((b): ContentPart =>
+    b?.type === "image" && b.data
+      ? { type: "image_url", image_url: { url: `data:${b.mimeType};base64,${b.data}` } }
+      : { type: "text", text: b?.type === "text" ? b.text ?? "" : `[${b?.type}]` }
+  );
+}
+
+/**
+ * The client's answers to the server's own requests: its roots, elicitation by the toolset's
+ * policy, and sampling through the sampler of the call running (the latest, when several do).
+ */
+function answerServer(
+  client: Client,
+  types: Types,
+  spec: ToolsetSpec,
+  ctx: ToolboxContext,
+  running: CallOptions[],
+): void {
+  // The sandbox's folders mean something only to a server inside it; one on the evaluator is
+  // offered its own folder (a sandbox path there could name an unrelated folder of this host).
+  const roots = spec.colocated
+    ? ctx.roots ?? []
+    : spec.command !== undefined && spec.cwd
+    ? [spec.cwd]
+    : [];
+  client.setRequestHandler(types.ListRootsRequestSchema, () => ({
+    roots: roots.map((path) => ({ uri: pathToFileURL(path).href, name: path })),
+  }));
+  client.setRequestHandler(types.ElicitRequestSchema, () => {
+    const policy = spec.elicitation ?? "decline";
+    return typeof policy === "object"
+      ? { action: "accept" as const, content: structuredClone(policy.accept) as never }
+      : { action: policy };
+  });
+  if (!ctx.sampling) return;
+  // The fields read here (the SDK has validated the request against its schema).
+  type CreateMessage = {
+    params: {
+      messages: Array<{ role: string; content: unknown }>;
+      systemPrompt?: string;
+      maxTokens: number;
+      temperature?: number;
+      stopSequences?: string[];
+    };
+  };
+  client.setRequestHandler(types.CreateMessageRequestSchema, async (
+    request: CreateMessage,
+    extra: { signal: AbortSignal },
+  ) => {
+    const sample = running.findLast((c) => c.sample)?.sample;
+    if (!sample) {
+      throw new types.McpError(
+        types.ErrorCode.InvalidRequest,
+        `Toolset "${spec.name}" asked for sampling outside a tool call; there is no model to ask`,
+      );
+    }
+    const p = request.params;
+    const messages: Messages = [];
+    if (p.systemPrompt) messages.push({ role: "system", content: p.systemPrompt });
+    for (const m of p.messages) {
+      const parts = samplingContent(m.content);
+      const content = parts.every((x) => x.type === "text")
+        ? parts.map((x) => (x as { text: string }).text).join("\n")
+        : parts;
+      messages.push(
+        m.role === "assistant"
+          ? { role: "assistant", content: content as string }
+          : { role: "user", content },
+      );
+    }
+    const reply = await sample({
+      toolset: spec.name,
+      messages,
+      maxTokens: p.maxTokens,
+      temperature: p.temperature,
+      stopSequences: p.stopSequences,
+      signal: extra.signal,
+    });
+    return {
+      role: "assistant" as const,
+      content: { type: "text" as const, text: reply.text },
+      model: reply.model,
+      stopReason: reply.stopReason,
+    };
+  });
+}
+
+/** The environment, for `${VAR}` templates in a URL toolset's headers and OAuth. */
+function fromEnv(name: string): string | undefined {
+  return process.env[name];
+}
+
+/** A URL toolset's headers and OAuth provider, templates resolved now. */
+async function httpOptions(spec: ToolsetSpec) {
+  const resolve = (value: string, field: string) => {
+    try {
+      return resolveTemplate(value, fromEnv);
+    } catch (error) {
+      throw new ConfigError(`Toolset "${spec.name}" ${field}: ${(error as Error).message}`);
+    }
+  };
+  const headers = Object.fromEntries(
+    Object.entries(spec.headers ?? {}).map(([k, v]) => [k, resolve(v, `headers.${k}`)]),
+  );
+  const o = spec.oauth;
+  if (!o) return { requestInit: { headers } };
+  const at = (k: keyof typeof o) => o[k] === undefined ? undefined : resolve(o[k]!, `oauth.${k}`);
+  if (o.token !== undefined) {
+    const token = at("token")!;
+    const authProvider = {
+      redirectUrl: undefined,
+      clientMetadata: { redirect_uris: [], client_name: "vf" },
+      clientInformation: () => undefined,
+      tokens: () => ({ access_token: token, token_type: "Bearer" }),
+      saveTokens: () => {},
+      redirectToAuthorization: () => {
+        throw new Error(`the server refused the token of oauth.token`);
+      },
+      saveCodeVerifier: () => {},
+      codeVerifier: () => "",
+    };
+    return { requestInit: { headers }, authProvider };
+  }
+  const { ClientCredentialsProvider, PrivateKeyJwtProvider } = await import(
+    "npm:@modelcontextprotocol/sdk@^1.32.0/client/auth-extensions.js"
+  );
+  const common = {
+    clientId: at("client_id")!,
+    clientName: "vf",
+    scope: at("scope"),
+    ...(o.issuer ? { expectedIssuer: at("issuer")! } : {}),
+  };
+  const authProvider = o.private_key !== undefined
+    ? new PrivateKeyJwtProvider({
+      ...common,
+      privateKey: at("private_key")!,
+      algorithm: at("algorithm") ?? "ES256",
+    })
+    : new ClientCredentialsProvider({ ...common, clientSecret: at("client_secret")! });
+  return { requestInit: { headers }, authProvider };
+}
+
 async function connect(client: Client, spec: ToolsetSpec, ctx: ToolboxContext) {
   const state = ctx.state;
   // The handshake ends with the rollout; a launcher may fetch packages first, so it gets at
   // least the SDK's 60 s whatever the per-call limit.
-  const handshake = { signal: ctx.signal, timeout: Math.max(60, spec.timeout ?? 60) * 1000 };
+  using own = scoped(ctx.signal);
+  const handshake = { signal: own.signal, timeout: Math.max(60, spec.timeout ?? 60) * 1000 };
   if (spec.command !== undefined && spec.colocated) {
     if (!ctx.runtime) {
       throw new ConfigError(
@@ -339,7 +599,10 @@ async function connect(client: Client, spec: ToolsetSpec, ctx: ToolboxContext) {
     const { StreamableHTTPClientTransport } = await import(
       "npm:@modelcontextprotocol/sdk@^1.32.0/client/streamableHttp.js"
     );
-    await client.connect(new StreamableHTTPClientTransport(new URL(spec.url)), handshake);
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(spec.url), await httpOptions(spec)),
+      handshake,
+    );
     return;
   }
   const [{ McpServer }, { InMemoryTransport }] = await Promise.all([

@@ -56,6 +56,25 @@ export interface ToolsetSpec {
   colocated?: boolean;
   /** A streamable-HTTP MCP server. */
   url?: string;
+  /**
+   * HTTP headers sent to a `url` server. Values may hold `${VAR}` (or `${VAR:-default}`)
+   * templates, resolved from the environment each time the toolset connects and never saved.
+   */
+  headers?: Record<string, string>;
+  /** OAuth for a `url` server that requires it (see {@link ToolsetOAuth}). */
+  oauth?: ToolsetOAuth;
+  /**
+   * How the server's elicitation requests (`elicitation/create`) are answered: `"decline"`
+   * (the default) or `"cancel"`, or `{ accept: { ... } }`, a fixed answer (the schema's
+   * defaults fill what it leaves out). Nobody is asked: a rollout runs unattended.
+   */
+  elicitation?: "decline" | "cancel" | { accept: Record<string, unknown> };
+  /**
+   * Whether the model takes images: an image in a result then reaches it as an image part
+   * of the tool message (a data URL) beside the text. Default false: the text names the
+   * image, its type and size.
+   */
+  images?: boolean;
   /** Tools written in TypeScript, served in-process. */
   tools?: Record<string, ToolDef>;
   /** Seconds one call may take; default 60. */
@@ -65,6 +84,24 @@ export interface ToolsetSpec {
    * state is the run's, not a rollout's. Default false: one per rollout.
    */
   shared?: boolean;
+}
+
+/**
+ * OAuth for a URL toolset: a bearer `token` (typically `"${MY_TOKEN}"`, from the environment),
+ * or the client-credentials grant with `client_id` and either `client_secret` (sent as HTTP
+ * Basic) or `private_key` (a PEM key signing a JWT assertion with `algorithm`, default
+ * ES256). The authorization server is discovered from the MCP server's metadata; `issuer`
+ * pins the one the credentials may go to. String values may be `${VAR}` templates, resolved
+ * when the toolset connects and never saved.
+ */
+export interface ToolsetOAuth {
+  token?: string;
+  client_id?: string;
+  client_secret?: string;
+  private_key?: string;
+  algorithm?: string;
+  scope?: string;
+  issuer?: string;
 }
 
 /** A toolset of TypeScript tools (see the module doc). */

@@ -186,6 +186,8 @@ export async function openTools(s: RolloutState): Promise<void> {
     state: s.state,
     runtime: s.agent ?? undefined,
     user: task.data.agent_user,
+    roots: task.data.workdir ? [task.data.workdir] : [],
+    sampling: true,
     signal,
   };
   const recorded = policy.sandboxes?.recordedTools?.(
