@@ -3,8 +3,8 @@
  * Docker with a scripted model: `[environment] workdir`, `[agent] user` (in `vf validate`'s
  * gold answer too), a separate verifier environment (`tests/Dockerfile`, only the declared
  * artifacts, tampering left behind in the agent's sandbox), a dataset with one broken folder
- * (that task's error, the rest validated and run) and its selectors, and `[[steps]]` read and
- * refused by key.
+ * (that task's error, the rest validated and run) and its selectors. Multi-step tasks
+ * (`[[steps]]`) are in harbor_steps_test.ts.
  * @module
  */
 import assert from "node:assert/strict";

@@ -6,7 +6,9 @@
  * adds sidecar services beside it (service `main` is the agent's); `tests/` reaches the sandbox only when
  * grading starts, after the agent is done, as `/tests`, where `test.sh` runs and writes
  * `/logs/verifier/reward.txt` (a number) or `reward.json` (named rewards); `solution/solve.sh`
- * is the gold answer `vf validate` checks.
+ * is the gold answer `vf validate` checks. A multi-step task (`[[steps]]`, {@link HarborStepsTask})
+ * gives the agent each `steps/<name>/instruction.md` in turn in one sandbox and runs each step's
+ * verifier after its turn.
  *
  * `vf run <folder>` and `vf validate <folder>` take one task folder or a folder of them; TOML
  * `[env.taskset] id = "harbor"` takes `path` and `tasks` (a subset of task names).
@@ -27,12 +29,15 @@ import {
   type TaskHookContext,
   type TaskScores,
   Taskset,
+  type UserTurnContext,
 } from "../tasks/task.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
 import {
   HARBOR_DEFAULTS,
   type HarborNetwork,
   type HarborSettings,
+  type HarborStep,
+  type HarborVerifier,
   readHarborSettings,
 } from "./settings.ts";
 
@@ -84,6 +89,66 @@ function scriptArgv(path: string): string[] {
     'if command -v bash >/dev/null 2>&1; then exec bash "$0"; else exec sh "$0"; fi',
     path,
   ];
+}
+
+/**
+ * Run `/tests/test.sh` (staged already) with a verifier's env, user and time limit, and read the
+ * reward it wrote to `/logs/verifier/reward.txt` or `reward.json`; no reward file is an error.
+ */
+async function runVerifier(
+  runtime: Runtime,
+  trace: TaskHookContext["trace"],
+  verifier: HarborVerifier,
+  signal?: AbortSignal,
+): Promise<TaskScores> {
+  const prep = await runtime.run([
+    "sh",
+    "-c",
+    "rm -rf /logs/verifier && mkdir -p /logs/verifier",
+  ]);
+  if (prep.exit_code !== 0) throw new TaskError(`Cannot prepare /logs/verifier: ${prep.stderr}`);
+  const r = await runtime.run(scriptArgv("/tests/test.sh"), {
+    env: verifier.env,
+    user: verifier.user,
+    timeoutMs: verifier.timeout * 1000,
+    signal,
+  });
+  trace.info.verifier = {
+    exit_code: r.exit_code,
+    output: `${r.stdout}${r.stderr}`.slice(-2000),
+  };
+  const text = await readText(runtime, "/logs/verifier/reward.txt").catch(() => null);
+  if (text !== null) {
+    const value = Number(text.trim());
+    if (!text.trim() || !Number.isFinite(value)) {
+      throw new TaskError(
+        `/logs/verifier/reward.txt holds "${text.trim().slice(0, 50)}", not a number`,
+      );
+    }
+    return { reward: value, rewards: { reward: value }, metrics: {}, weights: { reward: 1 } };
+  }
+  const json = await readText(runtime, "/logs/verifier/reward.json").catch(() => null);
+  if (json !== null) {
+    let parsed: Record<string, unknown>;
+    try {
+      parsed = JSON.parse(json);
+    } catch {
+      throw new TaskError(`/logs/verifier/reward.json is not JSON`);
+    }
+    const rewards: Record<string, number> = {};
+    for (const [k, v] of Object.entries(parsed)) {
+      if (typeof v !== "number" || !Number.isFinite(v)) {
+        throw new TaskError(`/logs/verifier/reward.json: "${k}" is not a number`);
+      }
+      rewards[k] = v;
+    }
+    const total = Object.values(rewards).reduce((a, b) => a + b, 0);
+    return { reward: total, rewards, metrics: {}, weights: {} };
+  }
+  throw new TaskError(
+    `The verifier (tests/test.sh, exit ${r.exit_code}) wrote no reward: neither ` +
+      `/logs/verifier/reward.txt nor reward.json`,
+  );
 }
 
 /** One Harbor task folder. */
@@ -163,54 +228,7 @@ export class HarborTask extends Task {
       await killLeftovers(runtime, this.key, ctx.signal);
       await stageFolder(runtime, join(this.folder, "tests"), "tests");
     }
-    const prep = await runtime.run([
-      "sh",
-      "-c",
-      "rm -rf /logs/verifier && mkdir -p /logs/verifier",
-    ]);
-    if (prep.exit_code !== 0) throw new TaskError(`Cannot prepare /logs/verifier: ${prep.stderr}`);
-    const r = await runtime.run(scriptArgv("/tests/test.sh"), {
-      env: this.settings.verifier.env,
-      user: this.settings.verifier.user,
-      timeoutMs: this.settings.verifier.timeout * 1000,
-      signal: ctx.signal,
-    });
-    trace.info.verifier = {
-      exit_code: r.exit_code,
-      output: `${r.stdout}${r.stderr}`.slice(-2000),
-    };
-    const text = await readText(runtime, "/logs/verifier/reward.txt").catch(() => null);
-    if (text !== null) {
-      const value = Number(text.trim());
-      if (!text.trim() || !Number.isFinite(value)) {
-        throw new TaskError(
-          `/logs/verifier/reward.txt holds "${text.trim().slice(0, 50)}", not a number`,
-        );
-      }
-      return { reward: value, rewards: { reward: value }, metrics: {}, weights: { reward: 1 } };
-    }
-    const json = await readText(runtime, "/logs/verifier/reward.json").catch(() => null);
-    if (json !== null) {
-      let parsed: Record<string, unknown>;
-      try {
-        parsed = JSON.parse(json);
-      } catch {
-        throw new TaskError(`/logs/verifier/reward.json is not JSON`);
-      }
-      const rewards: Record<string, number> = {};
-      for (const [k, v] of Object.entries(parsed)) {
-        if (typeof v !== "number" || !Number.isFinite(v)) {
-          throw new TaskError(`/logs/verifier/reward.json: "${k}" is not a number`);
-        }
-        rewards[k] = v;
-      }
-      const total = Object.values(rewards).reduce((a, b) => a + b, 0);
-      return { reward: total, rewards, metrics: {}, weights: {} };
-    }
-    throw new TaskError(
-      `The verifier (tests/test.sh, exit ${r.exit_code}) wrote no reward: neither ` +
-        `/logs/verifier/reward.txt nor reward.json`,
-    );
+    return await runVerifier(runtime, trace, this.settings.verifier, ctx.signal);
   }
 
   /** The gold answer: `solution/` copied in as `/solution`, then `solve.sh` runs. */
@@ -236,6 +254,176 @@ export class HarborTask extends Task {
     }
     return this.separate ? await gradeSubmission(ctx) : true;
   }
+}
+
+/** One `[[steps]]` entry as loaded: its instruction and its folder. */
+export interface HarborLoadedStep extends HarborStep {
+  instruction: string;
+  /** `steps/<name>/`. */
+  dir: string;
+}
+
+/** A step's verifier result, as it goes on the trace (`info.harbor.steps`). */
+interface StepResult {
+  name: string;
+  reward: number;
+  rewards: Record<string, number>;
+}
+
+/** Where a multi-step rollout is: kept in the rollout's state, never persisted. */
+interface StepsState {
+  runtime: Runtime | null;
+  /** Steps whose instruction the agent was given. */
+  presented: number;
+  results: StepResult[];
+  /** A step's reward fell below its `min_reward`: no later step runs. */
+  stopped: boolean;
+}
+
+/**
+ * A multi-step Harbor task (`[[steps]]`): the agent gets step 1's instruction; after each of
+ * its turns the step's verifier runs in the same sandbox (the task's `tests/` with the step's
+ * over it, the step's verifier env, user and limit), and the next step's instruction is the
+ * user's next message, until the steps run out or one scores below its `min_reward`. The
+ * trial's reward rolls the step rewards up as `multi_step_reward_strategy` says: `mean` (per
+ * key, a key a step lacks counting 0) or `final` (the last verified step's).
+ */
+export class HarborStepsTask extends HarborTask {
+  readonly steps: HarborLoadedStep[];
+
+  constructor(
+    data: TaskData,
+    folder: string,
+    settings: HarborSettings,
+    sidecars: Record<string, unknown> | null,
+    steps: HarborLoadedStep[],
+  ) {
+    super(data, folder, settings, sidecars);
+    this.steps = steps;
+  }
+
+  #state(ctx: { state: Record<string, unknown> }): StepsState {
+    return (ctx.state.harborSteps ??= {
+      runtime: null,
+      presented: 1,
+      results: [],
+      stopped: false,
+    } as StepsState) as StepsState;
+  }
+
+  /** The sandbox the steps' verifiers run in: the agent's, kept for the turns between steps. */
+  override setup(ctx: TaskHookContext): void {
+    super.setup(ctx);
+    this.#state(ctx).runtime = ctx.runtime;
+  }
+
+  /** Verify step `i` in the agent's sandbox, then take the tests away again. */
+  async #verifyStep(
+    i: number,
+    runtime: Runtime,
+    trace: TaskHookContext["trace"],
+    state: StepsState,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const step = this.steps[i];
+    await killLeftovers(runtime, this.key, signal);
+    const shared = join(this.folder, "tests");
+    if (existsSync(shared)) await stageFolder(runtime, shared, "tests");
+    else await stageFolder(runtime, join(step.dir, "tests"), "tests");
+    // The step's own tests over the task's: a same-named file is the step's.
+    if (existsSync(shared) && existsSync(join(step.dir, "tests"))) {
+      const entries = await folderEntries(join(step.dir, "tests"), { prefix: "tests" });
+      await runtime.archiveIn("/", packTar(entries));
+    }
+    const scores = await runVerifier(runtime, trace, step.verifier, signal);
+    // The next step's agent must not see this step's tests.
+    await runtime.run(["rm", "-rf", "/tests", "/logs/verifier"]);
+    state.results.push({ name: step.name, reward: scores.reward, rewards: scores.rewards });
+    if (step.minReward !== undefined && scores.reward < step.minReward) state.stopped = true;
+    (trace.info.harbor as Record<string, unknown>).steps = state.results;
+  }
+
+  /** After each turn: verify the step the agent just did, then hand it the next one. */
+  override async userMessage(ctx: UserTurnContext): Promise<string | null> {
+    const state = this.#state(ctx);
+    if (!state.runtime) throw new TaskError(`Harbor task "${this.key}": no sandbox for its steps`);
+    const i = state.results.length;
+    if (i >= state.presented) return null;
+    const view = { info: ctx.info, messages: ctx.messages, artifacts: new Map() };
+    await this.#verifyStep(i, state.runtime, view, state);
+    if (state.stopped || state.presented >= this.steps.length) return null;
+    return this.steps[state.presented++].instruction;
+  }
+
+  /** Verify what is left of the steps the agent was given, then roll the rewards up. */
+  override async score(ctx: TaskHookContext): Promise<TaskScores> {
+    const state = this.#state(ctx);
+    while (!state.stopped && state.results.length < state.presented) {
+      await this.#verifyStep(state.results.length, ctx.runtime, ctx.trace, state, ctx.signal);
+    }
+    return rollUp(state.results, this.settings.rewardStrategy);
+  }
+
+  /** The gold answer, step by step: each step's `solve.sh`, then its verifier. */
+  override async validate(ctx: TaskHookContext): Promise<boolean | TaskScores> {
+    const { runtime, signal } = ctx;
+    const state = this.#state(ctx);
+    if (!this.steps.some((s) => existsSync(join(s.dir, "solution", "solve.sh")))) {
+      throw new ConfigError(
+        `${this.folder}: no steps/<name>/solution/solve.sh; vf validate needs the gold answers`,
+      );
+    }
+    for (const [i, step] of this.steps.entries()) {
+      if (state.stopped) break;
+      state.presented = i + 1;
+      const solution = join(step.dir, "solution");
+      if (existsSync(join(solution, "solve.sh"))) {
+        await stageFolder(runtime, solution, "solution");
+        const r = await runtime.run(scriptArgv("/solution/solve.sh"), {
+          env: this.settings.solution.env,
+          user: step.agent.user,
+          cwd: this.data.workdir,
+          signal,
+        });
+        await runtime.run(["rm", "-rf", "/solution"]);
+        if (r.exit_code !== 0) {
+          throw new TaskError(
+            `steps/${step.name}/solution/solve.sh exited ${r.exit_code}: ${
+              `${r.stdout}${r.stderr}`.slice(-500)
+            }`,
+          );
+        }
+      }
+      await this.#verifyStep(i, runtime, ctx.trace, state, signal);
+    }
+    return rollUp(state.results, this.settings.rewardStrategy);
+  }
+}
+
+/**
+ * Harbor's roll-up of step rewards: `mean` takes each key's mean over the verified steps (a key
+ * a step lacks counts 0), `final` the last verified step's rewards as they are. The trial's
+ * reward is its `reward` key, else the sum.
+ */
+export function rollUp(results: StepResult[], strategy: "mean" | "final"): TaskScores {
+  if (!results.length) throw new TaskError("No step of the task was verified");
+  let rewards: Record<string, number>;
+  if (strategy === "final") rewards = { ...results.at(-1)!.rewards };
+  else {
+    const keys = [...new Set(results.flatMap((r) => Object.keys(r.rewards)))];
+    rewards = Object.fromEntries(
+      keys.map((k) => [k, results.reduce((a, r) => a + (r.rewards[k] ?? 0), 0) / results.length]),
+    );
+  }
+  const reward = "reward" in rewards
+    ? rewards.reward
+    : Object.values(rewards).reduce((a, b) => a + b, 0);
+  return {
+    reward,
+    rewards,
+    metrics: { steps_verified: results.length },
+    weights: "reward" in rewards ? { reward: 1 } : {},
+  };
 }
 
 const warned = new Set<string>();
@@ -310,24 +498,12 @@ export async function loadHarborTask(
   const name = basename(folder);
   const tomlPath = join(folder, "task.toml");
   const settings = readHarborSettings(await readFile(tomlPath, "utf8"), tomlPath);
-  if (settings.steps.length) {
-    for (const step of settings.steps) {
-      const path = join(folder, "steps", step.name, "instruction.md");
-      if (!existsSync(path)) {
-        throw new ConfigError(`${path}: missing; step "${step.name}" needs its instruction`);
-      }
-    }
-    throw new ConfigError(
-      `${tomlPath}: steps: a multi-step task (${settings.steps.length} steps: ` +
-        `${settings.steps.map((s) => `"${s.name}"`).join(", ")}) is read but vf does not run ` +
-        `[[steps]] yet; run each step as a task folder of its own`,
-    );
-  }
+  const steps = settings.steps.length ? await loadSteps(folder, tomlPath, settings) : null;
   const instructionPath = join(folder, "instruction.md");
-  if (!existsSync(instructionPath)) {
+  if (!steps && !existsSync(instructionPath)) {
     throw new ConfigError(`${instructionPath}: missing; a Harbor task needs its instruction`);
   }
-  if (!existsSync(join(folder, "tests", "test.sh"))) {
+  if (!steps && !existsSync(join(folder, "tests", "test.sh"))) {
     throw new ConfigError(`${join(folder, "tests", "test.sh")}: missing; the verifier runs it`);
   }
   const verifier = settings.verifier;
@@ -409,40 +585,109 @@ export async function loadHarborTask(
   }
   // Harbor's limits times the multipliers; the verifier's in the settings test.sh runs under.
   verifier.timeout *= m.verifier;
-  const instruction = await readFile(instructionPath, "utf8");
+  for (const step of steps ?? []) step.verifier.timeout *= m.verifier;
+  const instruction = steps ? steps[0].instruction : await readFile(instructionPath, "utf8");
   const memory = settings.environment.memoryMb;
-  return new HarborTask(
-    {
-      id: name,
-      prompt: instruction,
-      image,
-      network: networkOf(agentNet),
-      agent_user: settings.agent.user,
-      ...(settings.environment.workdir ? { workdir: settings.environment.workdir } : {}),
-      resources: {
-        cpu: settings.environment.cpus,
-        memory: memory ? `${memory}m` : undefined,
-      },
-      timeout: {
-        agent: settings.agent.timeout ? settings.agent.timeout * m.agent : undefined,
-        ...(settings.agent.setupTimeout
-          ? { setup: settings.agent.setupTimeout * m.agentSetup }
-          : {}),
-        // The verifier's own limit, and a minute for the sweep (or the grader), staging and
-        // the reward.
-        scoring: verifier.timeout + 60,
-      },
-      scoring,
-      // Missing is the verifier's to judge (Harbor's hands it nothing), never a failed rollout.
-      ...(settings.artifacts.length
-        ? { artifacts: settings.artifacts.map((source) => ({ source, required: false })) }
-        : {}),
-      ...(compose && Object.keys(compose.main.env).length ? { env: compose.main.env } : {}),
-    },
-    resolve(folder),
-    settings,
-    compose?.sidecars ?? null,
+  // A multi-step task's agent limit is one budget over its turns: the steps' limits summed.
+  const agentTimeout = steps
+    ? (steps.every((st) => st.agent.timeout)
+      ? steps.reduce((a, st) => a + st.agent.timeout!, 0)
+      : undefined)
+    : settings.agent.timeout;
+  const scoringTimeout = Math.max(
+    verifier.timeout,
+    ...(steps ?? []).map((st) => st.verifier.timeout),
   );
+  const data: TaskData = {
+    id: name,
+    prompt: instruction,
+    image,
+    network: networkOf(agentNet),
+    agent_user: settings.agent.user,
+    ...(settings.environment.workdir ? { workdir: settings.environment.workdir } : {}),
+    resources: {
+      cpu: settings.environment.cpus,
+      memory: memory ? `${memory}m` : undefined,
+    },
+    timeout: {
+      agent: agentTimeout ? agentTimeout * m.agent : undefined,
+      ...(settings.agent.setupTimeout ? { setup: settings.agent.setupTimeout * m.agentSetup } : {}),
+      // The verifier's own limit, and a minute for the sweep (or the grader), staging and
+      // the reward.
+      scoring: scoringTimeout + 60,
+    },
+    scoring,
+    // Missing is the verifier's to judge (Harbor's hands it nothing), never a failed rollout.
+    ...(settings.artifacts.length
+      ? { artifacts: settings.artifacts.map((source) => ({ source, required: false })) }
+      : {}),
+    ...(compose && Object.keys(compose.main.env).length ? { env: compose.main.env } : {}),
+  };
+  return steps
+    ? new HarborStepsTask(data, resolve(folder), settings, compose?.sidecars ?? null, steps)
+    : new HarborTask(data, resolve(folder), settings, compose?.sidecars ?? null);
+}
+
+/**
+ * The `[[steps]]` of a task folder: each with `steps/<name>/instruction.md` and a `test.sh` (its
+ * own `tests/`, or the task's). What vf cannot keep per step is an error naming the key: a
+ * separate verifier, an agent user or network other than the task's, per-step artifacts.
+ * @throws {ConfigError}
+ */
+async function loadSteps(
+  folder: string,
+  tomlPath: string,
+  settings: HarborSettings,
+): Promise<HarborLoadedStep[]> {
+  const out: HarborLoadedStep[] = [];
+  for (const [i, step] of settings.steps.entries()) {
+    const dir = join(folder, "steps", step.name);
+    const at = `${tomlPath}: steps[${i}]`;
+    const path = join(dir, "instruction.md");
+    if (!existsSync(path)) {
+      throw new ConfigError(`${path}: missing; step "${step.name}" needs its instruction`);
+    }
+    if (
+      !existsSync(join(dir, "tests", "test.sh")) && !existsSync(join(folder, "tests", "test.sh"))
+    ) {
+      throw new ConfigError(
+        `${join(dir, "tests", "test.sh")}: missing, and the task has no tests/test.sh; step ` +
+          `"${step.name}" needs a verifier`,
+      );
+    }
+    if (step.verifier.mode === "separate") {
+      throw new ConfigError(
+        `${at}.verifier.environment_mode: vf runs a multi-step task's verifiers in the agent's ` +
+          `sandbox between its turns; a separate verifier per step is not supported`,
+      );
+    }
+    if (step.agent.user !== settings.agent.user) {
+      throw new ConfigError(
+        `${at}.agent.user: vf runs every step as the task's agent user ` +
+          `(${JSON.stringify(settings.agent.user ?? "the image's")}); set it in [agent]`,
+      );
+    }
+    const net = (n?: HarborNetwork) => JSON.stringify(n ?? null);
+    if (net(step.agent.network) !== net(settings.agent.network)) {
+      throw new ConfigError(
+        `${at}.agent.network_mode: vf keeps one agent network over all steps; set it in [agent]`,
+      );
+    }
+    if (net(step.verifier.network) !== net(settings.verifier.network)) {
+      throw new ConfigError(
+        `${at}.verifier.network_mode: a step's verifier runs in the agent's sandbox, under ` +
+          `its network; set it in [verifier]`,
+      );
+    }
+    if (step.artifacts.length) {
+      throw new ConfigError(
+        `${at}.artifacts: vf collects artifacts once, after the last step; list them in the ` +
+          `task's artifacts`,
+      );
+    }
+    out.push({ ...step, instruction: await readFile(path, "utf8"), dir });
+  }
+  return out;
 }
 
 /** What a Harbor task's `environment/docker-compose.yaml` says. */

@@ -16,11 +16,13 @@ import { captureWarnings } from "../../tests/_warnings.ts";
 import {
   HARBOR_DEFAULTS,
   harborFolders,
+  HarborStepsTask,
   HarborTask,
   HarborTaskset,
   isHarborFolder,
   loadHarborTask,
   readHarborSettings,
+  rollUp,
 } from "./taskset.ts";
 
 async function write(root: string, files: Record<string, string>): Promise<void> {
@@ -485,23 +487,69 @@ Deno.test("HarborTask.validate() in Docker: solution/ is copied to /solution and
   );
 });
 
-Deno.test("loadHarborTask(): a [[steps]] task is read (each step's instruction checked) and refused by key, never 'instruction.md: missing'", async () => {
+Deno.test("loadHarborTask(): a [[steps]] task loads as a multi-step task (step one's instruction is the prompt, the agent limit the steps' summed), each step's instruction checked, and what vf cannot keep per step refused by key", async () => {
   await using dir = await tempDir();
+  // `step` goes into step two's table, `agent` into its [steps.agent].
+  const toml = (step = "", agent = "") =>
+    `schema_version = "1.3"\n[environment]\ndocker_image = "busybox:latest"\n[[steps]]\nname = "one"\n[steps.agent]\ntimeout_sec = 10\n[[steps]]\nname = "two"\n${step}[steps.agent]\ntimeout_sec = 20\n${agent}`;
   await write(dir.path, {
-    "multi/task.toml":
-      `schema_version = "1.3"\n[environment]\ndocker_image = "busybox:latest"\n[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n`,
+    "multi/task.toml": toml(),
     "multi/steps/one/instruction.md": "first\n",
     "multi/tests/test.sh": "exit 0\n",
   });
+  const folder = join(dir.path, "multi");
   await assert.rejects(
-    () => loadHarborTask(join(dir.path, "multi")),
+    () => loadHarborTask(folder),
     (e: Error) =>
-      e.message === `${join(dir.path, "multi", "steps", "two", "instruction.md")}: missing; ` +
+      e.message === `${join(folder, "steps", "two", "instruction.md")}: missing; ` +
           `step "two" needs its instruction`,
   );
   await write(dir.path, { "multi/steps/two/instruction.md": "second\n" });
-  await assert.rejects(
-    () => loadHarborTask(join(dir.path, "multi")),
-    /task\.toml: steps: a multi-step task \(2 steps: "one", "two"\) is read but vf does not run/,
-  );
+  const task = await loadHarborTask(folder);
+  assert.ok(task instanceof HarborStepsTask);
+  assert.equal(task.scriptsUser, true, "its steps are the user's turns");
+  assert.equal(task.data.prompt, "first\n");
+  assert.deepEqual(task.steps.map((s) => [s.name, s.instruction]), [["one", "first\n"], [
+    "two",
+    "second\n",
+  ]]);
+  assert.equal(task.data.timeout?.agent, 30);
+  const refusals: Array<[string, string, RegExp]> = [
+    [
+      'artifacts = ["/app/x"]\n',
+      "",
+      /steps\[1\]\.artifacts: vf collects artifacts once, after the last step/,
+    ],
+    [
+      '[steps.verifier]\nenvironment_mode = "separate"\n',
+      "",
+      /steps\[1\]\.verifier\.environment_mode: vf runs a multi-step task's verifiers in the agent's sandbox/,
+    ],
+    ["", 'user = "bob"\n', /steps\[1\]\.agent\.user: vf runs every step as the task's agent user/],
+    [
+      "",
+      'network_mode = "public"\n',
+      /steps\[1\]\.agent\.network_mode: vf keeps one agent network/,
+    ],
+  ];
+  for (const [step, agent, want] of refusals) {
+    await write(dir.path, { "multi/task.toml": toml(step, agent) });
+    await assert.rejects(() => loadHarborTask(folder), want, `${step}${agent}`);
+  }
+});
+
+Deno.test("rollUp(): mean takes each reward key's mean over the verified steps (a key a step lacks counts 0), final the last verified step's rewards as they are", () => {
+  const steps: Parameters<typeof rollUp>[0] = [
+    { name: "a", reward: 1, rewards: { reward: 1, style: 1 } },
+    { name: "b", reward: 0, rewards: { reward: 0 } },
+  ];
+  assert.deepEqual(rollUp(steps, "mean"), {
+    reward: 0.5,
+    rewards: { reward: 0.5, style: 0.5 },
+    metrics: { steps_verified: 2 },
+    weights: { reward: 1 },
+  });
+  assert.deepEqual(rollUp(steps, "final").rewards, { reward: 0 });
+  assert.equal(rollUp([{ name: "a", reward: 3, rewards: { x: 1, y: 2 } }], "final").reward, 3);
+  assert.throws(() => rollUp([], "mean"), (e: Error) => e instanceof TaskError);
 });

@@ -1,0 +1,157 @@
+/**
+ * Harbor `[[steps]]` tasks through the real CLI on real Docker with a scripted model: each
+ * step's instruction in order in one agent sandbox, each step's verifier (the task's `tests/`
+ * with the step's over it, the step's verifier env) after its turn and out of the agent's
+ * sight during the next, `min_reward` stopping the trial, and `multi_step_reward_strategy`
+ * rolling the step rewards up; `vf validate` runs each step's gold answer.
+ * @module
+ */
+import assert from "node:assert/strict";
+import { basename, join } from "node:path";
+import { cleanupContainers } from "../mod.ts";
+import { startModelServer, type WireMessage } from "./model_server.ts";
+import { cliCommand, type CliResult, collect, transcript } from "./_cli.ts";
+
+// deno-lint-ignore no-explicit-any
+type Json = any;
+
+async function write(root: string, files: Record<string, string>): Promise<void> {
+  for (const [path, text] of Object.entries(files)) {
+    const full = join(root, path);
+    await Deno.mkdir(join(full, ".."), { recursive: true });
+    await Deno.writeTextFile(full, text);
+  }
+}
+
+async function vf(dir: string, args: string[]): Promise<CliResult & { runDir: string }> {
+  const res = await collect(cliCommand(args, { cwd: dir, env: {}, registry: false, docker: true }));
+  return { ...res, runDir: /^Saving traces to (.+)$/m.exec(res.stderr)?.[1] ?? "" };
+}
+
+function summary(res: CliResult): Json {
+  return JSON.parse(res.stdout.trim().split("\n").at(-1)!);
+}
+
+const ONE = "Step one: write one to /app/a.txt.\n";
+const TWO = "Step two: write two to /app/b.txt.\n";
+
+/** A two-step task folder; `gated` puts min_reward = 1 on step one, else the steps just average. */
+function task(name: string, gated: boolean): Record<string, string> {
+  return {
+    [`${name}/task.toml`]: `schema_version = "1.3"
+multi_step_reward_strategy = "mean"
+[environment]
+network_mode = "no-network"
+[agent]
+timeout_sec = 120.0
+[verifier]
+timeout_sec = 30.0
+[[steps]]
+name = "one"
+${gated ? "min_reward = 1.0\n" : ""}[steps.verifier]
+timeout_sec = 20.0
+[[steps]]
+name = "two"
+[steps.verifier]
+env = { STEP = "two" }
+`,
+    [`${name}/environment/Dockerfile`]: "FROM busybox:latest\nRUN mkdir -p /app\nWORKDIR /app\n",
+    // The task's tests/ holds a helper every step's test.sh uses.
+    [`${name}/tests/lib.sh`]:
+      'score() { if eval "$1"; then echo 1; else echo 0; fi > /logs/verifier/reward.txt; }\n',
+    [`${name}/steps/one/instruction.md`]: ONE,
+    [`${name}/steps/one/tests/test.sh`]:
+      ". /tests/lib.sh\nscore '[ \"$(cat /app/a.txt)\" = one ]'\n",
+    [`${name}/steps/one/solution/solve.sh`]: "#!/bin/sh\necho one > /app/a.txt\n",
+    [`${name}/steps/two/instruction.md`]: TWO,
+    [`${name}/steps/two/tests/test.sh`]:
+      '. /tests/lib.sh\nscore \'[ "$(cat /app/b.txt)" = two ] && [ "$STEP" = two ]\'\n',
+    [`${name}/steps/two/solution/solve.sh`]: "#!/bin/sh\necho two > /app/b.txt\n",
+  };
+}
+
+/**
+ * A model that answers each step's instruction with one bash command (`one` for step one,
+ * `two` for step two; each also lists /tests), then says it is done.
+ */
+function scripted(one: string, two: string) {
+  return startModelServer({
+    responder: ({ body }) => {
+      const msgs = body.messages as WireMessage[];
+      const lastUser = msgs.map((m) => m.role).lastIndexOf("user");
+      const text = String(msgs[lastUser].content);
+      const acted = msgs.slice(lastUser).some((m) => m.role === "assistant");
+      if (acted) return { content: "Done." };
+      const command = `ls /tests; ${text.startsWith("Step one") ? one : two}`;
+      return { content: null, tool_calls: [{ name: "bash", arguments: { command } }] };
+    },
+  });
+}
+
+Deno.test("Harbor [[steps]]: vf validate runs each step's gold answer and verifier (gold 1, untouched 0); vf run gives the agent each step's instruction in order in one sandbox, verifies each step, hides the tests between steps, and rolls up by multi_step_reward_strategy, with min_reward stopping the trial", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_steps_" });
+  const runDirs: string[] = [];
+  try {
+    await write(dir, { ...task("tasks/gated", true), ...task("tasks/mean", false) });
+    const v = await vf(dir, ["validate", "./tasks"]);
+    assert.equal(v.code, 0, transcript(v));
+    const s = summary(v);
+    assert.deepEqual(
+      s.results.map((r: Json) => [r.task, r.gold_reward, r.empty_reward, r.ok]),
+      [["gated", 1, 0, true], ["mean", 1, 0, true]],
+    );
+
+    // Every step done right: both tasks score 1, each step verified on the trace.
+    {
+      await using model = await scripted("echo one > /app/a.txt", "echo two > /app/b.txt");
+      const res = await vf(dir, ["run", "./tasks", "-m", "m", "-b", model.url, "-o", "out"]);
+      runDirs.push(res.runDir);
+      assert.equal(res.code, 0, transcript(res));
+      const ts = (await Deno.readTextFile(join(res.runDir, "traces.jsonl"))).trim().split("\n")
+        .map((l) => JSON.parse(l)).sort((a: Json, b: Json) => a.task.key.localeCompare(b.task.key));
+      for (const t of ts) {
+        assert.equal(t.error, null, JSON.stringify(t.error));
+        assert.equal(t.reward, 1, t.task.key);
+        assert.deepEqual(
+          t.info.harbor.steps.map((st: Json) => [st.name, st.reward]),
+          [["one", 1], ["two", 1]],
+        );
+        const users = t.messages.filter((m: Json) => m.role === "user").map((m: Json) => m.content);
+        assert.deepEqual(users, [ONE, TWO], "each step's instruction, in order");
+        // Neither step's agent saw the tests: not before step one, and not after its verifier.
+        assert.equal(t.tool_calls.length, 2);
+        for (const call of t.tool_calls) {
+          assert.match(call.output, /\/tests'?: No such file or directory/);
+        }
+      }
+    }
+
+    // Step one done wrong: the gated task stops after it (reward 0, step two never given);
+    // the ungated one goes on and averages 0 and 1.
+    {
+      await using model = await scripted("echo uno > /app/a.txt", "echo two > /app/b.txt");
+      const res = await vf(dir, ["run", "./tasks", "-m", "m", "-b", model.url, "-o", "out2"]);
+      runDirs.push(res.runDir);
+      assert.equal(res.code, 0, transcript(res));
+      const ts = Object.fromEntries(
+        (await Deno.readTextFile(join(res.runDir, "traces.jsonl"))).trim().split("\n")
+          .map((l) => JSON.parse(l)).map((t: Json) => [t.task.key, t]),
+      );
+      assert.equal(ts.gated.reward, 0);
+      assert.deepEqual(ts.gated.info.harbor.steps.map((st: Json) => st.name), ["one"]);
+      assert.deepEqual(
+        ts.gated.messages.filter((m: Json) => m.role === "user").map((m: Json) => m.content),
+        [ONE],
+        "below min_reward the next step's instruction is never given",
+      );
+      assert.equal(ts.mean.reward, 0.5);
+      assert.deepEqual(
+        ts.mean.info.harbor.steps.map((st: Json) => [st.name, st.reward]),
+        [["one", 0], ["two", 1]],
+      );
+    }
+  } finally {
+    for (const d of runDirs.filter(Boolean)) await cleanupContainers({ runId: basename(d) });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
