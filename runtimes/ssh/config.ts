@@ -74,7 +74,8 @@ export function traitsOf(spec: Pick<SshRuntimeSpec, "dedicated">): RuntimeTraits
     isolation: dedicated,
     users: "if-privileged",
     networkControl: false,
-    killProcesses: false,
+    // A dedicated host's processes of the sandbox are swept (by their VF_SANDBOX_ID).
+    killProcesses: dedicated,
     snapshots: false,
     ownNetwork: false,
     enclosed: false,

@@ -9,6 +9,13 @@
  * `capabilities.users` is true when commands can switch users: `runuser` when the login is
  * root, else passwordless `sudo -n`. The runtime never controls the network.
  *
+ * Every command starts with `VF_SANDBOX_ID=<id>` in its environment. On a dedicated host the
+ * processes that carry it are swept (stopped, then killed) by `killProcesses()` and before the
+ * host is handed to the next sandbox, so a daemon an agent left (`setsid`, a double fork) does
+ * not live on into an isolated grader's sandbox. Not by user: the login is often root, and a
+ * host's other processes (sshd, its services) run as the same user. A process that clears its
+ * environment (`env -i`) escapes the sweep.
+ *
  * Workspace: by default each runtime creates a fresh `/tmp/vf-<hex>` on start and removes it
  * on stop; a `workdir` given in the spec is created when missing and left in place.
  *
@@ -78,6 +85,7 @@ import {
   RUN_WRAPPER,
   shCommand,
   shellQuote,
+  SWEEP_TAGGED,
 } from "./shell.ts";
 
 /**
@@ -204,6 +212,7 @@ export class SshRuntime implements Runtime {
       isolation: spec.dedicated === true,
       users: false,
       network_control: false,
+      kill_processes: spec.dedicated === true,
     };
   }
 
@@ -336,7 +345,7 @@ export class SshRuntime implements Runtime {
     signal?.throwIfAborted();
     const started = performance.now();
     const cwd = this.#resolve(options.cwd ?? ".");
-    const env = { ...this.spec.env, ...options.env };
+    const env = { ...this.spec.env, ...options.env, VF_SANDBOX_ID: this.#id };
     for (const name of Object.keys(env)) {
       if (!ENV_NAME.test(name)) throw new TypeError(`Invalid environment variable name "${name}"`);
     }
@@ -481,6 +490,50 @@ export class SshRuntime implements Runtime {
   }
 
   /** Kills process trees through a second channel (kept free for this). */
+  /**
+   * Kills every process of this sandbox on a dedicated host, those that left its commands'
+   * trees included (see the module doc); the command channel's supervisors stay.
+   * @throws {SandboxStateError} on a shared host, where other users' processes could carry
+   * anything
+   * @throws {SandboxError} when some survive, or the host has no `/proc`
+   */
+  async killProcesses(options: { signal?: AbortSignal } = {}): Promise<void> {
+    this.#requireRunning();
+    if (!this.capabilities.kill_processes) {
+      throw new SandboxStateError(
+        `${this.#label()} is shared (not dedicated): vf does not sweep processes there`,
+      );
+    }
+    options.signal?.throwIfAborted();
+    const said = await this.#sweep();
+    if (said !== "0") {
+      throw new SandboxError(
+        `Cannot kill the processes left on ${this.#label()}: ${
+          said === "noproc"
+            ? "it has no /proc"
+            : /^\d+$/.test(said)
+            ? `${said} process(es) survived SIGKILL`
+            : `the sweep could not run (${said.slice(0, 300)})`
+        }`,
+      );
+    }
+  }
+
+  /** Runs {@link SWEEP_TAGGED} for this sandbox (as root when sudo can); returns what it said. */
+  async #sweep(): Promise<string> {
+    const tag = `VF_SANDBOX_ID=${this.#id}`;
+    let command = shCommand(SWEEP_TAGGED, [tag]);
+    if (this.#switch === "sudo" && this.#uid !== 0) {
+      command = `exec sudo -n /bin/sh -c ${shellQuote(SWEEP_TAGGED)} vf ${shellQuote(tag)}`;
+    }
+    const { code, stdout, stderr } = await within(
+      this.#capture(command),
+      60_000,
+    ) ?? { code: 124, stdout: new Uint8Array(), stderr: new TextEncoder().encode("timed out") };
+    const said = new TextDecoder().decode(stdout).trim();
+    return code === 0 ? said : `exit ${code}: ${new TextDecoder().decode(stderr).trim()}`;
+  }
+
   #killGroups(groups: number[]): Promise<void> {
     return this.#kill(KILL_TREES, groups);
   }
@@ -742,6 +795,8 @@ export class SshRuntime implements Runtime {
     this.#below.clear();
     if (below.length) await this.#kill(KILL_BELOW, below).catch(() => {});
     if (this.#options.disposable) return;
+    // The next sandbox on a dedicated host finds nothing of this one running.
+    if (this.spec.dedicated && this.#id) await this.#sweep().catch(() => {});
     // A workdir whose creation was cut off (the connection dropped before the reply) may
     // exist all the same: it is removed like a created one, or stays live in the ledger.
     const made = this.#created || this.#preparing;

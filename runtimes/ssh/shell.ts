@@ -131,3 +131,45 @@ exec cat "$1"`;
 export const WRITE_FILE = `d=$(dirname -- "$1")
 mkdir -p -- "$d" || exit 1
 cat >"$1" && chmod "$2" "$1"`;
+
+/**
+ * The sweep of a dedicated host: kills every process whose initial environment carries the
+ * sandbox's tag (`$1`, `VF_SANDBOX_ID=vf-<hex>`, which every command of the sandbox is started
+ * with), so a daemon that left its tree (`setsid`, a double fork) cannot act after the sandbox
+ * is released. Each is stopped as it is found (so none forks away), pass after pass until a
+ * pass finds no new one, then all are SIGKILLed and waited for (2 s at most). Prints the number
+ * still alive (0 on success), or `noproc` without `/proc`.
+ */
+export const SWEEP_TAGGED = `tag=$1
+me=$$
+[ -d /proc/self ] || { echo noproc; exit 0; }
+stopped=" "
+changed=1
+while [ "$changed" = 1 ]; do
+  changed=0
+  for f in $(grep -laF -- "$tag" /proc/[0-9]*/environ 2>/dev/null); do
+    n=\${f#/proc/}
+    n=\${n%/environ}
+    [ "$n" = "$me" ] && continue
+    case "$stopped" in *" $n "*) continue ;; esac
+    kill -STOP "$n" 2>/dev/null || continue
+    stopped="$stopped$n "
+    changed=1
+  done
+done
+for n in $stopped; do kill -KILL "$n" 2>/dev/null; done
+left=0
+ticks=0
+for n in $stopped; do
+  while :; do
+    st=Z
+    while read -r k v rest; do
+      if [ "$k" = "State:" ]; then st=$v; break; fi
+    done 2>/dev/null <"/proc/$n/status"
+    case $st in Z|X) break ;; esac
+    if [ "$ticks" -ge 40 ]; then left=$((left + 1)); break; fi
+    ticks=$((ticks + 1))
+    sleep 0.05 2>/dev/null || sleep 1
+  done
+done
+echo "$left"`;
