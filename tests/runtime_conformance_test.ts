@@ -71,7 +71,19 @@ const SSH_SPEC: RuntimeSpec = {
   env: SPEC_ENV,
 };
 
-const TARGETS: Array<{ name: string; spec: RuntimeSpec }> = [
+// The podman targets: podman's Engine API sockets, as root and rootless (tests/setup.sh starts
+// both services and imports the same two images into them). The docker runtime reaches them
+// through DOCKER_HOST or, as here, an engine client of its own.
+const PODMAN_SOCK = Deno.env.get("VF_PODMAN_SOCK") ?? "/run/podman/podman.sock";
+const rootlessUid = new TextDecoder().decode(
+  new Deno.Command("id", { args: ["-u", Deno.env.get("VF_PODMAN_USER") ?? "vf-rootless"] })
+    .outputSync().stdout,
+).trim();
+const PODMAN_ROOTLESS_SOCK = `/run/user/${rootlessUid}/podman/podman.sock`;
+const podman = new DockerEngine(`unix://${PODMAN_SOCK}`);
+const podmanRootless = new DockerEngine(`unix://${PODMAN_ROOTLESS_SOCK}`);
+
+const TARGETS: Array<{ name: string; spec: RuntimeSpec; engine?: DockerEngine }> = [
   {
     name: "docker busybox",
     spec: { type: "docker", image: "busybox", workdir: "/workspace", env: SPEC_ENV },
@@ -89,6 +101,21 @@ const TARGETS: Array<{ name: string; spec: RuntimeSpec }> = [
   {
     name: "docker python:3.11-slim",
     spec: { type: "docker", image: "python:3.11-slim", workdir: "/workspace", env: SPEC_ENV },
+  },
+  {
+    name: "podman busybox (root)",
+    spec: { type: "docker", image: "busybox", workdir: "/workspace", env: SPEC_ENV },
+    engine: podman,
+  },
+  {
+    name: "podman python:3.11-slim (root)",
+    spec: { type: "docker", image: "python:3.11-slim", workdir: "/workspace", env: SPEC_ENV },
+    engine: podman,
+  },
+  {
+    name: "podman busybox (rootless)",
+    spec: { type: "docker", image: "busybox", workdir: "/workspace", env: SPEC_ENV },
+    engine: podmanRootless,
   },
   { name: "subprocess", spec: { type: "subprocess", workdir: "/workspace", env: SPEC_ENV } },
   { name: "ssh (sshd in a network namespace)", spec: SSH_SPEC },
@@ -117,6 +144,17 @@ const TARGETS: Array<{ name: string; spec: RuntimeSpec }> = [
 
 const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
 
+/** A target's runtime: on the target's own engine when it names one. */
+function runtimeOf(
+  target: { spec: RuntimeSpec; engine?: DockerEngine },
+  options: { runId?: string; task?: string } = {},
+): Runtime {
+  if (target.engine && target.spec.type === "docker") {
+    return new DockerRuntime(target.spec, { ...options, engine: target.engine });
+  }
+  return createRuntime(target.spec, options);
+}
+
 /** Command lines of the processes matching `pattern`, as seen from inside the runtime. */
 async function processesMatching(rt: Runtime, pattern: string): Promise<string[]> {
   const script = "for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null; echo; done";
@@ -134,6 +172,8 @@ function closingEngines(fn: (t: Deno.TestContext) => Promise<void>) {
       await fn(t);
     } finally {
       await DockerEngine.closeShared();
+      await podman.close();
+      await podmanRootless.close();
       await sshConnectionsClosed();
       await closeKubeClients();
     }
@@ -144,9 +184,12 @@ function closingEngines(fn: (t: Deno.TestContext) => Promise<void>) {
  * Asserts a stopped runtime left nothing behind: no container, no temp dir, or (ssh, whose
  * workdir here is the spec's and so kept) no SSH connection to the host.
  */
-async function assertRemoved(target: { spec: RuntimeSpec }, id: string): Promise<void> {
+async function assertRemoved(
+  target: { spec: RuntimeSpec; engine?: DockerEngine },
+  id: string,
+): Promise<void> {
   if (target.spec.type === "docker") {
-    assert.equal(await DockerEngine.shared().inspectContainer(id), undefined);
+    assert.equal(await (target.engine ?? DockerEngine.shared()).inspectContainer(id), undefined);
   } else if (target.spec.type === "kubernetes") {
     const standin = target.spec.kubeconfig!.endsWith("v5.yaml") ? kubeV5 : kubeV4;
     assert.ok(!standin.pods().some((p) => p.endsWith(`/${id}`)), `pod ${id} was deleted`);
@@ -172,7 +215,7 @@ for (const target of TARGETS) {
   Deno.test(
     `${target.name}: conforms to the Runtime contract`,
     closingEngines(async (t) => {
-      await using rt = createRuntime(target.spec, { runId: RUN_ID, task: "conformance" });
+      await using rt = runtimeOf(target, { runId: RUN_ID, task: "conformance" });
       assert.equal(rt.id, "");
       await rt.start();
       assert.notEqual(rt.id, "");
@@ -385,7 +428,7 @@ for (const target of TARGETS) {
         assert.ok(names.includes("out/nested/b.txt"), `entries: ${names}`);
         await assert.rejects(rt.archiveOut("no-such-dir"), SandboxFileNotFoundError);
 
-        await using second = createRuntime(target.spec, { runId: RUN_ID });
+        await using second = runtimeOf(target, { runId: RUN_ID });
         await second.start();
         await second.archiveIn("/restored/here", tar);
         assert.equal(text(await second.read("/restored/here/out/a.txt")), "A\n");
@@ -463,18 +506,18 @@ for (const target of TARGETS) {
     closingEngines(async () => {
       let id = "";
       {
-        await using rt = createRuntime(target.spec, { runId: RUN_ID });
+        await using rt = runtimeOf(target, { runId: RUN_ID });
         await rt.start();
         id = rt.id;
         assert.equal((await rt.run(["true"])).exit_code, 0);
       }
       await assertRemoved(target, id);
-      const never = createRuntime(target.spec);
+      const never = runtimeOf(target);
       await never.stop();
       await never.stop();
 
       // stop() while start() is still running: start rejects and nothing is left behind.
-      const racing = createRuntime(target.spec, { runId: RUN_ID });
+      const racing = runtimeOf(target, { runId: RUN_ID });
       const starting = racing.start();
       await racing.stop();
       await assert.rejects(starting, SandboxStateError);
@@ -516,6 +559,47 @@ Deno.test(
     const { stdout } = await rt.run(["cat", "/proc/net/dev"]);
     assert.match(stdout, /eth0:/);
     assert.equal(rt.workdir, "/");
+  }),
+);
+
+Deno.test(
+  "podman (root): a container has labels, limits, an init and the bridge network it asked for",
+  closingEngines(async () => {
+    await using rt = new DockerRuntime({
+      type: "docker",
+      image: "busybox",
+      cpu: 0.5,
+      memory: "256m",
+      network: true,
+      labels: { team: "vf" },
+    }, { runId: RUN_ID, task: "task-7", engine: podman });
+    await rt.start();
+    const info = (await podman.inspectContainer(rt.id))!;
+    const labels = (info.Config as { Labels: Record<string, string> }).Labels;
+    assert.equal(labels["vf.run_id"], RUN_ID);
+    assert.equal(labels.team, "vf");
+    const host = info.HostConfig as Record<string, unknown>;
+    assert.deepEqual([host.NanoCpus, host.Memory], [500_000_000, 256 * 1024 * 1024]);
+    assert.match((await rt.run(["cat", "/proc/net/dev"])).stdout, /eth0:/);
+    // catatonit (podman's --init) is the container's first process, reaping what commands leave.
+    assert.match((await rt.run(["cat", "/proc/1/cmdline"])).stdout, /^\/run\/podman-init\0/);
+  }),
+);
+
+Deno.test(
+  "podman: plain execs report a missing working directory and command as docker does",
+  closingEngines(async () => {
+    for (const engine of [podman, podmanRootless]) {
+      await using rt = new DockerRuntime(
+        { type: "docker", image: "busybox", execChannel: false },
+        { runId: RUN_ID, engine },
+      );
+      await rt.start();
+      await assert.rejects(rt.run(["true"], { cwd: "/no/such/dir" }), SandboxFileNotFoundError);
+      const missing = await rt.run(["vf-no-such-command"]);
+      assert.deepEqual([missing.exit_code, missing.stdout], [127, ""]);
+      assert.equal(missing.stderr, "vf-no-such-command: command not found\n");
+    }
   }),
 );
 

@@ -7,27 +7,36 @@
 # answer, and builds the two local images the tests use (no registry is reachable here):
 #   busybox:latest     busybox-static in an otherwise empty root
 #   python:3.11-slim   a debootstrapped Debian bookworm root with python3 (cached tarball)
-# Images are imported through the Engine API with curl; the docker CLI is not needed.
+# Images are imported through the Engine API with curl; the docker CLI is not needed. The same
+# two images go into podman's services (root and rootless), started here too (see podman below).
 # Elsewhere it prints what is missing and fails only when Docker is not usable.
 set -euo pipefail
 
 SOCK="${VF_DOCKER_SOCK:-/var/run/docker.sock}"
 CACHE=/var/cache/vf-images
+# Podman's Engine API sockets: the root service, and a rootless one run as PODMAN_USER.
+PODMAN_SOCK="${VF_PODMAN_SOCK:-/run/podman/podman.sock}"
+PODMAN_USER="${VF_PODMAN_USER:-vf-rootless}"
+PODMAN_CONF=/etc/vf/podman-containers.conf
 # python3-zmq, python3-msgpack and python3-jsonschema: the trainer-side DEALER clients of
 # tests/zmq_serve_test.ts (the current wire's checks traces against a JSON Schema)
 # (Debian's /usr/bin/python3, whatever python3 comes first on PATH).
+# podman, catatonit (its --init), runc, uidmap and fuse-overlayfs (rootless) and dnsname (service
+# names on podman networks): the podman targets of tests/runtime_conformance_test.ts.
 PACKAGES=(docker.io busybox-static debootstrap iproute2 openssh-server curl openssl chromium
-  python3-zmq python3-msgpack python3-jsonschema)
+  python3-zmq python3-msgpack python3-jsonschema podman catatonit runc uidmap fuse-overlayfs
+  golang-github-containernetworking-plugin-dnsname)
 START=$(date +%s)
 
 log() { printf 'setup: %s\n' "$*"; }
 
 engine_up() {
-  curl -fsS --max-time 3 --unix-socket "$SOCK" http://localhost/_ping >/dev/null 2>&1
+  curl -fsS --max-time 3 --unix-socket "${2:-$SOCK}" http://localhost/_ping >/dev/null 2>&1
 }
 
 image_present() {
-  curl -fsS --max-time 10 --unix-socket "$SOCK" "http://localhost/images/$1/json" >/dev/null 2>&1
+  curl -fsS --max-time 10 --unix-socket "${2:-$SOCK}" "http://localhost/images/$1/json" \
+    >/dev/null 2>&1
 }
 
 is_debian_root() {
@@ -152,11 +161,24 @@ import_image_curl() {
 }
 
 # -- images -------------------------------------------------------------------------------
+BUSYBOX_CMD='CMD ["sh"]'
+BASE_PATH='ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+BUSYBOX_TAR="$CACHE/busybox-rootfs.tar"
+
 build_busybox() {
   if image_present busybox:latest; then
     log "image busybox:latest already present"
     return
   fi
+  busybox_rootfs
+  import_image_curl "$BUSYBOX_TAR" busybox latest "$BUSYBOX_CMD" "$BASE_PATH"
+  log "built image busybox:latest from busybox-static"
+}
+
+# busybox-static in an otherwise empty root, cached as a tarball (Docker and podman import it).
+busybox_rootfs() {
+  [ -s "$BUSYBOX_TAR" ] && return
+  mkdir -p "$CACHE"
   local bb=/bin/busybox
   [ -x "$bb" ] || { log "busybox-static is not installed (/bin/busybox missing)"; exit 1; }
   local root
@@ -175,12 +197,9 @@ build_busybox() {
   printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' \
     >"$root/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
-  local tarball=/tmp/vf-busybox-rootfs.tar
-  tar --numeric-owner --owner=0 --group=0 -C "$root" -cf "$tarball" .
-  import_image_curl "$tarball" busybox latest 'CMD ["sh"]' \
-    'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
-  rm -rf "$root" "$tarball"
-  log "built image busybox:latest from busybox-static"
+  tar --numeric-owner --owner=0 --group=0 -C "$root" -cf "$BUSYBOX_TAR.partial" .
+  mv "$BUSYBOX_TAR.partial" "$BUSYBOX_TAR"
+  rm -rf "$root"
 }
 
 # Every binary ("deb") entry the apt folder $1 names, one a line: "URI<TAB>suites<TAB>components".
@@ -263,11 +282,20 @@ debian_mirror() {
   printf '%s' "${best:-http://deb.debian.org/debian}"
 }
 
+PYTHON_TAR="$CACHE/python-3.11-slim-bookworm.tar"
+PYTHON_CHANGES=('CMD ["python3"]' "$BASE_PATH" 'ENV LANG=C.UTF-8')
+
 build_python() {
   if image_present python:3.11-slim; then
     log "image python:3.11-slim already present"
     return
   fi
+  python_rootfs
+  import_image_curl "$PYTHON_TAR" python 3.11-slim "${PYTHON_CHANGES[@]}"
+  log "built image python:3.11-slim from Debian bookworm"
+}
+
+python_rootfs() {
   mkdir -p "$CACHE"
   local tarball="$CACHE/python-3.11-slim-bookworm.tar"
   if [ ! -s "$tarball" ]; then
@@ -296,9 +324,115 @@ build_python() {
   else
     log "using the cached root filesystem $tarball"
   fi
-  import_image_curl "$tarball" python 3.11-slim 'CMD ["python3"]' \
-    'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' 'ENV LANG=C.UTF-8'
-  log "built image python:3.11-slim from Debian bookworm"
+}
+
+# -- podman ---------------------------------------------------------------------------------
+# Podman's service speaks the Docker Engine API; vf's docker runtime reaches it through
+# DOCKER_HOST. Two services: as root on PODMAN_SOCK, and rootless as PODMAN_USER on
+# /run/user/<uid>/podman/podman.sock. Their settings live in vf's own containers.conf
+# (CONTAINERS_CONF), never in /etc/containers: podman's defaults ask for more open files and
+# processes than a host without CAP_SYS_RESOURCE can grant (every start fails with "setrlimit:
+# Operation not permitted"), and crun refuses hybrid cgroup v1/v2 hosts, where runc works.
+podman_conf() {
+  [ -s "$PODMAN_CONF" ] && return
+  mkdir -p "$(dirname "$PODMAN_CONF")"
+  local nofile nproc
+  nofile=$(ulimit -Hn)
+  nproc=$(ulimit -Hu)
+  { [ "$nofile" = unlimited ] || [ "$nofile" -gt 1048576 ]; } && nofile=1048576
+  # The service lowers its own process limit to 32768; a container may not ask for more.
+  { [ "$nproc" = unlimited ] || [ "$nproc" -gt 32768 ]; } && nproc=32768
+  {
+    printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' \
+      "$nofile" "$nofile" "$nproc" "$nproc"
+    if [ -d /sys/fs/cgroup/unified ] && command -v runc >/dev/null 2>&1; then
+      printf '[engine]\nruntime = "runc"\n'
+    fi
+  } >"$PODMAN_CONF"
+  log "wrote $PODMAN_CONF"
+}
+
+# start_podman_service SOCKET [USER]: starts `podman system service` unless SOCKET answers.
+start_podman_service() {
+  local sock=$1 user=${2:-} i
+  if engine_up "" "$sock"; then
+    log "podman already answering at $sock"
+    return
+  fi
+  local dir
+  dir=$(dirname "$sock")
+  mkdir -p "$dir"
+  local conf=${CONTAINERS_CONF:-$PODMAN_CONF}
+  local log_file="/tmp/vf-podman-${user:-root}.log"
+  if [ -z "$user" ]; then
+    log "starting podman system service on $sock (log: $log_file)"
+    CONTAINERS_CONF=$conf setsid nohup podman system service --time=0 "unix://$sock" \
+      >"$log_file" 2>&1 </dev/null 9>&- &
+  else
+    local uid home
+    uid=$(id -u "$user")
+    home=$(getent passwd "$user" | cut -d: -f6)
+    chown "$user" "$dir" "$(dirname "$dir")"
+    chmod 700 "$dir" "$(dirname "$dir")"
+    log "starting rootless podman system service as $user on $sock (log: $log_file)"
+    # runuser waits for podman, so it too must hold neither the lock nor our output.
+    (cd / && exec setsid nohup runuser -u "$user" -- env HOME="$home" \
+      XDG_RUNTIME_DIR="/run/user/$uid" CONTAINERS_CONF="$conf" \
+      podman system service --time=0 "unix://$sock") >"$log_file" 2>&1 </dev/null 9>&- &
+  fi
+  for i in $(seq 1 30); do
+    engine_up "" "$sock" && { log "podman answered after ${i}s"; return; }
+    sleep 1
+  done
+  tail -20 "$log_file" >&2
+  log "podman did not answer on $sock; see $log_file"
+  exit 1
+}
+
+# import_podman_image SOCKET TARBALL REPO TAG CHANGES...: podman's compat import ignores `tag`
+# (it names the image REPO:latest), so the image is tagged afterwards and a REPO:latest that
+# was not there before is untagged again.
+import_podman_image() {
+  local sock=$1 tarball=$2 repo=$3 tag=$4
+  shift 4
+  if image_present "$repo:$tag" "$sock"; then
+    log "podman image $repo:$tag already present at $sock"
+    return
+  fi
+  local had_latest=0 url out id c
+  image_present "$repo:latest" "$sock" && had_latest=1
+  url="http://localhost/images/create?fromSrc=-&repo=${repo}&tag=${tag}"
+  for c in "$@"; do url+="&changes=$(urlencode "$c")"; done
+  out=$(curl -fsS --unix-socket "$sock" -X POST -H 'Content-Type: application/x-tar' \
+    --data-binary "@$tarball" "$url")
+  id=$(printf '%s' "$out" | grep -o '"id":"sha256:[0-9a-f]*"' | head -1 | cut -d'"' -f4)
+  [ -n "$id" ] || { log "podman import of $repo:$tag failed: $out"; exit 1; }
+  if [ "$tag" != latest ]; then
+    curl -fsS --unix-socket "$sock" -X POST \
+      "http://localhost/images/$id/tag?repo=$repo&tag=$tag" >/dev/null
+    [ $had_latest = 1 ] ||
+      curl -fsS --unix-socket "$sock" -X DELETE "http://localhost/images/$repo:latest" >/dev/null
+  fi
+  log "imported $repo:$tag into podman at $sock"
+}
+
+setup_podman() {
+  command -v podman >/dev/null 2>&1 || { log "podman is not installed"; exit 1; }
+  podman_conf
+  busybox_rootfs
+  python_rootfs
+  start_podman_service "$PODMAN_SOCK"
+  import_podman_image "$PODMAN_SOCK" "$BUSYBOX_TAR" busybox latest "$BUSYBOX_CMD" "$BASE_PATH"
+  import_podman_image "$PODMAN_SOCK" "$PYTHON_TAR" python 3.11-slim "${PYTHON_CHANGES[@]}"
+  # Rootless: a user of its own, with subordinate ids (useradd assigns them, given uidmap).
+  if ! id -u "$PODMAN_USER" >/dev/null 2>&1; then
+    useradd --create-home --shell /usr/sbin/nologin "$PODMAN_USER"
+    log "created user $PODMAN_USER for rootless podman"
+  fi
+  local sock
+  sock="/run/user/$(id -u "$PODMAN_USER")/podman/podman.sock"
+  start_podman_service "$sock" "$PODMAN_USER"
+  import_podman_image "$sock" "$BUSYBOX_TAR" busybox latest "$BUSYBOX_CMD" "$BASE_PATH"
 }
 
 # -- agent CLIs ------------------------------------------------------------------------------
@@ -354,6 +488,7 @@ if is_debian_root; then
   start_dockerd
   build_busybox
   build_python
+  setup_podman
   fetch_agent_clis
   fetch_mcp_packages
   log "done in $(($(date +%s) - START))s"

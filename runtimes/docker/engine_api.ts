@@ -73,6 +73,11 @@ export interface PathStat {
   linkTarget: string;
 }
 
+/** True when a {@linkcode PathStat} mode describes a symlink (Go's `os.ModeSymlink`). */
+export function isSymlinkMode(mode: number): boolean {
+  return Math.floor(mode / 2 ** 27) % 2 === 1;
+}
+
 /** True when a {@linkcode PathStat} mode describes a directory. */
 export function isDirectoryMode(mode: number): boolean {
   return mode >= 2 ** 31;
@@ -904,7 +909,11 @@ function decodeStat(value: string | string[] | undefined): PathStat | undefined 
   if (typeof value !== "string" || !value) return undefined;
   try {
     const json = new TextDecoder().decode(Uint8Array.from(atob(value), (c) => c.charCodeAt(0)));
-    return JSON.parse(json) as PathStat;
+    const stat = JSON.parse(json) as PathStat;
+    // Podman fills `linkTarget` with the resolved path of every entry, links or not; only a
+    // symlink (mode bit 27, as Docker sets it) has a target to follow.
+    if (!isSymlinkMode(stat.mode)) stat.linkTarget = "";
+    return stat;
   } catch {
     return undefined;
   }

@@ -153,6 +153,13 @@ export interface DockerRuntimeOptions {
   ledger?: Ledger | null;
 }
 
+/**
+ * What podman's service writes instead of an exec's output when its attach to a short-lived
+ * exec loses the race with the process's exit (containers/podman#3302, #11446).
+ */
+const PODMAN_ATTACH_LOST =
+  /^Error: read unixpacket [^\n]*attach: read: connection reset by peer\n?$/;
+
 /** A Docker container as a {@linkcode Runtime}. */
 export class DockerRuntime implements Runtime {
   readonly type = "docker";
@@ -499,9 +506,22 @@ export class DockerRuntime implements Runtime {
     let exitCode = await this.#exitCode(execId);
     let out = decodeChunks(stdout);
     let err = decodeChunks(stderr);
-    if (exitCode === 126 && err === "" && out.startsWith("OCI runtime exec failed")) {
-      // runc could not start the process; it reports that on stdout. Normalise to what a
-      // shell (and the subprocess runtime) reports.
+    // The OCI runtime could not start the process: Docker reports that on stdout with 126,
+    // Podman on stderr ("Error: runc: exec failed: ...") with 127. Normalise to what a shell
+    // (and the subprocess runtime) reports.
+    const dockerFailure = exitCode === 126 && err === "" &&
+      out.startsWith("OCI runtime exec failed");
+    const podmanFailure = (exitCode === 126 || exitCode === 127) && out === "" &&
+      /^Error: [\w.-]+: exec failed: /.test(err);
+    if (out === "" && PODMAN_ATTACH_LOST.test(err)) {
+      throw new SandboxError(
+        `The engine lost the output of "${describeArgv(argv)}" in container ` +
+          `"${this.#short()}": podman's exec attach was reset (${err.trim()}); the command may ` +
+          `have run; keep the command channel on (execChannel, the default) with podman`,
+      );
+    }
+    if (dockerFailure || podmanFailure) {
+      if (podmanFailure) out = err;
       if (/chdir to cwd/.test(out)) {
         throw new SandboxFileNotFoundError(
           options.cwd ?? this.#workdir,
