@@ -5,6 +5,7 @@
  * @module
  */
 import type { ChatClient } from "../model/client.ts";
+import type { ComposeCache } from "../services/cache.ts";
 import type { Semaphore } from "../model/limits.ts";
 import { ConfigError, EnvError, serializeError } from "../errors.ts";
 import type { Harness } from "../tasks/harness.ts";
@@ -65,6 +66,8 @@ export interface EpisodeScope {
   sharedTools?: Toolbox;
   /** The run's Compose file for tasks without services of their own (trainable roles). */
   services?: string;
+  /** Where the run's Compose specs are parsed, once for the whole run. */
+  composeCache?: ComposeCache;
   /** The run's fork groups (`fork_group`), for trainable roles' runs. */
   forks?: GroupForks;
   /** Interactions not closed yet: the episode closes them if its Env did not. */
@@ -151,6 +154,7 @@ export class EpisodeAgent {
       toolsets: this.trainable ? this.#scope.toolsets : undefined,
       sharedTools: this.trainable ? this.#scope.sharedTools : undefined,
       services: this.trainable ? this.#scope.services : undefined,
+      composeCache: this.#scope.composeCache,
       forks: this.trainable ? this.#scope.forks : undefined,
     });
     rollout.trace.attempt = this.#runs++;

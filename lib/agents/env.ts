@@ -20,6 +20,7 @@
 import type { z } from "npm:zod@^4.6.0";
 import { EnvError, JudgeVerdictError, type SerializedError, serializeError } from "../errors.ts";
 import { Semaphore } from "../model/limits.ts";
+import type { ComposeCache } from "../services/cache.ts";
 import type { Task } from "../tasks/task.ts";
 import { type TaskTrace, TRACE_FORMAT_VERSION } from "../tasks/trace.ts";
 import type { RolloutRecord } from "../tasks/rollout/mod.ts";
@@ -148,6 +149,8 @@ export interface RunEpisodeOptions {
   sharedTools?: EpisodeScope["sharedTools"];
   /** The run's Compose file (`[env.services] compose`). */
   services?: string;
+  /** Where Compose specs are parsed, once for every episode sharing it; default each rollout's own. */
+  composeCache?: ComposeCache;
   /** The run's fork groups (`fork_group`): trainable roles' rollouts of a task share one setup. */
   forks?: EpisodeScope["forks"];
   /**
@@ -255,6 +258,7 @@ export async function runEpisode(
         toolsets: options.toolsets,
         sharedTools: options.sharedTools,
         services: options.services,
+        composeCache: options.composeCache,
         forks: options.forks,
         interactions,
         traces: new Set(),

@@ -13,6 +13,7 @@ import { traitsOfConfig } from "../../runtimes/config.ts";
 import type { ChatClient } from "../model/client.ts";
 import { ConfigError, EnvError, serializeError } from "../errors.ts";
 import { seededShuffle } from "../random.ts";
+import { ComposeCache } from "../services/cache.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import { Toolbox } from "../tools/toolbox.ts";
@@ -66,6 +67,8 @@ export interface RunTasksetOptions {
   toolsets?: ToolsetSpec[];
   /** `[env.services] compose`: the Compose file of tasks without services of their own. */
   services?: string;
+  /** Where Compose specs are parsed (the CLI's, which checked the file); default one for this run. */
+  composeCache?: ComposeCache;
   /**
    * Task-config keys every task must have received (plugged `rewards`, `metrics`, `stops`):
    * a taskset that does not pass its task config to its tasks would drop them silently.
@@ -310,7 +313,7 @@ export async function runTaskset(
       writer,
       total: tasks.length * r,
       written: episodes.length,
-      episode: { sharedTools, forks },
+      episode: { sharedTools, forks, composeCache: options.composeCache ?? new ComposeCache() },
     });
   } finally {
     try {
@@ -447,7 +450,7 @@ async function runJobs(
     writer: EpisodeWriter;
     total: number;
     written: number;
-    episode: Pick<Parameters<typeof runEpisode>[2], "sharedTools" | "forks">;
+    episode: Pick<Parameters<typeof runEpisode>[2], "sharedTools" | "forks" | "composeCache">;
   },
 ): Promise<unknown> {
   const { env, options, episodes, writer, total } = run;

@@ -23,6 +23,7 @@ import { z } from "npm:zod@^4.6.0";
 import type { Env, Episode } from "../agents/env.ts";
 import { EPISODE_FORMAT_VERSION, runEpisode, type RunEpisodeOptions } from "../agents/env.ts";
 import { formatRows } from "../data/formatting.ts";
+import { ComposeCache } from "../services/cache.ts";
 import { ConfigError } from "../errors.ts";
 import type { EnvironmentHandle } from "../eval/evaluate.ts";
 import type { ChatClient } from "../model/client.ts";
@@ -176,6 +177,8 @@ export interface TasksetRunnerOptions {
   toolsets?: RunEpisodeOptions["toolsets"];
   sharedTools?: RunEpisodeOptions["sharedTools"];
   services?: string;
+  /** Where Compose specs are parsed, once for the server's life; default one of its own. */
+  composeCache?: ComposeCache;
   /** Called when the server closes: releases shared toolsets, sandbox pools. */
   onClose?: () => Promise<void>;
 }
@@ -197,6 +200,7 @@ export interface TasksetRunnerOptions {
  */
 export function tasksetRunner(taskset: Taskset, options: TasksetRunnerOptions): EpisodeRunner {
   const runId = options.runId ?? `serve-${crypto.randomUUID().slice(0, 8)}`;
+  const composeCache = options.composeCache ?? new ComposeCache();
   return {
     id: taskset.id,
     async run(request: EpisodeRequest, signal: AbortSignal) {
@@ -218,6 +222,7 @@ export function tasksetRunner(taskset: Taskset, options: TasksetRunnerOptions): 
           toolsets: options.toolsets,
           sharedTools: options.sharedTools,
           services: options.services,
+          composeCache,
         });
       } finally {
         await env.stop();

@@ -16,7 +16,7 @@ import { ConfigError, InfraError } from "../../errors.ts";
 import type { EgressDenial } from "../../gateway/gateway.ts";
 import { type NetworkPolicy, OPEN_POLICY, parseNetworkPolicy } from "../../gateway/policy.ts";
 import type { Judge } from "../../scoring/judges/judge.ts";
-import { loadServices, type ServicesSpec } from "../../services/compose.ts";
+import type { ServicesSpec } from "../../services/compose.ts";
 import { Enclosure } from "../enclosure.ts";
 import type { SandboxRecord } from "../record.ts";
 import { acquireSandbox } from "../sandbox.ts";
@@ -293,9 +293,8 @@ export async function scoreIsolated(s: RolloutState): Promise<TaskScores> {
     return Promise.resolve(policy);
   });
   // Services for the grader, fresh, when the task asks (`scoring.services`).
-  const compose = s.compose;
-  const graderServices = scoring.services && compose !== null
-    ? await inPhase("scoring", () => loadServices(compose))
+  const graderServices = scoring.services && s.compose !== null
+    ? await inPhase("scoring", () => s.services())
     : null;
   // The artifacts are collected while the grader starts and runs the task's setup, which
   // does not need them; the agent's sandbox is removed once they are out, off the critical

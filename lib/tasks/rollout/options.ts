@@ -6,6 +6,7 @@
 import type { SandboxSource } from "../../../runtimes/pool.ts";
 import type { Runtime, RuntimeSpec } from "../../../runtimes/runtime.ts";
 import type { ChatClient } from "../../model/client.ts";
+import type { ComposeCache } from "../../services/cache.ts";
 import type { Judge } from "../../scoring/judges/judge.ts";
 import type { Toolbox, ToolboxRecord } from "../../tools/toolbox.ts";
 import type { ToolsetSpec } from "../../tools/toolset.ts";
@@ -87,6 +88,8 @@ export interface TaskRolloutOptions {
   sharedTools?: Toolbox;
   /** A Compose file for tasks that declare no services of their own (`[env.services]`). */
   services?: string;
+  /** Where Compose specs are parsed, once for every rollout sharing it; default this rollout's own. */
+  composeCache?: ComposeCache;
 }
 
 /** One segment of a rollout: what the agent did after the user's turn, and whether it can go on. */

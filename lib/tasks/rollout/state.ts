@@ -8,7 +8,7 @@ import type { SandboxSlot } from "../../../runtimes/limits.ts";
 import type { Runtime, RuntimeSpec } from "../../../runtimes/runtime.ts";
 import type { EgressDenial, GatewayRoute } from "../../gateway/gateway.ts";
 import { CLOSED_POLICY, type NetworkPolicy, parseNetworkPolicy } from "../../gateway/policy.ts";
-import { loadServices } from "../../services/compose.ts";
+import { ComposeCache, type LoadedServices } from "../../services/cache.ts";
 import type { Toolbox, ToolboxRecord } from "../../tools/toolbox.ts";
 import { Enclosure } from "../enclosure.ts";
 import type { ForkLead, ForkMember } from "../fork.ts";
@@ -51,6 +51,7 @@ export class RolloutState {
   agentStopping: Promise<void> | undefined;
   /** Grading sandboxes' removals, started as soon as their scores were in. */
   readonly graderStopping: Promise<void>[] = [];
+  #composeCache: ComposeCache | undefined;
 
   constructor(options: TaskRolloutOptions) {
     this.options = options;
@@ -144,6 +145,14 @@ export class RolloutState {
     return this.options.task.deploymentSpec() ?? this.options.services ?? null;
   }
 
+  /** The task's services, parsed once per run (the run's cache, else this rollout's); null: none. */
+  services(): Promise<LoadedServices | null> {
+    const compose = this.compose;
+    if (compose === null) return Promise.resolve(null);
+    this.#composeCache ??= this.options.composeCache ?? new ComposeCache();
+    return this.#composeCache.load(compose);
+  }
+
   /** Stop the agent's sandbox if this rollout owns it and still holds it, then its enclosure. */
   async stopAgent(): Promise<void> {
     const agent = this.agent;
@@ -177,12 +186,11 @@ export class RolloutState {
   ): Promise<RuntimeSpec> {
     const { task, policy, runId, model } = this.options;
     const { signal, onQueue } = options;
-    const compose = this.compose;
     const needs = {
       runId,
       task: task.key,
       model,
-      services: compose === null ? null : await loadServices(compose),
+      services: await this.services(),
       gateway: policy.harness.needsGateway === true,
       egress: this.egress !== null,
       alias: "agent",
