@@ -14,6 +14,7 @@ import { cmdCompare } from "./lib/cli/compare.ts";
 import { cmdDemo } from "./lib/cli/demo.ts";
 import { cmdEval } from "./lib/cli/eval.ts";
 import { cmdExport, cmdImport } from "./lib/cli/exchange.ts";
+import { cmdCtl } from "./lib/cli/ctl.ts";
 import { cmdInit } from "./lib/cli/init.ts";
 import { cmdReplay } from "./lib/cli/replay.ts";
 import { cmdRun } from "./lib/cli/run.ts";
@@ -39,6 +40,7 @@ Usage:
   vf export --format atif <run-dir>      write a run's rollouts as ATIF trajectories
   vf export --format messages|sharegpt <run-dir> [--success]  fine-tuning JSONL of a run
   vf import --format harbor <job-dir>    read a Harbor job's trials into vf's run layout
+  vf ctl [run_id] status|pause|resume|concurrency N|list   steer a running vf eval
   vf init <name> [--kind taskset|environment]  scaffold an environment package
   vf demo [env]                  evaluate a built-in environment against vf's scripted
                                  local demo model (no API key, no network)
@@ -95,6 +97,8 @@ export async function main(argv: string[]): Promise<number> {
         return await cmdExport(rest);
       case "import":
         return await cmdImport(rest);
+      case "ctl":
+        return await cmdCtl(rest);
       default:
         process.stderr.write(`error: unknown command "${command}"; run vf --help\n`);
         return 2;

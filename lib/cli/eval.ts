@@ -7,13 +7,14 @@ import { AdaptiveController, allGates } from "../eval/adaptive.ts";
 import process from "node:process";
 import { readdir, stat } from "node:fs/promises";
 import { existsSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { BUILTINS, TASKSETS } from "../../environments/mod.ts";
 import { type ChatClient, tokenCapture } from "../model/client.ts";
 import { deepMerge, type EvalConfig, samplingOf, validateEvalConfig } from "../config.ts";
 import type { Environment } from "../legacy/environment.ts";
 import { ConfigError, describeError } from "../errors.ts";
 import { evaluate } from "../eval/evaluate.ts";
+import { RunControl, serveControl } from "../eval/control.ts";
 import { loadEnvironment, resolveEnvironmentModule } from "../legacy/load.ts";
 import { forwardableConfig, ServerEnvironment } from "../serve/client.ts";
 import { RemoteEnvironment, startSandboxHost } from "../sandbox/remote.ts";
@@ -35,6 +36,9 @@ import {
 import { onInterrupt } from "./interrupt.ts";
 import { runOutcome } from "./outcome.ts";
 import { runTasks } from "./run.ts";
+
+/** Workers a run starts, so `vf ctl concurrency N` can raise its limit up to this. */
+const CONTROL_CEILING = 1024;
 
 export const EVAL_HELP = `vf eval <env | @ config.toml> [options]
 
@@ -339,11 +343,24 @@ export async function cmdEval(argv: string[]): Promise<number> {
   // The spend goes into metadata.json with every rewrite, so a run that dies keeps it.
   const cost = () => ({ cost: costRecord(run.meter, run.budget) });
   const liveCost = costRecord(run.meter, run.budget) ? cost : undefined;
+  // vf ctl steers the run through a socket of its own (lib/eval/control.ts).
+  const control = new RunControl(runDir ? basename(runDir) : crypto.randomUUID().slice(0, 8), {
+    maxConcurrent: run.maxConcurrent > 0 ? run.maxConcurrent : CONTROL_CEILING,
+    // Known up front when -n is; the first progress report tells it otherwise.
+    total: run.numExamples > 0 ? run.numExamples * run.rollouts : 0,
+    live: liveCost,
+  });
+  interrupt.signal.addEventListener("abort", () => control.stop(), { once: true });
+  const served = await serveControl(control).catch((error) => {
+    process.stderr.write(`warning: no control socket (vf ctl): ${describeError(error)}\n`);
+    return null;
+  });
   try {
     const result = await evaluate(run.env, run.client, run.model, {
       numExamples: run.numExamples,
       rolloutsPerExample: run.rollouts,
-      maxConcurrent: run.maxConcurrent,
+      // Workers up to the ceiling; the control's limit (max_concurrent) bounds what runs.
+      maxConcurrent: Math.max(run.maxConcurrent, CONTROL_CEILING),
       samplingArgs: run.sampling,
       independentScoring: config.independent_scoring,
       maxRetries: config.max_retries,
@@ -356,10 +373,13 @@ export async function cmdEval(argv: string[]): Promise<number> {
       // The summary comes from the tally: memory stays flat however many rollouts run.
       keepOutputs: false,
       signal: interrupt.signal,
-      onProgress: display ? (p) => display.update(p) : undefined,
+      onProgress: (p) => {
+        control.progress(p);
+        display?.update(p);
+      },
       metadataExtra: runDir ? { run_dir: runDir } : {},
-      metadataLive: liveCost,
-      gate: allGates([run.budget, run.adaptive]),
+      metadataLive: () => ({ ...liveCost?.(), ...control.metadata() }),
+      gate: allGates([control, run.budget, run.adaptive]),
     });
     display?.finish();
     process.stdout.write(renderSummary(result.metadata, result.tally) + "\n");
@@ -398,6 +418,7 @@ export async function cmdEval(argv: string[]): Promise<number> {
     }
     throw error;
   } finally {
+    await served?.close();
     await run.env.teardown().catch(() => {});
   }
 }

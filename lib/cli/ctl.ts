@@ -1,0 +1,148 @@
+/**
+ * `vf ctl [run_id] status|pause|resume|concurrency N|list`: steers a running `vf eval` through
+ * its control socket (lib/eval/control.ts). With one run live, no id is needed.
+ * @module
+ */
+
+import { connect } from "node:net";
+import { join } from "node:path";
+import { ConfigError } from "../errors.ts";
+import { controlDir, type ControlRequest, listControlSockets } from "../eval/control.ts";
+
+const USAGE = `usage: vf ctl [RUN_ID] ACTION
+  list               runs with a control socket
+  status             in flight, queued, done, errors, rate, spend and stalls (the default)
+  pause              start no more rollouts; those in flight finish
+  resume             start rollouts again
+  concurrency N      at most N rollouts in flight from now on
+Sockets live in VF_CTL_DIR (default ~/.cache/vf/ctl), one per run, owner-only.
+`;
+
+/** Terminal control sequences and other control characters (a run's strings are hostile). */
+const CONTROL =
+  // deno-lint-ignore no-control-regex
+  /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]/g;
+
+/** `text` without terminal escapes or control characters. */
+export function stripControl(text: string): string {
+  return text.replace(CONTROL, "");
+}
+
+/** Sends one request to a run's socket and returns its answer. */
+export function askControl(
+  path: string,
+  request: ControlRequest,
+  options: { timeoutMs?: number } = {},
+): Promise<Record<string, unknown>> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(path);
+    let data = "";
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`No answer from "${path}" within ${options.timeoutMs ?? 10_000} ms`));
+    }, options.timeoutMs ?? 10_000);
+    socket.setEncoding("utf8");
+    socket.on("connect", () => socket.write(JSON.stringify(request) + "\n"));
+    socket.on("data", (chunk: string) => (data += chunk));
+    socket.on("error", (error) => {
+      clearTimeout(timer);
+      reject(
+        new ConfigError(
+          `Cannot reach the run at "${path}": ${error.message}; is it still running? (vf ctl list)`,
+        ),
+      );
+    });
+    socket.on("end", () => {
+      clearTimeout(timer);
+      try {
+        resolve(JSON.parse(data) as Record<string, unknown>);
+      } catch {
+        reject(new Error(`"${path}" answered with something that is not JSON`));
+      }
+    });
+  });
+}
+
+function renderStatus(status: Record<string, unknown>): string {
+  const s = status as Record<string, unknown> & { actions?: unknown[]; live?: unknown };
+  const num = (v: unknown, digits = 0) =>
+    typeof v === "number" && Number.isFinite(v) ? v.toFixed(digits) : "-";
+  const lines = [
+    `run ${stripControl(String(s.run_id))} (pid ${num(s.pid)})${s.paused ? " PAUSED" : ""}`,
+    `  in flight ${num(s.in_flight)}  queued ${num(s.queued)}  done ${num(s.done)}/${
+      num(s.total)
+    }  errors ${num(s.errors)}`,
+    `  avg reward ${num(s.avg_reward, 3)}  ${num(s.rollouts_per_s, 2)} rollouts/s  elapsed ${
+      num(s.elapsed_s, 0)
+    }s  max_concurrent ${num(s.max_concurrent)}`,
+    s.stalled
+      ? `  STALLED: no rollout finished for ${num(s.no_progress_s)}s (threshold ${
+        num(s.stall_after_s)
+      }s)`
+      : `  no stall (threshold ${num(s.stall_after_s)}s)`,
+  ];
+  if (s.live && typeof s.live === "object") {
+    lines.push(`  ${stripControl(JSON.stringify(s.live))}`);
+  }
+  const actions = Array.isArray(s.actions) ? s.actions : [];
+  for (const a of actions.slice(-5)) lines.push(`  action ${stripControl(JSON.stringify(a))}`);
+  return lines.join("\n");
+}
+
+/** `vf ctl`. */
+export async function cmdCtl(argv: string[]): Promise<number> {
+  if (argv.includes("-h") || argv.includes("--help")) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  const dir = controlDir();
+  const runs = await listControlSockets(dir);
+  const actions = new Set(["list", "status", "pause", "resume", "concurrency"]);
+  let [first, ...rest] = argv;
+  let runId: string | undefined;
+  if (first !== undefined && !actions.has(first)) {
+    runId = first;
+    [first, ...rest] = rest;
+  }
+  const action = first ?? "status";
+  if (!actions.has(action)) {
+    process.stderr.write(`error: unknown action "${stripControl(action)}"\n${USAGE}`);
+    return 2;
+  }
+  if (action === "list") {
+    process.stdout.write(runs.map((r) => stripControl(r) + "\n").join(""));
+    return 0;
+  }
+  if (!runId) {
+    if (runs.length !== 1) {
+      process.stderr.write(
+        runs.length === 0
+          ? `error: no run has a control socket in "${dir}"\n`
+          : `error: ${runs.length} runs are live (${
+            runs.map(stripControl).join(", ")
+          }); name one: vf ctl RUN_ID ${action}\n`,
+      );
+      return 1;
+    }
+    runId = runs[0];
+  }
+  if (!/^[\w.-]+$/.test(runId)) throw new ConfigError(`Bad run id "${stripControl(runId)}"`);
+  let request: ControlRequest;
+  if (action === "concurrency") {
+    const n = Number(rest[0]);
+    if (!Number.isInteger(n) || n < 1) {
+      process.stderr.write(`error: vf ctl concurrency needs a positive integer\n`);
+      return 2;
+    }
+    request = { action: "set", max_concurrent: n };
+  } else {
+    request = { action } as ControlRequest;
+  }
+  const answer = await askControl(join(dir, `${runId}.sock`), request);
+  if (answer.ok !== true) {
+    process.stderr.write(`error: ${stripControl(String(answer.error))}\n`);
+    return 1;
+  }
+  process.stdout.write(renderStatus(answer.status as Record<string, unknown>) + "\n");
+  return 0;
+}
