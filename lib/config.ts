@@ -191,7 +191,7 @@ export type EvalConfig = z.infer<typeof EvalConfig>;
  * `-T/--temperature` shorthands filled in where it does not set them (`vf eval` and `vf run`
  * alike).
  */
-export function samplingOf(config: EvalConfig): Record<string, unknown> {
+export function samplingOf(config: Omit<EvalConfig, "env">): Record<string, unknown> {
   const sampling: Record<string, unknown> = { ...(config.sampling_args ?? {}) };
   if (config.max_tokens !== undefined && sampling.max_tokens === undefined) {
     sampling.max_tokens = config.max_tokens;
@@ -391,3 +391,6 @@ export const EnvBase = z.strictObject({
    */
   fork_group: z.boolean().optional(),
 });
+
+/** The validated `[env]` fields every Env has. */
+export type EnvBase = z.infer<typeof EnvBase>;

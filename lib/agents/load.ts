@@ -135,34 +135,46 @@ export function roleClient(c: RoleClientConfig): OpenAIChatClient {
   });
 }
 
-/** Options of {@link buildEnv}. */
-export interface BuildEnvOptions {
-  /** The `[env]` table as written (after CLI overrides). */
-  raw: Record<string, unknown>;
+/** `[env]` checked against the Env it names ({@link parseEnvConfig}): what {@link buildEnv} builds. */
+export interface EnvConfig {
+  /** The Env's id: `env.id`, else `taskset:<class>` for the taskset's own Env, else `single-agent`. */
+  id: string;
+  /** The Env class the id names. */
+  cls: EnvClass;
+  /** The fields every Env has, typed: the taskset, judges, toolsets, services, fork_group... */
+  base: EnvBase;
+  /** Each role's table: what the config writes, deep-merged over the Env's defaults, checked. */
+  roles: Record<string, AgentTable>;
+  /** The Env's options as its schemas parsed them (`timeout` and `max_concurrent_agents` too). */
+  options: Record<string, unknown>;
+}
+
+/** Options of {@link parseEnvConfig}. */
+export interface ParseEnvOptions {
   /** The config's name in errors (`run.toml`, `command line`). */
   source: string;
-  /** The run's endpoint, model and sampling: each role's default. */
-  client: ChatClient;
-  model: string;
-  samplingArgs?: SamplingArgs;
-  /** Builds a client for a role with its own endpoint (`[env.<role>.client]`). */
-  makeClient: (client: RoleClientConfig) => ChatClient;
-  /** Where every role's sandboxes come from (limits, warm pool). */
-  sandboxes?: SandboxSource;
+  /** Let `env.id` name a module by URL. */
   trust?: boolean;
   /** An Env the taskset's module exports: used when `env.id` is not given (id `taskset:<class>`). */
   tasksetEnv?: EnvClass | null;
-  /** Where relative paths in options (rubric files) are read from; default the cwd. */
-  baseDir?: string;
 }
 
+/** `[env]` keys that are the run's, not the Env's options. */
+const RUN_KEYS = ["taskset", "id", "judges", "toolsets", "services", "fork_group"];
+
 /**
- * Validate `[env]` against the Env it names and build it: roles deep-merged over the Env's
- * defaults, each with its model, endpoint, sampling and runtime policy.
- * @throws {ConfigError} naming the file and field
+ * Check `[env]` against the Env it names, once: the Env class is resolved from `env.id`
+ * first, then the table is parsed with that Env's schema (its roles and options over the
+ * fields every Env has), and each role's table is merged over the Env's defaults.
+ * @param raw the `[env]` table as written (after CLI overrides)
+ * @throws {ConfigError} naming the file and field (`run.toml: env.judge.model: ...`)
+ * @throws {TypeError} for an Env whose role shadows an `[env]` field or whose role defaults are not a role table
  */
-export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
-  const { raw, source } = options;
+export async function parseEnvConfig(
+  raw: Record<string, unknown>,
+  options: ParseEnvOptions,
+): Promise<EnvConfig> {
+  const { source } = options;
   const at = (field: string, message: string) => new ConfigError(`${source}: ${field}: ${message}`);
   if ("harness" in raw) {
     throw at(
@@ -204,13 +216,19 @@ export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
     }
     throw new ConfigError(message);
   }
-  const data = parsed.data as Record<string, unknown>;
-  const roles: Record<string, AgentRole> = {};
+  // The fields every Env has, typed: this parse succeeds on what the one above accepted.
+  const base = EnvBase.parse(pick(parsed.data, baseKeys));
+  const roles: Record<string, AgentTable> = {};
   for (const [name, defaults] of Object.entries(cls.roles)) {
-    const config = deepMerge(
-      defaults as Record<string, unknown>,
-      (data[name] ?? {}) as Record<string, unknown>,
-    ) as AgentTable;
+    const written = parsed.data[name];
+    const merged = AgentTable.safeParse(deepMerge(defaults, isTable(written) ? written : {}));
+    if (!merged.success) {
+      throw new TypeError(
+        `Env "${id}": role "${name}"'s defaults are not a role table: ` +
+          formatIssue(merged.error.issues[0], name),
+      );
+    }
+    const config = merged.data;
     if (config.client && !config.client.base_url) {
       throw at(
         `env.${name}.client.base_url`,
@@ -232,6 +250,57 @@ export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
         }`,
       );
     }
+    roles[name] = config;
+  }
+  const envOptions: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(parsed.data)) {
+    if (!(k in cls.roles) && !RUN_KEYS.includes(k)) envOptions[k] = v;
+  }
+  return { id, cls, base, roles, options: envOptions };
+}
+
+function pick(table: Record<string, unknown>, keys: string[]): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(table).filter(([k]) => keys.includes(k)));
+}
+
+function isTable(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** Options of {@link buildEnv}. */
+export interface BuildEnvOptions {
+  /** The `[env]` table as written (after CLI overrides); or give {@link config}. */
+  raw?: Record<string, unknown>;
+  /** `[env]` as {@link parseEnvConfig} checked it; default parsed from `raw` here. */
+  config?: EnvConfig;
+  /** The config's name in errors (`run.toml`, `command line`). */
+  source: string;
+  /** The run's endpoint, model and sampling: each role's default. */
+  client: ChatClient;
+  model: string;
+  samplingArgs?: SamplingArgs;
+  /** Builds a client for a role with its own endpoint (`[env.<role>.client]`). */
+  makeClient: (client: RoleClientConfig) => ChatClient;
+  /** Where every role's sandboxes come from (limits, warm pool). */
+  sandboxes?: SandboxSource;
+  trust?: boolean;
+  /** An Env the taskset's module exports: used when `env.id` is not given (id `taskset:<class>`). */
+  tasksetEnv?: EnvClass | null;
+  /** Where relative paths in options (rubric files) are read from; default the cwd. */
+  baseDir?: string;
+}
+
+/**
+ * Build the Env `[env]` names: each role with its model, endpoint, sampling and runtime
+ * policy, over the run's defaults. `[env]` is checked first unless `config` is given.
+ * @throws {ConfigError} naming the file and field
+ */
+export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
+  const { source } = options;
+  const { id, cls, roles: tables, options: envOptions } = options.config ??
+    await parseEnvConfig(options.raw ?? {}, options);
+  const roles: Record<string, AgentRole> = {};
+  for (const [name, config] of Object.entries(tables)) {
     roles[name] = {
       name,
       client: config.client ? options.makeClient(config.client) : options.client,
@@ -254,15 +323,6 @@ export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
         sandboxes: options.sandboxes,
       },
     };
-  }
-  const envOptions: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(data)) {
-    if (
-      !(k in cls.roles) &&
-      !["taskset", "id", "judges", "toolsets", "services", "fork_group"].includes(k)
-    ) {
-      envOptions[k] = v;
-    }
   }
   try {
     return new cls({ id, options: envOptions, roles, baseDir: options.baseDir });

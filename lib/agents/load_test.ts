@@ -20,7 +20,7 @@ import {
   SingleAgentEnv,
 } from "../../mod.ts";
 import type { Task } from "../tasks/task.ts";
-import { cliEnvSchema, envClassOf, isEnvClass, roleClient } from "./load.ts";
+import { cliEnvSchema, envClassOf, isEnvClass, parseEnvConfig, roleClient } from "./load.ts";
 
 const TASKSET = { id: "sums" };
 
@@ -305,4 +305,50 @@ Deno.test("buildEnv(): [env.agent.runtime] warm_pool reaches the role's policy t
   assert.equal((env.roles.agent.policy.runtime as { warm_pool?: number }).warm_pool, 4);
   const message = await configError(build({ agent: { runtime: { warm_pool: -1 } } }));
   assert.match(message, /^run\.toml: env\.agent\.runtime\.warm_pool: /);
+});
+
+Deno.test("parseEnvConfig(): [env] is checked once against the Env it names, into typed run fields, roles merged over the Env's defaults and the Env's options; buildEnv() builds from it as it would from the table", async () => {
+  const raw = {
+    taskset: { ...TASKSET, task: { level: 2 } },
+    fork_group: true,
+    services: { compose: "compose.yaml" },
+    left: { model: "mine", runtime: { type: "subprocess", warm_pool: 2 } },
+    rounds: 3,
+  };
+  const config = await parseEnvConfig(raw, { source: "run.toml", tasksetEnv: Pair });
+  assert.equal(config.id, "taskset:Pair");
+  assert.equal(config.cls, Pair);
+  assert.deepEqual(config.base.taskset, { id: "sums", task: { level: 2 } });
+  assert.equal(config.base.fork_group, true);
+  assert.equal(config.base.services?.compose, "compose.yaml");
+  assert.deepEqual(config.roles.left, {
+    model: "mine",
+    max_turns: 3,
+    runtime: { type: "subprocess", warm_pool: 2 },
+  });
+  assert.deepEqual(config.roles.right, {});
+  assert.deepEqual(config.options, { rounds: 3 });
+  const env = await build({}, { config, raw: undefined });
+  assert.ok(env instanceof Pair);
+  assert.equal(env.roles.left.model, "mine");
+  assert.deepEqual(env.options, { rounds: 3 });
+  const message = await configError(
+    parseEnvConfig({ taskset: TASKSET, left: { modle: "x" } }, {
+      source: "run.toml",
+      tasksetEnv: Pair,
+    }),
+  );
+  assert.equal(message, `run.toml: env.left: unknown key "modle"`);
+});
+
+class BadDefaults extends Env {
+  static override roles = { agent: { harness: { idd: "bash" } } };
+  async run(_task: Task): Promise<void> {}
+}
+
+Deno.test("parseEnvConfig(): an Env whose role defaults are not a role table is a programming error (TypeError)", async () => {
+  await assert.rejects(
+    parseEnvConfig({ taskset: TASKSET }, { source: "run.toml", tasksetEnv: BadDefaults }),
+    (e) => e instanceof TypeError && /role "agent"'s defaults are not a role table/.test(e.message),
+  );
 });

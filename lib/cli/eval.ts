@@ -36,6 +36,7 @@ import {
 import { onInterrupt } from "./interrupt.ts";
 import { runOutcome } from "./outcome.ts";
 import { runTasks } from "./run.ts";
+import { runConfigOf, validateRunConfig } from "./run_config.ts";
 
 /** Workers a run starts, so `vf ctl concurrency N` can raise its limit up to this. */
 const CONTROL_CEILING = 1024;
@@ -262,12 +263,14 @@ export async function cmdEval(argv: string[]): Promise<number> {
     // A taskset named where an environment goes: run it, as vf run would.
     const merged = deepMerge(deepMerge(fileConfig, cliConfig), { env: { taskset: { id: spec } } });
     delete merged.env_id;
-    return await runTasks(validateEvalConfig(merged, source), merged, source);
+    return await runTasks(await validateRunConfig(merged, source), merged, source);
   }
   if (positional[0]) cliConfig.env_id = positional[0];
   const merged = deepMerge(fileConfig, cliConfig);
   const config = validateEvalConfig(merged, source);
-  if (config.env && "taskset" in config.env) return await runTasks(config, merged, source);
+  if (config.env && "taskset" in config.env) {
+    return await runTasks(await runConfigOf(config, source), merged, source);
+  }
   if (typeof config.resume === "string") {
     // Resuming a named run: sizes not given again are the run's own, not the env's defaults.
     const saved = await loadMetadata(resolve(config.resume));

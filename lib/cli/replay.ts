@@ -20,6 +20,7 @@ import { deepMerge, readToml, validateEvalConfig } from "../config.ts";
 import { parseArgs } from "./args.ts";
 import { resolveEval } from "./eval.ts";
 import { runTasks } from "./run.ts";
+import { validateRunConfig } from "./run_config.ts";
 import { loadTraces } from "../agents/run.ts";
 import { rescoreTrace, type TaskTrace } from "../tasks/rollout/mod.ts";
 import { renderTaskSummary, summarizeTraces } from "../tasks/summary.ts";
@@ -177,7 +178,7 @@ async function replayTasks(
   }
   delete saved.format_version;
   delete saved.resume;
-  const config = validateEvalConfig(saved, configPath);
+  const config = await validateRunConfig(saved, configPath);
   const id = crypto.randomUUID().slice(0, 8);
   const outDir = flags.o ?? flags["output-dir"];
   const target = outDir ? resolve(String(outDir), id) : join(dirname(runDir), id);
@@ -248,7 +249,7 @@ async function rescoreTasks(runDir: string, flags: ReturnType<typeof parseArgs>)
     source = positional[at + 1];
     saved = deepMerge(saved, await readToml(source));
   }
-  const config = validateEvalConfig(saved, source);
+  const config = await validateRunConfig(saved, source);
   const traces = await loadTraces(runDir);
   const id = crypto.randomUUID().slice(0, 8);
   const outDir = flags.o ?? flags["output-dir"];

@@ -38,11 +38,11 @@ export function isUrlSpec(spec: string): boolean {
  * permission sandbox, or with every permission when --trust is given. Local ones run
  * in-process unless --sandbox is given.
  */
-export function wantsSandbox(spec: string, config: EvalConfig): boolean {
+export function wantsSandbox(spec: string, config: Omit<EvalConfig, "env">): boolean {
   return isUrlSpec(spec) || config.sandbox?.enabled === true;
 }
 
-export function sandboxPermissions(config: EvalConfig): SandboxPermissions {
+export function sandboxPermissions(config: Omit<EvalConfig, "env">): SandboxPermissions {
   return {
     allowNet: config.sandbox?.allow_net,
     allowRead: config.sandbox?.allow_read,
@@ -51,7 +51,7 @@ export function sandboxPermissions(config: EvalConfig): SandboxPermissions {
   };
 }
 
-export function lockFileFor(config: EvalConfig, source: string): string {
+export function lockFileFor(config: Omit<EvalConfig, "env">, source: string): string {
   if (config.lock_file) return resolve(config.lock_file);
   return source.endsWith(".toml") ? join(dirname(resolve(source)), "vf.lock") : resolve("vf.lock");
 }
@@ -60,7 +60,7 @@ export function lockFileFor(config: EvalConfig, source: string): string {
 export async function loadTasksetFor(
   spec: string,
   tasksetConfig: Record<string, unknown>,
-  config: EvalConfig,
+  config: Omit<EvalConfig, "env">,
   source: string,
 ) {
   if (!wantsSandbox(spec, config) && !isUrlSpec(spec) && isHarborFolder(spec)) {
@@ -83,7 +83,7 @@ export async function loadTasksetFor(
 }
 
 /** Resolve the model endpoint: registry aliases, flags, `[client]`, defaults. */
-export async function resolveClient(config: EvalConfig) {
+export async function resolveClient(config: Omit<EvalConfig, "env">) {
   let model = config.model ?? "gpt-4.1-mini";
   const requested = model;
   let baseUrl = config.base_url ?? config.api_base_url ?? config.client?.base_url;
@@ -270,7 +270,7 @@ export function budgetStopMessage(
 }
 
 /** The `--max-cost` gate of a run, when one is asked for. */
-export function budgetOf(config: EvalConfig, meter: CostMeter): CostBudget | null {
+export function budgetOf(config: Omit<EvalConfig, "env">, meter: CostMeter): CostBudget | null {
   if (config.max_cost === undefined) return null;
   if (Object.keys(meter.prices).length === 0) {
     throw new ConfigError(
@@ -287,7 +287,7 @@ export function budgetOf(config: EvalConfig, meter: CostMeter): CostBudget | nul
  * `use_agent_endpoint`, the agent's endpoint and key. Null when an entry names none.
  */
 export async function judgeEndpointResolver(
-  config: EvalConfig,
+  config: Omit<EvalConfig, "env">,
   agent: { client: ChatClient; model: string },
   /** The run's meter: a judge on an endpoint of its own is metered alongside the agent. */
   meter?: CostMeter,

@@ -12,7 +12,7 @@ import { TASKSETS } from "../../environments/mod.ts";
 import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
 import { WarmPool } from "../../runtimes/pool.ts";
 import { limitModelConnections } from "../model/limits.ts";
-import { buildEnv, type EnvClass, envClassOf, roleClient } from "../agents/load.ts";
+import { buildEnv, roleClient } from "../agents/load.ts";
 import type { Env, Episode } from "../agents/env.ts";
 import { runTaskset, scoredTraces } from "../agents/run.ts";
 import { renderTaskSummary } from "../tasks/summary.ts";
@@ -21,11 +21,10 @@ import { buildJudges } from "../scoring/judges/config.ts";
 import type { Taskset } from "../tasks/task.ts";
 import { loadPluggedHooks } from "../tasks/plugged.ts";
 import { loadToolsets } from "../tools/config.ts";
-import { loadServices } from "../services/compose.ts";
+import { ComposeCache } from "../services/cache.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import type { ChatClient } from "../model/client.ts";
-import { resolveEnvironmentModule } from "../legacy/load.ts";
-import { deepMerge, type EvalConfig, samplingOf, validateEvalConfig } from "../config.ts";
+import { type AgentTable, deepMerge, samplingOf } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import { configFileArg, flagsToConfig, parseArgs } from "./args.ts";
@@ -43,6 +42,7 @@ import type { CachedChatClient } from "../model/cache.ts";
 import type { CostBudget, CostMeter } from "../model/cost.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import { onInterrupt } from "./interrupt.ts";
+import { type RunConfig, validateRunConfig } from "./run_config.ts";
 import { runOutcome } from "./outcome.ts";
 
 const RUN_HELP = `vf run <taskset> [options]     (same as: vf eval <taskset>)
@@ -74,24 +74,9 @@ Writes outputs/evals/<taskset>--<model>/<run_id>/{traces.jsonl,metadata.json,con
 Tasksets: ${Object.keys(TASKSETS).join(", ")}, or a path to a module exporting loadTaskset().
 `;
 
-/** The Env a taskset's own module exports, if the taskset is a local or built-in module. */
-async function tasksetEnvOf(spec: string, config: EvalConfig): Promise<EnvClass | null> {
-  if (wantsSandbox(spec, config)) return null; // it runs in a host process: its Env cannot
-  try {
-    const { module, source } = await resolveEnvironmentModule(
-      spec,
-      TASKSETS as unknown as Parameters<typeof resolveEnvironmentModule>[1],
-      "loadTaskset",
-    );
-    return envClassOf(module as unknown as Record<string, unknown>, source);
-  } catch {
-    return null; // loading the taskset reports what is wrong with it
-  }
-}
-
 /** Run a taskset (the `[env.taskset]` form of `vf eval`, and `vf run`). */
 export async function runTasks(
-  config: EvalConfig,
+  config: RunConfig,
   merged: Record<string, unknown>,
   source: string,
   /** A replay's: its model client, its sandboxes, the run folder and what it links to. */
@@ -104,11 +89,7 @@ export async function runTasks(
     rescore?: (taskset: Taskset, judges: Judge[]) => Promise<number>;
   } = {},
 ): Promise<number> {
-  const rawEnv = (config.env ?? {}) as Record<string, unknown>;
-  const rawTaskset = rawEnv.taskset as Record<string, unknown> | undefined;
-  if (typeof rawTaskset?.id !== "string" || !rawTaskset.id) {
-    throw new ConfigError(`${source}: env.taskset.id: the taskset to run is required`);
-  }
+  const { base } = config.env;
   // sampling_args and each role's sampling were checked by their schema (return_token_ids
   // among them) before any sandbox starts; -t/-T fill in what they do not set.
   const samplingArgs = samplingOf(config);
@@ -132,7 +113,7 @@ export async function runTasks(
   const modelClient = limited(client);
   try {
     const env = await buildEnv({
-      raw: rawEnv,
+      config: config.env,
       source,
       client: modelClient,
       model,
@@ -140,18 +121,13 @@ export async function runTasks(
       // A role on an endpoint of its own is metered alongside the agent's calls.
       makeClient: (c) => limited(meter.alongside(roleClient(c))),
       sandboxes,
-      trust: config.trust === true,
-      tasksetEnv: rawEnv.id ? null : await tasksetEnvOf(rawTaskset.id, config),
       baseDir,
     });
-    const { id: tasksetId, task: taskConfig, ...tasksetKnobs } = rawTaskset as {
-      id: string;
-      task?: Record<string, unknown>;
-    };
+    const { id: tasksetId, task: taskConfig, ...tasksetKnobs } = base.taskset;
     let judges: Judge[];
     try {
       judges = buildJudges([
-        { field: "env.judges", entries: rawEnv.judges },
+        { field: "env.judges", entries: base.judges },
         { field: "env.taskset.task.judges", entries: taskConfig?.judges },
       ], {
         baseDir,
@@ -164,13 +140,15 @@ export async function runTasks(
     let pluggedConfig: Record<string, unknown>;
     let toolsets: ToolsetSpec[];
     let compose: string | undefined;
+    // The run's Compose files, each parsed once: here, and by every rollout after.
+    const composeCache = new ComposeCache();
     try {
       pluggedConfig = await loadPluggedHooks(taskConfig ?? {}, baseDir ?? ".");
-      toolsets = await loadToolsets(rawEnv.toolsets, baseDir ?? ".");
-      const declared = (rawEnv.services as { compose?: string } | undefined)?.compose;
+      toolsets = await loadToolsets(base.toolsets, baseDir ?? ".");
+      const declared = base.services?.compose;
       if (declared) {
         compose = resolve(baseDir ?? ".", declared);
-        await loadServices(compose); // checked now: a bad file fails before any rollout
+        await composeCache.load(compose); // checked now: a bad file fails before any rollout
       }
     } catch (error) {
       if (error instanceof ConfigError) throw new ConfigError(`${source}: ${error.message}`);
@@ -193,12 +171,12 @@ export async function runTasks(
     return await runEnv(env, taskset, {
       config,
       merged,
-      rawEnv,
       modelClient,
       model,
       judges,
       toolsets,
       services: compose,
+      composeCache,
       baseUrl,
       keyVar,
       runId,
@@ -221,20 +199,14 @@ export async function runTasks(
  * (`[env.<role>.scoring.runtime] warm_pool`); undefined when it asks for none of them. One pool
  * serves every role and keeps the largest size any role asks for.
  */
-export function sandboxSourceOf(config: EvalConfig, runId: string): WarmPool | undefined {
-  const rawEnv = (config.env ?? {}) as Record<string, unknown>;
+export function sandboxSourceOf(config: RunConfig, runId: string): WarmPool | undefined {
   const limits = sandboxLimitsFromConfig(config.limits);
-  const largest = (pick: (role: Record<string, unknown> | null) => unknown) =>
-    Math.max(
-      0,
-      ...Object.values(rawEnv).map((v) => pick(v as Record<string, unknown> | null))
-        .filter((n): n is number => typeof n === "number"),
-    );
-  const size = largest((role) => (role?.runtime as { warm_pool?: unknown })?.warm_pool);
+  const roles = Object.values(config.env.roles);
+  const largest = (pick: (role: AgentTable) => number | undefined) =>
+    Math.max(0, ...roles.map(pick).filter((n) => n !== undefined));
+  const size = largest((role) => role.runtime?.warm_pool);
   // Each grading sandbox is used once, by one grader, as fresh as one started on demand.
-  const graderSize = largest((role) =>
-    (role?.scoring as { runtime?: { warm_pool?: unknown } })?.runtime?.warm_pool
-  );
+  const graderSize = largest((role) => role.scoring?.runtime?.warm_pool);
   if (!limits && size === 0 && graderSize === 0) return undefined;
   return new WarmPool({ size, graderSize, runId, limits });
 }
@@ -243,14 +215,14 @@ async function runEnv(
   env: Env,
   taskset: Taskset,
   o: {
-    config: EvalConfig;
+    config: RunConfig;
     merged: Record<string, unknown>;
-    rawEnv: Record<string, unknown>;
     modelClient: ChatClient;
     model: string;
     judges: Judge[];
     toolsets: ToolsetSpec[];
     services?: string;
+    composeCache: ComposeCache;
     baseUrl: string;
     keyVar: string;
     runId: string;
@@ -299,7 +271,7 @@ async function runEnv(
       client: { ...(config.client ?? {}), base_url: o.baseUrl, api_key_var: o.keyVar },
       num_examples: numTasks,
       rollouts_per_example: rollouts,
-      env: o.rawEnv, // scoring.env templates are kept as written, never resolved here
+      env: o.merged.env, // scoring.env templates are kept as written, never resolved here
     };
     delete (resolved as Record<string, unknown>).base_url;
     delete (resolved as Record<string, unknown>).api_key_var;
@@ -326,10 +298,11 @@ async function runEnv(
       judges: o.judges,
       toolsets: o.toolsets,
       services: o.services,
-      forkGroup: o.rawEnv.fork_group as boolean | undefined,
+      composeCache: o.composeCache,
+      forkGroup: config.env.base.fork_group,
       saveTokens: config.save_tokens,
       requireTaskConfig: ["rewards", "metrics", "stops"].filter((k) =>
-        k in ((o.rawEnv.taskset as { task?: Record<string, unknown> } | undefined)?.task ?? {})
+        k in (config.env.base.taskset.task ?? {})
       ),
       signal: interrupt.signal,
       gate: allGates([o.budget, o.adaptive]),
@@ -408,6 +381,6 @@ export async function cmdRun(argv: string[]): Promise<number> {
   const cliConfig = flagsToConfig(flags as Record<string, unknown>);
   const named = positional[0] ? { env: { taskset: { id: positional[0] } } } : {};
   const merged = deepMerge(deepMerge(fileConfig, named), cliConfig);
-  const config = validateEvalConfig(merged, source);
+  const config = await validateRunConfig(merged, source);
   return await runTasks(config, merged, source);
 }

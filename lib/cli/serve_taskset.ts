@@ -5,20 +5,21 @@
  * @module
  */
 import { TASKSETS } from "../../environments/mod.ts";
-import { buildEnv, envClassOf, roleClient } from "../agents/load.ts";
-import { deepMerge, validateEvalConfig } from "../config.ts";
+import { buildEnv, roleClient } from "../agents/load.ts";
+import { deepMerge } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { resolveEnvironmentModule } from "../legacy/load.ts";
 import { OpenAIChatClient } from "../model/client.ts";
 import { type EpisodeRunner, type RoleDefaults, tasksetRunner } from "../serve/episode_runner.ts";
 import { loadPluggedHooks } from "../tasks/plugged.ts";
-import { loadServices } from "../services/compose.ts";
+import { ComposeCache } from "../services/cache.ts";
 import { loadToolsets } from "../tools/config.ts";
 import { Toolbox } from "../tools/toolbox.ts";
 import { resolve } from "node:path";
 import { flagsToConfig, parseArgs } from "./args.ts";
 import { loadTasksetFor } from "./resolve.ts";
 import { sandboxSourceOf } from "./run.ts";
+import { validateRunConfig } from "./run_config.ts";
 
 /** Whether `spec` names a taskset (built-in, or a module exporting loadTaskset() only). */
 export async function isTasksetSpec(
@@ -68,24 +69,23 @@ export async function tasksetServeRunner(spec: string, argv: string[]): Promise<
   const flags = flagsToConfig(parseArgs(argv) as Record<string, unknown>);
   for (const key of SERVE_KEYS) delete flags[key];
   const merged = deepMerge({ env: { taskset: { id: spec } } }, flags);
-  const config = validateEvalConfig(merged, "command line");
-  const rawEnv = (config.env ?? {}) as Record<string, unknown>;
-  if (rawEnv.judges !== undefined) {
+  const config = await validateRunConfig(merged, "command line");
+  const { base } = config.env;
+  if (base.judges !== undefined) {
     throw new ConfigError(
       "command line: env.judges: a served taskset takes no judges yet; score with the task's " +
         "own rewards, or run the judge as a role of the Env (--env.id agentic-judge)",
     );
   }
-  const { id: tasksetId, task: taskConfig, ...knobs } = rawEnv.taskset as {
-    id: string;
-    task?: Record<string, unknown>;
-  };
+  const { id: tasksetId, task: taskConfig, ...knobs } = base.taskset;
   const baseDir = ".";
   const pluggedConfig = await loadPluggedHooks(taskConfig ?? {}, baseDir);
-  const toolsets = await loadToolsets(rawEnv.toolsets, baseDir);
-  const declared = (rawEnv.services as { compose?: string } | undefined)?.compose;
+  const toolsets = await loadToolsets(base.toolsets, baseDir);
+  const declared = base.services?.compose;
   const services = declared ? resolve(baseDir, declared) : undefined;
-  if (services) await loadServices(services);
+  // The served taskset's Compose files, each parsed once for the server's life.
+  const composeCache = new ComposeCache();
+  if (services) await composeCache.load(services);
   const taskset = await loadTasksetFor(
     tasksetId,
     { ...knobs, id: tasksetId, task: pluggedConfig },
@@ -95,28 +95,15 @@ export async function tasksetServeRunner(spec: string, argv: string[]): Promise<
   const runId = `serve-${crypto.randomUUID().slice(0, 8)}`;
   // [limits] and warm pools (agents', graders') as `vf run` has them.
   const sandboxes = sandboxSourceOf(config, runId);
-  let tasksetEnv = null;
-  if (!rawEnv.id) {
-    try {
-      const { module, source } = await resolveEnvironmentModule(
-        tasksetId,
-        TASKSETS as unknown as Parameters<typeof resolveEnvironmentModule>[1],
-        "loadTaskset",
-      );
-      tasksetEnv = envClassOf(module as unknown as Record<string, unknown>, source);
-    } catch { /* loadTasksetFor above reported a bad module */ }
-  }
   const makeEnv = (defaults: RoleDefaults) =>
     buildEnv({
-      raw: rawEnv,
+      config: config.env,
       source: "command line",
       client: defaults.client,
       model: defaults.model,
       samplingArgs: defaults.samplingArgs,
       makeClient: roleClient,
       sandboxes,
-      trust: config.trust === true,
-      tasksetEnv,
       baseDir,
     });
   // A bad [env] fails now, not on the first request.
@@ -133,6 +120,7 @@ export async function tasksetServeRunner(spec: string, argv: string[]): Promise<
     toolsets,
     sharedTools,
     services,
+    composeCache,
     onClose: async () => {
       await sharedTools?.close();
       await sandboxes?.close();

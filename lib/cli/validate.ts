@@ -6,7 +6,8 @@
 import process from "node:process";
 import { PROBES } from "../tasks/probe.ts";
 import { validateTaskset } from "../tasks/validate.ts";
-import { formatIssue, RuntimeTable, validateEvalConfig } from "../config.ts";
+import { z } from "npm:zod@^4.6.0";
+import { EvalConfig, formatIssue, RuntimeTable } from "../config.ts";
 import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
 import { ConfigError } from "../errors.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
@@ -28,13 +29,21 @@ untouched workspace 0.0. Prints a table and a JSON summary; exits 1 when any tas
             A task that scores above 0 under any of them fails, naming the probe.
 `;
 
-function validateRuntimeTable(raw: Record<string, unknown>) {
-  const r = RuntimeTable.safeParse(raw);
-  if (!r.success) {
-    throw new ConfigError(`command line: ${formatIssue(r.error.issues[0], "runtime")}`);
-  }
-  return r.data;
-}
+/**
+ * What `vf validate` reads of its flags, checked once: the runtime table (first, so its
+ * issues are named first), the eval config's sandbox, trust and `[limits]` keys, and
+ * `--env.taskset.*`; other flags are not its and are left alone, and sizes that are not
+ * numbers fall back to the defaults.
+ */
+const ValidateConfig = z.object({
+  runtime: RuntimeTable.optional(),
+  ...EvalConfig.pick({ sandbox: true, trust: true, reload: true, lock_file: true, limits: true })
+    .shape,
+  env: z.object({ taskset: z.record(z.string(), z.unknown()).optional() }).optional(),
+  num_examples: z.number().catch(-1),
+  max_concurrent: z.number().catch(4),
+  probe: z.boolean().catch(false),
+});
 
 export async function cmdValidate(argv: string[]): Promise<number> {
   const flags = parseArgs(argv);
@@ -44,34 +53,27 @@ export async function cmdValidate(argv: string[]): Promise<number> {
   }
   const positional = flags._.map(String);
   if (!positional[0]) throw new ConfigError("vf validate needs a taskset: vf validate file-sum");
-  const raw = flagsToConfig(flags as Record<string, unknown>);
-  const runtime = validateRuntimeTable((raw.runtime ?? {}) as Record<string, unknown>);
-  const evalConfig = validateEvalConfig(
-    Object.fromEntries(
-      Object.entries(raw).filter(([k]) =>
-        ["sandbox", "trust", "reload", "lock_file", "limits"].includes(k)
-      ),
-    ),
-    "command line",
-  );
+  const parsed = ValidateConfig.safeParse(flagsToConfig(flags as Record<string, unknown>));
+  if (!parsed.success) {
+    throw new ConfigError(`command line: ${formatIssue(parsed.error.issues[0])}`);
+  }
+  const config = parsed.data;
+  const runtime = config.runtime ?? {};
   const taskset = await loadTasksetFor(
     positional[0],
     // `--env.taskset.*`: a Harbor folder's selectors (include, exclude, n_tasks) and multipliers.
-    {
-      ...((raw.env as { taskset?: Record<string, unknown> } | undefined)?.taskset ?? {}),
-      id: positional[0],
-    },
-    evalConfig,
+    { ...config.env?.taskset, id: positional[0] },
+    config,
     "command line",
   );
   const runId = `validate-${crypto.randomUUID().slice(0, 8)}`;
   const results = await validateTaskset(taskset, {
-    numTasks: typeof raw.num_examples === "number" ? raw.num_examples : -1,
+    numTasks: config.num_examples,
     runtime,
     runId,
-    maxConcurrent: typeof raw.max_concurrent === "number" ? raw.max_concurrent : 4,
-    probe: raw.probe === true,
-    limits: sandboxLimitsFromConfig(evalConfig.limits),
+    maxConcurrent: config.max_concurrent,
+    probe: config.probe,
+    limits: sandboxLimitsFromConfig(config.limits),
   });
   const rows = [
     ["task", "gold", "untouched", "result"],
@@ -83,7 +85,7 @@ export async function cmdValidate(argv: string[]): Promise<number> {
     ]),
   ];
   printTable(rows);
-  if (raw.probe === true) {
+  if (config.probe) {
     process.stdout.write("\nintegrity probes (reward earned without doing the task; must be 0):\n");
     printTable([
       ["task", ...PROBES.map((p) => p.name)],
