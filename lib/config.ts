@@ -101,6 +101,10 @@ export const ClientSection = z.strictObject({
   headers: z.record(z.string(), z.string()).optional(),
   /** "auto" (default): plain-http endpoints use vf's HTTP/1.1 pool; "fetch": always fetch. */
   transport: z.enum(["auto", "fetch"]).optional(),
+  /** The endpoint's output-token limit: a request's larger cap is clamped to it. */
+  max_output_tokens: z.number().int().positive().optional(),
+  /** The endpoint's model takes `reasoning_effort` (a gateway program's `thinking` is sent). */
+  reasoning: z.boolean().optional(),
   /** Answer repeated calls from the model-call cache (`--cache`). */
   cache: z.boolean().optional(),
   /** Let the `-r` repeats of one example share cached answers (default: each its own). */

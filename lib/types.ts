@@ -119,6 +119,14 @@ export interface Response {
   tokens?: ResponseTokens | null;
   /** Attempts of this request that failed (429, 5xx, timeout) and were retried; absent for none. */
   retries?: number;
+  /**
+   * The output-token cap sent in place of the one asked for: clamped to the endpoint's
+   * `max_output_tokens`, or lowered to what fits after the endpoint refused it and named its
+   * limit (`endpoint_limit`, one retry). Absent when the cap went as asked.
+   */
+  output_cap?: { requested: number; sent: number; reason: "max_output_tokens" | "endpoint_limit" };
+  /** What the request asked that the client did not send (see ModelCallRecord.not_honoured). */
+  not_honoured?: { name: string; type: string }[];
 }
 
 /** One model turn of a rollout. */

@@ -14,16 +14,27 @@ import OpenAI from "npm:openai@7.60.0";
 import Anthropic from "npm:@anthropic-ai/sdk@1.16.0";
 import { Gateway, type GatewaySession } from "../lib/gateway/gateway.ts";
 import type { ChatCall } from "../lib/gateway/chat.ts";
-import { OpenAIChatClient } from "../lib/model/client.ts";
-import { type Responder, startModelServer } from "../lib/model/local_server.ts";
+import { type ClientConfig, OpenAIChatClient } from "../lib/model/client.ts";
+import {
+  type ModelServerOptions,
+  type Responder,
+  startModelServer,
+} from "../lib/model/local_server.ts";
 
 /** A gateway session answered through vf's client by a scripted model; `calls` are what it got. */
-async function rig(responder: Responder, options: { keepAliveMs?: number } = {}) {
-  const server = await startModelServer({ responder });
+async function rig(
+  responder: Responder,
+  options: {
+    keepAliveMs?: number;
+    client?: Partial<ClientConfig>;
+    server?: Partial<ModelServerOptions>;
+  } = {},
+) {
+  const server = await startModelServer({ ...options.server, responder });
   const gateway = new Gateway({ keepAliveMs: options.keepAliveMs });
   const port = await gateway.listen("127.0.0.1");
   const session: GatewaySession = gateway.open("scripted");
-  const client = new OpenAIChatClient({ base_url: server.url, max_retries: 0 });
+  const client = new OpenAIChatClient({ base_url: server.url, max_retries: 0, ...options.client });
   const calls: ChatCall[] = [];
   session.handler = {
     chat: (call, onDelta) => {
@@ -134,7 +145,9 @@ Deno.test("gateway sends keep-alive comments while the upstream model has not an
 });
 
 Deno.test("gateway Anthropic route: a mid-conversation system message, thinking as reasoning_effort and thinking blocks back, server tools and context edits recorded", async () => {
-  await using r = await rig(() => ({ content: "done", reasoning_content: "let me see" }));
+  await using r = await rig(() => ({ content: "done", reasoning_content: "let me see" }), {
+    client: { reasoning: true },
+  });
   const reply = await r.anthropic.beta.messages.create({
     model: "scripted",
     max_tokens: 32000,
@@ -159,6 +172,46 @@ Deno.test("gateway Anthropic route: a mid-conversation system message, thinking 
     { name: "clear_tool_uses_20250919", type: "context_management" },
   ]);
   assert.equal(upstream.tools, undefined);
+});
+
+Deno.test("gateway Anthropic route: thinking is not sent to an endpoint not set to take reasoning_effort", async () => {
+  await using r = await rig(() => ({ content: "done" }));
+  const reply = await r.anthropic.messages.create({
+    model: "scripted",
+    max_tokens: 1000,
+    thinking: { type: "enabled", budget_tokens: 20000 },
+    messages: [{ role: "user", content: "hi" }],
+  });
+  assert.deepEqual(reply.content.map((b) => b.type), ["text"]);
+  assert.equal(r.server.requests[0].body.reasoning_effort, undefined);
+  assert.equal(r.server.requests[0].body.program_reasoning_effort, undefined);
+});
+
+Deno.test("gateway Anthropic route: Claude Code's max_tokens 32000 is clamped to max_output_tokens, or lowered to what a small context fits", async () => {
+  // Streamed, as Claude Code asks.
+  const ask = (r: { anthropic: Anthropic }) =>
+    r.anthropic.messages.stream({
+      model: "scripted",
+      max_tokens: 32000,
+      messages: [{ role: "user", content: "hi" }],
+    }).finalMessage();
+  {
+    await using r = await rig(() => ({ content: "clamped" }), {
+      client: { max_output_tokens: 4096 },
+    });
+    const reply = await ask(r);
+    assert.equal((reply.content[0] as { text: string }).text, "clamped");
+    assert.equal(r.server.requests[0].body.max_completion_tokens, 4096);
+  }
+  {
+    // A vLLM served with max_model_len 8192 refuses 32000 and names its limit: sent once more.
+    await using r = await rig(() => ({ content: "fits" }), { server: { maxModelLen: 8192 } });
+    const reply = await ask(r);
+    assert.equal((reply.content[0] as { text: string }).text, "fits");
+    const cap = r.server.requests[0].body.max_completion_tokens as number;
+    assert.ok(cap < 8192 && cap > 8000, String(cap));
+    assert.equal(r.server.requests.length, 1);
+  }
 });
 
 Deno.test("gateway errors take the route's shape: a bad key on the Anthropic route is Anthropic's authentication_error", async () => {

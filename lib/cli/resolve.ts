@@ -95,6 +95,12 @@ export async function resolveClient(config: Omit<EvalConfig, "env">) {
     transport: config.client?.transport,
     extra_headers: headers,
   };
+  // An endpoint's limits: `[client]`'s, else its registry entry's (when the URL is the entry's).
+  const limits = (r?: { max_output_tokens?: number; reasoning?: boolean }) => ({
+    max_output_tokens: config.client?.max_output_tokens ?? r?.max_output_tokens,
+    reasoning: config.client?.reasoning ?? r?.reasoning,
+  });
+  let registryEntry: Parameters<typeof limits>[0];
   let client: ChatClient | null = null;
   const registryPath = config.endpoints_path ??
     (existsSync("configs/endpoints.toml") ? "configs/endpoints.toml" : null);
@@ -109,10 +115,12 @@ export async function resolveClient(config: Omit<EvalConfig, "env">) {
             base_url: r.url,
             api_key_var: keyVar ?? r.key,
             ...clientOpts,
+            ...limits(r),
             extra_headers: { ...(r.headers ?? {}), ...headers },
           })
         ));
       }
+      if (!baseUrl) registryEntry = replicas[0];
       baseUrl ??= replicas[0].url;
       keyVar ??= replicas[0].key;
       Object.assign(headers, { ...(replicas[0].headers ?? {}), ...headers });
@@ -120,7 +128,12 @@ export async function resolveClient(config: Omit<EvalConfig, "env">) {
   }
   baseUrl ??= env("OPENAI_BASE_URL") ?? "https://api.openai.com/v1";
   keyVar ??= "OPENAI_API_KEY";
-  client ??= new OpenAIChatClient({ base_url: baseUrl, api_key_var: keyVar, ...clientOpts });
+  client ??= new OpenAIChatClient({
+    base_url: baseUrl,
+    api_key_var: keyVar,
+    ...clientOpts,
+    ...limits(registryEntry),
+  });
   // What the calls cost (real calls only: the meter sits under the cache).
   const prices: Record<string, ModelPrice> = {};
   for (const r of registryPath ? (await loadEndpoints(registryPath)).get(requested) ?? [] : []) {
@@ -319,6 +332,10 @@ export async function judgeEndpointResolver(
             base_url: entry.base_url ?? r.url,
             api_key_var: entry.api_key_var ?? r.key,
             extra_headers: { ...(r.headers ?? {}), ...(entry.headers ?? {}) },
+            // The entry's limits hold for its own URL.
+            ...(entry.base_url
+              ? {}
+              : { max_output_tokens: r.max_output_tokens, reasoning: r.reasoning }),
           }),
         ),
         model,

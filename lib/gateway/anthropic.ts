@@ -3,14 +3,17 @@
  * native request becomes vf messages, tools and sampling, and vf's response goes back as a
  * native `message` or its event stream. The program's temperature and top_p are dropped
  * (the run's apply); its `max_tokens` is kept unless the run sets one. A `system` message
- * mid-conversation stays where it is; `thinking` and `output_config.effort` become the
- * endpoint's `reasoning_effort` (and the reasoning comes back as thinking blocks),
+ * mid-conversation stays where it is; `thinking` and `output_config.effort` become a reasoning
+ * effort the model client sends as `reasoning_effort` only to an endpoint set to take it
+ * (`[client] reasoning = true`; else it is recorded as not honoured, since OpenAI's
+ * non-reasoning models refuse the field), and the reasoning comes back as thinking blocks;
  * `output_config.format` its `response_format`; `context_management` edits are not made and
  * are recorded as such.
  * @module
  */
 import type { Message, Messages, Response, SamplingArgs, Tool, ToolCall } from "../types.ts";
 import { type ChatCall, GatewayRefusal, remainder, replyText, type StreamWriter } from "./chat.ts";
+import { PROGRAM_REASONING_EFFORT } from "../model/wire.ts";
 
 type Block = Record<string, unknown>;
 
@@ -104,9 +107,10 @@ export function parseMessagesRequest(body: unknown): ChatCall {
   if (Array.isArray(b.stop_sequences) && b.stop_sequences.length) sampling.stop = b.stop_sequences;
   const thinking = (b.thinking ?? {}) as Record<string, unknown>;
   const thinks = thinking.type === "enabled" || thinking.type === "adaptive";
+  // The program's wish, not the run's: sent only where the endpoint takes reasoning_effort.
   if (thinks) {
     const budget = Number(thinking.budget_tokens ?? 0);
-    sampling.reasoning_effort = !budget
+    sampling[PROGRAM_REASONING_EFFORT] = !budget
       ? "medium"
       : budget <= 4096
       ? "low"
@@ -116,7 +120,7 @@ export function parseMessagesRequest(body: unknown): ChatCall {
   }
   const output = (b.output_config ?? {}) as Record<string, unknown>;
   if (typeof output.effort === "string") {
-    sampling.reasoning_effort = output.effort === "max" ? "high" : output.effort;
+    sampling[PROGRAM_REASONING_EFFORT] = output.effort === "max" ? "high" : output.effort;
   }
   const format = output.format as Record<string, unknown> | undefined;
   if (format?.type === "json_schema" && format.schema) {

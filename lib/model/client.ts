@@ -17,18 +17,22 @@ import { Http1Error, http1Request, Http1TimeoutError, usesProxy } from "./http1.
 import { VERSION } from "../version.ts";
 import type { Messages, Response, SamplingArgs, Tool } from "../types.ts";
 import {
+  fittingOutputCap,
   normalizeSamplingArgs,
   parseChatCompletion,
   parseResponseTokens,
+  PROGRAM_REASONING_EFFORT,
   tokenCapture,
   toWireMessages,
 } from "./wire.ts";
 import { readChatStream, type ResponseDelta } from "./chat_stream.ts";
 
 export {
+  fittingOutputCap,
   normalizeSamplingArgs,
   parseChatCompletion,
   parseResponseTokens,
+  PROGRAM_REASONING_EFFORT,
   responseText,
   type TokenCapture,
   tokenCapture,
@@ -58,6 +62,17 @@ export interface ClientConfig {
    * endpoints use `fetch`. `"fetch"`: always `fetch`.
    */
   transport?: "auto" | "fetch";
+  /**
+   * The endpoint's output-token limit: a request's cap (`max_tokens`/`max_completion_tokens`)
+   * above it is sent as this, and the response says so in `output_cap`.
+   */
+  max_output_tokens?: number;
+  /**
+   * Whether the endpoint's model takes `reasoning_effort`: a program's own request for
+   * reasoning (through the model gateway) is sent only when true; else it is listed on the
+   * response as not honoured. The run's own `reasoning_effort` is always sent.
+   */
+  reasoning?: boolean;
 }
 
 /** Options of one chat request. */
@@ -94,6 +109,9 @@ export class EndpointUnreachableError extends ModelError {}
 export class MissingTokenDataError extends ModelError {}
 
 const USER_AGENT = `vf/${VERSION}`;
+
+/** Endpoints already warned about a program's reasoning effort they are not set to take. */
+const warnedReasoning = new Set<string>();
 
 const OVERLONG_PHRASES = [
   "this model's maximum context length is",
@@ -218,6 +236,36 @@ export class OpenAIChatClient implements ChatClient {
     // One choice per request; group size comes from rollouts_per_example. (A delete makes the
     // body slower to serialise: only when there is something to delete.)
     if ("n" in body) delete body.n;
+    // A program's reasoning effort goes only where the endpoint takes it; the run's wins.
+    let notHonoured: { name: string; type: string }[] | undefined;
+    if (PROGRAM_REASONING_EFFORT in body) {
+      const effort = body[PROGRAM_REASONING_EFFORT];
+      delete body[PROGRAM_REASONING_EFFORT];
+      if (body.reasoning_effort === undefined) {
+        if (this.config?.reasoning === true) body.reasoning_effort = effort;
+        else {
+          notHonoured = [{ name: String(effort), type: "reasoning_effort" }];
+          this.#warnReasoning(String(effort));
+        }
+      }
+    }
+    // The output cap: clamped to the endpoint's limit; lowered once if the endpoint refuses it.
+    const capKey = typeof body.max_completion_tokens === "number"
+      ? "max_completion_tokens"
+      : typeof body.max_tokens === "number"
+      ? "max_tokens"
+      : null;
+    let outputCap: Response["output_cap"];
+    const limit = this.config?.max_output_tokens;
+    if (capKey && limit !== undefined && (body[capKey] as number) > limit) {
+      outputCap = { requested: body[capKey] as number, sent: limit, reason: "max_output_tokens" };
+      body[capKey] = limit;
+    }
+    const annotate = (response: Response): Response => {
+      if (outputCap) response.output_cap = outputCap;
+      if (notHonoured) response.not_honoured = notHonoured;
+      return response;
+    };
     const capture = tokenCapture(body.return_token_ids);
     if (capture === "off") {
       if ("return_token_ids" in body) delete body.return_token_ids;
@@ -242,7 +290,7 @@ export class OpenAIChatClient implements ChatClient {
       body.stream = true;
       body.stream_options = { include_usage: true };
     }
-    const payload = JSON.stringify(body);
+    let payload = JSON.stringify(body);
     const url = `${this.baseUrl}/chat/completions`;
     const headers = options.headers && hasKeys(options.headers)
       ? this.#requestHeaders(options.headers)
@@ -283,7 +331,7 @@ export class OpenAIChatClient implements ChatClient {
       if (reply.streamed) {
         const response = parseChatCompletion(reply.streamed);
         if (attempt > 0) response.retries = attempt;
-        return response;
+        return annotate(response);
       }
       if (status >= 200 && status < 300) {
         let json: unknown;
@@ -312,7 +360,23 @@ export class OpenAIChatClient implements ChatClient {
           } else response.tokens = tokens;
         }
         if (attempt > 0) response.retries = attempt;
-        return response;
+        return annotate(response);
+      }
+      // A cap the endpoint refuses, naming its limit: once more with the cap that fits.
+      const fit = capKey && outputCap?.reason !== "endpoint_limit" && status >= 400 &&
+          status < 500 && status !== 429
+        ? fittingOutputCap(text, body[capKey] as number)
+        : null;
+      if (fit !== null) {
+        outputCap = {
+          requested: outputCap?.requested ?? body[capKey!] as number,
+          sent: fit,
+          reason: "endpoint_limit",
+        };
+        body[capKey!] = fit;
+        payload = JSON.stringify(body);
+        attempt--; // not one of the retries of a failure
+        continue;
       }
       const lower = text.toLowerCase();
       if (status === 401 || status === 403) {
@@ -324,7 +388,11 @@ export class OpenAIChatClient implements ChatClient {
       }
       if (status === 400 && OVERLONG_PHRASES.some((p) => lower.includes(p))) {
         throw new OverlongPromptError(
-          `Prompt is longer than the model's context: ${text.slice(0, 200)}`,
+          `Prompt is longer than the model's context${
+            outputCap?.reason === "endpoint_limit"
+              ? ` (with the output cap lowered to ${outputCap.sent})`
+              : ""
+          }: ${text.slice(0, 200)}`,
         );
       }
       lastError = new ModelError(
@@ -337,6 +405,16 @@ export class OpenAIChatClient implements ChatClient {
       throw withRetries(lastError, attempt);
     }
     throw lastError;
+  }
+
+  #warnReasoning(effort: string): void {
+    if (warnedReasoning.has(this.baseUrl)) return;
+    warnedReasoning.add(this.baseUrl);
+    console.warn(
+      `vf: a program asked "${this.baseUrl}" for reasoning (effort "${effort}"), which is not ` +
+        "sent: the endpoint is not set to take reasoning_effort ([client] reasoning = true, or " +
+        "reasoning = true on its endpoints.toml entry); recorded on the trace as not_honoured",
+    );
   }
 
   #requestHeaders(extra: Record<string, string> | undefined): Record<string, string> {

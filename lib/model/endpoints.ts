@@ -17,6 +17,10 @@ export interface Endpoint {
   headers?: Record<string, string>;
   /** USD per million tokens, when the registry gives prices. */
   price?: { input_per_mtok: number; output_per_mtok: number };
+  /** The endpoint's output-token limit (see ClientConfig.max_output_tokens). */
+  max_output_tokens?: number;
+  /** Whether its model takes `reasoning_effort` (see ClientConfig.reasoning). */
+  reasoning?: boolean;
 }
 
 const Entry = z.strictObject({
@@ -32,6 +36,8 @@ const Entry = z.strictObject({
   input_per_mtok: z.number().min(0).optional(),
   output_per_mtok: z.number().min(0).optional(),
   extra_headers: z.record(z.string(), z.string()).optional(),
+  max_output_tokens: z.number().int().positive().optional(),
+  reasoning: z.boolean().optional(),
 });
 
 /** Parse a registry file into alias → replicas. */
@@ -62,6 +68,8 @@ export async function loadEndpoints(path: string): Promise<Map<string, Endpoint[
     if (!url) throw new ConfigError(`${path}: endpoint[${i}].url: required`);
     if (!key) throw new ConfigError(`${path}: endpoint[${i}].key: required`);
     const entry: Endpoint = { model: e.model, url, key, headers: e.headers ?? e.extra_headers };
+    if (e.max_output_tokens !== undefined) entry.max_output_tokens = e.max_output_tokens;
+    if (e.reasoning !== undefined) entry.reasoning = e.reasoning;
     if (e.input_per_mtok !== undefined || e.output_per_mtok !== undefined) {
       entry.price = {
         input_per_mtok: e.input_per_mtok ?? 0,

@@ -108,6 +108,36 @@ Deno.test("loadEndpoints() accepts api_base_url, api_key_var and extra_headers a
   }]);
 });
 
+Deno.test("loadEndpoints() reads an entry's max_output_tokens and reasoning, and rejects a bad one", async () => {
+  const registry = await load(`
+[[endpoint]]
+endpoint_id = "small"
+model = "qwen"
+url = "http://127.0.0.1:8000/v1"
+key = "K"
+max_output_tokens = 2048
+reasoning = true
+`);
+  assert.deepEqual(registry.small, [{
+    model: "qwen",
+    url: "http://127.0.0.1:8000/v1",
+    key: "K",
+    max_output_tokens: 2048,
+    reasoning: true,
+  }]);
+  await assert.rejects(
+    load(`
+[[endpoint]]
+endpoint_id = "small"
+model = "qwen"
+url = "http://127.0.0.1:8000/v1"
+key = "K"
+max_output_tokens = 0
+`),
+    /endpoint\[0\]\.max_output_tokens/,
+  );
+});
+
 Deno.test("loadEndpoints() accepts a field and its alias when they agree", async () => {
   const registry = await load(endpoints({
     ...ENTRY_A,

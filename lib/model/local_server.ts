@@ -48,6 +48,7 @@ import {
   streamResponse,
 } from "./_server_replies.ts";
 import { demoResponder } from "./responders.ts";
+import { toyPromptTokens } from "./toy_tokenizer.ts";
 
 export type {
   ChatCompletionBody,
@@ -96,6 +97,18 @@ export interface ModelServerOptions {
    * like an endpoint that ignores the flag (no token ids, logprobs still honoured).
    */
   tokenIds?: boolean;
+  /**
+   * The context length, as vLLM's `max_model_len`: a request whose prompt (in toy tokens) and
+   * output cap (`max_completion_tokens`, else `max_tokens`) together exceed it gets vLLM's 400
+   * naming the limit and the prompt's tokens, a prompt alone over it vLLM's overlong 400.
+   * Refused requests are not recorded and do not reach the responder.
+   */
+  maxModelLen?: number;
+  /**
+   * The largest output cap taken, as OpenAI's models have: a larger one gets OpenAI's 400
+   * ("max_tokens is too large: … supports at most N completion tokens …"), not recorded.
+   */
+  maxCompletionTokens?: number;
 }
 
 /** A running model server. Close it (or `await using` it) when done. */
@@ -244,6 +257,8 @@ export async function startModelServer(options: ModelServerOptions): Promise<Mod
         ),
       );
     }
+    const refusal = capRefusal(body, options);
+    if (refusal) return json(400, refusal);
     if (typeof body.model === "string") models.add(body.model);
     const request: ChatRequest = { body, headers: Object.fromEntries(c.req.raw.headers) };
     const index = record ? requests.push(request) - 1 : counter;
@@ -282,6 +297,47 @@ export async function startModelServer(options: ModelServerOptions): Promise<Mod
     close,
     [Symbol.asyncDispose]: close,
   };
+}
+
+/** The 400 body vLLM or OpenAI answers a cap (or prompt) over the server's limits with. */
+function capRefusal(
+  body: ChatCompletionBody,
+  options: ModelServerOptions,
+): Record<string, unknown> | null {
+  const raw = body.max_completion_tokens ?? body.max_tokens;
+  const cap = typeof raw === "number" ? raw : null;
+  const most = options.maxCompletionTokens;
+  if (most !== undefined && cap !== null && cap > most) {
+    return {
+      error: {
+        message: `max_tokens is too large: ${cap}. This model supports at most ${most} ` +
+          `completion tokens, whereas you provided ${cap}.`,
+        type: "invalid_request_error",
+        param: "max_tokens",
+        code: null,
+      },
+    };
+  }
+  const len = options.maxModelLen;
+  if (len === undefined) return null;
+  const prompt = toyPromptTokens(body).length;
+  const vllm = (message: string) => ({
+    error: { message, type: "BadRequestError", param: null, code: 400 },
+  });
+  if (prompt > len) {
+    return vllm(
+      `This model's maximum context length is ${len} tokens. However, your request has ` +
+        `${prompt} input tokens. Please reduce the length of the input messages.`,
+    );
+  }
+  if (cap !== null && prompt + cap > len) {
+    return vllm(
+      `'max_tokens' or 'max_completion_tokens' is too large: ${cap}. This model's maximum ` +
+        `context length is ${len} tokens and your request has ${prompt} input tokens ` +
+        `(${cap} > ${len} - ${prompt}).`,
+    );
+  }
+  return null;
 }
 
 function parseCli(args: string[]): Record<string, string> {

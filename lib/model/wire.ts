@@ -95,6 +95,41 @@ export function toWireMessages(messages: Messages): Record<string, unknown>[] {
   });
 }
 
+/**
+ * The sampling key under which a program behind the model gateway asks for reasoning (its
+ * Anthropic `thinking` or `output_config.effort`, as an effort). The client sends it as
+ * `reasoning_effort` only to an endpoint configured to take it (`[client] reasoning = true`)
+ * and only when the run's sampling sets no `reasoning_effort` of its own; else the response
+ * lists it as not honoured. Never sent under this name.
+ */
+export const PROGRAM_REASONING_EFFORT = "program_reasoning_effort";
+
+/**
+ * The output-token cap that fits, read from an endpoint's refusal of `sent`: vLLM's
+ * "maximum context length is L tokens and your request has P input tokens" and OpenAI's (and
+ * older vLLM's) "maximum context length is L tokens. However, you requested … (P in the
+ * messages, …)" give L − P; OpenAI's "supports at most N completion tokens" and the plain
+ * "max_tokens must be at most N" / "<= N" give N. Null when the text names no limit, or when
+ * none below `sent` is left (the prompt alone fills the context).
+ */
+export function fittingOutputCap(errorText: string, sent: number): number | null {
+  const text = errorText.toLowerCase();
+  let fit: number | null = null;
+  const context =
+    /maximum context length is (\d+) tokens,? and your request has (\d+) input tokens/.exec(text) ??
+      /maximum context length is (\d+) tokens\. however, you requested \d+ tokens \((\d+) in the messages/
+        .exec(text);
+  if (context) fit = Number(context[1]) - Number(context[2]);
+  else {
+    const most = /supports at most (\d+) completion tokens/.exec(text) ??
+      (/max_(?:completion_)?tokens|max_output_tokens/.test(text)
+        ? /(?:must be at most|must be less than or equal to|<=)\s*(\d+)/.exec(text)
+        : null);
+    if (most) fit = Number(most[1]);
+  }
+  return fit !== null && Number.isInteger(fit) && fit > 0 && fit < sent ? fit : null;
+}
+
 /** Normalise sampling args: `max_tokens` → `max_completion_tokens`, nulls dropped. */
 export function normalizeSamplingArgs(args: SamplingArgs = {}): SamplingArgs {
   const out: SamplingArgs = {};

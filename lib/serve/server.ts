@@ -120,6 +120,8 @@ const ClientConfigWire = z.strictObject({
   extra_headers: z.record(z.string(), z.string()).optional(),
   extra_headers_from_state: z.record(z.string(), z.string()).optional(),
   transport: z.enum(["auto", "fetch"]).optional(),
+  max_output_tokens: z.number().int().positive().optional(),
+  reasoning: z.boolean().optional(),
 });
 
 const InputRow = z.looseObject({

@@ -275,6 +275,9 @@ export async function callModel(
       ...(options.onDelta ? { onDelta: options.onDelta } : {}),
     });
     record.response = response;
+    if (response.not_honoured?.length) {
+      record.not_honoured = [...(record.not_honoured ?? []), ...response.not_honoured];
+    }
     if (ctx.recorder.graph) {
       record.node = ctx.recorder.graph.commit(
         ctx.recorder.messages,
