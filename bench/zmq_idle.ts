@@ -1,13 +1,14 @@
 /**
- * The zeromq addon under Deno: what its polled receive costs. A Deno process serving the
- * ZeroMQ wire (`startZmqEnvServer`, a runner that answers at once) is driven by Debian's
- * pyzmq (libzmq's own blocking wait, no polling on that side):
+ * The ZeroMQ transports under Deno, side by side in one run: the zeromq addon (libzmq, its
+ * receive polled) and vf's ZMTP on node:net (`--zmq-impl zmtp`, the default). A Deno process
+ * serving the ZeroMQ wire (`startZmqEnvServer`, a runner that answers at once) is driven by
+ * Debian's pyzmq (libzmq's own blocking wait, no polling on that side):
  *
  * - `health` round trips back to back (the socket is hot, the poll loop spins at 0 ms);
  * - `health` round trips after 250 ms of silence (the loop has backed off to 10 ms);
  * - the server's CPU time during 3 s of idleness, against the same 3 s with no socket open.
  *
- * Prints a markdown table; the ratios are what to compare.
+ * Prints a markdown table, one column per transport; the ratios are what to compare.
  *
  * Usage: deno run -A bench/zmq_idle.ts [round trips]
  * @module
@@ -43,37 +44,37 @@ function cpuMsDuring(ms: number): Promise<number> {
 
 const pct = (xs: number[], p: number) => xs[Math.min(xs.length - 1, Math.floor(xs.length * p))];
 
+type Impl = "addon" | "zmtp";
+
+async function measure(impl: Impl) {
+  const server = await startZmqEnvServer({
+    id: "bench",
+    run: () => Promise.resolve({}),
+  }, { address: "tcp://127.0.0.1:0", impl });
+  const idleCpu = await cpuMsDuring(3000);
+  const out = await new Deno.Command("/usr/bin/python3", {
+    args: ["-c", PY, server.address, String(N)],
+    stdout: "piped",
+  }).output();
+  await server.close();
+  const { hot, cold } = JSON.parse(new TextDecoder().decode(out.stdout)) as {
+    hot: number[];
+    cold: number[];
+  };
+  return { hot, cold, idleCpu };
+}
+
 const baselineCpu = await cpuMsDuring(3000);
-const server = await startZmqEnvServer({
-  id: "bench",
-  run: () => Promise.resolve({}),
-}, { address: "tcp://127.0.0.1:0" });
-const idleCpu = await cpuMsDuring(3000);
-const out = await new Deno.Command("/usr/bin/python3", {
-  args: ["-c", PY, server.address, String(N)],
-  stdout: "piped",
-}).output();
-await server.close();
-const { hot, cold } = JSON.parse(new TextDecoder().decode(out.stdout)) as {
-  hot: number[];
-  cold: number[];
-};
+const addon = await measure("addon");
+const zmtp = await measure("zmtp");
 const f = (x: number) => x.toFixed(3);
-console.log(`| measure | value |`);
-console.log(`| --- | --- |`);
-console.log(
-  `| round trip, hot socket (median / p90 ms) | ${f(pct(hot, 0.5))} / ${f(pct(hot, 0.9))} |`,
-);
-console.log(
-  `| round trip after 250 ms idle (median / p90 ms) | ${f(pct(cold, 0.5))} / ${
-    f(pct(cold, 0.9))
-  } |`,
-);
-console.log(`| idle / hot round trip (median) | ${(pct(cold, 0.5) / pct(hot, 0.5)).toFixed(1)}× |`);
-console.log(`| server CPU over 3 s idle, no socket (ms) | ${f(baselineCpu)} |`);
-console.log(`| server CPU over 3 s idle, socket polled (ms) | ${f(idleCpu)} |`);
-console.log(
-  `| polled idle CPU per second / one hot round trip | ${
-    (idleCpu / 3 / pct(hot, 0.5)).toFixed(1)
-  } round trips' worth |`,
-);
+const row = (name: string, a: number, z: number) =>
+  console.log(`| ${name} | ${f(a)} | ${f(z)} | ${(a / z).toFixed(1)}× |`);
+console.log(`| measure | addon (libzmq, polled) | zmtp (node:net) | addon / zmtp |`);
+console.log(`| --- | --- | --- | --- |`);
+row("round trip, hot socket, median (ms)", pct(addon.hot, 0.5), pct(zmtp.hot, 0.5));
+row("round trip, hot socket, p90 (ms)", pct(addon.hot, 0.9), pct(zmtp.hot, 0.9));
+row("round trip after 250 ms idle, median (ms)", pct(addon.cold, 0.5), pct(zmtp.cold, 0.5));
+row("round trip after 250 ms idle, p90 (ms)", pct(addon.cold, 0.9), pct(zmtp.cold, 0.9));
+row("server CPU over 3 s idle (ms)", addon.idleCpu, zmtp.idleCpu);
+console.log(`\nserver CPU over 3 s idle with no socket open: ${f(baselineCpu)} ms`);

@@ -324,12 +324,78 @@ Deno.test("dist/vf eval --cache then dist/vf view: the SQLite cache and the view
   });
 });
 
-Deno.test("dist/vf serve --zmq says the binary cannot serve ZeroMQ (Bun lacks the libuv call the addon needs) and what to run instead, and exits 1", async () => {
+const PY_TRAINER = `
+import sys, json, uuid, zmq, msgpack
+s = zmq.Context().socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 60000)
+s.connect(sys.argv[1])
+def request(method, payload):
+    rid = uuid.uuid4().hex.encode()
+    s.send_multipart([rid, method.encode(), msgpack.packb(payload)])
+    kinds = []
+    while True:
+        frames = s.recv_multipart()
+        assert len(frames) == 3 and frames[0] == rid, frames
+        kinds.append(frames[1].decode())
+        if frames[1] == b"reply":
+            return {"kinds": kinds, "reply": msgpack.unpackb(frames[2])}
+out = {"health": request("health", {}), "info": request("info", {})}
+out["run"] = request("run", {"task_data": {"prompt": "What is 9 + 9?", "answer": "18"},
+                             "client": {"base_url": sys.argv[2]}, "model": "m", "sampling": {}})
+print(json.dumps(out))
+`;
+
+Deno.test("dist/vf serve --zmq serves the current wire over its own ZMTP to a pyzmq (libzmq) trainer: health, info, a run's deltas and reply", async () => {
+  await using model = await startModelServer({ responder: () => ({ content: "So \\boxed{18}" }) });
   await withTempDir(async (dir) => {
-    const run = await vf(["serve", "gsm8k", "--zmq", "tcp://127.0.0.1:0"], dir);
-    assert.equal(run.code, 1, transcript(run));
-    assert.match(run.stderr, /ZeroMQ is not available in the single vf binary/);
-    assert.match(run.stderr, /uv_poll_init_socket/);
-    assert.match(run.stderr, /deno task vf serve <env> --zmq/);
+    await ensureBinary();
+    await Deno.mkdir(join(dir, "empty-bin"), { recursive: true });
+    const child = new Deno.Command(VF, {
+      args: ["serve", "gsm8k", "--zmq", "tcp://127.0.0.1:0"],
+      cwd: dir,
+      env: { PATH: join(dir, "empty-bin"), HOME: dir, NO_COLOR: "1" },
+      clearEnv: true,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    const stderr = new Response(child.stderr).text();
+    try {
+      const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+      let out = "";
+      while (!/ZeroMQ at (\S+)/.test(out)) {
+        const { value, done } = await reader.read();
+        if (done) throw new Error(`vf serve ended: ${out}\n${await stderr}`);
+        out += value;
+      }
+      reader.releaseLock();
+      const address = /ZeroMQ at (\S+)/.exec(out)![1];
+      const py = await new Deno.Command("/usr/bin/python3", {
+        args: ["-c", PY_TRAINER, address, model.url],
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const text = new TextDecoder().decode(py.stdout);
+      assert.equal(py.code, 0, `${text}\n${new TextDecoder().decode(py.stderr)}`);
+      const result = JSON.parse(text);
+      assert.equal(result.health.reply.success, true);
+      assert.equal(result.health.reply.env_id, "gsm8k");
+      assert.deepEqual(result.info.reply, {
+        success: true,
+        error: null,
+        num_tasks: result.info.reply.num_tasks,
+        requires_group_scoring: false,
+      });
+      const run = result.run;
+      assert.equal(run.reply.success, true, JSON.stringify(run.reply));
+      assert.equal(run.kinds.at(-1), "reply");
+      assert.ok(run.kinds.filter((k: string) => k === "delta").length >= 1, run.kinds.join());
+      assert.equal(run.reply.traces.length, 1);
+      assert.equal(model.requests.length, 1);
+    } finally {
+      child.kill("SIGTERM");
+      await child.status;
+      await child.stdout.cancel().catch(() => {});
+      await stderr.catch(() => {});
+    }
   });
 });

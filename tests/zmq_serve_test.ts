@@ -567,6 +567,10 @@ Deno.test("the current wire (default): a Python DEALER gets health, info, per-tu
   await pythonDrivesCurrentWire([]);
 });
 
+Deno.test("--zmq-impl addon: the same exchange through the zeromq addon's libzmq sockets", async () => {
+  await pythonDrivesCurrentWire(["--zmq-impl", "addon"]);
+});
+
 Deno.test("the current wire through the --workers 2 broker: deltas pass through, the reply ends the run", async () => {
   await pythonDrivesCurrentWire(["--workers", "2"]);
 });

@@ -17,7 +17,7 @@ import { DEFAULT_ZMQ_WIRE, ZMQ_WIRES, type ZmqWire } from "../serve/wire.ts";
 import { isTasksetSpec, tasksetServeRunner } from "./serve_taskset.ts";
 import { startWorkerFront, type WorkerFront, WorkerPool } from "../serve/workers.ts";
 import { startZmqBroker, type ZmqBroker } from "../serve/zmq_broker.ts";
-import { loadZmq } from "../serve/_zmq.ts";
+import { loadZmq, ZMQ_IMPLS, type ZmqImpl } from "../serve/_zmq.ts";
 import { readFile } from "node:fs/promises";
 import { flagsToConfig } from "./args.ts";
 import { env } from "./resolve.ts";
@@ -55,6 +55,9 @@ Evaluate through it with: vf eval <env> --server http://HOST:PORT -m <model> -b 
                               serve since September 2026: replies [request_id, kind, data],
                               a run's episode streamed as per-turn deltas, info) or 2026-08
                               (replies [request_id, data], the whole episode in one reply)
+  --zmq-impl <impl>           the ZeroMQ transport: zmtp (default; ZMTP 3.1 written in vf,
+                              works in the single binary) or addon (the zeromq package's
+                              libzmq; not in the single binary)
 A taskset (file-sum, or a module exporting loadTaskset()) has its [env] set with --env.*
 flags as for vf run (warm pools: --env.agent.runtime.warm_pool,
 --env.agent.scoring.runtime.warm_pool) and its sandboxes bounded by --limits.*; a legacy
@@ -82,6 +85,7 @@ export async function cmdServe(argv: string[]): Promise<number> {
       "tls-key",
       "zmq",
       "wire",
+      "zmq-impl",
     ],
     number: ["port", "c", "max-concurrent", "timeout", "workers"],
   });
@@ -130,6 +134,15 @@ export async function cmdServe(argv: string[]): Promise<number> {
     );
   }
   const wire = wireFlag as ZmqWire;
+  const implFlag = String(last(flags["zmq-impl"]) ?? "zmtp");
+  if (!(ZMQ_IMPLS as readonly string[]).includes(implFlag)) {
+    throw new ConfigError(
+      `--zmq-impl "${implFlag}" is not a ZeroMQ transport; choose one of ${
+        ZMQ_IMPLS.map((i) => `"${i}"`).join(", ")
+      }`,
+    );
+  }
+  const impl = implFlag as ZmqImpl;
   const zmqFlag = last(flags.zmq);
   const zmqAddress = zmqFlag === undefined ? null : String(zmqFlag) || DEFAULT_ZMQ_ADDRESS;
   const allowKeyVars = [flags["allow-key-var"] ?? []].flat().map(String);
@@ -141,6 +154,7 @@ export async function cmdServe(argv: string[]): Promise<number> {
     return await servePool(workerArgsOf(argv), workers, {
       zmq: zmqAddress,
       wire,
+      impl,
       http: http ? { port, hostname, token, tls } : undefined,
     });
   }
@@ -186,7 +200,7 @@ export async function cmdServe(argv: string[]): Promise<number> {
       server = await startEnvServer(core, { port, hostname, evalDefaults, token, tls });
     }
     if (zmqAddress !== null) {
-      zmqServer = await startZmqEnvServer(core, { address: zmqAddress, wire });
+      zmqServer = await startZmqEnvServer(core, { address: zmqAddress, wire, impl });
     }
   } catch (error) {
     await server?.close();
@@ -257,6 +271,7 @@ async function servePool(
   serve: {
     zmq: string | null;
     wire: ZmqWire;
+    impl: ZmqImpl;
     http?: {
       port: number;
       hostname: string;
@@ -266,7 +281,7 @@ async function servePool(
   },
 ): Promise<number> {
   // Where ZeroMQ cannot load (the Bun-built binary), say why before starting any worker.
-  if (serve.zmq !== null) await loadZmq();
+  if (serve.zmq !== null && serve.impl === "addon") await loadZmq();
   const pool = await WorkerPool.start({
     workerArgs,
     maxWorkers: workers,
@@ -283,7 +298,11 @@ async function servePool(
       process.stdout.write(`vf serve: ${many} workers at ${front.url}\n`);
     }
     if (serve.zmq !== null) {
-      broker = await startZmqBroker(pool, { address: serve.zmq, wire: serve.wire });
+      broker = await startZmqBroker(pool, {
+        address: serve.zmq,
+        wire: serve.wire,
+        impl: serve.impl,
+      });
       process.stdout.write(
         `vf serve: "${broker.envId}" over ZeroMQ at ${broker.address} (a broker in front of ` +
           `${workers} workers)\n`,

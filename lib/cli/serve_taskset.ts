@@ -44,6 +44,7 @@ export async function isTasksetSpec(
 /** Flags of `vf serve` that are not part of the eval config. */
 const SERVE_KEYS = [
   "zmq",
+  "zmq_impl",
   "wire",
   "workers",
   "port",

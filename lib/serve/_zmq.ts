@@ -1,12 +1,76 @@
 /**
- * What the ZeroMQ server and client share: the native binding loaded on first use (so a
- * program that never serves or calls over ZeroMQ never loads the addon), msgpack with the
- * wire's settings, and request ids.
+ * What the ZeroMQ server, broker and client share: their sockets, from one of two
+ * transports (`ZMQ_IMPLS`): ZMTP 3.1 written here on `node:net` (`zmtp/`, the default; it
+ * runs in the single binary and waits without polling), or the `zeromq` addon (libzmq),
+ * loaded on first use so a program that never asks for it never loads it. Also msgpack with
+ * the wire's settings, and request ids.
  * @module
  */
 // deno-lint-ignore no-import-prefix
 import { decode, encode } from "npm:@msgpack/msgpack@^3.1.3";
 import type * as Zmq from "npm:zeromq@^6.8.0";
+import { type Frame, ZmtpDealer, ZmtpRouter } from "./zmtp/socket.ts";
+
+/** The transports of the ZeroMQ wire: `zmtp` (default, `node:net`) or `addon` (libzmq). */
+export const ZMQ_IMPLS = ["zmtp", "addon"] as const;
+
+/** One of {@link ZMQ_IMPLS}. */
+export type ZmqImpl = typeof ZMQ_IMPLS[number];
+
+/** The transport used when none is named. */
+export const DEFAULT_ZMQ_IMPL: ZmqImpl = "zmtp";
+
+/** What the server, broker and client use of a socket, whichever transport made it. */
+export interface ZmqSocket {
+  readonly closed: boolean;
+  send(frames: Frame[]): Promise<void>;
+  receive(): Promise<Uint8Array[]>;
+  close(): void;
+  [Symbol.asyncIterator](): AsyncIterator<Uint8Array[]>;
+}
+
+/** A ROUTER, bound with {@link ZmqRouter.bind}. */
+export interface ZmqRouter extends ZmqSocket {
+  bind(address: string): Promise<void>;
+  readonly lastEndpoint: string | null;
+}
+
+/** A DEALER, connected with {@link ZmqDealer.connect}. */
+export interface ZmqDealer extends ZmqSocket {
+  connect(address: string): void;
+}
+
+/**
+ * A ROUTER of transport `impl`: ROUTER_MANDATORY (a send to an unknown peer throws), no
+ * high-water marks, linger 0.
+ * @throws {Error} when the addon is asked for and cannot be loaded
+ */
+export async function openRouter(impl: ZmqImpl = DEFAULT_ZMQ_IMPL): Promise<ZmqRouter> {
+  if (impl === "zmtp") return new ZmtpRouter();
+  const zmq = await loadZmq();
+  return new zmq.Router({
+    mandatory: true,
+    linger: 0,
+    sendHighWaterMark: 0,
+    receiveHighWaterMark: 0,
+    ...RECEIVE_OPTIONS,
+  }) as unknown as ZmqRouter;
+}
+
+/**
+ * A DEALER of transport `impl` (no high-water marks, linger 0), not yet connected.
+ * @throws {Error} when the addon is asked for and cannot be loaded
+ */
+export async function openDealer(impl: ZmqImpl = DEFAULT_ZMQ_IMPL): Promise<ZmqDealer> {
+  if (impl === "zmtp") return new ZmtpDealer();
+  const zmq = await loadZmq();
+  return new zmq.Dealer({
+    linger: 0,
+    sendHighWaterMark: 0,
+    receiveHighWaterMark: 0,
+    ...RECEIVE_OPTIONS,
+  }) as unknown as ZmqDealer;
+}
 
 /** The `zeromq` module's types. */
 export type ZmqModule = typeof Zmq;
@@ -14,7 +78,7 @@ export type ZmqModule = typeof Zmq;
 let loading: Promise<ZmqModule> | undefined;
 
 /**
- * The `zeromq` binding, imported on first call.
+ * The `zeromq` binding (`--zmq-impl addon`), imported on first call.
  * @throws {Error} when the native addon cannot be loaded, saying what to do instead
  */
 export function loadZmq(): Promise<ZmqModule> {
@@ -24,8 +88,8 @@ export function loadZmq(): Promise<ZmqModule> {
     return Promise.reject(
       new Error(
         "ZeroMQ is not available in the single vf binary: Bun does not implement the libuv " +
-          "function (uv_poll_init_socket) the zeromq addon needs; run vf from source with " +
-          "Deno for --zmq (deno task vf serve <env> --zmq ...), or serve over HTTP",
+          "function (uv_poll_init_socket) the zeromq addon needs; serve with the default " +
+          "transport (no --zmq-impl addon), or run vf from source with Deno",
       ),
     );
   }
@@ -72,7 +136,7 @@ interface Readable {
  * while idle (a reply waits at most that long; an idle socket costs ~100 wake-ups a second).
  */
 export async function* messages(socket: Readable): AsyncGenerator<Uint8Array[]> {
-  if (NATIVE_WAIT) {
+  if (NATIVE_WAIT || socket instanceof ZmtpRouter || socket instanceof ZmtpDealer) {
     for await (const frames of socket) yield frames;
     return;
   }

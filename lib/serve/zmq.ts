@@ -39,7 +39,7 @@
  * @module
  */
 import { VERSION } from "../version.ts";
-import { frameText, loadZmq, messages, pack, RECEIVE_OPTIONS, unpack } from "./_zmq.ts";
+import { frameText, messages, openRouter, pack, unpack, type ZmqImpl } from "./_zmq.ts";
 import { EnvServerCore, type EnvServerTarget } from "./core.ts";
 import {
   type Delta,
@@ -62,7 +62,7 @@ import {
 
 export type { EpisodeRequest, EpisodeRunner } from "./episode_runner.ts";
 export { RequestError, RunPayload };
-export type { ZmqWire };
+export type { ZmqImpl, ZmqWire };
 
 const KIND = { reply: new TextEncoder().encode("reply"), delta: new TextEncoder().encode("delta") };
 
@@ -105,6 +105,11 @@ export interface ZmqEnvServerOptions {
   wire?: ZmqWire;
   /** A request payload larger than this is replied an error, unread; default 64 MiB. */
   maxPayloadBytes?: number;
+  /**
+   * The transport (see `ZMQ_IMPLS`): `zmtp` (default; ZMTP 3.1 on `node:net`) or `addon`
+   * (the `zeromq` package's libzmq).
+   */
+  impl?: ZmqImpl;
 }
 
 /** A running ZeroMQ env server. */
@@ -124,7 +129,7 @@ export interface ZmqEnvServer extends AsyncDisposable {
 
 /**
  * Serve a taskset's episodes or a legacy environment's rollouts over ZeroMQ until closed.
- * Loads the `zeromq` addon on first use.
+ * Speaks ZMTP 3.1 itself unless `impl: "addon"` asks for the `zeromq` addon.
  *
  * @param served an episode runner (`tasksetRunner`, `datasetRunner`), a loaded legacy
  *   environment (each `run` is one rollout of the row its task data maps to), or a core
@@ -148,14 +153,7 @@ export async function startZmqEnvServer(
     allowKeyVars: options.allowKeyVars,
   });
   const warn = options.onWarning ?? ((m: string) => console.warn(`warning: ${m}`));
-  const zmq = await loadZmq();
-  const router = new zmq.Router({
-    mandatory: true,
-    linger: 0,
-    sendHighWaterMark: 0,
-    receiveHighWaterMark: 0,
-    ...RECEIVE_OPTIONS,
-  });
+  const router = await openRouter(options.impl);
   const requested = options.address ?? DEFAULT_ZMQ_ADDRESS;
   try {
     await router.bind(requested);

@@ -13,7 +13,16 @@
  * @module
  */
 import { VERSION } from "../version.ts";
-import { frameText, loadZmq, messages, pack, RECEIVE_OPTIONS, unpack } from "./_zmq.ts";
+import {
+  frameText,
+  messages,
+  openDealer,
+  openRouter,
+  pack,
+  unpack,
+  type ZmqDealer,
+  type ZmqImpl,
+} from "./_zmq.ts";
 import { DEFAULT_ZMQ_WIRE, wireError, type ZmqWire } from "./wire.ts";
 import type { Worker, WorkerPool } from "./workers.ts";
 import { DEFAULT_ZMQ_ADDRESS } from "./zmq.ts";
@@ -31,6 +40,8 @@ export interface ZmqBrokerOptions {
   healthTimeoutMs?: number;
   /** The form of the wire the workers speak and the broker answers in; default `2026-09`. */
   wire?: ZmqWire;
+  /** The transport of its sockets (see `ZMQ_IMPLS`); default `zmtp`. */
+  impl?: ZmqImpl;
 }
 
 /** A running broker. */
@@ -44,7 +55,7 @@ export interface ZmqBroker {
   close(): Promise<void>;
 }
 
-type Socket = InstanceType<Awaited<ReturnType<typeof loadZmq>>["Dealer"]>;
+type Socket = ZmqDealer;
 
 /** A request forwarded to a worker and not yet replied to. */
 interface Pending {
@@ -96,16 +107,10 @@ export async function startZmqBroker(
   const warn = options.onWarning ?? ((m: string) => console.warn(`warning: ${m}`));
   const healthTimeoutMs = options.healthTimeoutMs ?? 60_000;
   const current = (options.wire ?? DEFAULT_ZMQ_WIRE) === "2026-09";
-  const zmq = await loadZmq();
-  const socketOptions = {
-    linger: 0,
-    sendHighWaterMark: 0,
-    receiveHighWaterMark: 0,
-    ...RECEIVE_OPTIONS,
-  };
   const pending = new Map<string, Pending>();
   const members: Member[] = [];
-  const router = new zmq.Router({ mandatory: true, ...socketOptions });
+  const router = await openRouter(options.impl);
+  const dealers = await Promise.all(pool.workers.map(() => openDealer(options.impl)));
   let replying = Promise.resolve();
 
   /** Send `[requestId, response]` to a client (or resolve the broker's own request). */
@@ -146,8 +151,7 @@ export async function startZmqBroker(
     reply(p, response);
   };
 
-  function join(worker: Worker): Member {
-    const dealer = new zmq.Dealer(socketOptions);
+  function join(worker: Worker, dealer: Socket): Member {
     dealer.connect(worker.zmq);
     const member: Member = {
       worker,
@@ -223,7 +227,7 @@ export async function startZmqBroker(
   // Ask every worker for its health: it is up, and its env id and run limit.
   let envId = "";
   const healthTimers = new Set<ReturnType<typeof setTimeout>>();
-  for (const worker of pool.workers) members.push(join(worker));
+  pool.workers.forEach((worker, i) => members.push(join(worker, dealers[i])));
   await Promise.all(members.map(async (m) => {
     const id = `broker-health-${m.worker.index}`;
     const health = await new Promise<Record<string, unknown>>((resolve) => {

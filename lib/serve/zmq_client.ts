@@ -1,7 +1,8 @@
 /**
  * A trainer's side of the env server's ZeroMQ wire (see `zmq.ts`): one DEALER socket, one
  * receive loop matching replies to requests by `request_id`, and a `cancel` sent by itself
- * when a run's signal aborts. The `zeromq` addon is loaded when the first client connects.
+ * when a run's signal aborts. It speaks ZMTP 3.1 itself (`zmtp/`) unless asked for the
+ * `zeromq` addon.
  *
  * @example
  * ```ts
@@ -22,12 +23,13 @@ import { DEFAULT_ZMQ_WIRE, type RunRequest, type ZmqWire } from "./wire.ts";
 import { type Delta, EpisodeAssembly, type TraceSummary } from "./delta.ts";
 import {
   frameText,
-  loadZmq,
   messages,
   newRequestId,
+  openDealer,
   pack,
-  RECEIVE_OPTIONS,
   unpack,
+  type ZmqDealer,
+  type ZmqImpl,
 } from "./_zmq.ts";
 import { DEFAULT_ZMQ_ADDRESS } from "./zmq.ts";
 
@@ -56,14 +58,14 @@ export class ZmqEnvClient implements AsyncDisposable {
   readonly address: string;
   /** The form of the wire it speaks. */
   readonly wire: ZmqWire;
-  #socket: import("npm:zeromq@^6.8.0").Dealer;
+  #socket: ZmqDealer;
   #pending = new Map<string, Pending>();
   #loop: Promise<void>;
   #closed = false;
 
   private constructor(
     address: string,
-    socket: import("npm:zeromq@^6.8.0").Dealer,
+    socket: ZmqDealer,
     wire: ZmqWire,
   ) {
     this.address = address;
@@ -77,21 +79,16 @@ export class ZmqEnvClient implements AsyncDisposable {
    * is reached once it is; see {@link ZmqEnvClient.waitForServer}).
    *
    * @param address e.g. `tcp://127.0.0.1:5000` (the default)
-   * @param options `wire`: the form the server speaks (`vf serve --wire`), default `2026-09`
+   * @param options `wire`: the form the server speaks (`vf serve --wire`), default `2026-09`;
+   *   `impl`: the transport, `zmtp` (default, ZMTP 3.1 on `node:net`) or `addon` (libzmq)
    * @returns the client; close it when done
-   * @throws {Error} when ZeroMQ cannot be loaded
+   * @throws {Error} when the addon is asked for and cannot be loaded
    */
   static async connect(
     address: string = DEFAULT_ZMQ_ADDRESS,
-    options: { wire?: ZmqWire } = {},
+    options: { wire?: ZmqWire; impl?: ZmqImpl } = {},
   ): Promise<ZmqEnvClient> {
-    const zmq = await loadZmq();
-    const socket = new zmq.Dealer({
-      linger: 0,
-      sendHighWaterMark: 0,
-      receiveHighWaterMark: 0,
-      ...RECEIVE_OPTIONS,
-    });
+    const socket = await openDealer(options.impl);
     socket.connect(address);
     return new ZmqEnvClient(address, socket, options.wire ?? DEFAULT_ZMQ_WIRE);
   }
