@@ -111,6 +111,10 @@ export const ClientSection = z.strictObject({
   cache_repeats: z.boolean().optional(),
   /** The cache database; default `$VF_CACHE_DB`, else `~/.cache/vf/model-cache.sqlite`. */
   cache_path: z.string().optional(),
+  /** Send `X-Session-ID: <trace id>` on every model call of a rollout. */
+  session_header: z.boolean().optional(),
+  /** vLLM's prefix-cache salt in each request: one per task group, or per rollout. */
+  cache_salt: z.enum(["group", "rollout"]).optional(),
 });
 
 /** One evaluation's settings (the file's top level, after CLI overrides). */

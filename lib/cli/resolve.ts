@@ -93,6 +93,8 @@ export async function resolveClient(config: Omit<EvalConfig, "env">) {
     timeout: config.client?.timeout,
     max_retries: config.client?.max_retries,
     transport: config.client?.transport,
+    session_header: config.client?.session_header,
+    cache_salt: config.client?.cache_salt,
     extra_headers: headers,
   };
   // An endpoint's limits: `[client]`'s, else its registry entry's (when the URL is the entry's).

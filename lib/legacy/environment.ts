@@ -319,6 +319,7 @@ export abstract class Environment {
       samplingArgs: state.sampling_args,
       headers,
       signal: state.signal,
+      session: { traceId: String(state.trajectory_id), group: `example-${state.example_id}` },
     });
     if (response.usage) {
       state.usage.seen = true;

@@ -73,6 +73,25 @@ export interface ClientConfig {
    * response as not honoured. The run's own `reasoning_effort` is always sent.
    */
   reasoning?: boolean;
+  /**
+   * Send `X-Session-ID: <trace id>` on each model call of a rollout (as prime-rl's train
+   * client does), so an inference router keeps the rollout on one replica. Default false.
+   */
+  session_header?: boolean;
+  /**
+   * vLLM's prefix-cache salt (`cache_salt` in the request body, not vf's own model-call
+   * cache): `"group"` one per task group, so prefix caches are shared within a group and
+   * never across groups; `"rollout"` one per rollout (its trace id). Default: none sent.
+   */
+  cache_salt?: "group" | "rollout";
+}
+
+/** The rollout a model call belongs to (see {@link ChatRequestOptions.session}). */
+export interface CallSession {
+  /** The rollout's trace id: `X-Session-ID` under `session_header`. */
+  traceId: string;
+  /** Its group (run and task): the `cache_salt` under `cache_salt = "group"`. */
+  group: string;
 }
 
 /** Options of one chat request. */
@@ -83,6 +102,11 @@ export interface ChatRequestOptions {
   signal?: AbortSignal;
   /** Which rollout of its group the call belongs to (the model-call cache keys by it). */
   cacheSalt?: string;
+  /**
+   * The rollout the call belongs to; sent as `X-Session-ID` and vLLM's `cache_salt` only
+   * when the client's config asks (`session_header`, `cache_salt`).
+   */
+  session?: CallSession;
   /**
    * Called with each piece of the reply as the endpoint produces it: the request then streams
    * (`stream: true`, usage asked for) and still resolves to the whole {@link Response}. Not
@@ -236,6 +260,10 @@ export class OpenAIChatClient implements ChatClient {
     // One choice per request; group size comes from rollouts_per_example. (A delete makes the
     // body slower to serialise: only when there is something to delete.)
     if ("n" in body) delete body.n;
+    const session = options.session;
+    if (session && this.config?.cache_salt) {
+      body.cache_salt = this.config.cache_salt === "group" ? session.group : session.traceId;
+    }
     // A program's reasoning effort goes only where the endpoint takes it; the run's wins.
     let notHonoured: { name: string; type: string }[] | undefined;
     if (PROGRAM_REASONING_EFFORT in body) {
@@ -292,8 +320,11 @@ export class OpenAIChatClient implements ChatClient {
     }
     let payload = JSON.stringify(body);
     const url = `${this.baseUrl}/chat/completions`;
-    const headers = options.headers && hasKeys(options.headers)
-      ? this.#requestHeaders(options.headers)
+    const extraHeaders = session && this.config?.session_header
+      ? { ...options.headers, "x-session-id": session.traceId }
+      : options.headers;
+    const headers = extraHeaders && hasKeys(extraHeaders)
+      ? this.#requestHeaders(extraHeaders)
       : this.#baseHeaders;
     let lastError: unknown;
     for (let attempt = 0; attempt <= this.#maxRetries; attempt++) {

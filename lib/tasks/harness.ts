@@ -5,7 +5,7 @@
  * @module
  */
 import type { Runtime } from "../../runtimes/runtime.ts";
-import type { ChatClient, ChatRequestOptions } from "../model/client.ts";
+import type { CallSession, ChatClient, ChatRequestOptions } from "../model/client.ts";
 import { CommandTimeoutError, InfraError, TaskError } from "../errors.ts";
 import type { StopHook, Task, TaskData } from "./task.ts";
 import type { MessageGraph } from "../graph.ts";
@@ -89,6 +89,8 @@ export interface HarnessContext {
   toolbox?: Toolbox;
   /** How the sandbox reaches the model gateway; given to harnesses with `needsGateway`. */
   gateway?: GatewayRoute;
+  /** The rollout's trace id and group, handed to each model call ({@link callModel}). */
+  session?: CallSession;
   signal?: AbortSignal;
 }
 
@@ -272,6 +274,7 @@ export async function callModel(
       tools,
       samplingArgs: ctx.samplingArgs,
       signal: ctx.signal,
+      ...(ctx.session ? { session: ctx.session } : {}),
       ...(options.onDelta ? { onDelta: options.onDelta } : {}),
     });
     record.response = response;

@@ -209,6 +209,10 @@ export class TaskRollout {
             stops: this.#stops,
             toolbox: s.toolbox ?? undefined,
             gateway: s.gateway ?? undefined,
+            session: {
+              traceId: s.trace.trace_id,
+              group: `${s.trace.run_id ?? ""}:${task.key}`,
+            },
             signal: cut,
           };
           return first ? policy.harness.run(ctx) : policy.harness.resume!(ctx, messages!);
