@@ -587,6 +587,28 @@ Deno.test(
 );
 
 Deno.test(
+  "podman (rootless): cpu and memory limits it would drop are refused, and nothing is left",
+  closingEngines(async () => {
+    const runId = `${RUN_ID}-limits`;
+    const rt = new DockerRuntime(
+      { type: "docker", image: "busybox", cpu: 0.5, memory: "256m" },
+      { runId, engine: podmanRootless },
+    );
+    await assert.rejects(rt.start(), (error: Error) => {
+      assert.ok(error instanceof SandboxUnsupportedError, String(error));
+      assert.match(
+        error.message,
+        /dropped the cpu\/memory limits .*rootless podman needs cgroup v2/,
+      );
+      return true;
+    });
+    await rt.stop();
+    const left = await podmanRootless.listContainers({ all: true, labels: [`vf.run_id=${runId}`] });
+    assert.deepEqual(left, []);
+  }),
+);
+
+Deno.test(
   "podman: plain execs report a missing working directory and command as docker does",
   closingEngines(async () => {
     for (const engine of [podman, podmanRootless]) {

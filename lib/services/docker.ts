@@ -44,6 +44,15 @@ export class ServiceGroup {
     },
   ): Promise<ServiceGroup> {
     const engine = DockerEngine.shared();
+    if (await engine.isPodman().catch(() => false)) {
+      // Checked on podman 4.3 (CNI): a rollout's network is internal, and podman gives
+      // internal networks no DNS, so the agent cannot reach a service by name.
+      throw new InfraError(
+        `Compose services of task "${options.task}" cannot run on podman ` +
+          `("${engine.endpoint.display}"): podman gives a rollout's internal network no DNS, ` +
+          `so services are not reachable by name; run tasks with services on Docker`,
+      );
+    }
     const group = new ServiceGroup(engine);
     try {
       // Named volumes and extra networks, fresh for this rollout and labelled with it.

@@ -175,6 +175,7 @@ export class DockerEngine {
   #agentPromise: Promise<Undici.Agent> | undefined;
   #dialer: SshDialer | undefined;
   #prefix: Promise<string> | undefined;
+  #podman: Promise<boolean> | undefined;
   static #shared = new Map<string, DockerEngine>();
 
   /**
@@ -391,7 +392,10 @@ export class DockerEngine {
     const text = await response.body.text();
     if (response.statusCode === 404 && options.allow404) return undefined;
     if (response.statusCode >= 300) throw this.#apiError(method, path, response.statusCode, text);
-    return (text ? JSON.parse(text) : undefined) as T;
+    // Podman answers some actions (a network connect) with a plain-text "OK", not JSON.
+    const json = /json/i.test(String(response.headers["content-type"] ?? "")) ||
+      /^\s*[[{]/.test(text);
+    return (text && json ? JSON.parse(text) : undefined) as T;
   }
 
   #apiError(method: string, path: string, status: number, text: string): SandboxApiError {
@@ -423,6 +427,16 @@ export class DockerEngine {
   /** `GET /version`. */
   version(): Promise<Record<string, unknown>> {
     return this.#raw("GET", "/version") as Promise<Record<string, unknown>>;
+  }
+
+  /** True when the engine is podman's service (its `/version` names a "Podman Engine"). */
+  isPodman(): Promise<boolean> {
+    this.#podman ??= this.version().then((v) =>
+      Array.isArray(v.Components) &&
+      v.Components.some((c: { Name?: unknown }) => /podman/i.test(String(c?.Name)))
+    );
+    this.#podman.catch(() => (this.#podman = undefined));
+    return this.#podman;
   }
 
   // -- containers ------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import {
   SandboxFileTooLargeError,
   SandboxStateError,
   SandboxUnavailableError,
+  SandboxUnsupportedError,
 } from "../errors.ts";
 import { defaultLedger, type Ledger, registerCleaner } from "../ledger.ts";
 import { keepReason, ownerFromLabels, ownerLabels, type OwnerPolicy } from "../owner.ts";
@@ -297,6 +298,21 @@ export class DockerRuntime implements Runtime {
     await this.#record("created", engine, name);
     this.#checkNotStopped();
     signal?.throwIfAborted();
+    if ((hostConfig.Memory || hostConfig.NanoCpus) && await engine.isPodman()) {
+      // Rootless podman without cgroup v2 delegation creates the container and drops its
+      // limits with only a warning in its own log: a sandbox must not run unbounded.
+      const made = (await engine.inspectContainer(this.#id))?.HostConfig as
+        | { Memory?: number; NanoCpus?: number }
+        | undefined;
+      if ((hostConfig.Memory && !made?.Memory) || (hostConfig.NanoCpus && !made?.NanoCpus)) {
+        throw new SandboxUnsupportedError(
+          `The engine at "${engine.endpoint.display}" (podman) dropped the cpu/memory limits of ` +
+            `container "${this.#short()}": rootless podman needs cgroup v2 with delegated ` +
+            `controllers for limits; run podman as root, delegate cgroup v2, or remove cpu and ` +
+            `memory from the runtime table`,
+        );
+      }
+    }
     // On a rollout's own network and asked for network access: the default bridge as well.
     if (spec.networkName && spec.network === true) {
       await engine.connectNetwork("bridge", this.#id);
