@@ -602,34 +602,68 @@ export async function readJsonLines<T>(
   const { onCorrupt = warnCorrupt, check } = typeof options === "function"
     ? { onCorrupt: options }
     : options;
-  let text: string;
+  let handle;
   try {
-    text = await readFile(path, "utf8");
+    handle = await open(path, "r");
   } catch {
     return [];
   }
   const out: T[] = [];
-  const lines = text.split("\n");
-  for (const [i, line] of lines.entries()) {
-    if (!line.trim()) continue;
+  let i = -1;
+  const take = (line: string) => {
+    i++;
+    if (!line.trim()) return;
     let value: unknown;
     try {
       value = JSON.parse(line);
     } catch (error) {
       onCorrupt({ path, line: i + 1, reason: `malformed JSON: ${(error as Error).message}` });
-      continue;
+      return;
     }
     if (value === null || typeof value !== "object" || Array.isArray(value)) {
       onCorrupt({ path, line: i + 1, reason: "not a JSON object" });
-      continue;
+      return;
     }
     const problem = check?.(value as Record<string, unknown>);
     if (problem) {
       onCorrupt({ path, line: i + 1, reason: problem });
-      continue;
+      return;
     }
     out.push(value as T);
+  };
+  // Line by line from 1 MiB reads: a file past V8's longest string (512 MiB, about half a
+  // million rollouts) is read like any other.
+  try {
+    const decoder = new TextDecoder();
+    const buffer = new Uint8Array(1 << 20);
+    let carry: Uint8Array | null = null;
+    for (;;) {
+      const { bytesRead } = await handle.read(buffer, 0, buffer.length, null);
+      if (bytesRead === 0) break;
+      const chunk = buffer.subarray(0, bytesRead);
+      let start = 0;
+      for (let nl = chunk.indexOf(10); nl >= 0; nl = chunk.indexOf(10, start)) {
+        const piece = chunk.subarray(start, nl);
+        take(decoder.decode(carry ? concatBytes(carry, piece) : piece));
+        carry = null;
+        start = nl + 1;
+      }
+      if (start < chunk.length) {
+        const rest = chunk.subarray(start);
+        carry = carry ? concatBytes(carry, rest) : rest.slice();
+      }
+    }
+    take(carry ? decoder.decode(carry) : "");
+  } finally {
+    await handle.close();
   }
+  return out;
+}
+
+function concatBytes(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
   return out;
 }
 
