@@ -279,7 +279,10 @@ function below(root: number, all: ProcStat[]): Seen[] {
   return found;
 }
 
-const ownUid = process.getuid?.();
+// Asked when a sweep runs, never at import: a sandboxed environment imports this module
+// (through mod.ts) without the sys permission that getuid needs.
+let uid: number | undefined | null = null;
+const ownUid = (): number | undefined => (uid === null ? (uid = process.getuid?.()) : uid);
 
 /** Whether `environ` (NUL-separated) holds `tag` as one of its entries. */
 function carries(environ: string, tag: string): boolean {
@@ -292,7 +295,9 @@ async function tagged(all: ProcStat[], tag: string): Promise<Seen[]> {
   const found = await Promise.all(all.map(async (p) => {
     if (p.pid === process.pid) return undefined;
     try {
-      if (ownUid !== undefined && (await stat(`/proc/${p.pid}`)).uid !== ownUid) return undefined;
+      if (ownUid() !== undefined && (await stat(`/proc/${p.pid}`)).uid !== ownUid()) {
+        return undefined;
+      }
       const environ = await readFile(`/proc/${p.pid}/environ`, "latin1");
       return carries(environ, tag) ? { pid: p.pid, start: p.start } : undefined;
     } catch {
@@ -307,7 +312,7 @@ function taggedSync(all: ProcStat[], tag: string): Seen[] {
   for (const p of all) {
     if (p.pid === process.pid) continue;
     try {
-      if (ownUid !== undefined && statSync(`/proc/${p.pid}`).uid !== ownUid) continue;
+      if (ownUid() !== undefined && statSync(`/proc/${p.pid}`).uid !== ownUid()) continue;
       if (carries(readFileSync(`/proc/${p.pid}/environ`, "latin1"), tag)) {
         found.push({ pid: p.pid, start: p.start });
       }
