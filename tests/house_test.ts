@@ -322,3 +322,26 @@ Deno.test(`no lib/ module is over ${MAX_MODULE_LINES} lines`, async () => {
     assert.ok(await readFile(join(ROOT, file), "utf8").catch(() => null), `${file} is gone`);
   }
 });
+
+Deno.test("mod.ts imports with no permission beyond reading the checkout, as a sandboxed environment imports it", async () => {
+  // A URL environment runs under Deno's permission sandbox (no sys, env, run or net) and imports
+  // vf's mod.ts: a module that asks the system for something when it is loaded (a uid, an
+  // environment variable) makes every such environment fail to load.
+  const probe = `await import(${JSON.stringify(new URL("../mod.ts", import.meta.url).href)});\n` +
+    `console.log("loaded");\n`;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "--no-prompt", "--no-check", `--allow-read=${ROOT}`, "-"],
+    cwd: ROOT,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+    env: { NO_COLOR: "1" },
+  }).spawn();
+  const writer = out.stdin.getWriter();
+  await writer.write(new TextEncoder().encode(probe));
+  await writer.close();
+  const { code, stdout, stderr } = await out.output();
+  const text = new TextDecoder().decode(stdout) + new TextDecoder().decode(stderr);
+  assert.equal(code, 0, text);
+  assert.match(text, /loaded/);
+});
