@@ -32,8 +32,12 @@ Deno.test("vf ctl pauses, resumes and changes the concurrency of a running vf ev
   let started = 0;
   /** The most requests in flight at once since the last reset. */
   let peak = 0;
-  /** While set, requests wait here: how many pile up is what the run's limit lets through. */
-  let gate: Promise<void> | null = null;
+  /**
+   * While set, requests wait here: the run cannot finish while a ctl command starts (a second
+   * or more at a load of 10), and how many pile up is what the run's limit lets through.
+   */
+  let open!: () => void;
+  let gate: Promise<void> | null = new Promise<void>((r) => (open = r));
   await using model = await startModelServer({
     responder: async (request) => {
       started++;
@@ -77,6 +81,8 @@ Deno.test("vf ctl pauses, resumes and changes the concurrency of a running vf ev
     const paused = await ctl("pause");
     assert.equal(paused.code, 0, transcript(paused));
     assert.match(paused.stdout, /PAUSED/);
+    gate = null;
+    open();
     await until("in-flight requests to finish", () => inFlight === 0);
     const atPause = started;
     await new Promise((r) => setTimeout(r, 1500));
@@ -90,10 +96,7 @@ Deno.test("vf ctl pauses, resumes and changes the concurrency of a running vf ev
     await until("two more requests", () => started >= atPause + 2);
     assert.equal(peak, 1, "with max_concurrent 1 one request runs at a time");
 
-    // Up past the starting -c 4. Requests are held at the server meanwhile, so the run cannot
-    // finish while the command starts (a second or more at a load of 10): what piles up is what
-    // the new limit lets through.
-    let open!: () => void;
+    // Up past the starting -c 4, with requests held at the server again meanwhile.
     gate = new Promise<void>((r) => (open = r));
     peak = inFlight;
     const raised = await ctl("concurrency", "8");
