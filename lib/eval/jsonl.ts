@@ -1,0 +1,139 @@
+/**
+ * Reading JSON Lines files that untrusted code may have written, or a crash may have cut: a
+ * torn or corrupt line is named by file and line and skipped, never a bare SyntaxError, and a
+ * file of any size is read line by line.
+ * @module
+ */
+import { appendFile, open, readFile, stat } from "node:fs/promises";
+
+/** Truncate a partial last line left by a crash mid-write. */
+export async function repairTrailingLine(path: string): Promise<void> {
+  let size: number;
+  try {
+    size = (await stat(path)).size;
+  } catch {
+    return;
+  }
+  if (size === 0) return;
+  // Bytes, not text: a torn multi-byte character must not shift where the cut falls, and
+  // nothing before the last line is ever rewritten.
+  const bytes = await readFile(path);
+  let end = bytes.length;
+  while (end > 0 && [0x0a, 0x0d, 0x20, 0x09].includes(bytes[end - 1])) end--;
+  if (end === 0) return;
+  const start = bytes.lastIndexOf(0x0a, end - 1) + 1; // the last non-blank line
+  try {
+    const value = JSON.parse(
+      new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(start, end)),
+    );
+    if (value !== null && typeof value === "object" && !Array.isArray(value)) {
+      // A complete record whose newline was lost: end the line instead of dropping it.
+      if (!bytes.subarray(end).includes(0x0a)) await appendFile(path, "\n");
+      return;
+    }
+  } catch { /* fall through: drop the torn last line */ }
+  const fh = await open(path, "r+");
+  try {
+    await fh.truncate(start);
+  } finally {
+    await fh.close();
+  }
+}
+
+/** A line of a JSONL file that could not be read as a record. */
+export interface CorruptLine {
+  path: string;
+  /** 1-based line number. */
+  line: number;
+  reason: string;
+}
+
+/** Options of {@linkcode readJsonLines}. */
+export interface ReadJsonLinesOptions {
+  /** Told of each corrupt line. Default: a warning on stderr naming file and line. */
+  onCorrupt?: (corrupt: CorruptLine) => void;
+  /** What is wrong with a line's object (null: nothing); a line it faults is corrupt too. */
+  check?: (value: Record<string, unknown>) => string | null;
+}
+
+/**
+ * The records of a JSONL file: blank lines skipped, and a corrupt line anywhere (a torn
+ * write, a disk error, an edit) skipped and reported to `onCorrupt` (default: a warning on
+ * stderr naming file and line), so one bad line never hides the rest. `options` may be the
+ * `onCorrupt` function itself.
+ */
+export async function readJsonLines<T>(
+  path: string,
+  options: ((corrupt: CorruptLine) => void) | ReadJsonLinesOptions = {},
+): Promise<T[]> {
+  const { onCorrupt = warnCorrupt, check } = typeof options === "function"
+    ? { onCorrupt: options }
+    : options;
+  let handle;
+  try {
+    handle = await open(path, "r");
+  } catch {
+    return [];
+  }
+  const out: T[] = [];
+  let i = -1;
+  const take = (line: string) => {
+    i++;
+    if (!line.trim()) return;
+    let value: unknown;
+    try {
+      value = JSON.parse(line);
+    } catch (error) {
+      onCorrupt({ path, line: i + 1, reason: `malformed JSON: ${(error as Error).message}` });
+      return;
+    }
+    if (value === null || typeof value !== "object" || Array.isArray(value)) {
+      onCorrupt({ path, line: i + 1, reason: "not a JSON object" });
+      return;
+    }
+    const problem = check?.(value as Record<string, unknown>);
+    if (problem) {
+      onCorrupt({ path, line: i + 1, reason: problem });
+      return;
+    }
+    out.push(value as T);
+  };
+  // Line by line from 1 MiB reads: a file past V8's longest string (512 MiB, about half a
+  // million rollouts) is read like any other.
+  try {
+    const decoder = new TextDecoder();
+    const buffer = new Uint8Array(1 << 20);
+    let carry: Uint8Array | null = null;
+    for (;;) {
+      const { bytesRead } = await handle.read(buffer, 0, buffer.length, null);
+      if (bytesRead === 0) break;
+      const chunk = buffer.subarray(0, bytesRead);
+      let start = 0;
+      for (let nl = chunk.indexOf(10); nl >= 0; nl = chunk.indexOf(10, start)) {
+        const piece = chunk.subarray(start, nl);
+        take(decoder.decode(carry ? concatBytes(carry, piece) : piece));
+        carry = null;
+        start = nl + 1;
+      }
+      if (start < chunk.length) {
+        const rest = chunk.subarray(start);
+        carry = carry ? concatBytes(carry, rest) : rest.slice();
+      }
+    }
+    take(carry ? decoder.decode(carry) : "");
+  } finally {
+    await handle.close();
+  }
+  return out;
+}
+
+function concatBytes(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
+function warnCorrupt(c: CorruptLine): void {
+  console.warn(`${c.path}:${c.line}: skipping a corrupt line (${c.reason})`);
+}
