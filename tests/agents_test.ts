@@ -513,7 +513,12 @@ Deno.test("agentic-judge (isolated): the solver's code the judge runs cannot pla
       const turn = turnOf(req);
       if (turn === 0) return bash("/app/output/sum.sh; sleep 0.3");
       if (turn === 1) {
-        return bash(`echo '${NO}' > /tmp/verdict.json; sleep 0.3; cat /tmp/verdict.json`);
+        // Wait (up to 30 s, for a loaded machine) until the daemon has rewritten the file;
+        // grep prints the planted line, so no read can land inside the daemon's truncation.
+        return bash(
+          `echo '${NO}' > /tmp/verdict.json; for i in $(seq 600); do ` +
+            `grep '"verdict":"yes"' /tmp/verdict.json && break; sleep 0.05; done`,
+        );
       }
       return { content: reply };
     },

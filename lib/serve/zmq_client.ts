@@ -147,9 +147,14 @@ export class ZmqEnvClient implements AsyncDisposable {
         );
       }, options.timeoutMs);
     });
+    // A send that outlasts the timer (a loaded machine) must not leave its rejection unhandled.
+    timeout?.catch(() => {});
     try {
       await this.#socket.send([requestId, method, pack(payload)]);
       return await (timeout ? Promise.race([reply, timeout]) : reply);
+    } catch (error) {
+      this.#pending.delete(requestId);
+      throw error;
     } finally {
       clearTimeout(timer);
     }
