@@ -44,7 +44,7 @@ export interface IsolatedGrading {
   rollout?: number;
   /** Where grading sandboxes come from (the run's limits); default: created here. */
   sandboxes?: SandboxSource;
-  /** Still being collected: the first grader starts and runs the task's setup meanwhile. */
+  /** Still being collected: the first grader starts and runs the task's setup meanwhile (unless `agentGone`). */
   artifacts: Promise<Map<string, Uint8Array | null>>;
   /** Fresh sandboxes tried after the first fails. */
   retries: number;
@@ -63,6 +63,11 @@ export interface IsolatedGrading {
   records?: SandboxRecord[];
   /** Takes a grader's removal off the critical path: whoever passes it awaits it later. */
   defer?: (removal: Promise<void>) => void;
+  /**
+   * Settles once the agent's sandbox is removed: no grading sandbox is created before, so
+   * nothing of the agent's is running when grading starts; default: not waited for.
+   */
+  agentGone?: Promise<void>;
 }
 
 /**
@@ -92,6 +97,9 @@ export async function gradeIsolated(
   const outer = signal ? AbortSignal.any([signal, cancel.signal]) : cancel.signal;
   let outcome: { scores: TaskScores } | { error: unknown };
   try {
+    // The agent's sandbox goes first (its removal waits for the artifacts): not counted
+    // against the scoring timeout either.
+    if (options.agentGone) await abortable(options.agentGone, outer);
     outcome = { scores: await attempts() };
   } catch (error) {
     outcome = { error };
@@ -208,6 +216,16 @@ export async function gradeIsolated(
   }
 }
 
+/** `work`, or the signal's reason as soon as it aborts. */
+function abortable(work: Promise<void>, signal: AbortSignal): Promise<void> {
+  signal.throwIfAborted();
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
 /** Score in the agent's own sandbox: private tests are staged once the agent is done. */
 export async function scoreShared(s: RolloutState): Promise<TaskScores> {
   const { task, signal } = s.options;
@@ -245,8 +263,9 @@ function scoringEnvOf(
 }
 
 /**
- * Score in fresh grading sandboxes: the artifacts are collected while the first grader starts,
- * and the agent's sandbox is removed once they are out.
+ * Score in fresh grading sandboxes: the artifacts are collected, the agent's sandbox is
+ * removed once they are out, and only then is the first grader created (nothing the agent
+ * left running overlaps grading).
  */
 export async function scoreIsolated(s: RolloutState): Promise<TaskScores> {
   const { task, policy, signal } = s.options;
@@ -296,17 +315,17 @@ export async function scoreIsolated(s: RolloutState): Promise<TaskScores> {
   const graderServices = scoring.services && s.compose !== null
     ? await inPhase("scoring", () => s.services())
     : null;
-  // The artifacts are collected while the grader starts and runs the task's setup, which
-  // does not need them; the agent's sandbox is removed once they are out, off the critical
-  // path (dispose() waits for it); the toolsets stay up: rewards may still call them.
+  // The artifacts are collected, then the agent's sandbox is removed, and the grader is
+  // created only once it is gone; the toolsets stay up: rewards may still call them.
   const agent = s.agent!;
+  let agentGone: Promise<void> = Promise.resolve();
   const artifacts = inPhase(
     "artifacts",
     () => s.timed("artifacts", () => collectArtifacts(agent, task)),
   ).then((collected) => {
     s.view.artifacts = collected;
     // Unless the rollout is already being torn down (dispose() stops the agent then).
-    if (s.agent === agent) s.agentStopping = s.stopAgent().catch(() => {});
+    if (s.agent === agent) agentGone = s.agentStopping = s.stopAgent().catch(() => {});
     return collected;
   });
   artifacts.catch(() => {}); // gradeIsolated awaits it, and a failure is thrown from there
@@ -332,6 +351,7 @@ export async function scoreIsolated(s: RolloutState): Promise<TaskScores> {
             services: graderServices,
             records: s.records,
             defer: (removal) => s.graderStopping.push(removal),
+            agentGone: artifacts.then(() => agentGone, () => {}),
           })),
     );
   } finally {
