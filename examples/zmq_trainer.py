@@ -17,8 +17,11 @@ any order and are matched to their request by `request_id` (32 hex digits).
 Frames: request `[request_id, method, msgpack(payload)]`. Replies, on the current wire
 (`vf serve --wire 2026-09`, the default; verifiers' serve since September 2026), are
 `[request_id, kind, msgpack(data)]`: kind `delta` while a run's episode grows (each applied
-to that run's assembly below) and `reply` once, last. A run's reply holds the episode head
-and each trace's node and call counts, checked against the assembly. On the earlier wire
+to that run's assembly below) and `reply` once, last. A run's reply is `{success, error,
+head, traces}`: `head` the episode without its traces (`id`, `env`, `task`, `group`, `run`,
+`ok`, `errors`), `traces` each trace's `{id, nodes, calls}`, checked against the assembly.
+A delta's `routing_repairs` (mixture-of-experts routing rows) is left unapplied: vf servers
+record no routing and never send one. On the earlier wire
 (`--wire 2026-08`, pass `--wire 2026-08` here too) a reply is `[request_id,
 msgpack(response)]` with the whole episode. Methods: `health`, `info` (current wire), `run`,
 `cancel`. A reply with `success: false` carries `error: "<Type>: <message>"`.
@@ -75,7 +78,7 @@ class Assembly:
                                      f"nodes / {len(trace['calls'])} calls, the server says "
                                      f"{summary['nodes']} / {summary['calls']}")
             traces.append(trace)
-        return {**reply["episode"], "traces": traces}
+        return {**reply["head"], "traces": traces}
 
 
 class EnvClient:

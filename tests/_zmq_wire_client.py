@@ -3,10 +3,11 @@
 the protocol description alone (not from vf's clients): Debian's python3-zmq, python3-msgpack
 and python3-jsonschema. A request is [request_id, method, msgpack(payload)]; every reply
 frame is [request_id, kind, msgpack(data)], kind "delta" while a run grows and "reply" last.
-It assembles the deltas, checks them against the reply's per-trace counts and validates
-each trace against the schema. Prints one JSON object the test asserts on.
+It assembles the deltas, checks them against the reply's per-trace counts, validates the
+reply's episode head (upstream's Episode without its traces) and each trace (upstream's
+Trace) against their schemas, and checks each trace's token counts against its calls. Prints one JSON object the test asserts on.
 
-Usage: _zmq_wire_client.py <address> <model base_url> <schema file>
+Usage: _zmq_wire_client.py <address> <model base_url> <trace schema> <episode head schema>
 """
 
 import asyncio
@@ -87,13 +88,30 @@ def assemble(deltas: list[dict], reply: dict) -> dict:
         assert len(t["nodes"]) == summary["nodes"], (len(t["nodes"]), summary)
         assert len(t["calls"]) == summary["calls"], (len(t["calls"]), summary)
         out.append(t)
-    return {**reply["episode"], "traces": out}
+    return {**reply["head"], "traces": out}
+
+
+def token_counts(trace: dict) -> dict:
+    """A single-branch trace's token counts from its calls' usage, as upstream's Trace
+    computes them: completions summed; the last call's whole sequence; each call's input
+    beyond the previous call's whole sequence."""
+    used = [c["usage"] for c in trace["calls"] if c.get("usage")]
+    previous, fed = 0, 0
+    for u in used:
+        seen = u["prompt_tokens"] + (u.get("cached_input_tokens") or 0)
+        fed += max(0, seen - previous)
+        previous = seen + u["completion_tokens"]
+    return {"num_input_tokens": fed,
+            "num_output_tokens": sum(u["completion_tokens"] for u in used),
+            "num_total_tokens": previous if used else 0}
 
 
 async def main() -> None:
-    address, base_url, schema_path = sys.argv[1:4]
+    address, base_url, schema_path, head_schema_path = sys.argv[1:5]
     with open(schema_path) as f:
         schema = json.load(f)
+    with open(head_schema_path) as f:
+        head_schema = json.load(f)
     wire = Wire(address)
     out: dict = {}
     client = {"base_url": base_url, "api_key_var": None, "headers": {}}
@@ -117,9 +135,15 @@ async def main() -> None:
     out["runs"] = []
     for deltas, reply in results:
         assert reply["success"], reply
+        assert set(reply) == {"success", "error", "head", "traces"}, sorted(reply)
+        jsonschema.validate(reply["head"], head_schema)
         episode = assemble(deltas, reply)
         for trace in episode["traces"]:
             jsonschema.validate(trace, schema)
+            assert trace["task"] == episode["task"] or trace["task"]["data"] == \
+                episode["task"]["data"], (trace["task"], episode["task"])
+            counts = token_counts(trace)
+            assert {k: trace[k] for k in counts} == counts, (counts, trace)
         out["runs"].append({"deltas": deltas, "reply": reply, "episode": episode})
 
     # A run whose model call hangs: a delta arrives while it is in flight, then cancel.

@@ -23,6 +23,9 @@ const WIRE_DRIVER = fileURLToPath(new URL("./_zmq_wire_client.py", import.meta.u
 const TRACE_SCHEMA = fileURLToPath(
   new URL("../lib/serve/upstream_trace.schema.json", import.meta.url),
 );
+const HEAD_SCHEMA = fileURLToPath(
+  new URL("../lib/serve/upstream_episode_head.schema.json", import.meta.url),
+);
 const LEGACY_DRIVER = fileURLToPath(new URL("./_zmq_legacy_client.py", import.meta.url));
 /** Debian's interpreter: its python3-zmq and python3-msgpack (tests/setup.sh installs them). */
 const PYTHON = "/usr/bin/python3";
@@ -511,7 +514,10 @@ async function pythonDrivesCurrentWire(extra: string[]): Promise<void> {
     tmp.path,
     { defaultWire: true },
   );
-  const out = await pythonDriver([server.address, model.url, TRACE_SCHEMA], WIRE_DRIVER);
+  const out = await pythonDriver(
+    [server.address, model.url, TRACE_SCHEMA, HEAD_SCHEMA],
+    WIRE_DRIVER,
+  );
   assert.equal(out.health.success, true);
   assert.deepEqual(out.info, {
     success: true,
@@ -522,7 +528,13 @@ async function pythonDrivesCurrentWire(extra: string[]): Promise<void> {
   const runs = out.runs as unknown as Array<{
     deltas: Array<Record<string, unknown>>;
     reply: { traces: Array<{ id: string; nodes: number; calls: number }> };
-    episode: { ok: boolean; traces: Array<Record<string, unknown>> };
+    episode: {
+      id: string;
+      ok: boolean;
+      env: { id: string };
+      task: { data: unknown };
+      traces: Array<Record<string, unknown>>;
+    };
   }>;
   assert.equal(runs.length, 4);
   for (const [i, run] of runs.entries()) {
@@ -538,6 +550,12 @@ async function pythonDrivesCurrentWire(extra: string[]): Promise<void> {
     assert.ok(nodes.some((n) => n.message.content === `Say hi (${i})`));
     assert.deepEqual(trace.rewards, { correct: { score: 1, weight: 1 } });
     assert.equal(trace.version, 1);
+    // The head is upstream's Episode without its traces; the token counts came as `set`.
+    assert.equal(run.episode.id.length, 32);
+    assert.deepEqual(run.episode.task.data, { prompt: `Say hi (${i})`, expected: "hi", idx: i });
+    assert.ok(run.episode.env.id.length > 0, JSON.stringify(run.episode.env));
+    assert.ok((trace.num_total_tokens as number) > 0, JSON.stringify(trace));
+    assert.ok(run.deltas.some((d) => (d.set as Record<string, unknown>)?.num_total_tokens));
   }
   // A delta arrived while the run was still in flight (its model call hangs until cancel).
   const first = out.hang_first as { kind: string; data: Record<string, unknown> };

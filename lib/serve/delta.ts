@@ -11,9 +11,12 @@
  * (node index → semantic parents landing on a node sent earlier), `set` for scalar fields
  * whose value changed, `pending` the messages of the request in flight, `discard` for a trace
  * dropped (an attempt retried, or a live trace the finished record does not extend). The run
- * ends with a reply `{ success, error, episode, traces }`: `episode` is the record without its
- * traces, `traces` each trace's `{ id, nodes, calls }` counts the client checks its assembly
- * against.
+ * ends with a reply `{ success, error, head, traces }`: `head` is the episode without its
+ * traces as upstream's `Episode` dumps it ({@link upstreamHead}), `traces` each trace's
+ * `{ id, nodes, calls }` counts the client checks its assembly against. A delta may also carry
+ * `routing_repairs` (node index → the corrected last row of `routed_experts`), which upstream
+ * sends for mixture-of-experts routing; vf records no routing, so it never sends one, and its
+ * assembly has no `routed_experts` to repair: it leaves that key unapplied.
  * @module
  */
 import type { Message, Messages, Response } from "../types.ts";
@@ -44,6 +47,9 @@ export const SCALAR_FIELDS = [
   "ok",
   "stop_condition",
   "timing",
+  "num_input_tokens",
+  "num_output_tokens",
+  "num_total_tokens",
 ] as const;
 
 /** upstream's `Trace.version`. */
@@ -102,19 +108,63 @@ function node(
   };
 }
 
+/** A usage as upstream's `Usage` dumps it (its `input_tokens`/`total_tokens` are properties). */
 function usage(u: { prompt_tokens?: number; completion_tokens?: number } | null | undefined) {
   if (!u) return null;
-  const prompt = Number(u.prompt_tokens ?? 0);
-  const completion = Number(u.completion_tokens ?? 0);
   return {
-    prompt_tokens: prompt,
-    completion_tokens: completion,
+    prompt_tokens: Number(u.prompt_tokens ?? 0),
+    completion_tokens: Number(u.completion_tokens ?? 0),
     cached_input_tokens: null,
     reasoning_tokens: null,
     cost: null,
-    input_tokens: prompt,
-    total_tokens: prompt + completion,
   };
+}
+
+type WireUsage = {
+  prompt_tokens: number;
+  completion_tokens: number;
+  cached_input_tokens?: number | null;
+};
+const inputTokens = (u: WireUsage) => u.prompt_tokens + (u.cached_input_tokens ?? 0);
+const totalTokens = (u: WireUsage) => inputTokens(u) + u.completion_tokens;
+
+/**
+ * A trace's token counts as upstream's `Trace` computes them over its branches (one per leaf
+ * of the node graph, each with the calls of its nodes): `num_output_tokens` the completions
+ * summed over branches, `num_total_tokens` each branch's last call's prompt and completion
+ * summed over branches, `num_input_tokens` each call's prompt beyond the previous call's
+ * whole sequence on its branch (never below 0), a call shared by branches counted once.
+ */
+export function tokenCounts(
+  nodes: Array<Record<string, unknown>>,
+  calls: Array<Record<string, unknown>>,
+): { num_input_tokens: number; num_output_tokens: number; num_total_tokens: number } {
+  const hasChild = new Set(nodes.map((n) => n.parent).filter((p) => typeof p === "number"));
+  const byNode = new Map<number, Record<string, unknown>>();
+  for (const c of calls) if (typeof c.node === "number") byNode.set(c.node, c);
+  const seen = new Set<Record<string, unknown>>();
+  let input = 0, output = 0, total = 0;
+  for (let leaf = 0; leaf < nodes.length; leaf++) {
+    if (hasChild.has(leaf)) continue;
+    const path: number[] = [];
+    for (let at: unknown = leaf; typeof at === "number"; at = nodes[at]?.parent) path.unshift(at);
+    const used = path.flatMap((i) => {
+      const c = byNode.get(i);
+      return c && c.usage ? [c] : [];
+    });
+    let previous = 0;
+    for (const c of used) {
+      const u = c.usage as WireUsage;
+      if (!seen.has(c)) {
+        seen.add(c);
+        input += Math.max(0, inputTokens(u) - previous);
+      }
+      previous = totalTokens(u);
+      output += u.completion_tokens;
+    }
+    if (used.length > 0) total += totalTokens(used.at(-1)!.usage as WireUsage);
+  }
+  return { num_input_tokens: input, num_output_tokens: output, num_total_tokens: total };
 }
 
 function wireError(type: string, message: string) {
@@ -265,6 +315,7 @@ export function upstreamTrace(
     ok: trace.ok,
     stop_condition: trace.stop_condition ?? null,
     errors: trace.error ? [wireError(trace.error.error ?? "Error", trace.error.message ?? "")] : [],
+    ...tokenCounts(nodes, calls),
     timing: {
       ...emptyTiming(started),
       setup: span(started, setupEnd),
@@ -276,6 +327,53 @@ export function upstreamTrace(
       finalize: span(agentEnd, finalizeEnd),
       scoring: span(finalizeEnd, finalizeEnd + ms("scoring_ms")),
     },
+  };
+}
+
+/** vf's own fields of an episode record that upstream's `Episode` has no place for. */
+const VF_HEAD_FIELDS = [
+  "format_version",
+  "run_id",
+  "taskset",
+  "example_id",
+  "episode_index",
+  "timing",
+] as const;
+
+/**
+ * A vf episode record (or a legacy environment's, which has the same head) as upstream's
+ * `Episode` dumps it without its traces: `id`, `env` (`{ id, name }`), `task` (the trace's
+ * `TraceTask`: `type`, `data`, `key`, `hash`), `group`, `run`, `ok` and `errors` (each
+ * `{ type, message, status_code, traceback }`; vf's phase leads the message). vf's own
+ * fields ride in `vf`, which upstream's model ignores.
+ *
+ * @param record the episode as `traces.jsonl` holds it, without or with its traces
+ * @param taskData the task's data, as the trainer sent it
+ */
+export function upstreamHead(
+  record: Record<string, unknown>,
+  taskData: Record<string, unknown>,
+): Record<string, unknown> {
+  const task = (record.task ?? {}) as { key?: string; hash?: string };
+  const errors = Array.isArray(record.errors)
+    ? record.errors as Array<Record<string, unknown>>
+    : [];
+  return {
+    id: String(record.episode_id ?? crypto.randomUUID()).replaceAll("-", ""),
+    env: { id: String(record.env_id ?? ""), name: null },
+    task: { type: "Task", data: taskData, key: task.key ?? null, hash: task.hash ?? null },
+    group: null,
+    run: null,
+    ok: record.ok === true,
+    errors: errors.map((e) =>
+      wireError(
+        String(e.error ?? e.type ?? "Error"),
+        `${e.phase ? `${e.phase}: ` : ""}${String(e.message ?? "")}`,
+      )
+    ),
+    vf: Object.fromEntries(
+      VF_HEAD_FIELDS.filter((k) => record[k] !== undefined).map((k) => [k, record[k]]),
+    ),
   };
 }
 
@@ -313,6 +411,9 @@ export class LiveTrace {
       stop_condition: null,
       errors: [],
       timing: emptyTiming(now),
+      num_input_tokens: 0,
+      num_output_tokens: 0,
+      num_total_tokens: 0,
     };
   }
 
@@ -369,6 +470,7 @@ export class LiveTrace {
       policy: null,
     });
     this.trace.root_reply = messageText(response.message as Message);
+    Object.assign(this.trace, tokenCounts(nodes, this.trace.calls));
     this.pending = [];
   }
 
@@ -388,6 +490,7 @@ export class LiveTrace {
     final.id = this.trace.id;
     final.nodes.splice(0, live.length, ...live);
     final.calls.splice(0, this.trace.calls.length, ...this.trace.calls);
+    Object.assign(final, tokenCounts(final.nodes, final.calls));
     return true;
   }
 }

@@ -7,8 +7,9 @@
  * (`wire`, nothing on the wire tells them apart; see `ZMQ_WIRES`):
  * - `2026-09` (default): `[request_id, kind, msgpack(data)]`, kind `delta` while a run's
  *   episode grows (per-turn deltas, `delta.ts`) and `reply` once at the end of every request.
- *   A run's reply is `{ success, error, episode, traces }`: the episode without its traces
- *   and each trace's `{ id, nodes, calls }`; the traces, upstream's `Trace`, came as deltas.
+ *   A run's reply is `{ success, error, head, traces }`: `head` the episode without its
+ *   traces as upstream's `Episode` dumps it (`upstreamHead`), `traces` each trace's
+ *   `{ id, nodes, calls }`; the traces, upstream's `Trace`, came as deltas.
  *   `info` → `{ success, error, num_tasks, requires_group_scoring }`.
  * - `2026-08`: `[request_id, msgpack(response)]`, a run's whole episode in its reply.
  *
@@ -45,6 +46,7 @@ import {
   type Delta,
   DeltaStreamer,
   LiveTrace,
+  upstreamHead,
   type UpstreamTrace,
   upstreamTrace,
 } from "./delta.ts";
@@ -236,15 +238,15 @@ export async function startZmqEnvServer(
       await streamer.stop();
       throw error;
     }
-    const { traces, ...head } = episode as { traces?: TaskTrace[] };
-    const converted = (traces ?? []).map((t) => upstreamTrace(t, taskData));
+    const traces = (episode as { traces?: TaskTrace[] }).traces ?? [];
+    const converted = traces.map((t) => upstreamTrace(t, taskData));
     if (live.trace.nodes.length > 0) converted.find((t) => live.adopt(t));
     finals = converted;
     await streamer.finish();
     return {
       success: true,
       error: null,
-      episode: head,
+      head: upstreamHead(episode, taskData),
       traces: converted.map((t) => ({ id: t.id, nodes: t.nodes.length, calls: t.calls.length })),
     };
   }

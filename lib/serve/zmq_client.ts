@@ -250,7 +250,7 @@ export class ZmqEnvClient implements AsyncDisposable {
       }
       if (this.wire === "2026-08") return reply.episode as E;
       return assembly.finish(
-        reply.episode as Record<string, unknown>,
+        reply.head as Record<string, unknown>,
         reply.traces as TraceSummary[],
       ) as E;
     } finally {
