@@ -149,6 +149,11 @@ export interface RolloutOutput {
     final_output_tokens: number;
   };
   trajectory_id: string;
+  /**
+   * `vf ctl requeue`: the `trajectory_id` of the errored rollout this one ran again for; readers
+   * keep this one and drop that one.
+   */
+  retry_of?: string;
   /** Model requests of this rollout that were retried before they succeeded or gave up. */
   model_retries?: number;
   /**

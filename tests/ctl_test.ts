@@ -111,8 +111,8 @@ Deno.test("vf ctl pauses, resumes and changes the concurrency of a running vf ev
     const dir = /^Saving results to (.+)$/m.exec(res.stderr)![1];
     const meta = JSON.parse(await Deno.readTextFile(join(dir, "metadata.json")));
     assert.deepEqual(
-      meta.control.actions.map((a: { action: string; max_concurrent?: number }) =>
-        a.max_concurrent ? `${a.action} ${a.max_concurrent}` : a.action
+      meta.control.actions.map((a: { action: string; args: { max_concurrent?: number } }) =>
+        a.args.max_concurrent ? `${a.action} ${a.args.max_concurrent}` : a.action
       ),
       ["pause", "set 1", "resume", "set 8"],
     );
@@ -138,4 +138,133 @@ Deno.test("stripControl() removes terminal escapes and control characters a run'
     "ok run red",
   );
   assert.equal(stripControl("tab\tand newline\n kept"), "tab\tand newline\n kept");
+});
+
+Deno.test("vf ctl pause --now sends in-flight rollouts back to the queue and requeue runs errored ones again, the results keeping the retries", async () => {
+  await using tmp = await tempDir("vf_ctl_now_");
+  const ctlDir = join(tmp.path, "ctl");
+  const rows = loadExampleDataset("gsm8k-sample", { split: "test" }).toList() as Array<
+    { question: string; answer: string }
+  >;
+  /** Calls per question, and requests in flight at the server. */
+  const calls = new Map<string, number>();
+  let inFlight = 0;
+  let started = 0;
+  /** Requests wait here while set (every one, then only the last example's). */
+  let openAll!: () => void;
+  let holdAll: Promise<void> | null = new Promise<void>((r) => (openAll = r));
+  let openLast!: () => void;
+  const holdLast = new Promise<void>((r) => (openLast = r));
+  const last = rows[11].question;
+  /** Questions whose calls fail with HTTP 400 (a rollout error nothing retries). */
+  const failing = new Set<string>();
+  await using model = await startModelServer({
+    responder: async (request) => {
+      const q = lastUserText(request);
+      calls.set(q, (calls.get(q) ?? 0) + 1);
+      started++;
+      inFlight++;
+      try {
+        if (holdAll) await holdAll;
+        if (q === last) await holdLast;
+        if (failing.has(q)) return { status: 400, body: "the test refuses this question" };
+        return { content: `\\boxed{${ANSWERS.get(q) ?? "0"}}` };
+      } finally {
+        inFlight--;
+      }
+    },
+  });
+  const env = { VF_CTL_DIR: ctlDir };
+  const args = ["eval", "gsm8k", "-m", "m", "-b", model.url, "-n", "12", "-r", "1", "-c", "4"];
+  const child = cliCommand([...args, "-o", "out"], { cwd: tmp.path, env, registry: false })
+    .spawn();
+  const ctl = (...a: string[]) => runCli(["ctl", ...a], { cwd: tmp.path, env, registry: false });
+  const status = async () => {
+    const s = await ctl("status");
+    assert.equal(s.code, 0, transcript(s));
+    return s.stdout;
+  };
+  try {
+    // Four rollouts in flight, held at the server: pause now interrupts them.
+    await until("four requests at the server", () => started >= 4);
+    const paused = await ctl("pause", "--now");
+    assert.equal(paused.code, 0, transcript(paused));
+    assert.match(paused.stdout, /PAUSED/);
+    await until(
+      "the interrupted rollouts back in the queue",
+      async () => /in flight 0 .*done 0\/12 {2}errors 0 {2}interrupted 4/.test(await status()),
+    );
+    const first = [...calls.keys()];
+    assert.equal(first.length, 4);
+    // The first two of them fail when they run again; the last example is held meanwhile.
+    failing.add(first[0]).add(first[1]);
+    holdAll = null;
+    openAll();
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.equal(started, 4, "nothing starts while paused");
+    assert.equal((await ctl("resume")).code, 0);
+    await until(
+      "every example but the held one",
+      async () => /in flight 1 .*done 11\/12 {2}errors 2 /.test(await status()),
+    );
+    for (const q of first) assert.equal(calls.get(q), 2, "an interrupted rollout ran again");
+
+    // Requeue: the two errored rollouts run again, and succeed this time.
+    failing.clear();
+    const requeued = await ctl("requeue");
+    assert.equal(requeued.code, 0, transcript(requeued));
+    assert.match(requeued.stdout, /requeued 2/);
+    await until(
+      "the retried rollouts",
+      async () => /in flight 1 .*done 11\/12 {2}errors 0 /.test(await status()),
+    );
+    assert.equal(calls.get(first[0]), 3);
+    openLast();
+
+    const res = await collect(child);
+    assert.equal(res.code, 0, transcript(res));
+    const dir = /^Saving results to (.+)$/m.exec(res.stderr)![1];
+    const meta = JSON.parse(await Deno.readTextFile(join(dir, "metadata.json")));
+    assert.deepEqual(
+      meta.control.actions.map((a: { action: string; args: Record<string, unknown> }) =>
+        `${a.action} ${JSON.stringify(a.args)}`
+      ),
+      ['pause {"mode":"now","in_flight":4}', "resume {}", 'requeue {"rollouts":2}'],
+    );
+    assert.equal(meta.control.interrupted, 4);
+    assert.equal(meta.control.requeued, 2);
+    // Counted once each: twelve rollouts, none errored, every one right.
+    assert.equal(meta.num_rollouts, 12);
+    assert.equal(meta.num_errors, 0);
+    assert.equal(meta.avg_reward, 1);
+    // The file keeps the errored lines; the retries come later and name what they replace.
+    const lines = (await Deno.readTextFile(join(dir, "results.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.equal(lines.length, 14);
+    const errored = lines.filter((o) => o.error);
+    assert.equal(errored.length, 2);
+    const retries = lines.filter((o) => o.retry_of);
+    assert.deepEqual(
+      retries.map((o) => o.retry_of).sort(),
+      errored.map((o) => o.trajectory_id).sort(),
+    );
+    for (const r of retries) assert.ok(lines.indexOf(r) > lines.indexOf(errored[0]));
+    assert.equal(new Set(lines.filter((o) => !o.error).map((o) => o.example_id)).size, 12);
+
+    // --resume reads the latest per rollout: the run is complete, nothing runs again.
+    const before = started;
+    const again = await runCli([...args, "--resume", dir], { cwd: tmp.path, env, registry: false });
+    assert.equal(again.code, 0, transcript(again));
+    assert.equal(started, before, "a finished run resumes with nothing to do");
+    assert.doesNotMatch(again.stderr, /left out/);
+    const resumed = JSON.parse(await Deno.readTextFile(join(dir, "metadata.json")));
+    assert.equal(resumed.num_rollouts, 12);
+    assert.equal(resumed.num_errors, 0);
+  } finally {
+    openAll();
+    openLast();
+    try {
+      child.kill();
+    } catch { /* already ended */ }
+  }
 });

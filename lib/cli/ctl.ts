@@ -1,6 +1,7 @@
 /**
- * `vf ctl [run_id] status|pause|resume|concurrency N|list`: steers a running `vf eval` through
- * its control socket (lib/eval/control.ts). With one run live, no id is needed.
+ * `vf ctl [run_id] status|pause [--now]|resume|requeue|set KEY=N...|concurrency N|list`: steers
+ * a running `vf eval` or `vf run` through its control socket (lib/eval/control.ts). With one
+ * run live, no id is needed.
  * @module
  */
 
@@ -13,8 +14,13 @@ const USAGE = `usage: vf ctl [RUN_ID] ACTION
   list               runs with a control socket
   status             in flight, queued, done, errors, rate, spend and stalls (the default)
   pause              start no more rollouts; those in flight finish
+  pause --now        also interrupt those in flight: back to the queue, run again on resume
   resume             start rollouts again
-  concurrency N      at most N rollouts in flight from now on
+  requeue            run the errored rollouts again; their retry replaces them in the results
+  set KEY=N ...      change max_concurrent, and for a taskset run max_sandboxes and the
+                     timeouts (timeout.agent, timeout.setup, timeout.scoring, timeout.finalize,
+                     timeout.episode); status lists what the run takes
+  concurrency N      the same as set max_concurrent=N
 Sockets live in VF_CTL_DIR (default ~/.cache/vf/ctl), one per run, owner-only.
 `;
 
@@ -71,7 +77,7 @@ function renderStatus(status: Record<string, unknown>): string {
     `run ${stripControl(String(s.run_id))} (pid ${num(s.pid)})${s.paused ? " PAUSED" : ""}`,
     `  in flight ${num(s.in_flight)}  queued ${num(s.queued)}  done ${num(s.done)}/${
       num(s.total)
-    }  errors ${num(s.errors)}`,
+    }  errors ${num(s.errors)}  interrupted ${num(s.interrupted)}  requeued ${num(s.requeued)}`,
     `  avg reward ${num(s.avg_reward, 3)}  ${num(s.rollouts_per_s, 2)} rollouts/s  elapsed ${
       num(s.elapsed_s, 0)
     }s  max_concurrent ${num(s.max_concurrent)}`,
@@ -81,6 +87,11 @@ function renderStatus(status: Record<string, unknown>): string {
       }s)`
       : `  no stall (threshold ${num(s.stall_after_s)}s)`,
   ];
+  if (s.knobs && typeof s.knobs === "object") {
+    const knobs = Object.entries(s.knobs as Record<string, unknown>)
+      .map(([k, v]) => `${stripControl(k)}=${typeof v === "number" ? v : "-"}`);
+    lines.push(`  settings ${knobs.join(" ")}`);
+  }
   if (s.live && typeof s.live === "object") {
     lines.push(`  ${stripControl(JSON.stringify(s.live))}`);
   }
@@ -97,7 +108,7 @@ export async function cmdCtl(argv: string[]): Promise<number> {
   }
   const dir = controlDir();
   const runs = await listControlSockets(dir);
-  const actions = new Set(["list", "status", "pause", "resume", "concurrency"]);
+  const actions = new Set(["list", "status", "pause", "resume", "requeue", "set", "concurrency"]);
   let [first, ...rest] = argv;
   let runId: string | undefined;
   if (first !== undefined && !actions.has(first)) {
@@ -134,7 +145,26 @@ export async function cmdCtl(argv: string[]): Promise<number> {
       process.stderr.write(`error: vf ctl concurrency needs a positive integer\n`);
       return 2;
     }
-    request = { action: "set", max_concurrent: n };
+    request = { action: "set", values: { max_concurrent: n } };
+  } else if (action === "set") {
+    const values: Record<string, number> = {};
+    for (const arg of rest) {
+      const m = /^([\w.]+)=(.+)$/.exec(arg);
+      const n = m ? Number(m[2]) : NaN;
+      if (!m || !Number.isFinite(n)) {
+        process.stderr.write(`error: vf ctl set takes KEY=NUMBER, got "${stripControl(arg)}"\n`);
+        return 2;
+      }
+      values[m[1]] = n;
+    }
+    if (!rest.length) {
+      process.stderr.write(`error: vf ctl set needs KEY=NUMBER (max_concurrent=8)\n`);
+      return 2;
+    }
+    request = { action: "set", values };
+  } else if (action === "pause") {
+    const now = rest.includes("--now") || rest.includes("now");
+    request = { action: "pause", mode: now ? "now" : "after" };
   } else {
     request = { action } as ControlRequest;
   }

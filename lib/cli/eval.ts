@@ -383,6 +383,7 @@ export async function cmdEval(argv: string[]): Promise<number> {
       metadataExtra: runDir ? { run_dir: runDir } : {},
       metadataLive: () => ({ ...liveCost?.(), ...control.metadata() }),
       gate: allGates([control, run.budget, run.adaptive]),
+      steering: control,
     });
     display?.finish();
     process.stdout.write(renderSummary(result.metadata, result.tally) + "\n");

@@ -1,6 +1,8 @@
 /**
- * Steering a running eval from outside: {@linkcode RunControl} is a start gate that can pause
- * the run, resume it and change how many rollouts run at once; {@linkcode serveControl} puts
+ * Steering a running eval or taskset run from outside: {@linkcode RunControl} is a start gate
+ * that can pause the run (after what is in flight, or now, sending it back to the queue),
+ * resume it, requeue errored rollouts and change how many rollouts run at once, the sandbox
+ * limits and the timeouts; {@linkcode serveControl} puts
  * it on an owner-only unix socket that `vf ctl` talks to, one JSON line each way. Every
  * action is kept and written into the run's metadata (`control.actions`).
  * @module
@@ -10,15 +12,20 @@ import { chmod, lstat, mkdir, readdir, rm } from "node:fs/promises";
 import { createServer, type Server, type Socket } from "node:net";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import type { Progress, StartGate } from "./evaluate.ts";
+import type { Progress, RunSteering, StartGate } from "./evaluate.ts";
+
+export type { RunSteering };
 
 /** One action taken on a run, as metadata records it. */
 export interface ControlAction {
   /** ISO time the action was taken. */
   at: string;
-  action: "pause" | "resume" | "set";
-  /** `set`: the new `max_concurrent`. */
-  max_concurrent?: number;
+  action: "pause" | "resume" | "set" | "requeue";
+  /**
+   * What it was given and did: `pause` its `mode` and the rollouts it `interrupted`; `set` the
+   * knobs' new values; `requeue` the errored `rollouts` sent back to the queue.
+   */
+  args: Record<string, unknown>;
 }
 
 /** What `vf ctl status` shows: counts only, never transcripts. */
@@ -27,11 +34,17 @@ export interface ControlStatus {
   pid: number;
   paused: boolean;
   max_concurrent: number;
+  /** Every knob `set` can change (max_concurrent, sandbox limits, timeouts) and its value. */
+  knobs: Record<string, number | null>;
   in_flight: number;
   queued: number;
   done: number;
   total: number;
   errors: number;
+  /** Rollouts interrupted by `pause --now` and sent back to the queue. */
+  interrupted: number;
+  /** Errored rollouts sent back by `requeue`. */
+  requeued: number;
   avg_reward: number;
   rollouts_per_s: number;
   elapsed_s: number;
@@ -45,11 +58,19 @@ export interface ControlStatus {
   live?: Record<string, unknown>;
 }
 
+/** A value `vf ctl set` can change while the run goes on. */
+export interface ControlKnob {
+  get(): number | null;
+  /** @throws {RangeError} for a value the knob cannot take */
+  set(value: number): void;
+}
+
 /**
- * A start gate steered at run time: `pause()` lets what runs finish and starts nothing more;
- * `setMaxConcurrent(n)` bounds the rollouts in flight (up to the run's worker ceiling).
+ * A start gate steered at run time: `pause()` lets what runs finish and starts nothing more
+ * (`pause("now")` interrupts it too, back to the queue); `setMaxConcurrent(n)` bounds the
+ * rollouts in flight (up to the run's worker ceiling); `set()` changes any registered knob.
  */
-export class RunControl implements StartGate {
+export class RunControl implements StartGate, RunSteering {
   readonly runId: string;
   readonly actions: ControlAction[] = [];
   #paused = false;
@@ -60,11 +81,16 @@ export class RunControl implements StartGate {
   #done = 0;
   #errors = 0;
   #avgReward = 0;
+  #interrupted = 0;
+  #requeued = 0;
   #started = Date.now();
   #lastProgress = Date.now();
   #stallAfterMs: number;
   #live?: () => Record<string, unknown> | undefined;
   #stopped = false;
+  #interrupt = new AbortController();
+  #requeue: (() => number) | null = null;
+  #knobs = new Map<string, ControlKnob>();
 
   /**
    * @param runId the run's id (its folder name)
@@ -87,6 +113,16 @@ export class RunControl implements StartGate {
     this.#total = options.total ?? 0;
     this.#stallAfterMs = (options.stallAfterS ?? 60) * 1000;
     this.#live = options.live;
+    this.#knobs.set("max_concurrent", {
+      get: () => this.#limit,
+      set: (n) => {
+        if (!Number.isInteger(n) || n < 1) {
+          throw new RangeError(`max_concurrent must be a positive integer, got ${n}`);
+        }
+        this.#limit = n;
+        this.#wake();
+      },
+    });
   }
 
   get paused(): boolean {
@@ -100,6 +136,23 @@ export class RunControl implements StartGate {
   /** Sets the number of rollouts the run will make (known once the dataset is loaded). */
   set total(n: number) {
     this.#total = n;
+  }
+
+  get interrupt(): AbortSignal {
+    return this.#interrupt.signal;
+  }
+
+  onRequeue(requeue: () => number): void {
+    this.#requeue = requeue;
+  }
+
+  interrupted(n: number): void {
+    this.#interrupted += n;
+  }
+
+  /** Lets `set` change `name` (a sandbox limit, a timeout) while the run goes on. */
+  knob(name: string, knob: ControlKnob): void {
+    this.#knobs.set(name, knob);
   }
 
   /** Waits while paused or full; a group bigger than the limit runs alone. */
@@ -133,26 +186,74 @@ export class RunControl implements StartGate {
     this.#wake();
   }
 
-  pause(): ControlAction {
+  /**
+   * Starts no more rollouts. `after` (the default) lets those in flight finish; `now`
+   * interrupts them too: their model calls are aborted and they go back to the queue, neither
+   * errors nor results, to run again on {@link resume}.
+   */
+  pause(mode: "now" | "after" = "after"): ControlAction {
     this.#paused = true;
-    return this.#record({ at: new Date().toISOString(), action: "pause" });
+    const args: Record<string, unknown> = { mode };
+    if (mode === "now") {
+      args.in_flight = this.#inFlight;
+      const interrupt = this.#interrupt;
+      this.#interrupt = new AbortController();
+      interrupt.abort(new DOMException("Paused by vf ctl pause --now", "AbortError"));
+    }
+    return this.#record("pause", args);
   }
 
   resume(): ControlAction {
     this.#paused = false;
     this.#lastProgress = Date.now();
     this.#wake();
-    return this.#record({ at: new Date().toISOString(), action: "resume" });
+    return this.#record("resume", {});
+  }
+
+  /** Sends the run's errored rollouts back to the queue; their retried outcome replaces them. */
+  requeue(): ControlAction {
+    if (!this.#requeue) throw new RangeError("This run cannot requeue rollouts");
+    const n = this.#requeue();
+    this.#requeued += n;
+    this.#wake();
+    return this.#record("requeue", { rollouts: n });
   }
 
   /** @throws {RangeError} for a limit that is not a positive integer */
   setMaxConcurrent(n: number): ControlAction {
-    if (!Number.isInteger(n) || n < 1) {
-      throw new RangeError(`max_concurrent must be a positive integer, got ${JSON.stringify(n)}`);
+    return this.set({ max_concurrent: n });
+  }
+
+  /**
+   * Changes knobs (`max_concurrent`, and what the run registered: sandbox limits, timeouts);
+   * all are checked before any changes.
+   * @throws {RangeError} naming an unknown knob or a value it cannot take
+   */
+  set(values: Record<string, unknown>): ControlAction {
+    const entries = Object.entries(values);
+    if (entries.length === 0) throw new RangeError("Nothing to set; give KEY=VALUE");
+    for (const [name, value] of entries) {
+      if (!this.#knobs.has(name)) {
+        throw new RangeError(
+          `Unknown setting ${JSON.stringify(name)}; this run has: ${
+            [...this.#knobs.keys()].join(", ")
+          }`,
+        );
+      }
+      if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
+        throw new RangeError(`${name} must be a positive number, got ${JSON.stringify(value)}`);
+      }
+      if (name === "max_concurrent" && !Number.isInteger(value)) {
+        throw new RangeError(`max_concurrent must be a positive integer, got ${value}`);
+      }
     }
-    this.#limit = n;
-    this.#wake();
-    return this.#record({ at: new Date().toISOString(), action: "set", max_concurrent: n });
+    for (const [name, value] of entries) this.#knobs.get(name)!.set(value as number);
+    return this.#record("set", Object.fromEntries(entries));
+  }
+
+  /** Every knob and its value now. */
+  knobs(): Record<string, number | null> {
+    return Object.fromEntries([...this.#knobs].map(([name, k]) => [name, k.get()]));
   }
 
   status(): ControlStatus {
@@ -165,11 +266,14 @@ export class RunControl implements StartGate {
       pid: process.pid,
       paused: this.#paused,
       max_concurrent: this.#limit,
+      knobs: this.knobs(),
       in_flight: this.#inFlight,
       queued: Math.max(0, this.#total - this.#done - this.#inFlight),
       done: this.#done,
       total: this.#total,
       errors: this.#errors,
+      interrupted: this.#interrupted,
+      requeued: this.#requeued,
       avg_reward: this.#avgReward,
       rollouts_per_s: elapsed > 0 ? this.#done / elapsed : 0,
       elapsed_s: elapsed,
@@ -184,13 +288,21 @@ export class RunControl implements StartGate {
   /** What metadata.json records under `control`. */
   metadata(): Record<string, unknown> {
     return {
-      control: { paused: this.#paused, max_concurrent: this.#limit, actions: [...this.actions] },
+      control: {
+        paused: this.#paused,
+        max_concurrent: this.#limit,
+        knobs: this.knobs(),
+        interrupted: this.#interrupted,
+        requeued: this.#requeued,
+        actions: [...this.actions],
+      },
     };
   }
 
-  #record(action: ControlAction): ControlAction {
-    this.actions.push(action);
-    return action;
+  #record(action: ControlAction["action"], args: Record<string, unknown>): ControlAction {
+    const entry = { at: new Date().toISOString(), action, args };
+    this.actions.push(entry);
+    return entry;
   }
 
   #wake(): void {
@@ -208,29 +320,47 @@ export function controlDir(): string {
 /** A request `vf ctl` sends. */
 export type ControlRequest =
   | { action: "status" }
-  | { action: "pause" }
+  | { action: "pause"; mode?: "now" | "after" }
   | { action: "resume" }
+  | { action: "requeue" }
+  | { action: "set"; values: Record<string, number> }
+  /** Older clients: `set` of `max_concurrent` alone. */
   | { action: "set"; max_concurrent: number };
 
 /** Answers one request: `{ ok: true, status }` or `{ ok: false, error }`. */
 export function handleControl(control: RunControl, request: unknown): Record<string, unknown> {
-  const r = request as Partial<{ action: string; max_concurrent: unknown }> | null;
+  const r = request as
+    | Partial<{ action: string; mode: unknown; values: unknown; max_concurrent: unknown }>
+    | null;
   try {
     switch (r?.action) {
       case "status":
         break;
       case "pause":
-        control.pause();
+        if (r.mode !== undefined && r.mode !== "now" && r.mode !== "after") {
+          throw new RangeError(
+            `pause mode must be "now" or "after", got ${JSON.stringify(r.mode)}`,
+          );
+        }
+        control.pause(r.mode ?? "after");
         break;
       case "resume":
         control.resume();
         break;
-      case "set":
-        control.setMaxConcurrent(Number(r.max_concurrent));
+      case "requeue":
+        control.requeue();
         break;
+      case "set": {
+        const values = r.values ?? { max_concurrent: r.max_concurrent };
+        if (typeof values !== "object" || values === null || Array.isArray(values)) {
+          throw new RangeError("set needs values: an object of KEY: number");
+        }
+        control.set(values as Record<string, unknown>);
+        break;
+      }
       default:
         throw new RangeError(
-          `Unknown action ${JSON.stringify(r?.action)}; known: status, pause, resume, set`,
+          `Unknown action ${JSON.stringify(r?.action)}; known: status, pause, resume, requeue, set`,
         );
     }
     return { ok: true, status: control.status() };

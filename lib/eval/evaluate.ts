@@ -72,6 +72,8 @@ export interface GenerateOptions {
   keepOutputs?: boolean;
   /** Asked before each group starts (`--max-cost`); told when one finishes. */
   gate?: StartGate;
+  /** `vf ctl`: interrupts groups back to the queue (`pause --now`), requeues errored rollouts. */
+  steering?: RunSteering;
   /**
    * Divide each group's advantages (reward minus the mean of the example's scored rollouts)
    * by the group's standard deviation. Default false.
@@ -93,6 +95,20 @@ export interface StartGate {
   allows(size?: number): boolean | Promise<boolean>;
   /** The unit let start with `size` rollouts finished. */
   finished(outcome?: { ok: boolean; latencyMs?: number } | null, size?: number): void;
+}
+
+/**
+ * What a run loop hears from its control (`vf ctl`, lib/eval/control.ts): a signal that aborts
+ * the units in flight when they are to go back to the queue (`pause --now`), and a place to
+ * hand the function that queues errored units again.
+ */
+export interface RunSteering {
+  /** The signal units starting now run under; it aborts on `pause --now`. */
+  readonly interrupt: AbortSignal;
+  /** The loop's requeue: sends its errored units back to the queue, returns how many rollouts. */
+  onRequeue(requeue: () => number): void;
+  /** The loop put `n` interrupted rollouts back into its queue. */
+  interrupted(n: number): void;
 }
 
 /** What {@link generate} returns. */
@@ -257,19 +273,61 @@ export async function generate(
   const buildMetadata = (): RunMetadata => ({ ...builder.build(), ...options.metadataLive?.() });
   if (writer) await writer.writeMetadata(buildMetadata());
 
-  const runOne = async (group: Row[]): Promise<"ok" | "infra" | void> => {
+  const steering = options.steering;
+  /** The run's signal joined with the steering's current interrupt (one per pause --now). */
+  let joined: { interrupt: AbortSignal; signal: AbortSignal } | null = null;
+  const runSignal = (interrupt: AbortSignal): AbortSignal => {
+    if (joined?.interrupt !== interrupt) {
+      joined = { interrupt, signal: AbortSignal.any([controller.signal, interrupt]) };
+    }
+    return joined.signal;
+  };
+  /** Errored outputs by their row, for `vf ctl requeue` (none kept without steering). */
+  const errored = new Map<Row, RolloutOutput>();
+  /** Rows sent back by a requeue: the errored output their retry replaces. */
+  const retrying = new Map<Row, RolloutOutput>();
+  const runOne = async (group: Row[]): Promise<"ok" | "infra" | "interrupted" | void> => {
     let outputs: RolloutOutput[] = [];
     const retries = options.maxRetries ?? 0;
+    // `vf ctl pause --now` aborts this: the group goes back to the queue, uncounted.
+    const interrupt = steering?.interrupt;
+    const signal = interrupt ? runSignal(interrupt) : controller.signal;
     for (let attempt = 0; attempt <= retries; attempt++) {
-      const result = await env.runGroupOutputs(group, client, model, {
-        samplingArgs: options.samplingArgs,
-        signal: controller.signal,
-        independentScoring: options.independentScoring,
-        stateColumns: options.stateColumns,
-      });
+      let result;
+      try {
+        result = await env.runGroupOutputs(group, client, model, {
+          samplingArgs: options.samplingArgs,
+          signal,
+          independentScoring: options.independentScoring,
+          stateColumns: options.stateColumns,
+        });
+      } catch (error) {
+        if (interrupt?.aborted && !controller.signal.aborted) return "interrupted";
+        throw error;
+      }
+      if (interrupt?.aborted && !controller.signal.aborted) return "interrupted";
       outputs = result.outputs;
       if (!result.retryable || attempt === retries) break;
       await sleep(Math.min(1000 * 2 ** attempt, 60_000) * (0.5 + Math.random() / 2));
+    }
+    if (steering) {
+      // A retried rollout replaces its errored one: the reader keeps the latest, and the
+      // run's counts drop the old one.
+      const replaced: RolloutOutput[] = [];
+      for (let i = 0; i < outputs.length; i++) {
+        const old = retrying.get(group[i]);
+        if (old) {
+          retrying.delete(group[i]);
+          outputs[i].retry_of = old.trajectory_id;
+          replaced.push(old);
+          if (old.error) errors--;
+        }
+        if (outputs[i].error) errored.set(group[i], outputs[i]);
+      }
+      if (replaced.length) {
+        builder.remove(replaced);
+        tally.remove(replaced);
+      }
     }
     // Advantages over the example's group: rollouts that were never scored stay out.
     // An error nobody scored (the endpoint, the engine) tells an adaptive limit to back off.
@@ -334,9 +392,17 @@ export async function generate(
         return;
       }
       const t0 = performance.now();
-      let outcome: { ok: boolean; latencyMs?: number } = { ok: false };
+      let outcome: { ok: boolean; latencyMs?: number } | null = { ok: false };
       try {
-        outcome = { ok: (await runOne(group)) !== "infra", latencyMs: performance.now() - t0 };
+        const ran = await runOne(group);
+        if (ran === "interrupted") {
+          // Back to the front of the queue; it never ran as far as a budget is concerned.
+          pending.splice(next, 0, group);
+          steering?.interrupted(group.length);
+          outcome = null;
+          continue;
+        }
+        outcome = { ok: ran !== "infra", latencyMs: performance.now() - t0 };
       } catch (error) {
         if (controller.signal.aborted && !isFatalError(error)) return;
         stop(error);
@@ -347,9 +413,37 @@ export async function generate(
     }
   };
   const n = Math.min(pending.length, slots === Infinity ? pending.length : slots);
+  // Workers that found the queue empty have ended; a requeue starts new ones up to the limit.
+  const workers = new Set<Promise<void>>();
+  const spawn = (count: number) => {
+    for (let i = 0; i < count; i++) {
+      const w: Promise<void> = worker().finally(() => workers.delete(w));
+      workers.add(w);
+    }
+  };
+  let ended = false;
+  steering?.onRequeue(() => {
+    if (ended || controller.signal.aborted) return 0;
+    const rows = [...errored.keys()].filter((row) => !retrying.has(row));
+    if (!rows.length) return 0;
+    const byExample = new Map<unknown, Row[]>();
+    for (const row of rows) {
+      retrying.set(row, errored.get(row)!);
+      errored.delete(row);
+      const g = byExample.get(row.example_id);
+      if (g) g.push(row);
+      else byExample.set(row.example_id, [row]);
+    }
+    pending.splice(next, 0, ...byExample.values());
+    const room = slots === Infinity ? byExample.size : slots - workers.size;
+    spawn(Math.max(0, Math.min(room, byExample.size)));
+    return rows.length;
+  });
   try {
-    await Promise.all(Array.from({ length: n }, worker));
+    spawn(n);
+    while (workers.size) await Promise.all([...workers]);
   } finally {
+    ended = true;
     outer?.removeEventListener("abort", onAbort);
     if (writer) {
       // Queue the final metadata first so flush() writes it now, not a throttle interval later.

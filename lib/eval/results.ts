@@ -180,6 +180,42 @@ export class MetadataBuilder {
     }
   }
 
+  /** Takes back outputs {@link add} folded in (a requeued rollout's errored first run). */
+  remove(outputs: RolloutOutput[]): void {
+    const perExample = this.#base.rollouts_per_example > 1;
+    for (const o of outputs) {
+      this.#n--;
+      this.#retries -= Number(o.model_retries ?? 0);
+      const ex = perExample ? this.#byExample.get(o.example_id) : undefined;
+      if (ex) ex.n--;
+      if (o.token_usage) {
+        this.#usage.n--;
+        this.#usage.input -= o.token_usage.input_tokens;
+        this.#usage.output -= o.token_usage.output_tokens;
+      }
+      if (o.error) this.#errors--;
+      if (isUnscoredOutput(o)) {
+        this.#unscored--;
+        continue;
+      }
+      this.#scored--;
+      if (ex) {
+        ex.scored--;
+        if (Number(o.reward ?? 0) >= this.#base.pass_threshold) ex.correct--;
+      }
+      this.#rewardSum -= Number(o.reward ?? 0);
+      const metrics = o.metrics ?? {};
+      for (const k in metrics) {
+        const v = metrics[k];
+        const m = this.#metricSums.get(k);
+        if (typeof v !== "number" || !m) continue;
+        m.sum -= v;
+        m.n--;
+        if (m.n === 0) this.#metricSums.delete(k);
+      }
+    }
+  }
+
   /** The tool list, kept while every output had the same one. */
   #addTools(o: RolloutOutput): void {
     // Rollouts of one environment mostly share one list: nothing to compare then.
@@ -556,10 +592,23 @@ export async function loadOutputs(
   dir: string,
   options: { onCorrupt?: (corrupt: CorruptLine) => void } = {},
 ): Promise<RolloutOutput[]> {
-  return await readJsonLines<RolloutOutput>(join(dir, "results.jsonl"), {
+  const outputs = await readJsonLines<RolloutOutput>(join(dir, "results.jsonl"), {
     onCorrupt: options.onCorrupt,
     check: (o) => Number.isInteger(o.example_id) ? null : 'no integer "example_id"',
   });
+  return latestOutputs(outputs);
+}
+
+/**
+ * The outputs without those a later line ran again (`vf ctl requeue` writes the retry with
+ * `retry_of`: the errored one's `trajectory_id`). The same array when nothing was retried.
+ */
+export function latestOutputs(outputs: RolloutOutput[]): RolloutOutput[] {
+  let replaced: Set<unknown> | null = null;
+  for (const o of outputs) {
+    if (typeof o.retry_of === "string") (replaced ??= new Set()).add(o.retry_of);
+  }
+  return replaced ? outputs.filter((o) => !replaced.has(o.trajectory_id)) : outputs;
 }
 
 /** Read a run's `metadata.json`. */

@@ -28,6 +28,20 @@ class RunningStats {
     this.#m2 += delta * (x - this.#mean);
   }
 
+  /** Takes `x` back out (the inverse of {@link add}). */
+  remove(x: number): void {
+    if (this.n <= 1) {
+      this.n = 0;
+      this.#mean = 0;
+      this.#m2 = 0;
+      return;
+    }
+    const mean = (this.n * this.#mean - x) / (this.n - 1);
+    this.#m2 -= (x - this.#mean) * (x - mean);
+    this.#mean = mean;
+    this.n--;
+  }
+
   get std(): number {
     return this.n < 2 ? 0 : Math.sqrt(Math.max(0, this.#m2 / this.n));
   }
@@ -91,6 +105,35 @@ export class OutputTally {
         let stats = this.#metrics.get(name);
         if (!stats) this.#metrics.set(name, stats = new RunningStats());
         stats.add(value);
+      }
+    }
+  }
+
+  /** Takes back outputs {@link add} folded in (a requeued rollout's errored first run). */
+  remove(outputs: RolloutOutput[]): void {
+    const less = (map: Map<string, number>, key: string) => {
+      const n = (map.get(key) ?? 0) - 1;
+      if (n > 0) map.set(key, n);
+      else map.delete(key);
+    };
+    for (const o of outputs) {
+      this.count--;
+      less(this.stops, o.stop_condition ?? "none");
+      if (o.error) {
+        this.errors--;
+        less(this.errorKinds, `${o.error.error}: ${o.error.message.slice(0, 100)}`);
+      }
+      if (Number(o.model_retries ?? 0) > 0) this.retried--;
+      const unscored = isUnscoredOutput(o);
+      const rewards = this.#byExample.get(o.example_id);
+      const i = rewards?.indexOf(unscored ? null : o.reward) ?? -1;
+      if (rewards && i >= 0) rewards.splice(i, 1);
+      if (unscored) continue;
+      this.#reward.remove(o.reward);
+      const metrics = o.metrics ?? {};
+      for (const name in metrics) {
+        const value = metrics[name];
+        if (typeof value === "number") this.#metrics.get(name)?.remove(value);
       }
     }
   }
