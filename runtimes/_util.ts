@@ -2,9 +2,6 @@
 
 import { homedir } from "node:os";
 import { posix } from "node:path";
-import { SandboxStateError } from "./errors.ts";
-import { trackRuntime } from "./registry.ts";
-import type { Runtime } from "./runtime.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -87,50 +84,6 @@ export function envList(env: Record<string, string> | undefined): string[] | und
 export function requireArgv(argv: string[]): void {
   if (!Array.isArray(argv) || argv.length === 0) {
     throw new TypeError("run() needs a non-empty argv");
-  }
-}
-
-/** Where a runtime is in its life. */
-export type RuntimeState = "new" | "starting" | "running" | "stopped";
-
-/**
- * The start protocol the docker, ssh and prime runtimes share: concurrent `start()` calls
- * share one start, a stopped runtime never starts again, the runtime is tracked for signal
- * teardown from its first start, and a start that fails stops the runtime (cleaning up what
- * it created) and rethrows.
- */
-export class StartOnce {
-  state: RuntimeState = "new";
-  /** The start sequence itself; `stop()` waits for it before tearing down. */
-  launch: Promise<void> | undefined;
-  #starting: Promise<void> | undefined;
-
-  /**
-   * @param runtime what `trackRuntime` registers
-   * @param kind the runtime's type, for the error after stop
-   * @param launch the runtime's own start sequence
-   * @param stop its `stop()`
-   */
-  start(
-    runtime: Runtime,
-    kind: string,
-    launch: () => Promise<void>,
-    stop: () => Promise<void>,
-  ): Promise<void> {
-    if (this.state === "stopped") {
-      return Promise.reject(new SandboxStateError(`Cannot start a stopped ${kind} runtime`));
-    }
-    if (this.#starting) return this.#starting;
-    this.state = "starting";
-    trackRuntime(runtime);
-    this.launch = launch();
-    this.#starting = this.launch.then(() => {
-      if (this.state === "starting") this.state = "running";
-    }, async (error) => {
-      await stop().catch(() => {});
-      throw error;
-    });
-    return this.#starting;
   }
 }
 

@@ -20,7 +20,6 @@ import {
   requireArgv,
   resolveSandboxPath,
   sleep,
-  StartOnce,
   toBytes,
   untilInterrupted,
   within,
@@ -36,7 +35,6 @@ import {
 } from "../errors.ts";
 import { defaultLedger, type Ledger, registerCleaner } from "../ledger.ts";
 import { keepReason, ownerFromLabels, ownerLabels, type OwnerPolicy } from "../owner.ts";
-import { untrackRuntime } from "../registry.ts";
 import type {
   ArchiveOutOptions,
   DockerRuntimeSpec,
@@ -49,13 +47,20 @@ import type {
 } from "../runtime.ts";
 import { DockerEngine, isDirectoryMode } from "./engine_api.ts";
 import { ExecChannel, runCommand, type SupervisorLauncher, TAR_FAILED } from "../_channel.ts";
-import { KILL_BELOW, KILL_TREES } from "../ssh/shell.ts";
-import { SWEEP } from "../_sweep.ts";
+import { KILL_BELOW, KILL_TREES, SWEEP } from "../_sweep.ts";
+import {
+  awaitSweep,
+  leftoverSelector,
+  Lifecycle,
+  MANAGED_LABEL,
+  sandboxLabels,
+  sweepFailure,
+} from "../lifecycle.ts";
 
 export { DockerEngine } from "./engine_api.ts";
 
 /** Label every vf container carries. */
-export const MANAGED_LABEL = "vf.managed";
+export { MANAGED_LABEL };
 /** Room for tar framing (headers, padding, end blocks, record padding) above a byte limit. */
 const TAR_SLACK = 64 * 1024;
 
@@ -170,8 +175,7 @@ export class DockerRuntime implements Runtime {
   #id = "";
   #name = "";
   #workdir = "/";
-  #life = new StartOnce();
-  #stopping: Promise<void> | undefined;
+  #life = new Lifecycle(this, "docker");
   #ledger: Ledger | null;
   #recorded = false;
   #labels: Record<string, string> = {};
@@ -219,7 +223,7 @@ export class DockerRuntime implements Runtime {
 
   /** Creates and starts the container, pulling the image if it is missing. */
   start(options: { signal?: AbortSignal } = {}): Promise<void> {
-    return this.#life.start(this, "docker", () => this.#start(options.signal), () => this.stop());
+    return this.#life.start(() => this.#start(options.signal), () => this.stop());
   }
 
   async #start(signal: AbortSignal | undefined): Promise<void> {
@@ -238,11 +242,9 @@ export class DockerRuntime implements Runtime {
 
     const labels: Record<string, string> = {
       ...spec.labels,
-      [MANAGED_LABEL]: "1",
       ...ownerLabels(),
+      ...sandboxLabels(this.#options),
     };
-    if (this.#options.runId) labels["vf.run_id"] = this.#options.runId;
-    if (this.#options.task) labels["vf.task"] = this.#options.task;
     const hostConfig: Record<string, unknown> = {
       NetworkMode: spec.networkName ?? (spec.network ? "bridge" : "none"),
       Init: true,
@@ -394,17 +396,11 @@ export class DockerRuntime implements Runtime {
   }
 
   #checkNotStopped(): void {
-    if (this.#life.state === "stopped") {
-      throw new SandboxStateError("The docker runtime was stopped while it was starting");
-    }
+    this.#life.checkNotStopped();
   }
 
   #requireRunning(): string {
-    if (this.#life.state === "running") return this.#id;
-    if (this.#life.state === "stopped") {
-      throw new SandboxStateError(`Docker runtime "${this.#short()}" is stopped`);
-    }
-    throw new SandboxStateError("The docker runtime is not started; call start() first");
+    return this.#life.require(this.#id, () => `Docker runtime "${this.#short()}" is stopped`);
   }
 
   #resolve(path: string): string {
@@ -656,30 +652,17 @@ export class DockerRuntime implements Runtime {
       onStdout: (chunk) => out.push(chunk),
       onStderr: (chunk) => err.push(chunk),
     });
-    const { outcome } = await untilInterrupted(stream.done, {
-      timeoutMs: 60_000,
-      signal: options.signal,
-    });
-    if (outcome !== "done") {
-      stream.destroy();
-      if (outcome === "abort") throw options.signal!.reason;
-      throw new SandboxError(
-        `Killing the processes in container "${this.#short()}" did not finish within 60 s`,
-      );
-    }
+    const where = `in container "${this.#short()}"`;
+    await awaitSweep(stream.done, { where, close: () => stream.destroy(), signal: options.signal });
     const said = decodeChunks(out).trim();
-    if (said !== "0") {
-      const why = said === "noproc"
-        ? "it has no /proc"
-        : /^\d+$/.test(said)
-        ? `${said} process(es) survived SIGKILL`
-        : `the sweep could not run (exit ${await this.#exitCode(execId)}: ${
+    const failure = await sweepFailure(said, {
+      where,
+      cannotRun: async () =>
+        `the sweep could not run (exit ${await this.#exitCode(execId)}: ${
           `${decodeChunks(err)}${said}`.trim().slice(0, 300)
-        }); the image needs /bin/sh`;
-      throw new SandboxError(
-        `Cannot kill the processes left in container "${this.#short()}": ${why}`,
-      );
-    }
+        }); the image needs /bin/sh`,
+    });
+    if (failure) throw failure;
   }
 
   async #killTree(id: string, pid: number): Promise<void> {
@@ -971,11 +954,7 @@ export class DockerRuntime implements Runtime {
 
   /** Removes the container (force). Idempotent. */
   stop(): Promise<void> {
-    if (this.#stopping) return this.#stopping;
-    const wasStarting = this.#life.state === "starting";
-    this.#life.state = "stopped";
-    this.#stopping = (async () => {
-      if (wasStarting) await this.#life.launch?.catch(() => {});
+    return this.#life.stop(async () => {
       this.#channel?.close();
       const engine = this.#engine;
       // Without an id the create request may still have reached the engine: remove by name.
@@ -984,8 +963,7 @@ export class DockerRuntime implements Runtime {
       // A channel still opening ends with its container (and is closed as it settles).
       await this.#channelOpening;
       if (this.#recorded && this.#name) await this.#record("stopped", engine, this.#name);
-    })().finally(() => untrackRuntime(this));
-    return this.#stopping;
+    });
   }
 
   /** Same as {@linkcode stop}. */
@@ -1020,8 +998,7 @@ export async function cleanupContainers(
   options: { engine?: DockerEngine } = {},
 ): Promise<string[]> {
   const engine = options.engine ?? DockerEngine.shared();
-  const labels = [`${MANAGED_LABEL}=1`];
-  if (filter.runId) labels.push(`vf.run_id=${filter.runId}`);
+  const labels = leftoverSelector(filter.runId);
   const containers = await engine.listContainers({ all: true, labels });
   const cutoff = filter.olderThanMs === undefined ? Infinity : Date.now() - filter.olderThanMs;
   const doomed = containers.filter((c) => {

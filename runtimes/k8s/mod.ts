@@ -29,7 +29,6 @@ import {
   requireArgv,
   resolveSandboxPath,
   sleep,
-  StartOnce,
   toBytes,
   untilInterrupted,
   within,
@@ -39,13 +38,11 @@ import {
   SandboxFileNotFoundError,
   SandboxFileTooLargeError,
   SandboxImageError,
-  SandboxStateError,
   SandboxUnavailableError,
   SandboxUnsupportedError,
 } from "../errors.ts";
 import { defaultLedger, type Ledger, type LiveSandbox, registerCleaner } from "../ledger.ts";
 import { keepReason, ownerFromLabels, ownerLabels, type OwnerPolicy } from "../owner.ts";
-import { untrackRuntime } from "../registry.ts";
 import type {
   ArchiveOutOptions,
   KubernetesRuntimeSpec,
@@ -56,9 +53,17 @@ import type {
   RuntimeProcess,
 } from "../runtime.ts";
 import { parseMemory } from "../docker/mod.ts";
-import { ENV_NAME, KILL_TREES, PREPARE, READ_FILE, RUN_WRAPPER, WRITE_FILE } from "../ssh/shell.ts";
+import { ENV_NAME, PREPARE, READ_FILE, RUN_WRAPPER, WRITE_FILE } from "../ssh/shell.ts";
 import { tarSideExcludes } from "../ssh/runtime.ts";
-import { SWEEP } from "../_sweep.ts";
+import { KILL_TREES, SWEEP } from "../_sweep.ts";
+import {
+  awaitSweep,
+  leftoverSelector,
+  Lifecycle,
+  MANAGED_LABEL,
+  sandboxLabels,
+  sweepFailure,
+} from "../lifecycle.ts";
 import { KubeApiError, KubeClient, type KubeStatus, loadKubeTarget } from "./api.ts";
 import type { WebSocketConnection } from "./websocket.ts";
 
@@ -160,8 +165,7 @@ export class KubernetesRuntime implements Runtime {
   #name = "";
   #workdir = "/";
   #switch: "runuser" | "sudo" | "none" = "none";
-  #life = new StartOnce();
-  #stopping: Promise<void> | undefined;
+  #life = new Lifecycle(this, "kubernetes");
   #ledger: Ledger | null;
   #created = { pod: false, policy: false };
   /** Process groups of commands still running; the pod's deletion ends them anyway. */
@@ -197,8 +201,6 @@ export class KubernetesRuntime implements Runtime {
 
   start(options: { signal?: AbortSignal } = {}): Promise<void> {
     return this.#life.start(
-      this,
-      "kubernetes",
       () => this.#start(options.signal),
       () => this.stop(),
     );
@@ -213,13 +215,11 @@ export class KubernetesRuntime implements Runtime {
     const name = `vf-${randomHex(6)}`;
     const labels: Record<string, string> = {};
     for (const [k, v] of Object.entries(this.spec.labels ?? {})) labels[k] = labelValue(v);
-    labels["vf.managed"] = "1";
+    Object.assign(labels, sandboxLabels(this.#options, labelValue));
     labels["vf.pod"] = name;
-    if (this.#options.runId) labels["vf.run_id"] = labelValue(this.#options.runId);
-    if (this.#options.task) labels["vf.task"] = labelValue(this.#options.task);
-    const annotations = ownerLabels();
-    if (this.#options.runId) annotations["vf.run_id"] = this.#options.runId;
-    if (this.#options.task) annotations["vf.task"] = this.#options.task;
+    // The full run id and task (label values are shortened) go in annotations.
+    const { [MANAGED_LABEL]: _managed, ...named } = sandboxLabels(this.#options);
+    const annotations = { ...ownerLabels(), ...named };
     await this.#record("requested", name, labels);
     this.#name = name;
     const base = `/api/v1/namespaces/${this.#namespace}`;
@@ -377,17 +377,11 @@ export class KubernetesRuntime implements Runtime {
   }
 
   #checkNotStopped(): void {
-    if (this.#life.state === "stopped") {
-      throw new SandboxStateError("The kubernetes runtime was stopped while it was starting");
-    }
+    this.#life.checkNotStopped();
   }
 
   #requireRunning(): KubeClient {
-    if (this.#life.state === "running" && this.#client) return this.#client;
-    if (this.#life.state === "stopped") {
-      throw new SandboxStateError(`Kubernetes runtime ${this.#label()} is stopped`);
-    }
-    throw new SandboxStateError("The kubernetes runtime is not started; call start() first");
+    return this.#life.require(this.#client, () => `Kubernetes runtime ${this.#label()} is stopped`);
   }
 
   #resolve(path: string): string {
@@ -597,26 +591,23 @@ export class KubernetesRuntime implements Runtime {
       onStdout: (chunk) => out.push(chunk),
       onStderr: (chunk) => err.push(chunk),
     });
-    const ran = await untilInterrupted(session.done, { timeoutMs: 60_000, signal: options.signal });
-    if (ran.outcome !== "done") {
-      session.close();
-      if (ran.outcome === "abort") throw options.signal!.reason;
-      throw new SandboxError(
-        `Killing the processes in ${this.#label()} did not finish within 60 s`,
-      );
-    }
+    const where = `in ${this.#label()}`;
+    const exit = await awaitSweep(session.done, {
+      where,
+      close: () => session.close(),
+      signal: options.signal,
+    });
     this.#groups.clear();
     const said = decodeChunks(out).trim();
-    if (said !== "0") {
-      const why = said === "noproc"
-        ? "it has no /proc"
-        : /^\d+$/.test(said)
-        ? `${said} process(es) survived SIGKILL (the container's user may not signal them)`
-        : `the sweep could not run (exit ${ran.value}: ${
+    const failure = await sweepFailure(said, {
+      where,
+      survivors: " (the container's user may not signal them)",
+      cannotRun: () =>
+        `the sweep could not run (exit ${exit}: ${
           `${decodeChunks(err)}${said}`.trim().slice(0, 300)
-        }); the image needs /bin/sh`;
-      throw new SandboxError(`Cannot kill the processes left in ${this.#label()}: ${why}`);
-    }
+        }); the image needs /bin/sh`,
+    });
+    if (failure) throw failure;
   }
 
   /** A process kept running with its stdin open (see {@link Runtime.spawn}). */
@@ -777,11 +768,7 @@ exec tar -C "$d" -cf - "$@" "$n"`;
 
   /** Deletes the pod (no grace period) and its NetworkPolicy. Idempotent. */
   stop(): Promise<void> {
-    if (this.#stopping) return this.#stopping;
-    const wasStarting = this.#life.state === "starting";
-    this.#life.state = "stopped";
-    this.#stopping = (async () => {
-      if (wasStarting) await this.#life.launch?.catch(() => {});
+    return this.#life.stop(async () => {
       const client = this.#client;
       if (!client || !this.#name) return;
       const removed = await deletePodAndPolicy(client, this.#namespace, this.#name, {
@@ -790,8 +777,7 @@ exec tar -C "$d" -cf - "$@" "$n"`;
       }).then(() => true, () => false);
       // Not removed (the API went away): the ledger keeps it live for `vf cleanup`.
       if (removed) await this.#record("stopped", this.#name).catch(() => {});
-    })().finally(() => untrackRuntime(this));
-    return this.#stopping;
+    });
   }
 
   [Symbol.asyncDispose](): Promise<void> {
@@ -914,8 +900,7 @@ export async function cleanupPods(filter: KubeCleanupFilter = {}): Promise<strin
   );
   try {
     const namespace = filter.namespace ?? client.target.namespace;
-    const selector = ["vf.managed=1"];
-    if (filter.runId) selector.push(`vf.run_id=${labelValue(filter.runId)}`);
+    const selector = leftoverSelector(filter.runId, labelValue);
     const query = `labelSelector=${encodeURIComponent(selector.join(","))}`;
     const cutoff = filter.olderThanMs === undefined ? Infinity : Date.now() - filter.olderThanMs;
     const keep = (item: PodObject) => {

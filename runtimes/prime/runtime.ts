@@ -28,9 +28,9 @@
 import { Buffer } from "node:buffer";
 import { readFile } from "node:fs/promises";
 import { ConfigError } from "../../lib/errors.ts";
-import { expandHome, randomHex, sleep, StartOnce } from "../_util.ts";
-import { SandboxError, SandboxStateError, SandboxUnavailableError } from "../errors.ts";
-import { untrackRuntime } from "../registry.ts";
+import { expandHome, randomHex, sleep } from "../_util.ts";
+import { Lifecycle } from "../lifecycle.ts";
+import { SandboxError, SandboxUnavailableError } from "../errors.ts";
 import { type LiveSandbox, recordSandbox, registerCleaner } from "../ledger.ts";
 import type {
   ArchiveOutOptions,
@@ -101,8 +101,7 @@ export class PrimeRuntime implements Runtime {
   #id = "";
   #name = "";
   #ssh: SshRuntime | undefined;
-  #life = new StartOnce();
-  #stopping: Promise<void> | undefined;
+  #life = new Lifecycle(this, "prime");
 
   constructor(spec: PrimeRuntimeSpec, options: PrimeRuntimeOptions = {}) {
     const ttl = spec.ttlMinutes ?? 60;
@@ -143,7 +142,7 @@ export class PrimeRuntime implements Runtime {
 
   /** Creates the sandbox, waits until it runs, and connects over SSH. */
   start(options: { signal?: AbortSignal } = {}): Promise<void> {
-    return this.#life.start(this, "prime", () => this.#start(options.signal), () => this.stop());
+    return this.#life.start(() => this.#start(options.signal), () => this.stop());
   }
 
   async #start(signal: AbortSignal | undefined): Promise<void> {
@@ -297,17 +296,11 @@ export class PrimeRuntime implements Runtime {
   }
 
   #checkNotStopped(): void {
-    if (this.#life.state === "stopped") {
-      throw new SandboxStateError("The prime runtime was stopped while it was starting");
-    }
+    this.#life.checkNotStopped();
   }
 
   #requireRunning(): SshRuntime {
-    if (this.#life.state === "running" && this.#ssh) return this.#ssh;
-    if (this.#life.state === "stopped") {
-      throw new SandboxStateError(`Prime runtime "${this.#id}" is stopped`);
-    }
-    throw new SandboxStateError("The prime runtime is not started; call start() first");
+    return this.#life.require(this.#ssh, () => `Prime runtime "${this.#id}" is stopped`);
   }
 
   /** Runs `argv` in the sandbox over SSH. */
@@ -341,11 +334,7 @@ export class PrimeRuntime implements Runtime {
 
   /** Closes SSH and deletes the sandbox (retrying transient API errors). Idempotent. */
   stop(): Promise<void> {
-    if (this.#stopping) return this.#stopping;
-    const wasStarting = this.#life.state === "starting";
-    this.#life.state = "stopped";
-    this.#stopping = (async () => {
-      if (wasStarting) await this.#life.launch?.catch(() => {});
+    return this.#life.stop(async () => {
       await this.#ssh?.stop().catch(() => {});
       if (!this.#id) return;
       try {
@@ -359,8 +348,7 @@ export class PrimeRuntime implements Runtime {
           { cause: error },
         );
       }
-    })().finally(() => untrackRuntime(this));
-    return this.#stopping;
+    });
   }
 
   /** Same as {@linkcode stop}. */

@@ -40,7 +40,6 @@ import {
   randomHex,
   requireArgv,
   resolveSandboxPath,
-  StartOnce,
   toBytes,
   untilInterrupted,
   within,
@@ -54,7 +53,6 @@ import {
   SandboxUnavailableError,
   SandboxUnsupportedError,
 } from "../errors.ts";
-import { untrackRuntime } from "../registry.ts";
 import { type LiveSandbox, recordSandbox, registerCleaner } from "../ledger.ts";
 import type {
   ArchiveOutOptions,
@@ -76,17 +74,9 @@ import {
   type SshTarget,
 } from "./connection.ts";
 import { excludeMatcher, TarCollector } from "../_tar.ts";
-import {
-  CONTROL,
-  ENV_NAME,
-  KILL_BELOW,
-  KILL_TREES,
-  PREPARE,
-  RUN_WRAPPER,
-  shCommand,
-  shellQuote,
-  SWEEP_TAGGED,
-} from "./shell.ts";
+import { CONTROL, ENV_NAME, PREPARE, RUN_WRAPPER, shCommand, shellQuote } from "./shell.ts";
+import { KILL_BELOW, KILL_TREES, SWEEP_TAGGED } from "../_sweep.ts";
+import { Lifecycle, SWEEP_TIMEOUT_MS, sweepFailure } from "../lifecycle.ts";
 
 /**
  * Workdirs waiting to be removed, per connection. Sandboxes on one host tend to stop
@@ -170,8 +160,7 @@ export class SshRuntime implements Runtime {
   #preparing = false;
   #switch: "runuser" | "sudo" | "none" = "none";
   #uid = -1;
-  #life = new StartOnce();
-  #stopping: Promise<void> | undefined;
+  #life = new Lifecycle(this, "ssh");
   /** Process groups of commands still running; killed on stop. */
   #groups = new Set<number>();
   /** Supervisors running this sandbox's commands on the connection's channel. */
@@ -249,8 +238,6 @@ export class SshRuntime implements Runtime {
     options: { signal?: AbortSignal; onQueue?: (waiting: boolean) => void } = {},
   ): Promise<void> {
     return this.#life.start(
-      this,
-      "ssh",
       () => this.#start(options.signal, options.onQueue),
       () => this.stop(),
     );
@@ -303,17 +290,14 @@ export class SshRuntime implements Runtime {
   }
 
   #checkNotStopped(): void {
-    if (this.#life.state === "stopped") {
-      throw new SandboxStateError("The ssh runtime was stopped while it was starting");
-    }
+    this.#life.checkNotStopped();
   }
 
   #requireRunning(): SshConnection {
-    if (this.#life.state === "running" && this.#connection) return this.#connection;
-    if (this.#life.state === "stopped") {
-      throw new SandboxStateError(`SSH runtime "${this.#id}" on ${this.#label()} is stopped`);
-    }
-    throw new SandboxStateError("The ssh runtime is not started; call start() first");
+    return this.#life.require(
+      this.#connection,
+      () => `SSH runtime "${this.#id}" on ${this.#label()} is stopped`,
+    );
   }
 
   #resolve(path: string): string {
@@ -506,17 +490,11 @@ export class SshRuntime implements Runtime {
     }
     options.signal?.throwIfAborted();
     const said = await this.#sweep();
-    if (said !== "0") {
-      throw new SandboxError(
-        `Cannot kill the processes left on ${this.#label()}: ${
-          said === "noproc"
-            ? "it has no /proc"
-            : /^\d+$/.test(said)
-            ? `${said} process(es) survived SIGKILL`
-            : `the sweep could not run (${said.slice(0, 300)})`
-        }`,
-      );
-    }
+    const failure = await sweepFailure(said, {
+      where: `on ${this.#label()}`,
+      cannotRun: () => `the sweep could not run (${said.slice(0, 300)})`,
+    });
+    if (failure) throw failure;
   }
 
   /** Runs {@link SWEEP_TAGGED} for this sandbox (as root when sudo can); returns what it said. */
@@ -528,7 +506,7 @@ export class SshRuntime implements Runtime {
     }
     const { code, stdout, stderr } = await within(
       this.#capture(command),
-      60_000,
+      SWEEP_TIMEOUT_MS,
     ) ?? { code: 124, stdout: new Uint8Array(), stderr: new TextEncoder().encode("timed out") };
     const said = new TextDecoder().decode(stdout).trim();
     return code === 0 ? said : `exit ${code}: ${new TextDecoder().decode(stderr).trim()}`;
@@ -764,12 +742,7 @@ export class SshRuntime implements Runtime {
 
   /** Kills the commands still running, removes the default workdir, releases the connection. */
   stop(): Promise<void> {
-    if (this.#stopping) return this.#stopping;
-    const wasStarting = this.#life.state === "starting";
-    this.#life.state = "stopped";
-    this.#halt.abort(new SandboxStateError("The ssh runtime was stopped while it was starting"));
-    this.#stopping = (async () => {
-      if (wasStarting) await this.#life.launch?.catch(() => {});
+    return this.#life.stop(async () => {
       const connection = this.#connection;
       if (!connection) return;
       try {
@@ -778,13 +751,18 @@ export class SshRuntime implements Runtime {
         this.#connection = undefined;
         release(connection);
       }
-    })().finally(() => {
-      // Only now, its commands killed and its workdir removed, may the next sandbox have the host.
-      this.#claim?.release();
-      this.#claim = undefined;
-      untrackRuntime(this);
+    }, {
+      halt: () =>
+        this.#halt.abort(
+          new SandboxStateError("The ssh runtime was stopped while it was starting"),
+        ),
+      release: () => {
+        // Only now, its commands killed and its workdir removed, may the next sandbox have the
+        // host.
+        this.#claim?.release();
+        this.#claim = undefined;
+      },
     });
-    return this.#stopping;
   }
 
   async #cleanupRemote(): Promise<void> {

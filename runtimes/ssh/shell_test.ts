@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { killScript } from "./shell.ts";
+import { killScript } from "../_sweep.ts";
 
 /** Pids of the live (not zombie) processes whose command line is `sleep <marker>`. */
 function sleepers(marker: number): number[] {
