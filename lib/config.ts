@@ -313,13 +313,18 @@ const positive = z.number().positive().optional();
 export const AgentTable = z.strictObject({
   /** Default: the run's model. */
   model: z.string().optional(),
-  /** The role's own endpoint; default the run's. A role with its own endpoint names its model. */
-  client: z.strictObject({
-    base_url: z.string().optional(),
-    api_key_var: z.string().optional(),
-    timeout: positive,
-    max_retries: z.number().int().min(0).optional(),
-    headers: z.record(z.string(), z.string()).optional(),
+  /**
+   * The role's own endpoint; default the run's. A role with its own endpoint names its model.
+   * Its keys are `[client]`'s that describe an endpoint, checked the same way.
+   */
+  client: ClientSection.pick({
+    base_url: true,
+    api_key_var: true,
+    timeout: true,
+    max_retries: true,
+    headers: true,
+    max_output_tokens: true,
+    reasoning: true,
   }).optional(),
   /** Sampling arguments merged over the run's. */
   sampling: SamplingSection.optional(),

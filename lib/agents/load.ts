@@ -122,9 +122,16 @@ export interface RoleClientConfig {
   timeout?: number;
   max_retries?: number;
   headers?: Record<string, string>;
+  /** The endpoint's output-token limit, as `[client] max_output_tokens`. */
+  max_output_tokens?: number;
+  /** Whether the endpoint takes `reasoning_effort` from a gateway program, as `[client] reasoning`. */
+  reasoning?: boolean;
 }
 
-/** The client of a role with its own endpoint; its key is read from `api_key_var`. */
+/**
+ * The client of a role with its own endpoint; its key is read from `api_key_var`, and its
+ * output limit and reasoning hold for that endpoint as `[client]`'s do for the run's.
+ */
 export function roleClient(c: RoleClientConfig): OpenAIChatClient {
   return new OpenAIChatClient({
     base_url: c.base_url!,
@@ -132,6 +139,8 @@ export function roleClient(c: RoleClientConfig): OpenAIChatClient {
     timeout: c.timeout,
     max_retries: c.max_retries,
     extra_headers: c.headers,
+    max_output_tokens: c.max_output_tokens,
+    reasoning: c.reasoning,
   });
 }
 
