@@ -8,22 +8,28 @@ import type { SandboxSlot } from "../../runtimes/limits.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
 import type { NetworkPolicy } from "../gateway/policy.ts";
-import { loadServices, type ServicesSpec } from "../services/compose.ts";
+import type { ServicesSpec } from "../services/compose.ts";
+import { ComposeCache, type LoadedServices } from "../services/cache.ts";
 import { Enclosure } from "./enclosure.ts";
 import { acquireSandbox } from "./sandbox.ts";
 import type { Task } from "./task.ts";
 
-const SERVICES = new WeakMap<Task, Promise<(ServicesSpec & { dir: string }) | null>>();
+const SERVICES = new WeakMap<Task, Promise<LoadedServices | null>>();
 
 /**
- * The task's Compose services (null: none), read once per task however many checks and probes
- * start sandboxes for it; a file that cannot be read rejects each of them alike.
+ * The task's Compose services (null: none), asked of the task once however many checks and
+ * probes start sandboxes for it, and parsed through the run's `cache`, so the tasks of a run
+ * that name one Compose file share one parse; a file that cannot be read rejects each of them
+ * alike. Without a cache the task's spec is parsed for it alone.
  */
-export function servicesOf(task: Task): Promise<(ServicesSpec & { dir: string }) | null> {
+export function servicesOf(
+  task: Task,
+  cache: ComposeCache = new ComposeCache(),
+): Promise<LoadedServices | null> {
   let services = SERVICES.get(task);
   if (!services) {
     const compose = task.deploymentSpec();
-    services = compose === null ? Promise.resolve(null) : loadServices(compose);
+    services = compose === null ? Promise.resolve(null) : cache.load(compose);
     SERVICES.set(task, services);
   }
   return services;

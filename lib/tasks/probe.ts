@@ -16,6 +16,7 @@ import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { Runtime, RuntimeSpec } from "../../runtimes/runtime.ts";
 import { parseNetworkPolicy } from "../gateway/policy.ts";
 import { type CheckedOptions, servicesOf, startChecked } from "./checked.ts";
+import type { ComposeCache } from "../services/cache.ts";
 import {
   type AgentPolicy,
   collectArtifacts,
@@ -156,6 +157,8 @@ export async function runProbe(
     sandboxes?: SandboxSource;
     /** Takes the probe's share of the limit before it starts anything (`vf validate`). */
     take?: (task: Task, gold: boolean) => Promise<() => void>;
+    /** The run's parsed Compose specs (`vf validate`'s); default: parsed for this task. */
+    composeCache?: ComposeCache;
   },
 ): Promise<ProbeResult> {
   const mode = task.data.scoring?.mode ?? "shared";
@@ -172,7 +175,7 @@ export async function runProbe(
   const release = await options.take?.(task, false);
   try {
     const scoring = task.data.scoring ?? {};
-    const services = await servicesOf(task);
+    const services = await servicesOf(task, options.composeCache);
     const checked = (
       spec: RuntimeSpec,
       role: "agent" | "grader",

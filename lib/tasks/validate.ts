@@ -19,6 +19,7 @@ import {
 } from "./task.ts";
 import { type AgentPolicy, resolveNetworkPolicy, resolveRuntimeSpec } from "./rollout/mod.ts";
 import { servicesOf, startChecked } from "./checked.ts";
+import { ComposeCache } from "../services/cache.ts";
 
 /** One task's validation result. */
 export interface ValidationResult {
@@ -49,8 +50,11 @@ export async function validateTaskset(
     probe?: boolean;
     /** Sandbox limits (`--limits.max_sandboxes`, `--limits.sandbox_create_rate`). */
     limits?: SandboxLimits;
+    /** Compose specs parsed once for the whole validation; default a cache of its own. */
+    composeCache?: ComposeCache;
   },
 ): Promise<ValidationResult[]> {
+  const composeCache = options.composeCache ?? new ComposeCache();
   const tasks = await taskset.tasks(
     options.numTasks && options.numTasks > 0 ? options.numTasks : -1,
   );
@@ -59,8 +63,8 @@ export async function validateTaskset(
     ? new WarmPool({ size: 0, runId: options.runId, limits: options.limits })
     : undefined;
   try {
-    const budget = await sandboxBudget(tasks, options);
-    return await validateTasks(tasks, { ...options, sandboxes, budget });
+    const budget = await sandboxBudget(tasks, { ...options, composeCache });
+    return await validateTasks(tasks, { ...options, sandboxes, budget, composeCache });
   } finally {
     await sandboxes?.close();
   }
@@ -88,7 +92,7 @@ interface SandboxBudget {
  */
 async function sandboxBudget(
   tasks: Task[],
-  options: { runtime: AgentPolicy["runtime"]; limits?: SandboxLimits },
+  options: { runtime: AgentPolicy["runtime"]; limits?: SandboxLimits; composeCache: ComposeCache },
 ): Promise<SandboxBudget | null> {
   const type = (options.runtime as { type?: string }).type ?? "docker";
   const max = options.limits?.for(type).limit.maxLive;
@@ -100,7 +104,7 @@ async function sandboxBudget(
     let each = 1;
     let grader = 1;
     try {
-      each += (await servicesOf(task))?.services.length ?? 0;
+      each += (await servicesOf(task, options.composeCache))?.services.length ?? 0;
       if (resolveNetworkPolicy(options.runtime, task) !== null) each += 1;
       const scoring = task.data.scoring?.runtime ?? {};
       if (resolveRuntimeSpec({ ...scoring }, task, "grader").type !== type) grader = 0;
@@ -163,6 +167,7 @@ async function validateTasks(
     probe?: boolean;
     sandboxes?: SandboxSource;
     budget: SandboxBudget | null;
+    composeCache: ComposeCache;
   },
 ): Promise<ValidationResult[]> {
   const { sandboxes } = options;
@@ -186,7 +191,7 @@ async function validateTasks(
       {
         runId: options.runId,
         role: "agent",
-        services: await servicesOf(task),
+        services: await servicesOf(task, options.composeCache),
         egress: resolveNetworkPolicy(options.runtime, task),
         sandboxes,
         signal: options.signal,
