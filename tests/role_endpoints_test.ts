@@ -72,7 +72,7 @@ async function linesOf(res: CliResult): Promise<Json[]> {
 }
 
 function capOf(req: ChatRequest): number | undefined {
-  return req.body.max_completion_tokens ?? req.body.max_tokens;
+  return (req.body.max_completion_tokens ?? req.body.max_tokens) as number | undefined;
 }
 
 Deno.test("user-sim: the user role's own endpoint clamps its caps to its max_output_tokens; the assistant's endpoint keeps the run's", async () => {
