@@ -7,7 +7,8 @@ import process from "node:process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError } from "../errors.ts";
-import { isUnscoredOutput, loadOutputs } from "../eval/results.ts";
+import { isUnscoredOutput } from "../eval/results.ts";
+import { eachSavedOutput } from "../eval/saved.ts";
 import { pairedComparison, type RewardsByExample } from "../eval/compare.ts";
 import { loadEpisodes, scoredTraces } from "../agents/run.ts";
 import { isUnscored } from "../tasks/summary.ts";
@@ -27,7 +28,11 @@ that were never scored are left out, never counted as 0.
 /** A run folder's scored rewards per example, from either results layout. */
 export async function rewardsOf(dir: string): Promise<RewardsByExample> {
   const out: RewardsByExample = new Map();
-  const add = (key: string, reward: number) => out.set(key, [...(out.get(key) ?? []), reward]);
+  const add = (key: string, reward: number) => {
+    const rewards = out.get(key);
+    if (rewards) rewards.push(reward);
+    else out.set(key, [reward]);
+  };
   if (existsSync(join(dir, "traces.jsonl"))) {
     for (const t of scoredTraces(await loadEpisodes(dir))) {
       if (isUnscored(t) || typeof t.reward !== "number") continue;
@@ -36,10 +41,11 @@ export async function rewardsOf(dir: string): Promise<RewardsByExample> {
     return out;
   }
   if (existsSync(join(dir, "results.jsonl"))) {
-    for (const o of await loadOutputs(dir)) {
-      if (isUnscoredOutput(o) || typeof o.reward !== "number") continue;
+    // One output at a time: only the rewards are kept, not a million records.
+    await eachSavedOutput(dir, (o) => {
+      if (isUnscoredOutput(o) || typeof o.reward !== "number") return;
       add(String(o.example_id), o.reward);
-    }
+    });
     return out;
   }
   throw new ConfigError(`${dir}: not a run folder (no results.jsonl or traces.jsonl)`);

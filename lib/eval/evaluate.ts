@@ -17,7 +17,6 @@ import { ConfigError } from "../errors.ts";
 import {
   isUnscoredOutput,
   loadMetadata,
-  loadOutputs,
   MetadataBuilder,
   ResultsWriter,
   type RunMetadata,
@@ -27,6 +26,7 @@ import { VERSION } from "../version.ts";
 import type { RolloutOutput } from "../state.ts";
 import { groupAdvantages } from "../scoring/advantages.ts";
 import { OutputTally } from "./tally.ts";
+import { eachSavedOutput } from "./saved.ts";
 
 /** Outputs that may wait in memory for the disk before workers wait with them. */
 const MAX_UNWRITTEN = 4096;
@@ -185,8 +185,41 @@ export async function generate(
   /** Rewards of the saved rollouts of a group the resumed run completes (null: unscored). */
   let savedRewards: Map<number, Array<number | null>> | undefined;
   if (options.resume && writer) {
-    const saved = await loadOutputs(writer.dir);
-    if (saved.length > 0) {
+    // The saved outputs are visited one at a time, not loaded: a million-rollout file held
+    // whole made the resume, and the run after it, slower per rollout the larger it was.
+    // At most r saved rollouts count per example; extras (a crash between two writes of one
+    // group, say) stay in the file but out of the results and the aggregates.
+    const ids = new Set(groups.map((g) => Number(g[0].example_id)));
+    /** Up to 5 saved example ids this run does not select, in the order first seen. */
+    const strangers = new Set<number>();
+    const done = new Map<number, number>();
+    /** Rewards of the saved rollouts of examples with fewer than r (null: unscored). */
+    const short = new Map<number, Array<number | null>>();
+    let extra = 0;
+    const count = await eachSavedOutput(writer.dir, (o) => {
+      if (!ids.has(o.example_id)) {
+        if (strangers.size < 5) strangers.add(o.example_id);
+        return;
+      }
+      const n = done.get(o.example_id) ?? 0;
+      if (n >= r) {
+        extra++;
+        return;
+      }
+      done.set(o.example_id, n + 1);
+      builder.add([o]);
+      tally.add([o]);
+      if (keep) all.push(o);
+      // A group cut short gets its advantages over all of its rollouts, the saved ones too.
+      const reward = isUnscoredOutput(o) ? null : o.reward;
+      if (n + 1 >= r) short.delete(o.example_id);
+      else {
+        const rewards = short.get(o.example_id);
+        if (rewards) rewards.push(reward);
+        else short.set(o.example_id, [reward]);
+      }
+    });
+    if (count > 0) {
       const meta = await loadMetadata(writer.dir);
       const problems: string[] = [];
       if (meta.env_id !== env.envId) problems.push(`env_id "${meta.env_id}" != "${env.envId}"`);
@@ -206,30 +239,14 @@ export async function generate(
       if ("shuffle_seed" in builder.base && savedSeed !== seed) {
         problems.push(`shuffle_seed ${savedSeed} != ${seed}`);
       }
-      const ids = new Set(groups.map((g) => Number(g[0].example_id)));
-      const strangers = [...new Set(saved.map((o) => o.example_id))].filter((id) => !ids.has(id));
-      if (strangers.length) {
+      if (strangers.size) {
         problems.push(
-          `saved rollouts of example_id ${strangers.slice(0, 5).join(", ")} are not among this ` +
+          `saved rollouts of example_id ${[...strangers].join(", ")} are not among this ` +
             `run's examples`,
         );
       }
       if (problems.length) {
         throw new ConfigError(`Cannot resume "${writer.dir}": ${problems.join("; ")}`);
-      }
-      // At most r saved rollouts count per example; extras (a crash between two writes of
-      // one group, say) stay in the file but out of the results and the aggregates.
-      const done = new Map<number, number>();
-      const kept: RolloutOutput[] = [];
-      let extra = 0;
-      for (const o of saved) {
-        const n = done.get(o.example_id) ?? 0;
-        if (n >= r) {
-          extra++;
-          continue;
-        }
-        done.set(o.example_id, n + 1);
-        kept.push(o);
       }
       if (extra) {
         console.warn(
@@ -237,17 +254,7 @@ export async function generate(
             `rollouts_per_example ${r} left out`,
         );
       }
-      builder.add(kept);
-      tally.add(kept);
-      if (keep) all.push(...kept);
-      // A group cut short gets its advantages over all of its rollouts, the saved ones too.
-      savedRewards = new Map();
-      for (const o of kept) {
-        if ((done.get(o.example_id) ?? 0) >= r) continue;
-        const rewards = savedRewards.get(o.example_id) ?? [];
-        rewards.push(isUnscoredOutput(o) ? null : o.reward);
-        savedRewards.set(o.example_id, rewards);
-      }
+      savedRewards = short;
       pending = groups
         .map((g) => g.slice(Math.min(g.length, done.get(Number(g[0].example_id)) ?? 0)))
         .filter((g) => g.length > 0);

@@ -66,6 +66,21 @@ export async function readJsonLines<T>(
   path: string,
   options: ((corrupt: CorruptLine) => void) | ReadJsonLinesOptions = {},
 ): Promise<T[]> {
+  const out: T[] = [];
+  await eachJsonLine<T>(path, (value) => void out.push(value), options);
+  return out;
+}
+
+/**
+ * Visit the records of a JSONL file in order, as {@linkcode readJsonLines} reads them, without
+ * keeping them: a reader that needs a few fields of each record (a resume, a comparison) holds
+ * what it keeps, not the file. Returns the number of records visited (0 for a missing file).
+ */
+export async function eachJsonLine<T>(
+  path: string,
+  visit: (value: T) => void,
+  options: ((corrupt: CorruptLine) => void) | ReadJsonLinesOptions = {},
+): Promise<number> {
   const { onCorrupt = warnCorrupt, check } = typeof options === "function"
     ? { onCorrupt: options }
     : options;
@@ -73,9 +88,9 @@ export async function readJsonLines<T>(
   try {
     handle = await open(path, "r");
   } catch {
-    return [];
+    return 0;
   }
-  const out: T[] = [];
+  let visited = 0;
   let i = -1;
   const take = (line: string) => {
     i++;
@@ -96,7 +111,8 @@ export async function readJsonLines<T>(
       onCorrupt({ path, line: i + 1, reason: problem });
       return;
     }
-    out.push(value as T);
+    visited++;
+    visit(value as T);
   };
   // Line by line from 1 MiB reads: a file past V8's longest string (512 MiB, about half a
   // million rollouts) is read like any other.
@@ -124,7 +140,7 @@ export async function readJsonLines<T>(
   } finally {
     await handle.close();
   }
-  return out;
+  return visited;
 }
 
 function concatBytes(a: Uint8Array, b: Uint8Array): Uint8Array {
