@@ -23,7 +23,8 @@ head, traces}`: `head` the episode without its traces (`id`, `env`, `task`, `gro
 A delta's `routing_repairs` (mixture-of-experts routing rows) is left unapplied: vf servers
 record no routing and never send one. On the earlier wire
 (`--wire 2026-08`, pass `--wire 2026-08` here too) a reply is `[request_id,
-msgpack(response)]` with the whole episode. Methods: `health`, `info` (current wire), `run`,
+msgpack(response)]`, a run's `{success, error, episode}` holding the whole episode: the
+same head with its traces. Methods: `health`, `info` (current wire), `run`,
 `cancel`. A reply with `success: false` carries `error: "<Type>: <message>"`.
 """
 
@@ -172,10 +173,9 @@ class EnvClient:
 
 
 def rewards_of(episode: dict) -> list:
-    """Each trace's rewards: upstream's `{name: {score, weight}}` on the current wire, the
-    total `reward` on the earlier one (None where a trace was not scored)."""
-    return [trace["rewards"] if "rewards" in trace and "reward" not in trace
-            else trace.get("reward") for trace in episode.get("traces", [])]
+    """Each trace's rewards, upstream's `{name: {score, weight}}` on either wire (a name
+    whose scoring did not run maps to None)."""
+    return [trace.get("rewards") for trace in episode.get("traces", [])]
 
 
 async def main() -> int:

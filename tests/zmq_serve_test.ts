@@ -26,6 +26,38 @@ const TRACE_SCHEMA = fileURLToPath(
 const HEAD_SCHEMA = fileURLToPath(
   new URL("../lib/serve/upstream_episode_head.schema.json", import.meta.url),
 );
+
+/** A trace on the `2026-08` wire: upstream's `Trace` as verifiers dumped it in August 2026. */
+type UpstreamTrace2026_08 = {
+  version: number;
+  rewards: Record<string, { score: number; weight: number } | null>;
+  nodes: Array<{ message: { role: string; content: string } }>;
+} & Record<string, unknown>;
+
+/** The August `Trace`'s fields exactly (verifiers/v1/trace.py at the 2026-08-21 snapshot). */
+function assertAugustTrace(trace: Record<string, unknown>): void {
+  assert.deepEqual(Object.keys(trace).sort(), [
+    "agent",
+    "calls",
+    "errors",
+    "extra_usage",
+    "id",
+    "info",
+    "is_completed",
+    "metrics",
+    "nodes",
+    "ok",
+    "request_rewrites",
+    "response_rewrites",
+    "rewards",
+    "stop_condition",
+    "task",
+    "timing",
+    "tools",
+    "verifiers",
+    "version",
+  ]);
+}
 const LEGACY_DRIVER = fileURLToPath(new URL("./_zmq_legacy_client.py", import.meta.url));
 /** Debian's interpreter: its python3-zmq and python3-msgpack (tests/setup.sh installs them). */
 const PYTHON = "/usr/bin/python3";
@@ -115,19 +147,22 @@ async function pythonDrives(extra: string[], maxConcurrent: number): Promise<voi
   assert.equal(runs.length, 50);
   const episodes = runs.map((r) => {
     assert.equal(r.success, true, String(r.error));
+    // upstream's August WireEpisode: the head, vf's own fields in `vf`, upstream traces.
     return r.episode as {
       ok: boolean;
-      example_id: number;
-      task: { key: string };
-      traces: Array<{ reward: number; messages: Array<{ content: string }> }>;
+      vf: { example_id: number };
+      task: { type: string; key: string };
+      traces: Array<UpstreamTrace2026_08>;
     };
   });
-  assert.deepEqual(episodes.map((e) => e.example_id), [...Array(50).keys()]);
+  assert.deepEqual(episodes.map((e) => e.vf.example_id), [...Array(50).keys()]);
   for (const [i, e] of episodes.entries()) {
     assert.equal(e.ok, true);
+    assert.equal(e.task.type, "Task");
     assert.equal(e.traces.length, 1);
-    assert.equal(e.traces[0].reward, 1);
-    assert.equal(e.traces[0].messages[0].content, `Say hi (${i})`);
+    assertAugustTrace(e.traces[0]);
+    assert.deepEqual(e.traces[0].rewards, { correct: { score: 1, weight: 1 } });
+    assert.equal(e.traces[0].nodes[0].message.content, `Say hi (${i})`);
   }
   assert.equal(new Set(episodes.map((e) => e.task.key)).size, 50);
 
@@ -187,19 +222,19 @@ Deno.test("a Python DEALER client drives vf serve --zmq <legacy env>: health, ru
   const episodes = runs.map((r) => {
     assert.equal(r.success, true, String(r.error));
     return r.episode as {
-      kind: string;
       ok: boolean;
-      example_id: number;
-      traces: Array<{ reward: number; example_id: number }>;
+      vf: { example_id: number };
+      task: { data: { idx: number } };
+      traces: Array<UpstreamTrace2026_08>;
     };
   });
-  assert.deepEqual(episodes.map((e) => e.example_id), [...Array(8).keys()]);
+  assert.deepEqual(episodes.map((e) => e.vf.example_id), [...Array(8).keys()]);
   for (const [i, e] of episodes.entries()) {
-    assert.equal(e.kind, "episode");
     assert.equal(e.ok, true);
+    assert.equal(e.task.data.idx, i);
     assert.equal(e.traces.length, 1);
-    assert.equal(e.traces[0].example_id, i);
-    assert.equal(e.traces[0].reward, i % 2 === 0 ? 1 : 0);
+    assertAugustTrace(e.traces[0]);
+    assert.deepEqual(e.traces[0].rewards, { reward: { score: i % 2 === 0 ? 1 : 0, weight: 1 } });
   }
 
   assert.deepEqual(out.cancel, { success: true, error: null, cancelled: true });
@@ -222,33 +257,35 @@ Deno.test("ZmqEnvClient runs a legacy environment's row through vf serve --zmq",
   await using env = await ZmqEnvClient.connect(server.address, { wire: "2026-08" });
   await env.waitForServer({ timeoutMs: 60_000, intervalMs: 100 });
   const client = { base_url: model.url };
-  const right = await env.run<{ ok: boolean; traces: Array<Record<string, unknown>> }>({
+  type Legacy = { ok: boolean; vf: { example_id: number }; traces: UpstreamTrace2026_08[] };
+  const right = await env.run<Legacy>({
     taskData: { prompt: "What is 9 + 9?", answer: "18", idx: 7 },
     client,
     model: "m",
     sampling: { temperature: 0 },
   });
   assert.equal(right.ok, true);
-  assert.equal(right.traces[0].reward, 1);
-  assert.equal(right.traces[0].example_id, 7);
+  assertAugustTrace(right.traces[0]);
+  assert.deepEqual(right.traces[0].rewards, { reward: { score: 1, weight: 1 } });
+  assert.equal(right.vf.example_id, 7);
   // The environment's system prompt went in front of the question, as for its dataset rows.
-  const prompt = right.traces[0].prompt as Array<{ role: string; content: string }>;
+  const prompt = right.traces[0].nodes.map((n) => n.message).filter((m) => m.role !== "assistant");
   assert.equal(prompt.at(-1)?.content, "What is 9 + 9?");
   assert.equal(prompt[0].role, "system");
-  const wrong = await env.run<{ traces: Array<Record<string, unknown>> }>({
+  const wrong = await env.run<Legacy>({
     taskData: { prompt: "What is 9 + 10?", answer: "19" },
     client,
     model: "m",
   });
-  assert.equal(wrong.traces[0].reward, 0);
+  assert.deepEqual(wrong.traces[0].rewards, { reward: { score: 0, weight: 1 } });
   // Token data travels in the run reply: the node graph joins to the call's prompt + completion.
-  const tokens = await env.run<{ traces: Array<{ nodes?: MessageNode[]; reward: number }> }>({
+  const tokens = await env.run<{ traces: Array<{ nodes?: MessageNode[]; rewards: unknown }> }>({
     taskData: { prompt: "What is 9 + 9?", answer: "18" },
     client,
     model: "m",
     sampling: { return_token_ids: "required" },
   });
-  assert.equal(tokens.traces[0].reward, 1);
+  assert.deepEqual(tokens.traces[0].rewards, { reward: { score: 1, weight: 1 } });
   const graph = new MessageGraph(tokens.traces[0].nodes ?? []);
   assert.ok(graph.hasTokens, JSON.stringify(tokens.traces[0]).slice(0, 400));
   const last = model.requests.at(-1)!;
@@ -293,15 +330,15 @@ Deno.test("vf serve <taskset> --zmq keeps the warm pool its flags ask for, hands
     await env.waitForServer({ timeoutMs: 60_000, intervalMs: 100 });
     for (let i = 0; i < 3; i++) {
       const episode = await env.run<
-        { ok: boolean; run_id: string; traces: Array<{ reward: number }> }
+        { ok: boolean; vf: { run_id: string }; traces: UpstreamTrace2026_08[] }
       >({
         taskData: { prompt: `Say hi (${i})`, expected: "hi" },
         client: { base_url: model.url },
         model: "m",
       });
-      runIds.add(episode.run_id);
+      runIds.add(episode.vf.run_id);
       assert.equal(episode.ok, true);
-      assert.equal(episode.traces[0].reward, 1);
+      assert.deepEqual(episode.traces[0].rewards, { correct: { score: 1, weight: 1 } });
     }
     // The pool refills after each hand-out: idle sandboxes are up when the server stops.
     const live = () => {
@@ -396,7 +433,7 @@ Deno.test("vf serve --zmq --workers 2: a broker spreads runs over both workers, 
   const runs = Array.from(
     { length: 20 },
     (_, i) =>
-      env.run<{ ok: boolean; traces: Array<{ reward: number }> }>({
+      env.run<{ ok: boolean; traces: UpstreamTrace2026_08[] }>({
         taskData: { prompt: `HOLD ${i}`, expected: "hi" },
         client,
         model: "m",
@@ -409,7 +446,7 @@ Deno.test("vf serve --zmq --workers 2: a broker spreads runs over both workers, 
   hold.open();
   for (const episode of await Promise.all(runs)) {
     assert.equal(episode.ok, true);
-    assert.equal(episode.traces[0].reward, 1);
+    assert.deepEqual(episode.traces[0].rewards, { correct: { score: 1, weight: 1 } });
   }
   const served = await health();
   assert.deepEqual(served.workers.map((w) => [w.in_flight, w.served]), [[0, 10], [0, 10]]);
@@ -487,12 +524,12 @@ Deno.test("vf serve --port 0 --zmq --workers 2: HTTP and ZeroMQ share the same w
   };
   assert.deepEqual(httpHealth.workers.map((w) => w.pid), zmqHealth.workers.map((w) => w.pid));
   assert.equal(zmqHealth.workers.length, 2);
-  const episode = await env.run<{ traces: Array<{ reward: number }> }>({
+  const episode = await env.run<{ traces: UpstreamTrace2026_08[] }>({
     taskData: { prompt: "What is 9 + 9?", answer: "18" },
     client: { base_url: model.url },
     model: "m",
   });
-  assert.equal(episode.traces[0].reward, 1);
+  assert.deepEqual(episode.traces[0].rewards, { reward: { score: 1, weight: 1 } });
 });
 
 /** A Python DEALER on the current wire (the default): its whole exchange, asserted. */
@@ -537,6 +574,8 @@ async function pythonDrivesCurrentWire(extra: string[]): Promise<void> {
     };
   }>;
   assert.equal(runs.length, 4);
+  // Each rollout's model calls carried X-Session-ID: its trace's id on the wire.
+  const sessions = new Set(model.requests.map((r) => r.headers["x-session-id"]));
   for (const [i, run] of runs.entries()) {
     // The episode grew over several deltas: the preview of the request, then the turn.
     assert.ok(run.deltas.length >= 2, JSON.stringify(run.deltas));
@@ -544,6 +583,7 @@ async function pythonDrivesCurrentWire(extra: string[]): Promise<void> {
     assert.equal(run.episode.ok, true);
     const [trace] = run.episode.traces;
     assert.equal(run.reply.traces[0].id, trace.id);
+    assert.ok(sessions.has(trace.id as string), `${trace.id} not in ${[...sessions]}`);
     assert.equal(run.reply.traces[0].calls, 1);
     const nodes = trace.nodes as Array<{ message: { role: string; content: string } }>;
     assert.equal(nodes.at(-1)?.message.content, "hi");

@@ -158,7 +158,7 @@ for _ in range(2):
         s.send_multipart([ident, rid, b"reply", msgpack.packb({"success": True, "error": None, "env_id": "py"})])
     else:
         s.send_multipart([ident, rid, b"delta", msgpack.packb({"trace": "t1", "open": {"version": 1, "id": "t1", "verifiers": "x", "task": {}}})])
-        s.send_multipart([ident, rid, b"reply", msgpack.packb({"success": True, "error": None, "episode": {"task": msgpack.unpackb(payload)["task_data"]}, "traces": [{"id": "t1", "nodes": 0, "calls": 0}]})])
+        s.send_multipart([ident, rid, b"reply", msgpack.packb({"success": True, "error": None, "head": {"task": msgpack.unpackb(payload)["task_data"]}, "traces": [{"id": "t1", "nodes": 0, "calls": 0}]})])
 `;
   const py = python(source, []);
   const port = Number(await py.line());

@@ -84,8 +84,8 @@ export interface EnvServerCoreOptions {
 
 /** Told about a run's model calls as they go: what {@link EnvServerCore.run} streams from. */
 export interface ModelCallObserver {
-  /** A request is about to go out with `prompt`. */
-  request(prompt: Messages): void;
+  /** A request is about to go out with `prompt`, for the rollout whose trace id is `session`. */
+  request(prompt: Messages, session?: string): void;
   /** Its reply landed (epoch seconds). */
   commit(prompt: Messages, response: Response, started: number, ended: number): void;
 }
@@ -105,7 +105,7 @@ function observed(client: ChatClient, observer: ModelCallObserver): ChatClient {
     },
     async getResponse(prompt, model, options) {
       const started = Date.now() / 1000;
-      observer.request(prompt);
+      observer.request(prompt, options?.session?.traceId);
       const response = await client.getResponse(prompt, model, options);
       observer.commit(prompt, response, started, Date.now() / 1000);
       return response;
@@ -244,11 +244,15 @@ export class EnvServerCore implements AsyncDisposable {
     }
   }
 
-  /** The model client of a `run` request's `client`, keys read only from allowed variables. */
+  /**
+   * The model client of a `run` request's `client`, keys read only from allowed variables.
+   * Its calls carry `X-Session-ID: <trace id>`, as verifiers' served rollouts' calls do.
+   */
   #runClient(wire: z.infer<typeof RunPayload>["client"]): ChatClient {
     const headers = { ...(wire.headers ?? {}), ...(wire.extra_headers ?? {}) };
     const config: ClientConfig = {
       base_url: wire.base_url,
+      session_header: true,
       ...(wire.api_key && { api_key: wire.api_key }),
       ...(!wire.api_key && wire.api_key_var && this.#allowKeyVars.has(wire.api_key_var) &&
         { api_key_var: wire.api_key_var }),

@@ -76,14 +76,14 @@ Deno.test("startZmqEnvServer() takes a legacy environment itself: each run is on
   assert.equal((await env.status()).env_id, "echo-test");
   // The current wire: the rollout's row arrives as upstream's Trace, assembled from deltas.
   const episode = await env.run<{
-    example_id: number;
+    vf: { example_id: number };
     traces: Array<{ rewards: Record<string, { score: number }>; nodes: unknown[] }>;
   }>({
     taskData: { prompt: "q1", answer: "a1", idx: 1 },
     client: { base_url: model.url },
     model: "m",
   });
-  assert.deepEqual([episode.traces[0].rewards.reward.score, episode.example_id], [1, 1]);
+  assert.deepEqual([episode.traces[0].rewards.reward.score, episode.vf.example_id], [1, 1]);
   assert.ok(episode.traces[0].nodes.length >= 2);
 });
 

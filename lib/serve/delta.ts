@@ -377,6 +377,35 @@ export function upstreamHead(
   };
 }
 
+/** Fields of the September 2026 `Trace` that the August one (the `2026-08` wire) has not. */
+export const TRACE_FIELDS_SINCE_2026_09 = [
+  "mm_token_type_id_map",
+  "root_reply",
+  "num_input_tokens",
+  "num_output_tokens",
+  "num_total_tokens",
+] as const;
+
+/**
+ * A vf episode record as the `2026-08` wire's reply carries it: upstream's August `Episode`
+ * (`WireEpisode`), its head ({@link upstreamHead}) with its traces, each upstream's `Trace` as
+ * it dumped then (without {@link TRACE_FIELDS_SINCE_2026_09}).
+ *
+ * @param record the episode as `traces.jsonl` holds it
+ * @param taskData the task's data, as the trainer sent it
+ */
+export function upstreamEpisode2026_08(
+  record: Record<string, unknown>,
+  taskData: Record<string, unknown>,
+): Record<string, unknown> {
+  const traces = ((record.traces ?? []) as TaskTrace[]).map((t) => {
+    const trace: Record<string, unknown> = upstreamTrace(t, taskData);
+    for (const field of TRACE_FIELDS_SINCE_2026_09) delete trace[field];
+    return trace;
+  });
+  return { ...upstreamHead(record, taskData), traces };
+}
+
 /**
  * The trace of a run in flight, grown from its model calls: each call's prompt messages the
  * trace does not hold yet, then the reply, committed together when the reply lands; the
@@ -386,6 +415,7 @@ export class LiveTrace {
   readonly trace: UpstreamTrace;
   pending: Messages = [];
   #path: number[] = [];
+  #named = false;
 
   constructor(id: string, taskData: Record<string, unknown>, model: string) {
     const now = Date.now() / 1000;
@@ -417,8 +447,14 @@ export class LiveTrace {
     };
   }
 
-  /** A request went out: its messages the trace does not hold are the preview. */
-  request(prompt: Messages): void {
+  /**
+   * A request went out: its messages the trace does not hold are the preview. The first
+   * request names the trace: `session`, the rollout's trace id its model calls carry as
+   * `X-Session-ID`, becomes the trace's id before anything of it is sent.
+   */
+  request(prompt: Messages, session?: string): void {
+    if (session && !this.#named) this.trace.id = session;
+    this.#named = true;
     this.pending = prompt.slice(this.#shared(prompt));
   }
 

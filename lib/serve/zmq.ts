@@ -11,11 +11,12 @@
  *   traces as upstream's `Episode` dumps it (`upstreamHead`), `traces` each trace's
  *   `{ id, nodes, calls }`; the traces, upstream's `Trace`, came as deltas.
  *   `info` → `{ success, error, num_tasks, requires_group_scoring }`.
- * - `2026-08`: `[request_id, msgpack(response)]`, a run's whole episode in its reply.
+ * - `2026-08`: `[request_id, msgpack(response)]`, a run's whole episode in its reply as
+ *   upstream's August `WireEpisode` (`upstreamEpisode2026_08`: the head with its traces).
  *
  * Methods:
  * - `health` `{}` → `{ success: true, error: null, in_flight, queued, max_concurrent, … }`
- * - `run` `{ task_data, client, model, sampling }` → `{ success, error, episode }`: one
+ * - `run` `{ task_data, client, model, sampling }` → a reply as above: one
  *   episode of the served taskset (or legacy environment) on `task_data`, against the
  *   trainer's endpoint `client` (`{ base_url, api_key?, api_key_var?, headers? }`)
  * - `cancel` `{ request_id }` → `{ success: true, cancelled }`: aborts that run, whose own
@@ -46,6 +47,7 @@ import {
   type Delta,
   DeltaStreamer,
   LiveTrace,
+  upstreamEpisode2026_08,
   upstreamHead,
   type UpstreamTrace,
   upstreamTrace,
@@ -80,6 +82,11 @@ function unknownMethod(method: string, current: boolean): RequestError {
 function taskCount(core: EnvServerCore): number | null {
   const dataset = (core.environment as { dataset?: { length?: unknown } } | null)?.dataset;
   return typeof dataset?.length === "number" ? dataset.length : null;
+}
+
+/** A `run` payload's task data (the core has validated it by the time a reply is built). */
+function taskDataOf(payload: unknown): Record<string, unknown> {
+  return ((payload as { task_data?: unknown }).task_data ?? {}) as Record<string, unknown>;
 }
 
 /** The default bind address, as verifiers uses it. */
@@ -208,10 +215,7 @@ export async function startZmqEnvServer(
     requestId: string,
     payload: unknown,
   ): Promise<Record<string, unknown>> {
-    const taskData = ((payload as { task_data?: unknown }).task_data ?? {}) as Record<
-      string,
-      unknown
-    >;
+    const taskData = taskDataOf(payload);
     const model = String((payload as { model?: unknown }).model ?? "");
     const live = new LiveTrace(crypto.randomUUID().replaceAll("-", ""), taskData, model);
     let finals: UpstreamTrace[] | null = null;
@@ -224,8 +228,8 @@ export async function startZmqEnvServer(
     try {
       episode = await core.run(requestId, payload, {
         observer: {
-          request: (prompt) => {
-            live.request(prompt);
+          request: (prompt, session) => {
+            live.request(prompt, session);
             streamer.changed();
           },
           commit: (prompt, response, started, ended) => {
@@ -298,9 +302,14 @@ export async function startZmqEnvServer(
           };
           break;
         case "run":
-          response = current
-            ? await streamRun(identity, requestIdFrame, requestId, payload)
-            : { success: true, error: null, episode: await core.run(requestId, payload) };
+          response = current ? await streamRun(identity, requestIdFrame, requestId, payload) : {
+            success: true,
+            error: null,
+            episode: upstreamEpisode2026_08(
+              await core.run(requestId, payload),
+              taskDataOf(payload),
+            ),
+          };
           break;
         case "info":
           if (!current) throw unknownMethod(method, current);

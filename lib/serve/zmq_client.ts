@@ -214,9 +214,9 @@ export class ZmqEnvClient implements AsyncDisposable {
    * @param options `signal` cancels the run; `requestId` (32 hex digits, default a fresh
    *   one) names it for {@link ZmqEnvClient.cancel}; `onDelta`: each delta of the current
    *   wire, with the assembly so far
-   * @returns the episode record. On the `2026-09` wire its traces are upstream's `Trace`
-   *   (assembled from the deltas, counts checked); on `2026-08` they are vf's trace records
-   *   (for a legacy environment, its one trace is the rollout's results row)
+   * @returns the episode as upstream's `Episode` dumps it (`id`, `env`, `task`, `ok`,
+   *   `errors`, vf's own fields in `vf`) with its traces, upstream's `Trace`: on `2026-09`
+   *   assembled from the deltas (counts checked), on `2026-08` as the reply holds them
    * @throws {EnvServerReplyError} when the server replies `success: false`
    */
   async run<E = Episode>(
