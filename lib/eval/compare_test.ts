@@ -30,3 +30,27 @@ Deno.test("pairedComparison: a consistent drop has an interval wholly below zero
   const same = pairedComparison(a, a);
   assert.deepEqual([same.delta, ...same.ci], [0, 0, 0]);
 });
+
+Deno.test("bootstrapMeans: the means of draws from the sorted values, whether a draw is placed by counts (few distinct values) or read", async () => {
+  const { bootstrapMeans } = await import("./compare.ts");
+  const { mulberry32 } = await import("../random.ts");
+  const naive = (xs: number[], resamples: number, random: () => number) => {
+    const means = new Float64Array(resamples);
+    for (let r = 0; r < resamples; r++) {
+      let sum = 0;
+      for (let i = 0; i < xs.length; i++) sum += xs[Math.floor(random() * xs.length)];
+      means[r] = sum / xs.length;
+    }
+    return means;
+  };
+  const rng = mulberry32(3);
+  const few = Array.from({ length: 70_000 }, () => [-1, 0, 1, 0.5][Math.floor(rng() * 4)]);
+  const sixteen = Array.from({ length: 70_000 }, (_, i) => (i % 16) / 7 - 1);
+  const small = few.slice(0, 5000);
+  const many = Array.from({ length: 3000 }, () => rng());
+  for (const xs of [few, sixteen, small, many, [0.25], Array(70_000).fill(1)]) {
+    const got = bootstrapMeans(xs, 20, mulberry32(11));
+    const sorted = [...xs].sort((a, b) => a - b);
+    assert.deepEqual([...got], [...naive(sorted, 20, mulberry32(11))]);
+  }
+});
