@@ -179,6 +179,14 @@ export class RunIndex {
   #rows = 0;
   /** Rows seen per example, for the rollout index of a row that does not carry one. */
   #perExample = new Map<string, number>();
+  /**
+   * Counts and aggregates over the whole index (a filter's total, the histogram, the tokens),
+   * kept until rows are added: each is a scan of every row, and a page of a million-rollout
+   * run asked for them again on every request.
+   */
+  #cache = new Map<string, unknown>();
+  /** Sort indexes made so far (made on the first page sorted that way). */
+  #sortIndexes = new Set<string>();
 
   private constructor(file: string, db: Database) {
     this.file = file;
@@ -194,6 +202,7 @@ export class RunIndex {
     ).get()!;
     this.#lines = Number(counts.lines);
     this.#rows = Number(counts.n);
+    this.#cache.clear();
     this.#perExample = new Map();
     for (
       const r of this.#db.prepare(
@@ -285,6 +294,7 @@ export class RunIndex {
         String(offset),
       );
       this.#db.exec("COMMIT");
+      if (added) this.#cache.clear();
     } catch (error) {
       this.#db.exec("ROLLBACK");
       // nothing of this pass was kept
@@ -345,9 +355,33 @@ export class RunIndex {
     return this.#lines;
   }
 
+  /** `compute()`, kept until rows are added. */
+  #cached<T>(key: string, compute: () => T): T {
+    if (this.#cache.has(key)) return this.#cache.get(key) as T;
+    const value = compute();
+    this.#cache.set(key, value);
+    return value;
+  }
+
   /** Tokens (input and output) summed over the rollouts indexed so far. */
   get tokens(): number {
-    return Number(this.#db.prepare("SELECT COALESCE(SUM(tokens), 0) AS n FROM rows").get()!.n);
+    return this.#cached(
+      "tokens",
+      () => Number(this.#db.prepare("SELECT COALESCE(SUM(tokens), 0) AS n FROM rows").get()!.n),
+    );
+  }
+
+  /**
+   * The index a page sorted by `column` reads in order, so it reads one page of rows instead
+   * of sorting them all: line, reward and example ascending have theirs from the start; the
+   * others are made on first use.
+   */
+  #sortIndex(column: string, desc: boolean): void {
+    if (!desc && ["line", "reward", "example"].includes(column)) return;
+    const name = `rows_by_${column}_${desc ? "desc" : "asc"}`;
+    if (this.#sortIndexes.has(name)) return;
+    this.#db.exec(`CREATE INDEX IF NOT EXISTS ${name} ON rows (${column}${desc ? " DESC" : ""})`);
+    this.#sortIndexes.add(name);
   }
 
   /** One page of rows, filtered and sorted. */
@@ -367,9 +401,13 @@ export class RunIndex {
       : "line";
     const size = Math.min(500, Math.max(1, q.pageSize ?? 50));
     const page = Math.max(0, q.page ?? 0);
-    const total = Number(
-      this.#db.prepare(`SELECT COUNT(*) AS n FROM rows ${clause}`).get(...args)!.n,
-    );
+    const total = clause
+      ? this.#cached(
+        `total ${clause} ${JSON.stringify(args)}`,
+        () => Number(this.#db.prepare(`SELECT COUNT(*) AS n FROM rows ${clause}`).get(...args)!.n),
+      )
+      : this.#rows;
+    this.#sortIndex(sort!, q.desc === true);
     const rows = this.#db.prepare(
       `SELECT line, trace, example, rollout, attempt, reward, error, stop, turns, tokens, corrupt
        FROM rows ${clause} ORDER BY ${sort} ${q.desc ? "DESC" : "ASC"}, id ASC LIMIT ? OFFSET ?`,
@@ -379,11 +417,20 @@ export class RunIndex {
 
   /** Rewards in ten buckets over [0, 1] (values outside go to the ends), and the unscored. */
   histogram(): { buckets: number[]; unscored: number; errors: Record<string, number> } {
+    const h = this.#cached("histogram", () => this.#histogram());
+    return { buckets: [...h.buckets], unscored: h.unscored, errors: { ...h.errors } };
+  }
+
+  #histogram(): { buckets: number[]; unscored: number; errors: Record<string, number> } {
     const buckets = new Array(10).fill(0);
-    for (const r of this.#db.prepare("SELECT reward FROM rows WHERE reward IS NOT NULL").all()) {
-      const v = Number(r.reward);
-      buckets[Math.min(9, Math.max(0, Math.floor(v * 10)))]++;
-    }
+    // Counted by SQLite, bucket by bucket, instead of a row object per rollout. CAST cuts
+    // toward zero, which is floor for what is not clamped to the first bucket anyway.
+    for (
+      const r of this.#db.prepare(
+        `SELECT MIN(9, MAX(0, CAST(reward * 10 AS INTEGER))) AS b, COUNT(*) AS n
+         FROM rows WHERE reward IS NOT NULL GROUP BY b`,
+      ).all()
+    ) buckets[Number(r.b)] += Number(r.n);
     const unscored = Number(
       this.#db.prepare("SELECT COUNT(*) AS n FROM rows WHERE reward IS NULL").get()!.n,
     );

@@ -1,0 +1,50 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { RunIndex } from "./run_index.ts";
+
+const line = (i: number, reward: number | null, error = false) =>
+  JSON.stringify({
+    example_id: i,
+    reward,
+    error: error ? { error: "ModelError", message: "down" } : null,
+    completion: [{ role: "assistant", content: "hi" }],
+    token_usage: { input_tokens: 2, output_tokens: 1 },
+  }) + "\n";
+
+Deno.test("RunIndex: totals, the histogram and the tokens follow rows appended after they were first asked for; sorted pages keep file order among equal values", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf-run-index-" });
+  const file = join(dir, "results.jsonl");
+  let text = "";
+  for (let i = 0; i < 30; i++) text += line(i, i % 3 === 0 ? 1 : 0.25, i % 10 === 9);
+  await Deno.writeTextFile(file, text);
+  const index = await RunIndex.open(file, join(dir, "index"));
+  try {
+    index.refresh();
+    assert.equal(index.query({ errors: "only" }).total, 3);
+    assert.equal(index.query({}).total, 30);
+    assert.deepEqual(index.histogram().buckets, [0, 0, 20, 0, 0, 0, 0, 0, 0, 10]);
+    assert.equal(index.tokens, 90);
+    const desc = index.query({ sort: "reward", desc: true, pageSize: 12 }).rows;
+    assert.deepEqual(desc.map((r) => r.line), [0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 1, 2]);
+    const turnsDesc = index.query({ sort: "turns", desc: true, page: 1, pageSize: 5 }).rows;
+    assert.deepEqual(turnsDesc.map((r) => r.line), [5, 6, 7, 8, 9]);
+
+    // A live run: more lines, and every count asked for before sees them.
+    await Deno.writeTextFile(file, line(30, null, true) + line(31, 0.55) + line(32, -2), {
+      append: true,
+    });
+    assert.equal(index.refresh(), 3);
+    assert.equal(index.query({ errors: "only" }).total, 4);
+    assert.equal(index.query({}).total, 33);
+    const h = index.histogram();
+    assert.deepEqual(h.buckets, [1, 0, 20, 0, 0, 1, 0, 0, 0, 10]);
+    assert.equal(h.unscored, 1);
+    assert.deepEqual(h.errors, { ModelError: 4 });
+    assert.equal(index.tokens, 99);
+    const asc = index.query({ sort: "reward", pageSize: 3 }).rows;
+    assert.deepEqual(asc.map((r) => r.line), [30, 32, 1]); // no reward first, then -2
+  } finally {
+    index.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
