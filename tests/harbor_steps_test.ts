@@ -1,9 +1,11 @@
 /**
  * Harbor `[[steps]]` tasks through the real CLI on real Docker with a scripted model: each
- * step's instruction in order in one agent sandbox, each step's verifier (the task's `tests/`
- * with the step's over it, the step's verifier env) after its turn and out of the agent's
- * sight during the next, `min_reward` stopping the trial, and `multi_step_reward_strategy`
- * rolling the step rewards up; `vf validate` runs each step's gold answer.
+ * step's instruction in order in one agent sandbox, each step a fresh session of the agent
+ * (its model sees none of the earlier steps' conversation; an agent CLI is run anew), each
+ * step's verifier (the task's `tests/` with the step's over it, the step's verifier env) after
+ * its session and out of the agent's sight during the next, `min_reward` (a number, or a
+ * table by reward key) stopping the trial, and `multi_step_reward_strategy` rolling the step
+ * rewards up; `vf validate` runs each step's gold answer.
  * @module
  */
 import assert from "node:assert/strict";
@@ -71,13 +73,32 @@ env = { STEP = "two" }
 }
 
 /**
- * A model that answers each step's instruction with one bash command (`one` for step one,
- * `two` for step two; each also lists /tests), then says it is done.
+ * A task whose step one writes keyed rewards (`correctness` 1, no `quality`) and is gated on
+ * both keys: the missing one stops the trial after step one, though `correctness` passes.
  */
-function scripted(one: string, two: string) {
+function keyed(name: string): Record<string, string> {
+  const files = task(name, false);
+  return {
+    ...files,
+    [`${name}/task.toml`]: files[`${name}/task.toml`].replace(
+      'name = "one"\n',
+      'name = "one"\nmin_reward = { correctness = 1.0, quality = 0.0 }\n',
+    ),
+    [`${name}/steps/one/tests/test.sh`]:
+      'if [ "$(cat /app/a.txt)" = one ]; then c=1; else c=0; fi\necho "{\\"correctness\\": $c}" > /logs/verifier/reward.json\n',
+  };
+}
+
+/**
+ * A model that answers each step's instruction with one bash command (`one` for step one,
+ * `two` for step two; each also lists /tests), then says it is done. Every request it gets is
+ * kept in `requests`.
+ */
+function scripted(one: string, two: string, requests: WireMessage[][] = []) {
   return startModelServer({
     responder: ({ body }) => {
       const msgs = body.messages as WireMessage[];
+      requests.push(msgs);
       const lastUser = msgs.map((m) => m.role).lastIndexOf("user");
       const text = String(msgs[lastUser].content);
       const acted = msgs.slice(lastUser).some((m) => m.role === "assistant");
@@ -92,23 +113,54 @@ Deno.test("Harbor [[steps]]: vf validate runs each step's gold answer and verifi
   const dir = await Deno.makeTempDir({ prefix: "vf_harbor_steps_" });
   const runDirs: string[] = [];
   try {
-    await write(dir, { ...task("tasks/gated", true), ...task("tasks/mean", false) });
+    await write(dir, {
+      ...task("tasks/gated", true),
+      ...task("tasks/mean", false),
+      ...keyed("tasks/keyed"),
+    });
     const v = await vf(dir, ["validate", "./tasks"]);
     assert.equal(v.code, 0, transcript(v));
     const s = summary(v);
     assert.deepEqual(
       s.results.map((r: Json) => [r.task, r.gold_reward, r.empty_reward, r.ok]),
-      [["gated", 1, 0, true], ["mean", 1, 0, true]],
+      // The keyed task's gold answer stops at step one (no quality key): 1 (correctness).
+      [["gated", 1, 0, true], ["keyed", 1, 0, true], ["mean", 1, 0, true]],
     );
 
     // Every step done right: both tasks score 1, each step verified on the trace.
     {
-      await using model = await scripted("echo one > /app/a.txt", "echo two > /app/b.txt");
+      const requests: WireMessage[][] = [];
+      await using model = await scripted(
+        "echo one > /app/a.txt",
+        "echo two > /app/b.txt",
+        requests,
+      );
       const res = await vf(dir, ["run", "./tasks", "-m", "m", "-b", model.url, "-o", "out"]);
       runDirs.push(res.runDir);
       assert.equal(res.code, 0, transcript(res));
-      const ts = (await Deno.readTextFile(join(res.runDir, "traces.jsonl"))).trim().split("\n")
+      const all = (await Deno.readTextFile(join(res.runDir, "traces.jsonl"))).trim().split("\n")
         .map((l) => JSON.parse(l)).sort((a: Json, b: Json) => a.task.key.localeCompare(b.task.key));
+      const ts = all.filter((t: Json) => t.task.key !== "keyed");
+      // Step two is a fresh session: its model requests hold its instruction and nothing of
+      // step one's conversation (neither step one's instruction nor its tool call).
+      const second = requests.filter((r) => r.some((m) => m.content === TWO));
+      assert.equal(second.length, 4, "two requests of step two per task");
+      for (const r of second) {
+        assert.ok(
+          !r.some((m) => m.content === ONE || JSON.stringify(m).includes("a.txt")),
+          `step two's request holds step one's messages: ${JSON.stringify(r)}`,
+        );
+        assert.equal(r.filter((m) => m.role === "user").length, 1, JSON.stringify(r));
+      }
+      // Per-key min_reward: the keyed task lacks "quality", so it stops after step one.
+      const k = all.find((t: Json) => t.task.key === "keyed");
+      assert.equal(k.error, null, JSON.stringify(k.error));
+      assert.deepEqual(k.info.harbor.steps.map((st: Json) => st.name), ["one"]);
+      assert.deepEqual(k.info.harbor.steps[0].rewards, { correctness: 1 });
+      assert.deepEqual(
+        k.messages.filter((m: Json) => m.role === "user").map((m: Json) => m.content),
+        [ONE],
+      );
       for (const t of ts) {
         assert.equal(t.error, null, JSON.stringify(t.error));
         assert.equal(t.reward, 1, t.task.key);
@@ -152,6 +204,71 @@ Deno.test("Harbor [[steps]]: vf validate runs each step's gold answer and verifi
     }
   } finally {
     for (const d of runDirs.filter(Boolean)) await cleanupContainers({ runId: basename(d) });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("Harbor [[steps]] with an agent CLI: pi is run anew for each step in the same sandbox, its second run given only step two's instruction, and both steps are verified", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_steps_pi_" });
+  let runDir = "";
+  try {
+    const files = task("cli", false);
+    // No CLI and no Node.js in the image: vf brings them.
+    files["cli/environment/Dockerfile"] =
+      "FROM python:3.11-slim\nRUN mkdir -p /app\nWORKDIR /app\n";
+    await write(dir, files);
+    const requests: WireMessage[][] = [];
+    await using model = await startModelServer({
+      responder: ({ body }) => {
+        const msgs = body.messages as WireMessage[];
+        const names = (body.tools ?? []).map((t: Json) => t.function.name);
+        // Side calls (titles, summaries) have no tools: a plain answer.
+        if (!names.includes("bash")) return { content: "ok" };
+        requests.push(msgs);
+        if (msgs.some((m) => m.role === "tool")) return { content: "Done." };
+        const users = msgs.filter((m) => m.role === "user").map((m) => JSON.stringify(m.content));
+        const command = users.some((u) => u.includes("Step two"))
+          ? "echo two > /app/b.txt; ls /app"
+          : "echo one > /app/a.txt";
+        return { content: null, tool_calls: [{ name: "bash", arguments: { command } }] };
+      },
+    });
+    const res = await vf(dir, [
+      "run",
+      "./cli",
+      "-m",
+      "pi-model",
+      "-b",
+      model.url,
+      "-o",
+      "out",
+      "--env.agent.harness.id",
+      "pi",
+    ]);
+    runDir = res.runDir;
+    assert.equal(res.code, 0, transcript(res));
+    const [t] = (await Deno.readTextFile(join(runDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.equal(t.error, null, JSON.stringify(t.error));
+    assert.deepEqual(
+      t.info.harbor.steps.map((st: Json) => [st.name, st.reward]),
+      [["one", 1], ["two", 1]],
+    );
+    assert.equal(t.reward, 1);
+    // Two runs of the CLI, one per step; the second saw the first's file (same sandbox).
+    const runs = t.tool_calls.filter((c: Json) => c.name === "pi");
+    assert.equal(runs.length, 2, JSON.stringify(t.tool_calls.map((c: Json) => c.name)));
+    const toolResults = JSON.stringify(t.messages.filter((m: Json) => m.role === "tool"));
+    assert.match(toolResults, /a\.txt/, "step two's ls shows step one's file");
+    // Step two's requests: its instruction only, nothing of step one's conversation.
+    const second = requests.filter((r) => JSON.stringify(r).includes("Step two"));
+    assert.ok(second.length >= 2, `${second.length} requests of step two`);
+    for (const r of second) {
+      const text = JSON.stringify(r);
+      assert.ok(!text.includes("Step one") && !text.includes("echo one"), text.slice(0, 2000));
+    }
+  } finally {
+    if (runDir) await cleanupContainers({ runId: basename(runDir) });
     await Deno.remove(dir, { recursive: true });
   }
 });

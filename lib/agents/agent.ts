@@ -211,7 +211,7 @@ export class EpisodeAgent {
    */
   async interaction(task: Task, options: AgentRunOptions = {}): Promise<Interaction> {
     const harness = harnessFor(this.#spec, task);
-    if (!harness.supportsResume || !harness.resume) {
+    if (!task.freshSessions && (!harness.supportsResume || !harness.resume)) {
       throw new ConfigError(
         `Harness "${harness.id}" cannot resume a conversation, so role "${this.role}" cannot ` +
           `hold an interaction; use a harness that can (bash, null)`,

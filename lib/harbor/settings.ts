@@ -63,8 +63,11 @@ export interface HarborAgent {
 /** One `[[steps]]` entry. */
 export interface HarborStep {
   name: string;
-  /** Below it, the trial stops after this step. */
-  minReward?: number;
+  /**
+   * `min_reward`, per reward key (a number is the `reward` key's): a key below its threshold,
+   * or missing from the step's rewards, stops the trial after this step.
+   */
+  minReward?: Record<string, number>;
   agent: HarborAgent;
   verifier: HarborVerifier;
   artifacts: string[];
@@ -194,6 +197,22 @@ class Reader {
     if (v === undefined) return undefined;
     if (typeof v === "number" && Number.isFinite(v)) return v;
     return this.fail(key, `${shown(v)} is not a number`);
+  }
+
+  /** `min_reward`: a number (the `reward` key's threshold) or a table of them by reward key. */
+  minReward(v: unknown, key: string): Record<string, number> | undefined {
+    if (v === undefined) return undefined;
+    if (typeof v === "number") return { reward: this.number(v, key)! };
+    if (!isTable(v)) {
+      return this.fail(
+        key,
+        `${shown(v)} is not a number or a table of reward keys (min_reward = 1.0, or ` +
+          `min_reward = { correctness = 0.8 })`,
+      );
+    }
+    return Object.fromEntries(
+      Object.entries(v).map(([k, n]) => [k, this.number(n, `${key}.${k}`)!]),
+    );
   }
 
   string(v: unknown, key: string): string | undefined {
@@ -394,7 +413,7 @@ export function readHarborSettings(text: string, path: string): HarborSettings {
     }
     return {
       name,
-      minReward: r.number(t.min_reward, `${at}.min_reward`),
+      minReward: r.minReward(t.min_reward, `${at}.min_reward`),
       agent: r.agent(r.table(t.agent, `${at}.agent`), `${at}.agent`, agent),
       verifier: r.verifier(r.table(t.verifier, `${at}.verifier`), `${at}.verifier`, verifier),
       artifacts: r.artifacts(t.artifacts, `${at}.artifacts`),

@@ -1,7 +1,7 @@
 /**
  * A multi-step Harbor task (`[[steps]]`): each step's folder loaded and checked, the agent
- * given each step's instruction in turn in one sandbox, each step's verifier run after its
- * turn, and the step rewards rolled up.
+ * started afresh on each step's instruction in turn in one sandbox, each step's verifier run
+ * after its session, and the step rewards rolled up.
  * @module
  */
 import { existsSync } from "node:fs";
@@ -42,9 +42,10 @@ interface StepsState {
 
 /**
  * A multi-step Harbor task (`[[steps]]`): the agent gets step 1's instruction; after each of
- * its turns the step's verifier runs in the same sandbox (the task's `tests/` with the step's
- * over it, the step's verifier env, user and limit), and the next step's instruction is the
- * user's next message, until the steps run out or one scores below its `min_reward`. The
+ * its sessions the step's verifier runs in the same sandbox (the task's `tests/` with the
+ * step's over it, the step's verifier env, user and limit), and the next step's instruction
+ * starts a fresh session (a new conversation, the files kept), until the steps run out or one
+ * misses its `min_reward` (a key below its threshold, or missing). The
  * trial's reward rolls the step rewards up as `multi_step_reward_strategy` says: `mean` (per
  * key, a key a step lacks counting 0) or `final` (the last verified step's).
  */
@@ -69,6 +70,15 @@ export class HarborStepsTask extends HarborTask {
       results: [],
       stopped: false,
     } as StepsState) as StepsState;
+  }
+
+  /**
+   * Each step is a fresh session of the agent, as Harbor runs steps by default: a new
+   * conversation (or a new run of the agent CLI or program) in the same sandbox, given only
+   * the step's instruction.
+   */
+  override get freshSessions(): boolean {
+    return true;
   }
 
   /** The sandbox the steps' verifiers run in: the agent's, kept for the turns between steps. */
@@ -99,7 +109,7 @@ export class HarborStepsTask extends HarborTask {
     // The next step's agent must not see this step's tests.
     await runtime.run(["rm", "-rf", "/tests", "/logs/verifier"]);
     state.results.push({ name: step.name, reward: scores.reward, rewards: scores.rewards });
-    if (step.minReward !== undefined && scores.reward < step.minReward) state.stopped = true;
+    if (belowMinReward(scores.rewards, step.minReward)) state.stopped = true;
     (trace.info.harbor as Record<string, unknown>).steps = state.results;
   }
 
@@ -158,6 +168,17 @@ export class HarborStepsTask extends HarborTask {
     }
     return rollUp(state.results, this.settings.rewardStrategy);
   }
+}
+
+/**
+ * Whether a step's rewards miss its `min_reward`: a key below its threshold, or missing from
+ * the rewards (Harbor counts it as -inf).
+ */
+export function belowMinReward(
+  rewards: Record<string, number>,
+  min: Record<string, number> | undefined,
+): boolean {
+  return Object.entries(min ?? {}).some(([k, t]) => (rewards[k] ?? -Infinity) < t);
 }
 
 /**

@@ -72,6 +72,20 @@ Deno.test("readHarborSettings(): a key vf does not know, or one it cannot honour
   );
   refused('multi_step_reward_strategy = "max"\n', /multi_step_reward_strategy: "max" is not/);
   refused('[[steps]]\nname = "a"\n[[steps]]\nname = "a"\n', /steps: two steps are named "a"/);
+  // min_reward: a number, or a table of numbers keyed by reward name; nothing else.
+  refused(
+    '[[steps]]\nname = "a"\nmin_reward = "1"\n',
+    /steps\[0\]\.min_reward: "1" is not a number or a table of reward keys/,
+  );
+  refused(
+    '[[steps]]\nname = "a"\nmin_reward = { correctness = "high" }\n',
+    /steps\[0\]\.min_reward\.correctness: "high" is not a number/,
+  );
+  // Not a key of Harbor's schema: an error naming it, never a reward quietly kept or dropped.
+  refused(
+    "[verifier]\ncontributes_to_reward = false\n",
+    /verifier\.contributes_to_reward: not a Harbor task\.toml key/,
+  );
   // Harbor's 1.3 keys are read.
   const s = readHarborSettings(
     `schema_version = "1.3"\nartifacts = ["/app/a"]\nmulti_step_reward_strategy = "final"\n[task]\nname = "o/n"\n[environment]\nworkdir = "/w"\nnetwork_mode = "public"\n[verifier]\nenvironment_mode = "separate"\n[verifier.environment]\ncpus = 2\n[[steps]]\nname = "one"\nmin_reward = 1.0\n[steps.agent]\ntimeout_sec = 5\n`,
@@ -86,7 +100,7 @@ Deno.test("readHarborSettings(): a key vf does not know, or one it cannot honour
   assert.equal(s.verifier.mode, "separate");
   assert.equal(s.verifier.environment.cpus, 2);
   assert.equal(s.steps[0].name, "one");
-  assert.equal(s.steps[0].minReward, 1);
+  assert.deepEqual(s.steps[0].minReward, { reward: 1 }, "a number is the reward key's threshold");
   assert.equal(s.steps[0].agent.timeout, 5);
   assert.equal(s.steps[0].verifier.mode, "separate", "a step's verifier falls back to the task's");
 });

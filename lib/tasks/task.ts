@@ -363,6 +363,15 @@ export class Task<
     return undefined;
   }
 
+  /**
+   * Whether each scripted user turn starts the agent afresh: a new session of its harness (a
+   * new conversation, the same sandbox) given the turn's message as its prompt, instead of
+   * the conversation resumed; any harness can then run it. Default false.
+   */
+  get freshSessions(): boolean {
+    return false;
+  }
+
   /** Whether this task scripts user turns ({@link Task.userMessage} is overridden). */
   get scriptsUser(): boolean {
     return this.userMessage !== Task.prototype.userMessage;

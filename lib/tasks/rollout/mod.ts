@@ -182,11 +182,17 @@ export class TaskRollout {
     if (!first && !messages?.length) {
       throw new TypeError('A later turn needs the user\'s message: turn("...")');
     }
-    if (!first && !policy.harness.resume) {
+    // A task's fresh session: the harness runs anew from the turn's message, its model seeing
+    // none of the earlier conversation, which is put back in front of it afterwards.
+    const fresh = !first && task.freshSessions;
+    if (!first && !fresh && !policy.harness.resume) {
       throw new ConfigError(`Harness "${policy.harness.id}" cannot resume a conversation`);
     }
     this.#segments++;
-    const before = recorder.messages.length + (first ? 0 : messages!.length);
+    const earlier = fresh ? recorder.messages.splice(0) : [];
+    // How the last session ended (its agent done) does not end the new one.
+    if (fresh) recorder.stop_condition = null;
+    const before = fresh ? 0 : recorder.messages.length + (first ? 0 : messages!.length);
     const budget = s.timeout("agent");
     const remaining = budget ? Math.max(0.001, budget - this.#agentMs / 1000) : undefined;
     const t0 = performance.now();
@@ -195,7 +201,7 @@ export class TaskRollout {
         phase("agent", (cut) => {
           const ctx: HarnessContext = {
             task,
-            data: first && promptless ? { ...task.data, prompt: messages! } : task.data,
+            data: (first && promptless) || fresh ? { ...task.data, prompt: messages! } : task.data,
             runtime: s.agent!,
             client: withCacheSalt(s.options.client, String(s.options.rolloutIndex ?? 0)),
             model: s.options.model,
@@ -215,7 +221,7 @@ export class TaskRollout {
             },
             signal: cut,
           };
-          return first ? policy.harness.run(ctx) : policy.harness.resume!(ctx, messages!);
+          return first || fresh ? policy.harness.run(ctx) : policy.harness.resume!(ctx, messages!);
         }, { seconds: remaining, signal }));
       s.trace.stop_condition = recorder.stop_condition;
     } catch (raw) {
@@ -227,8 +233,9 @@ export class TaskRollout {
     } finally {
       this.#agentMs += performance.now() - t0;
       s.trace.timing.agent_ms = Math.round(this.#agentMs);
+      if (fresh) recorder.messages.unshift(...earlier);
     }
-    const added = recorder.messages.slice(before);
+    const added = recorder.messages.slice(before + earlier.length);
     const replied = added.some((m) => m.role === "assistant");
     const stopped = recorder.stop_condition === "max_turns_reached" ||
       tokenLimitNames.has(recorder.stop_condition ?? "") ||
