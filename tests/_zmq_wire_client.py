@@ -140,8 +140,7 @@ async def main() -> None:
         episode = assemble(deltas, reply)
         for trace in episode["traces"]:
             jsonschema.validate(trace, schema)
-            assert trace["task"] == episode["task"] or trace["task"]["data"] == \
-                episode["task"]["data"], (trace["task"], episode["task"])
+            assert trace["task"] == episode["task"], (trace["task"], episode["task"])
             counts = token_counts(trace)
             assert {k: trace[k] for k in counts} == counts, (counts, trace)
         out["runs"].append({"deltas": deltas, "reply": reply, "episode": episode})

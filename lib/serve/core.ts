@@ -88,6 +88,8 @@ export interface ModelCallObserver {
   request(prompt: Messages, session?: string): void;
   /** Its reply landed (epoch seconds). */
   commit(prompt: Messages, response: Response, started: number, ended: number): void;
+  /** The run's task was built: its key and hash (before any model call). */
+  task?(task: { key: string; hash: string }): void;
 }
 
 /** `client` watched by `observer`: each call reported as it goes out and as it lands. */
@@ -301,6 +303,7 @@ export class EnvServerCore implements AsyncDisposable {
           model: body.model,
           samplingArgs,
           requestId: id,
+          ...(options.observer?.task && { onTask: options.observer.task.bind(options.observer) }),
         }, request.signal));
       request.signal.throwIfAborted();
       return episode;

@@ -447,6 +447,13 @@ export class LiveTrace {
     };
   }
 
+  /** The task was built: the header carries its key and hash (it is sent once, later). */
+  task(task: { key: string; hash: string }): void {
+    const header = this.trace.task as Record<string, unknown>;
+    header.key = task.key;
+    header.hash = task.hash;
+  }
+
   /**
    * A request went out: its messages the trace does not hold are the preview. The first
    * request names the trace: `session`, the rollout's trace id its model calls carry as

@@ -41,6 +41,8 @@ export interface EpisodeRequest {
   samplingArgs: SamplingArgs;
   /** The request's id (32 hex digits over ZeroMQ). */
   requestId: string;
+  /** Told the task's key and hash once its Task is built, before any model call. */
+  onTask?: (task: { key: string; hash: string }) => void;
 }
 
 /** What a `run` request runs: a taskset's episodes or a legacy environment's rollouts. */
@@ -206,6 +208,7 @@ export function tasksetRunner(taskset: Taskset, options: TasksetRunnerOptions): 
     async run(request: EpisodeRequest, signal: AbortSignal) {
       const task = await taskFromData(taskset, request.taskData);
       requireRewards(task, { judges: options.judges?.length ?? 0 });
+      request.onTask?.({ key: task.key, hash: task.hash });
       const env = await options.makeEnv({
         client: request.client,
         model: request.model,
@@ -305,6 +308,7 @@ export function datasetRunner(
         request.taskData,
       );
       const task = new Task(withoutNulls(request.taskData) as TaskData);
+      request.onTask?.({ key: task.key, hash: task.hash });
       const startedAt = Date.now();
       const { outputs } = await env.runGroupOutputs([row], request.client, request.model, {
         samplingArgs: request.samplingArgs,

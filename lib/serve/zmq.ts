@@ -228,6 +228,7 @@ export async function startZmqEnvServer(
     try {
       episode = await core.run(requestId, payload, {
         observer: {
+          task: (task) => live.task(task),
           request: (prompt, session) => {
             live.request(prompt, session);
             streamer.changed();
