@@ -14,7 +14,19 @@ const context = JSON.parse(Deno.env.get("MCP_CONFORMANCE_CONTEXT") ?? "{}");
 
 const spec: ToolsetSpec = { name: "conformance", url, timeout: 30 };
 // The scenario's credentials reach the toolset as a run's secrets would: from the environment.
-if (context.client_id) {
+if (context.idp_id_token) {
+  // Cross-app access: the user's ID token from the enterprise identity provider.
+  Deno.env.set("CONFORMANCE_CLIENT_SECRET", context.client_secret);
+  Deno.env.set("CONFORMANCE_ID_TOKEN", context.idp_id_token);
+  spec.oauth = {
+    grant: "cross_app",
+    client_id: context.client_id,
+    client_secret: "${CONFORMANCE_CLIENT_SECRET}",
+    id_token: "${CONFORMANCE_ID_TOKEN}",
+    idp_token_endpoint: context.idp_token_endpoint,
+    idp_client_id: context.idp_client_id,
+  };
+} else if (context.client_id) {
   Deno.env.set("CONFORMANCE_CLIENT_ID", context.client_id);
   spec.oauth = { client_id: "${CONFORMANCE_CLIENT_ID}" };
   if (context.client_secret) {
@@ -26,6 +38,13 @@ if (context.client_id) {
     spec.oauth.private_key = "${CONFORMANCE_PRIVATE_KEY}";
     spec.oauth.algorithm = context.signing_algorithm ?? "ES256";
   }
+} else if (scenario.startsWith("auth/")) {
+  // No credentials: the authorization-code grant, registering vf (or naming the client ID
+  // metadata document the suite's authorization server expects, where it takes them).
+  spec.oauth = {
+    grant: "authorization_code",
+    client_metadata_url: "https://conformance-test.local/client-metadata.json",
+  };
 }
 // A fixed answer the schema's defaults complete (the SEP-1034 scenario accepts with nothing).
 if (scenario.startsWith("elicitation")) spec.elicitation = { accept: {} };
@@ -60,3 +79,6 @@ try {
 } finally {
   await box.close();
 }
+// The suite waits for this process to exit (its timeout kills only the shell around it): a
+// stream the SDK reopens after the close must not keep it, and the scenario, running.
+Deno.exit(0);

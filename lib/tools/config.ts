@@ -36,6 +36,13 @@ const OAUTH_KEYS = [
   "algorithm",
   "scope",
   "issuer",
+  "grant",
+  "client_metadata_url",
+  "redirect_uri",
+  "authorize_timeout",
+  "id_token",
+  "idp_token_endpoint",
+  "idp_client_id",
 ];
 
 /**
@@ -85,7 +92,7 @@ export async function loadToolsets(
     if (e.images !== undefined && typeof e.images !== "boolean") {
       throw new ConfigError(`${at}.images: expected true or false`);
     }
-    const strings = (k: string, keys?: string[]) => {
+    const strings = (k: string, keys?: string[], numbers: string[] = []) => {
       const v = e[k];
       if (v === undefined) return undefined;
       if (!v || typeof v !== "object" || Array.isArray(v)) {
@@ -97,14 +104,18 @@ export async function loadToolsets(
             `${at}.${k}.${name}: unknown key; ${k} takes ${keys.map((x) => `"${x}"`).join(", ")}`,
           );
         }
-        if (typeof value !== "string") {
+        if (numbers.includes(name)) {
+          if (typeof value !== "number") {
+            throw new ConfigError(`${at}.${k}.${name}: expected seconds (a number)`);
+          }
+        } else if (typeof value !== "string") {
           throw new ConfigError(`${at}.${k}.${name}: expected a string`);
         }
       }
       return v as Record<string, string>;
     };
     const headers = strings("headers");
-    const oauth = strings("oauth", OAUTH_KEYS);
+    const oauth = strings("oauth", OAUTH_KEYS, ["authorize_timeout"]) as ToolsetSpec["oauth"];
     let elicitation = e.elicitation as ToolsetSpec["elicitation"];
     if (elicitation !== undefined && typeof elicitation === "object") {
       const keys = Object.keys(elicitation);

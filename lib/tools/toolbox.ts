@@ -19,6 +19,15 @@ import { renderContent } from "./content.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
 import { SandboxStdioTransport } from "./sandbox_stdio.ts";
 import { LocalStdioTransport } from "./local_stdio.ts";
+import {
+  AuthCodeProvider,
+  authCodeProvider,
+  authCodeTransport,
+  AUTHORIZE_TIMEOUT,
+  checkOAuth,
+  checkRedirectUri,
+  CrossAppProvider,
+} from "./oauth.ts";
 
 /** What opening a toolbox needs: the rollout's state, and its sandbox for colocated servers. */
 export interface ToolboxContext {
@@ -134,23 +143,7 @@ export function checkToolsets(specs: ToolsetSpec[], field = "toolsets"): void {
           `HTTP headers or does OAuth; give a stdio server its secrets in env`,
       );
     }
-    if (s.oauth) {
-      const o = s.oauth;
-      if (o.token !== undefined && (o.client_id ?? o.client_secret ?? o.private_key)) {
-        throw new ConfigError(`${at}.oauth: give a token or client credentials, not both`);
-      }
-      if (o.token === undefined && o.client_id === undefined) {
-        throw new ConfigError(
-          `${at}.oauth: give token (a bearer token) or client_id with client_secret or private_key`,
-        );
-      }
-      if (
-        o.client_id !== undefined &&
-        (o.client_secret === undefined) === (o.private_key === undefined)
-      ) {
-        throw new ConfigError(`${at}.oauth: give client_secret or private_key with client_id`);
-      }
-    }
+    if (s.oauth) checkOAuth(s.oauth, `${at}.oauth`);
     const e = s.elicitation;
     if (
       e !== undefined && e !== "decline" && e !== "cancel" &&
@@ -242,18 +235,22 @@ export class Toolbox {
       const running: CallOptions[] = [];
       answerServer(client, types, spec, ctx, running);
       try {
-        await connect(client, spec, ctx);
+        const connected = await connect(client, spec, ctx);
         const listed: Array<{ name: string; description?: string; inputSchema?: unknown }> = [];
-        let cursor: string | undefined;
-        do {
-          using own = scoped(ctx.signal);
-          const page = await client.listTools(cursor ? { cursor } : undefined, {
-            signal: own.signal,
-            timeout: (spec.timeout ?? 60) * 1000,
-          });
-          listed.push(...page.tools);
-          cursor = page.nextCursor;
-        } while (cursor);
+        try {
+          let cursor: string | undefined;
+          do {
+            using own = scoped(ctx.signal);
+            const page = await client.listTools(cursor ? { cursor } : undefined, {
+              signal: own.signal,
+              timeout: ((spec.timeout ?? 60) + authWait(spec)) * 1000,
+            });
+            listed.push(...page.tools);
+            cursor = page.nextCursor;
+          } while (cursor);
+        } finally {
+          connected?.();
+        }
         const tools = listed.map((
           t: { name: string; description?: string; inputSchema?: unknown },
         ): Tool => ({
@@ -519,7 +516,8 @@ async function httpOptions(spec: ToolsetSpec) {
   );
   const o = spec.oauth;
   if (!o) return { requestInit: { headers } };
-  const at = (k: keyof typeof o) => o[k] === undefined ? undefined : resolve(o[k]!, `oauth.${k}`);
+  const at = (k: Exclude<keyof typeof o, "authorize_timeout">) =>
+    o[k] === undefined ? undefined : resolve(o[k]!, `oauth.${k}`);
   if (o.token !== undefined) {
     const token = at("token")!;
     const authProvider = {
@@ -534,6 +532,34 @@ async function httpOptions(spec: ToolsetSpec) {
       saveCodeVerifier: () => {},
       codeVerifier: () => "",
     };
+    return { requestInit: { headers }, authProvider };
+  }
+  if (o.grant === "authorization_code") {
+    const redirectUri = at("redirect_uri");
+    const problem = redirectUri === undefined ? undefined : checkRedirectUri(redirectUri);
+    if (problem) throw new ConfigError(`Toolset "${spec.name}" oauth.redirect_uri: ${problem}`);
+    const authProvider = authCodeProvider({
+      toolset: spec.name,
+      serverUrl: spec.url!,
+      clientId: at("client_id"),
+      clientSecret: at("client_secret"),
+      clientMetadataUrl: at("client_metadata_url"),
+      scope: at("scope"),
+      redirectUri,
+      authorizeTimeout: o.authorize_timeout ?? AUTHORIZE_TIMEOUT,
+    });
+    return { requestInit: { headers }, authProvider };
+  }
+  if (o.grant === "cross_app") {
+    const authProvider = new CrossAppProvider({
+      toolset: spec.name,
+      clientId: at("client_id")!,
+      clientSecret: at("client_secret")!,
+      idToken: at("id_token")!,
+      idpTokenEndpoint: at("idp_token_endpoint")!,
+      idpClientId: at("idp_client_id"),
+      scope: at("scope"),
+    });
     return { requestInit: { headers }, authProvider };
   }
   const { ClientCredentialsProvider, PrivateKeyJwtProvider } = await import(
@@ -555,12 +581,28 @@ async function httpOptions(spec: ToolsetSpec) {
   return { requestInit: { headers }, authProvider };
 }
 
-async function connect(client: Client, spec: ToolsetSpec, ctx: ToolboxContext) {
+/** Seconds a request may wait for a person to authorize the toolset. */
+function authWait(spec: ToolsetSpec): number {
+  return spec.oauth?.grant === "authorization_code"
+    ? spec.oauth.authorize_timeout ?? AUTHORIZE_TIMEOUT
+    : 0;
+}
+
+/** Connect; a returned function is to be called once the tools are listed. */
+async function connect(
+  client: Client,
+  spec: ToolsetSpec,
+  ctx: ToolboxContext,
+): Promise<(() => void) | void> {
   const state = ctx.state;
   // The handshake ends with the rollout; a launcher may fetch packages first, so it gets at
   // least the SDK's 60 s whatever the per-call limit.
   using own = scoped(ctx.signal);
-  const handshake = { signal: own.signal, timeout: Math.max(60, spec.timeout ?? 60) * 1000 };
+  // An authorization a person completes is waited for on top.
+  const handshake = {
+    signal: own.signal,
+    timeout: (Math.max(60, spec.timeout ?? 60) + authWait(spec)) * 1000,
+  };
   if (spec.command !== undefined && spec.colocated) {
     if (!ctx.runtime) {
       throw new ConfigError(
@@ -599,11 +641,27 @@ async function connect(client: Client, spec: ToolsetSpec, ctx: ToolboxContext) {
     const { StreamableHTTPClientTransport } = await import(
       "npm:@modelcontextprotocol/sdk@^1.32.0/client/streamableHttp.js"
     );
-    await client.connect(
-      new StreamableHTTPClientTransport(new URL(spec.url), await httpOptions(spec)),
-      handshake,
-    );
-    return;
+    const options = await httpOptions(spec);
+    const provider = options.authProvider;
+    if (!(provider instanceof AuthCodeProvider)) {
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(spec.url), options),
+        handshake,
+      );
+      return;
+    }
+    // Rollouts connecting at once take turns: the first authorizes, the others use its token.
+    const release = await provider.acquire();
+    try {
+      await client.connect(
+        await authCodeTransport(new URL(spec.url), { ...options, authProvider: provider }),
+        handshake,
+      );
+    } catch (error) {
+      release();
+      throw error;
+    }
+    return release;
   }
   const [{ McpServer }, { InMemoryTransport }] = await Promise.all([
     import("npm:@modelcontextprotocol/sdk@^1.32.0/server/mcp.js"),

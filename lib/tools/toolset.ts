@@ -87,21 +87,39 @@ export interface ToolsetSpec {
 }
 
 /**
- * OAuth for a URL toolset: a bearer `token` (typically `"${MY_TOKEN}"`, from the environment),
- * or the client-credentials grant with `client_id` and either `client_secret` (sent as HTTP
- * Basic) or `private_key` (a PEM key signing a JWT assertion with `algorithm`, default
- * ES256). The authorization server is discovered from the MCP server's metadata; `issuer`
- * pins the one the credentials may go to. String values may be `${VAR}` templates, resolved
- * when the toolset connects and never saved.
+ * OAuth for a URL toolset. One of:
+ * - a bearer `token` (typically `"${MY_TOKEN}"`, from the environment);
+ * - the client-credentials grant (`grant = "client_credentials"`, the default with a
+ *   `client_id`): `client_id` with `client_secret` (sent as HTTP Basic) or `private_key` (a
+ *   PEM key signing a JWT assertion with `algorithm`, default ES256);
+ * - the authorization-code grant (`grant = "authorization_code"`): a pre-registered
+ *   `client_id` (and `client_secret` for a confidential client), a `client_metadata_url`, or
+ *   neither (vf registers itself). The redirect URI is `redirect_uri` (a loopback address,
+ *   default `http://127.0.0.1:<a free port>/callback`); a server that needs a person prints
+ *   its URL once and waits `authorize_timeout` seconds (default 300);
+ * - cross-app access (`grant = "cross_app"`): the user's `id_token` from an identity provider,
+ *   exchanged at its `idp_token_endpoint` (as `idp_client_id` if given), and the grant it gives
+ *   presented by `client_id`/`client_secret`.
+ *
+ * The authorization server is discovered from the MCP server's metadata; `issuer` pins the one
+ * the client credentials may go to. String values may be `${VAR}` templates, resolved when the
+ * toolset connects and never saved; tokens stay in memory for the run.
  */
 export interface ToolsetOAuth {
   token?: string;
+  grant?: "client_credentials" | "authorization_code" | "cross_app";
   client_id?: string;
   client_secret?: string;
   private_key?: string;
   algorithm?: string;
   scope?: string;
   issuer?: string;
+  client_metadata_url?: string;
+  redirect_uri?: string;
+  authorize_timeout?: number;
+  id_token?: string;
+  idp_token_endpoint?: string;
+  idp_client_id?: string;
 }
 
 /** A toolset of TypeScript tools (see the module doc). */
