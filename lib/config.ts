@@ -351,6 +351,8 @@ export const AgentTable = z.strictObject({
     api: z.string().min(1).optional(),
     /** An agent CLI: extra arguments of its command line. */
     args: z.array(z.string()).optional(),
+    /** An agent CLI: baked into a cached image of the task's (default, docker) or uploaded. */
+    install: z.enum(["image", "archive"]).optional(),
   }).optional(),
   runtime: RuntimeTable.optional(),
   scoring: z.strictObject({

@@ -96,6 +96,12 @@ export interface RuntimeTraits {
   gateway: "network" | "loopback" | null;
   /** Its files can be collected as artifacts and copied into another sandbox. */
   artifacts: boolean;
+  /**
+   * Its sandboxes start from images of the evaluator's Docker engine (`DOCKER_HOST`), so an
+   * image vf builds there (a harness's program baked into the task's image) can be started.
+   * Absent means false.
+   */
+  imageBuilds?: boolean;
   /** Its commands run on the evaluator's own host, unconfined. */
   onHost: boolean;
   /** It holds a dedicated host, which serves one sandbox at a time. */

@@ -150,6 +150,12 @@ export interface Harness {
    * gives the sandbox a route to the model gateway ({@link HarnessContext.gateway}).
    */
   readonly needsGateway?: boolean;
+  /**
+   * The image the agent's sandbox starts from instead of the task's `image` (its program
+   * baked in once for every rollout), asked before the sandbox starts on runtimes whose
+   * traits have `imageBuilds`; `image` itself when there is nothing to bake.
+   */
+  bakeImage?(image: string, options: { signal?: AbortSignal }): Promise<string>;
   /** The first segment: start from the task's prompt and run until the agent answers. */
   run(ctx: HarnessContext): Promise<void>;
   /** A later segment: `messages` (the user's turn) were appended; run until the agent answers. */

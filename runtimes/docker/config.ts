@@ -53,6 +53,7 @@ export function traitsOf(spec: Pick<DockerRuntimeSpec, "command" | "networkName"
     services: true,
     gateway: "network",
     artifacts: true,
+    imageBuilds: true,
     onHost: false,
     dedicated: false,
     label: "docker runtime",

@@ -1,16 +1,18 @@
 /**
  * What the built-in agent-CLI harnesses share: the CLI is installed into the sandbox from
- * the evaluator's npm cache, configured to call the rollout's model gateway with the
- * rollout's secret as its only key, and run through the `program` harness, so its model
- * calls, exit code and output land on the trace the same way. Its own report (a JSON result,
- * a JSON event stream) is kept in the sandbox and read back as the harness's metrics.
+ * the evaluator's npm cache (baked into a cached image derived from the task's where the
+ * runtime starts sandboxes from images vf builds, else uploaded as an archive), configured
+ * to call the rollout's model gateway with the rollout's secret as its only key, and run
+ * through the `program` harness, so its model calls, exit code and output land on the trace
+ * the same way. Its own report (a JSON result, a JSON event stream) is kept in the sandbox
+ * and read back as the harness's metrics.
  * @module
  */
 import { ConfigError } from "../../errors.ts";
 import type { GatewayRoute } from "../../gateway/gateway.ts";
 import type { Harness, HarnessContext } from "../harness.ts";
 import { ProgramHarness } from "../program.ts";
-import { type Bundle, installBundles } from "./install.ts";
+import { bakeImage, type Bundle, installBundles, NODE_BUNDLE } from "./install.ts";
 
 /** `[env.<role>.harness]` keys every agent-CLI harness takes. */
 export interface AgentCliOptions {
@@ -28,7 +30,15 @@ export interface AgentCliOptions {
   forward_env?: string[];
   /** Seconds the CLI may run; default the rollout's agent timeout. */
   timeout?: number;
+  /**
+   * How the CLI gets into the sandbox: `"image"` (the default) bakes it into an image of the
+   * task's, built once and reused, where the runtime can start one (docker), and uploads it
+   * elsewhere; `"archive"` uploads it into every sandbox.
+   */
+  install?: "image" | "archive";
 }
+
+const warned = new Set<string>();
 
 /** Where a CLI's config, home and report live in the sandbox. */
 export const CLI_DIR = "/tmp/vf-agent";
@@ -59,6 +69,8 @@ export abstract class AgentCliHarness implements Harness {
   abstract readonly defaultVersion: string;
   /** The APIs the CLI can speak, the first being the default; empty when it has no choice. */
   abstract readonly apis: readonly string[];
+  /** The Node.js major the CLI runs on, when it is a Node program (baked in beside it). */
+  readonly nodeMajor: number | null = null;
 
   constructor(options: AgentCliOptions = {}) {
     this.options = options;
@@ -79,7 +91,35 @@ export abstract class AgentCliHarness implements Harness {
     if (args !== undefined && (!Array.isArray(args) || args.some((a) => typeof a !== "string"))) {
       throw new ConfigError(`harness.args of "${this.id}" must be a list of strings`);
     }
+    const install = this.options.install;
+    if (install !== undefined && install !== "image" && install !== "archive") {
+      throw new ConfigError(
+        `harness.install of "${this.id}" must be "image" or "archive", not ${
+          JSON.stringify(install)
+        }`,
+      );
+    }
     return this;
+  }
+
+  /**
+   * The task's image with the CLI (and Node.js, for a Node program) baked in, built once per
+   * base image id and bundle versions and reused by later rollouts and runs. A failed build
+   * is warned about once and the CLI is uploaded into each sandbox instead.
+   */
+  async bakeImage(image: string, options: { signal?: AbortSignal } = {}): Promise<string> {
+    if (this.options.install === "archive") return image;
+    const bundles = [...this.bundles(), ...(this.nodeMajor ? [NODE_BUNDLE] : [])];
+    try {
+      return await bakeImage(image, bundles, { signal: options.signal });
+    } catch (error) {
+      if (options.signal?.aborted) throw error;
+      const message = `The ${this.id} harness could not bake its CLI into an image of "${image}" ` +
+        `(${error instanceof Error ? error.message : error}); it is uploaded into each sandbox`;
+      if (!warned.has(message)) console.warn(message);
+      warned.add(message);
+      return image;
+    }
   }
 
   get version(): string {

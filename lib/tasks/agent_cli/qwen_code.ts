@@ -14,6 +14,7 @@ import { type Bundle, bundleDir, ensureNode } from "./install.ts";
 export class QwenCodeHarness extends AgentCliHarness {
   readonly id = "qwen-code";
   readonly defaultVersion = "0.24.4";
+  override readonly nodeMajor = 22;
   readonly apis = ["openai", "openai-responses", "anthropic"] as const;
 
   protected bundles(): Bundle[] {

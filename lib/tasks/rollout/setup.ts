@@ -11,6 +11,7 @@ import {
   SandboxUnavailableError,
   SandboxUnsupportedError,
 } from "../../../runtimes/errors.ts";
+import { traitsOf } from "../../../runtimes/config.ts";
 import type { RuntimeSpec } from "../../../runtimes/runtime.ts";
 import { ConfigError, SandboxError, TaskError } from "../../errors.ts";
 import { Toolbox, type ToolboxRecord } from "../../tools/toolbox.ts";
@@ -47,6 +48,7 @@ export async function setUpAgent(s: RolloutState): Promise<void> {
   // (counted in it, a slow leader made every member time out and set up anyway). The
   // leader's first attempt bounds the wait: it settles the group however that ends.
   if (fork && !fork.lead) seed = await (signal ? awaitSeed(fork, signal) : fork.seed);
+  if (!box && !seed) await bakeAgentImage(s);
   for (let attempt = 0;; attempt++) {
     if (attempt > 0) s.trace.runtime.attempts = attempt + 1;
     let ready = false;
@@ -124,6 +126,20 @@ export async function setUpAgent(s: RolloutState): Promise<void> {
       await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * 2 ** attempt)));
     }
   }
+}
+
+/**
+ * The harness's program baked into the agent's image, on a runtime that starts sandboxes
+ * from images vf builds: once for every rollout of the image (outside the setup timeout,
+ * which one rollout's share of a slow first build would not fit), never for a replay.
+ */
+async function bakeAgentImage(s: RolloutState): Promise<void> {
+  const { policy, signal } = s.options;
+  const spec = s.agentSpec!;
+  if (!policy.harness.bakeImage || policy.sandboxes?.replaying) return;
+  if (!("image" in spec) || !spec.image || !traitsOf(spec).imageBuilds) return;
+  const image = await policy.harness.bakeImage(spec.image, { signal });
+  if (image !== spec.image) s.agentSpec = { ...spec, image } as RuntimeSpec;
 }
 
 /**
