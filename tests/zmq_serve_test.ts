@@ -16,6 +16,7 @@ import { MessageGraph, type MessageNode } from "../lib/graph.ts";
 import { toyPromptTokens } from "../lib/model/local_server.ts";
 import { cliCommand, tempDir } from "./_cli.ts";
 import { EngineEvents } from "./_engine_events.ts";
+import Ajv2020 from "npm:ajv@8.20.0/dist/2020.js";
 
 const TASKSET = fileURLToPath(new URL("./_zmq_taskset.ts", import.meta.url));
 const DRIVER = fileURLToPath(new URL("./_zmq_client.py", import.meta.url));
@@ -34,8 +35,32 @@ type UpstreamTrace2026_08 = {
   nodes: Array<{ message: { role: string; content: string } }>;
 } & Record<string, unknown>;
 
+/** The trace schema less the fields the September `Trace` added: the August `Trace`. */
+const augustTraceSchema = (() => {
+  const schema = JSON.parse(Deno.readTextFileSync(TRACE_SCHEMA));
+  for (const field of ["num_input_tokens", "num_output_tokens", "num_total_tokens"]) {
+    schema.required = schema.required.filter((f: string) => f !== field);
+  }
+  for (const field of ["num_input_tokens", "num_output_tokens", "num_total_tokens", "root_reply"]) {
+    delete schema.properties[field];
+  }
+  delete schema.properties.mm_token_type_id_map;
+  return schema;
+})();
+// deno-lint-ignore no-explicit-any
+const ajv = new (Ajv2020 as any)({ allErrors: true, strict: false });
+const validAugustTrace = ajv.compile(augustTraceSchema);
+const validHead = ajv.compile(JSON.parse(Deno.readTextFileSync(HEAD_SCHEMA)));
+
+/** A `2026-08` run reply's episode: upstream's August `WireEpisode`, head and traces. */
+function assertAugustEpisode(episode: Record<string, unknown>): void {
+  assert.ok(validHead(episode), JSON.stringify(validHead.errors));
+  for (const trace of episode.traces as Array<Record<string, unknown>>) assertAugustTrace(trace);
+}
+
 /** The August `Trace`'s fields exactly (verifiers/v1/trace.py at the 2026-08-21 snapshot). */
 function assertAugustTrace(trace: Record<string, unknown>): void {
+  assert.ok(validAugustTrace(trace), JSON.stringify(validAugustTrace.errors));
   assert.deepEqual(Object.keys(trace).sort(), [
     "agent",
     "calls",
@@ -157,6 +182,7 @@ async function pythonDrives(extra: string[], maxConcurrent: number): Promise<voi
   });
   assert.deepEqual(episodes.map((e) => e.vf.example_id), [...Array(50).keys()]);
   for (const [i, e] of episodes.entries()) {
+    assertAugustEpisode(e);
     assert.equal(e.ok, true);
     assert.equal(e.task.type, "Task");
     assert.equal(e.traces.length, 1);
@@ -230,6 +256,7 @@ Deno.test("a Python DEALER client drives vf serve --zmq <legacy env>: health, ru
   });
   assert.deepEqual(episodes.map((e) => e.vf.example_id), [...Array(8).keys()]);
   for (const [i, e] of episodes.entries()) {
+    assertAugustEpisode(e);
     assert.equal(e.ok, true);
     assert.equal(e.task.data.idx, i);
     assert.equal(e.traces.length, 1);
