@@ -29,6 +29,7 @@ import type { EnvironmentHandle } from "../eval/evaluate.ts";
 import type { ChatClient } from "../model/client.ts";
 import { modelRetries } from "../tasks/summary.ts";
 import { requireRewards, Task, type TaskData, type Taskset } from "../tasks/task.ts";
+import { MessageWire, TaskDataSchema } from "../tasks/task_data.ts";
 import type { Message, Row, SamplingArgs } from "../types.ts";
 import { describeIssues } from "./wire.ts";
 
@@ -58,46 +59,8 @@ export interface EpisodeRunner {
   close?(): Promise<void>;
 }
 
-const MessageWire: z.ZodType<{ role: string; content?: unknown }> = z.looseObject({
-  role: z.string(),
-  content: z.unknown().optional(),
-});
-const Seconds: z.ZodType<number | null | undefined> = z.number().positive().nullish();
-
-/**
- * The fields every task's data may carry, as `task_data` is checked on the wire (other fields
- * pass through for the taskset's own schema).
- */
-export const TaskDataSchema: z.ZodType<Record<string, unknown>> = z.looseObject({
-  prompt: z.union([z.string(), z.array(MessageWire)]),
-  id: z.string().nullish(),
-  idx: z.number().int().min(0).nullish(),
-  name: z.string().nullish(),
-  description: z.string().nullish(),
-  system_prompt: z.string().nullish(),
-  image: z.string().nullish(),
-  workdir: z.string().nullish(),
-  scoring: z.record(z.string(), z.unknown()).nullish(),
-  artifacts: z.array(z.looseObject({
-    source: z.string(),
-    required: z.boolean().nullish(),
-    exclude: z.array(z.string()).nullish(),
-  })).nullish(),
-  artifact_max_bytes: z.number().int().positive().nullish(),
-  agent_user: z.string().nullish(),
-  env: z.record(z.string(), z.string()).nullish(),
-  timeout: z.looseObject({
-    setup: Seconds,
-    agent: Seconds,
-    finalize: Seconds,
-    scoring: Seconds,
-  }).nullish(),
-  resources: z.looseObject({
-    cpu: z.number().positive().nullish(),
-    memory: z.union([z.number().positive(), z.string()]).nullish(),
-  }).nullish(),
-  network: z.union([z.boolean(), z.record(z.string(), z.unknown())]).nullish(),
-});
+/** The base TaskData schema; the TaskData type is inferred from it. */
+export { TaskDataSchema };
 
 /** A taskset as the server sees it: what it may declare for building tasks from data. */
 interface ServedTaskset extends Taskset {

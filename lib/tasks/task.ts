@@ -16,85 +16,22 @@
  * ```
  * @module
  */
-import type { NetworkPolicyInput } from "../gateway/policy.ts";
 import { createHash } from "node:crypto";
 import { ConfigError, RewardError, VfError } from "../errors.ts";
 import { describeWhere } from "../util/_user_frame.ts";
 import type { Runtime } from "../../runtimes/runtime.ts";
-import type { RuntimeConfig } from "../../runtimes/config.ts";
+import type { TaskData } from "./task_data.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import type { Messages } from "../types.ts";
 import { promptText } from "../scoring/judges/reference.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import type { Toolbox } from "../tools/toolbox.ts";
 
-/** A path copied out of the agent sandbox (and restored into the grading sandbox). */
-export interface Artifact {
-  /** Absolute path, or relative to the workdir (then both sandboxes need the same workdir). */
-  source: string;
-  /** A missing required artifact fails the rollout. Default true. */
-  required?: boolean;
-  /** Glob patterns (relative to `source`) left out of a directory artifact. */
-  exclude?: string[];
-}
-
 /** A runtime as configured in TOML; the schema it is inferred from is runtimes/config.ts'. */
 export type { RuntimeConfig } from "../../runtimes/config.ts";
 
-/** Where grading happens. */
-export interface ScoringConfig {
-  /** `shared`: score in the agent's sandbox; `isolated`: a fresh grading sandbox. */
-  mode?: "shared" | "isolated";
-  /** Retries of grading infrastructure failures in a fresh sandbox; default 2. */
-  retries?: number;
-  /** Scoring-only environment variables; `${VAR}` / `${VAR:-default}` resolved at scoring time. */
-  env?: Record<string, string>;
-  /** The grading sandbox's own runtime; default the agent's policy. */
-  runtime?: RuntimeConfig;
-  /** Where grading may connect (the egress proxy's policy while scoring); default the agent's. */
-  network?: NetworkPolicyInput;
-  /** Isolated grading: start the task's services fresh for the grading sandbox too. */
-  services?: boolean;
-}
-
-/** Per-phase time limits in seconds. */
-export interface TaskTimeouts {
-  setup?: number;
-  agent?: number;
-  finalize?: number;
-  scoring?: number;
-}
-
-/** Immutable per-example fields. Extra fields stay on the evaluator, never in the prompt. */
-export interface TaskData {
-  /** The first user message. */
-  prompt: string | Messages;
-  /** A stable upstream identifier; default derived from the content hash. */
-  id?: string;
-  /** Position in the taskset's load order (assigned when loaded). */
-  idx?: number;
-  system_prompt?: string;
-  /** Container image; forces a container runtime. */
-  image?: string;
-  workdir?: string;
-  scoring?: ScoringConfig;
-  artifacts?: Artifact[];
-  /** Byte bound of all collected artifacts; default 32 MiB. */
-  artifact_max_bytes?: number;
-  /** The user the harness runs as; setup runs as the runtime's default user. */
-  agent_user?: string;
-  /** Environment variables of the agent sandbox (never traced). */
-  env?: Record<string, string>;
-  timeout?: TaskTimeouts;
-  resources?: { cpu?: number; memory?: number | string };
-  /**
-   * Network access for the agent sandbox; default false. A policy
-   * (`{ allow: ["pypi.org:443"], block: [] }`) lets connections out through the rollout's
-   * egress proxy only where it allows, in the agent phase (setup is unrestricted).
-   */
-  network?: boolean | NetworkPolicyInput;
-  [extra: string]: unknown;
-}
+/** Task data and its parts; the type is inferred from the wire's schema (task_data.ts). */
+export type { Artifact, ScoringConfig, TaskData, TaskTimeouts } from "./task_data.ts";
 
 /** Run-time knobs passed to every task (`[env.taskset.task]`). */
 export interface TaskConfig {
