@@ -20,8 +20,9 @@ Frames: request `[request_id, method, msgpack(payload)]`. Replies, on the curren
 to that run's assembly below) and `reply` once, last. A run's reply is `{success, error,
 head, traces}`: `head` the episode without its traces (`id`, `env`, `task`, `group`, `run`,
 `ok`, `errors`), `traces` each trace's `{id, nodes, calls}`, checked against the assembly.
-A delta's `routing_repairs` (mixture-of-experts routing rows) is left unapplied: vf servers
-record no routing and never send one. On the earlier wire
+A delta's `routing_repairs` (node index → the corrected last row of the node's mixture-of-
+experts `routed_experts`) is applied as upstream's client does; vf servers record no routing
+and never send one. On the earlier wire
 (`--wire 2026-08`, pass `--wire 2026-08` here too) a reply is `[request_id,
 msgpack(response)]`, a run's `{success, error, episode}` holding the whole episode: the
 same head with its traces. Methods: `health`, `info` (current wire), `run`,
@@ -29,6 +30,7 @@ same head with its traces. Methods: `health`, `info` (current wire), `run`,
 """
 
 import argparse
+import array
 import asyncio
 import json
 import sys
@@ -44,6 +46,22 @@ class EnvServerError(RuntimeError):
 
 
 LISTS = ("nodes", "calls", "errors", "extra_usage", "request_rewrites", "response_rewrites")
+# numpy dtypes of routing arrays, as the `array` module's type codes
+ARRAY_CODES = {"uint8": "B", "uint16": "H", "uint32": "I", "int8": "b", "int16": "h", "int32": "i"}
+
+
+def replace_last_row(current: dict, row: dict) -> dict:
+    """A packed array (`{__nd__, dtype, shape, data}`) with its last row replaced by `row`,
+    widened to the larger integer type when the repair needs it, as numpy concatenates."""
+    width = 1
+    for dim in current["shape"][1:]:
+        width *= dim
+    old = array.array(ARRAY_CODES[current["dtype"]], current["data"])
+    new = array.array(ARRAY_CODES[row["dtype"]], row["data"])
+    dtype = row["dtype"] if new.itemsize > old.itemsize else current["dtype"]
+    out = array.array(ARRAY_CODES[dtype], list(old[:len(old) - width]) + list(new))
+    return {"__nd__": True, "dtype": dtype, "data": out.tobytes(),
+            "shape": [current["shape"][0] - 1 + row["shape"][0], *current["shape"][1:]]}
 
 
 class Assembly:
@@ -62,7 +80,13 @@ class Assembly:
         trace = self.traces[trace_id]
         for index, links in (delta.get("links") or {}).items():
             trace["nodes"][int(index)].setdefault("semantic_parents", []).extend(links)
-        for field in LISTS:
+        for index, row in (delta.get("routing_repairs") or {}).items():
+            node = trace["nodes"][int(index)]
+            node["routed_experts"] = replace_last_row(node["routed_experts"], row)
+        # nodes are copied: later links and repairs never change a delta the caller holds
+        trace["nodes"].extend({**node, "semantic_parents": list(node.get("semantic_parents") or [])}
+                              for node in delta.get("nodes") or [])
+        for field in LISTS[1:]:
             trace[field].extend(delta.get(field) or [])
         trace.update(delta.get("set") or {})
         if "nodes" in delta:

@@ -45,6 +45,12 @@ const augustTraceSchema = (() => {
     delete schema.properties[field];
   }
   delete schema.properties.mm_token_type_id_map;
+  // August's MessageNode had `kept_tokens` where September's has `sampling_mask`, and no links.
+  const node = schema.$defs.MessageNode.properties;
+  delete node.semantic_parents;
+  delete node.sampling_mask;
+  node.kept_tokens = { type: ["object", "null"] };
+  schema.$defs.MessageNode.required.push("kept_tokens");
   return schema;
 })();
 // deno-lint-ignore no-explicit-any
@@ -735,4 +741,42 @@ Deno.test("the guide's example as written: vf serve file-sum --zmq on Docker, dr
   // Scored in its isolated grading sandbox: the model only said "6", it wrote no answer file.
   assert.deepEqual(line.rewards, [{ correct: { score: 0, weight: 1 } }]);
   assert.ok(model.requests.length >= 1);
+});
+
+Deno.test("examples/zmq_trainer.py assembles routing_repairs as upstream's client does: the last row replaced and widened, the deltas untouched", async () => {
+  const source = `
+import copy, importlib.util, json, struct, sys
+spec = importlib.util.spec_from_file_location("trainer", sys.argv[1])
+trainer = importlib.util.module_from_spec(spec); spec.loader.exec_module(trainer)
+nd = lambda dtype, shape, code, values: {"__nd__": True, "dtype": dtype, "shape": shape,
+                                         "data": struct.pack(f"<{len(values)}{code}", *values)}
+first = {"trace": "t", "open": {"version": 1, "id": "t", "verifiers": {}, "task": {}},
+         "nodes": [{"parent": None, "message": {"role": "user", "content": "q"}},
+                   {"parent": 0, "message": {"role": "assistant", "content": "a"},
+                    "routed_experts": nd("uint8", [3, 2, 1], "B", [0, 1, 2, 3, 4, 5])}]}
+second = {"trace": "t", "routing_repairs": {1: nd("uint16", [1, 2, 1], "H", [100, 65535])},
+          "links": {0: [{"node": 1, "type": "reply"}]}}
+held = copy.deepcopy([first, second])
+assembly = trainer.Assembly()
+assembly.apply(first); assembly.apply(second)
+node = assembly.traces["t"]["nodes"][1]["routed_experts"]
+print(json.dumps({"dtype": node["dtype"], "shape": node["shape"],
+                  "values": list(struct.unpack("<6H", node["data"])),
+                  "links": assembly.traces["t"]["nodes"][0]["semantic_parents"],
+                  "untouched": held == [first, second]}))
+`;
+  const res = await new Deno.Command(PYTHON, {
+    args: ["-c", source, fileURLToPath(new URL("../examples/zmq_trainer.py", import.meta.url))],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const err = new TextDecoder().decode(res.stderr);
+  assert.equal(res.code, 0, err);
+  assert.deepEqual(JSON.parse(new TextDecoder().decode(res.stdout)), {
+    dtype: "uint16",
+    shape: [3, 2, 1],
+    values: [0, 1, 2, 3, 100, 65535],
+    links: [{ node: 1, type: "reply" }],
+    untouched: true,
+  });
 });

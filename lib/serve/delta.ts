@@ -14,9 +14,10 @@
  * ends with a reply `{ success, error, head, traces }`: `head` is the episode without its
  * traces as upstream's `Episode` dumps it ({@link upstreamHead}), `traces` each trace's
  * `{ id, nodes, calls }` counts the client checks its assembly against. A delta may also carry
- * `routing_repairs` (node index → the corrected last row of `routed_experts`), which upstream
- * sends for mixture-of-experts routing; vf records no routing, so it never sends one, and its
- * assembly has no `routed_experts` to repair: it leaves that key unapplied.
+ * `routing_repairs` (node index → the corrected last row of the node's `routed_experts`, an
+ * array packed as {@link NdArray}), which upstream sends when the next prefill corrects a
+ * mixture-of-experts routing row; vf records no routing and never sends one, and
+ * {@link EpisodeAssembly} applies it as upstream's client does.
  * @module
  */
 import type { Message, Messages, Response } from "../types.ts";
@@ -104,6 +105,9 @@ function node(
     advantages: null,
     reference_logprobs: null,
     loss_weights: null,
+    multi_modal_data: null,
+    routed_experts: null,
+    sampling_mask: null,
     semantic_parents: [],
   };
 }
@@ -401,6 +405,11 @@ export function upstreamEpisode2026_08(
   const traces = ((record.traces ?? []) as TaskTrace[]).map((t) => {
     const trace: Record<string, unknown> = upstreamTrace(t, taskData);
     for (const field of TRACE_FIELDS_SINCE_2026_09) delete trace[field];
+    // August's MessageNode: no semantic links yet, and `kept_tokens` where `sampling_mask` is.
+    trace.nodes = (trace.nodes as Array<Record<string, unknown>>).map((n) => {
+      const { semantic_parents: _, sampling_mask: __, ...rest } = n;
+      return { ...rest, kept_tokens: null };
+    });
     return trace;
   });
   return { ...upstreamHead(record, taskData), traces };
@@ -677,6 +686,67 @@ export class DeltaStreamer {
   }
 }
 
+/** A numpy array as upstream packs it on the wire (`graph._encode_ndarray`): raw bytes. */
+export interface NdArray {
+  __nd__: true;
+  dtype: string;
+  shape: number[];
+  data: Uint8Array;
+}
+
+type IntArray =
+  | Uint8Array
+  | Uint16Array
+  | Uint32Array
+  | Int8Array
+  | Int16Array
+  | Int32Array;
+const INT_ARRAYS: Record<
+  string,
+  { new (buffer: ArrayBuffer): IntArray; BYTES_PER_ELEMENT: number }
+> = {
+  uint8: Uint8Array,
+  uint16: Uint16Array,
+  uint32: Uint32Array,
+  int8: Int8Array,
+  int16: Int16Array,
+  int32: Int32Array,
+};
+
+function intArray(a: NdArray): IntArray {
+  const Type = INT_ARRAYS[a.dtype];
+  if (!Type) throw new TypeError(`routed_experts: dtype "${a.dtype}" is not an integer type`);
+  return new Type(a.data.slice().buffer);
+}
+
+/**
+ * `current` with its last row replaced by `row` (one row), as upstream's client rebuilds
+ * it: numpy's concatenation, which widens to the larger integer type when a repair needs it.
+ */
+export function replaceLastRow(current: NdArray, row: NdArray): NdArray {
+  const width = current.shape.slice(1).reduce((a, b) => a * b, 1);
+  const kept = intArray(current).subarray(0, (current.shape[0] - 1) * width);
+  const added = intArray(row);
+  const dtype =
+    INT_ARRAYS[row.dtype].BYTES_PER_ELEMENT > INT_ARRAYS[current.dtype].BYTES_PER_ELEMENT
+      ? row.dtype
+      : current.dtype;
+  const out = new INT_ARRAYS[dtype](
+    new ArrayBuffer(
+      (kept.length + added.length) *
+        INT_ARRAYS[dtype].BYTES_PER_ELEMENT,
+    ),
+  );
+  out.set(kept);
+  out.set(added, kept.length);
+  return {
+    __nd__: true,
+    dtype,
+    shape: [current.shape[0] - 1 + row.shape[0], ...current.shape.slice(1)],
+    data: new Uint8Array(out.buffer),
+  };
+}
+
 /**
  * A client's picture of one served episode, as the deltas arrive: trace objects in arrival
  * order, each shaped like upstream's dumped `Trace` plus its `pending` preview.
@@ -715,6 +785,11 @@ export class EpisodeAssembly {
     for (const [index, links] of Object.entries((delta.links ?? {}) as Record<string, unknown[]>)) {
       const n = trace.nodes[Number(index)] as { semantic_parents: unknown[] };
       n.semantic_parents.push(...links);
+    }
+    const repairs = (delta.routing_repairs ?? {}) as Record<string, NdArray>;
+    for (const [index, row] of Object.entries(repairs)) {
+      const n = trace.nodes[Number(index)] as { routed_experts: NdArray };
+      n.routed_experts = replaceLastRow(n.routed_experts, row);
     }
     for (const field of LIST_FIELDS) {
       if (Array.isArray(delta[field])) {
