@@ -345,3 +345,126 @@ Deno.test("mod.ts imports with no permission beyond reading the checkout, as a s
   assert.equal(code, 0, text);
   assert.match(text, /loaded/);
 });
+
+/** The non-test modules under `dir` (relative to the checkout), with their source. */
+async function sources(dir: string): Promise<Array<{ file: string; source: string }>> {
+  const out: Array<{ file: string; source: string }> = [];
+  async function walk(at: string): Promise<void> {
+    for (const entry of await readdir(at, { withFileTypes: true })) {
+      const path = join(at, entry.name);
+      if (entry.isDirectory()) await walk(path);
+      else if (entry.name.endsWith(".ts") && !entry.name.endsWith("_test.ts")) {
+        out.push({ file: relative(ROOT, path), source: await readFile(path, "utf8") });
+      }
+    }
+  }
+  await walk(join(ROOT, dir));
+  return out.sort((a, b) => a.file.localeCompare(b.file));
+}
+
+/**
+ * Lines of a kill script's wait for the killed to be gone (a read of each pid's status until
+ * it is a zombie or absent): `runtimes/_sweep.ts`'s `awaitGone` is the one copy.
+ */
+function waitLoops(source: string): string[] {
+  return source.split("\n").filter((line) => /\bcase \$\w+ in Z\|X\) break\b/.test(line));
+}
+
+/**
+ * Lines where a backend keeps its own start or stop protocol (a stop-once promise, a state
+ * field, its own untracking) instead of `runtimes/lifecycle.ts`'s Lifecycle.
+ */
+function ownLifecycle(source: string): string[] {
+  return source.split("\n").filter((line) => {
+    const code = line.replace(/\/\/.*$/, "");
+    return !/^\s*\*/.test(code) &&
+      /#stopping\b|#starting\b|\buntrackRuntime\(|new StartOnce\b|\bstate\s*=\s*"stopped"/.test(
+        code,
+      );
+  });
+}
+
+/** Lines of `source` with a type assertion (`x as T`), comments skipped. */
+function typeAssertions(source: string): string[] {
+  return source.split("\n").filter((line) => {
+    const code = line.replace(/\/\/.*$/, "").replace(/(["'`])(?:\\.|(?!\1).)*\1/g, '""');
+    return !/^\s*(\*|import\b|export\s*(type\s*)?\{)/.test(code) &&
+      /[\w)\]}]\s+as\s+(?!const\b)[\w{[(]/.test(code);
+  });
+}
+
+Deno.test("the lifecycle checks find a wait loop, a backend's own stop protocol and a cast", () => {
+  assert.equal(waitLoops(`    case $st in Z|X) break ;; esac`).length, 1);
+  assert.equal(waitLoops(`case "$all" in *" $n "*) continue ;; esac`).length, 0);
+  assert.equal(waitLoops(`  case $st in Z|X) ;; *) left=$((left + 1)) ;; esac`).length, 0);
+  for (
+    const line of [
+      `  #stopping: Promise<void> | undefined;`,
+      `    })().finally(() => untrackRuntime(this));`,
+      `  #life = new StartOnce();`,
+      `    this.#life.state = "stopped";`,
+    ]
+  ) assert.deepEqual(ownLifecycle(line), [line], line);
+  assert.deepEqual(ownLifecycle(`  #life = new Lifecycle(this, "docker");`), []);
+  assert.deepEqual(ownLifecycle(` * untrackRuntime() once stopped`), []);
+  for (
+    const line of [
+      `  bash: (config) => new BashHarness({ edit: config.edit as boolean | undefined }),`,
+      `  program: (config) => new ProgramHarness(config as ProgramHarnessOptions),`,
+      `const x = (y as unknown) as Z;`,
+    ]
+  ) assert.deepEqual(typeAssertions(line), [line], line);
+  for (
+    const line of [
+      `const ids = ["a", "b"] as const;`,
+      `// known as the bash harness`,
+      "throw new ConfigError(`run as root`);",
+      `import { type Harness as H } from "./harness.ts";`,
+    ]
+  ) assert.deepEqual(typeAssertions(line), [], line);
+});
+
+/** The backends that share `runtimes/lifecycle.ts`'s start and stop protocol. */
+const LIFECYCLE_BACKENDS = ["runtimes/docker", "runtimes/k8s", "runtimes/ssh", "runtimes/prime"];
+
+Deno.test("the backends share one lifecycle: one kill-wait loop, no start/stop protocol of their own", async () => {
+  const loops: string[] = [];
+  for (const { file, source } of await sources("runtimes")) {
+    for (const line of waitLoops(source)) loops.push(`${file}: ${line.trim()}`);
+  }
+  assert.deepEqual(
+    loops,
+    ["runtimes/_sweep.ts: case $st in Z|X) break ;; esac"],
+    `a kill script waits for its processes its own way; use awaitGone (runtimes/_sweep.ts):\n` +
+      loops.join("\n"),
+  );
+  const own: string[] = [];
+  for (const dir of LIFECYCLE_BACKENDS) {
+    for (const { file, source } of await sources(dir)) {
+      for (const line of ownLifecycle(source)) own.push(`${file}: ${line.trim()}`);
+    }
+  }
+  assert.deepEqual(
+    own,
+    [],
+    `a backend keeps its own start/stop protocol; use Lifecycle (runtimes/lifecycle.ts):\n` +
+      own.join("\n"),
+  );
+});
+
+Deno.test("the harness registry is typed, not cast", async () => {
+  const source = await readFile(join(ROOT, "lib/tasks/harness_registry.ts"), "utf8");
+  assert.match(source, /export const HARNESSES\b/);
+  assert.deepEqual(typeAssertions(source), [], "lib/tasks/harness_registry.ts casts");
+});
+
+Deno.test("TaskData is inferred from its schema, not kept by hand beside it", async () => {
+  const data = await readFile(join(ROOT, "lib/tasks/task_data.ts"), "utf8");
+  assert.match(data, /export const TaskDataSchema = z\.looseObject\(/);
+  assert.match(data, /z\.output<typeof TaskDataSchema>/);
+  assert.match(data, /export interface TaskData extends InferredTaskData \{\}/);
+  for (const { file, source } of await sources("lib")) {
+    if (file === "lib/tasks/task_data.ts") continue;
+    assert.doesNotMatch(source, /\binterface TaskData\b|\bconst TaskDataSchema\b/, file);
+  }
+});
