@@ -66,8 +66,13 @@ env = { STEP = "two" }
       ". /tests/lib.sh\nscore '[ \"$(cat /app/a.txt)\" = one ]'\n",
     [`${name}/steps/one/solution/solve.sh`]: "#!/bin/sh\necho one > /app/a.txt\n",
     [`${name}/steps/two/instruction.md`]: TWO,
-    [`${name}/steps/two/tests/test.sh`]:
-      '. /tests/lib.sh\nscore \'[ "$(cat /app/b.txt)" = two ] && [ "$STEP" = two ]\'\n',
+    // Step two's workdir/: copied into the working directory before its agent, then its
+    // setup.sh runs there (and removes itself, as Harbor's docs suggest).
+    [`${name}/steps/two/workdir/seed.txt`]: "seed\n",
+    [`${name}/steps/two/workdir/setup.sh`]: 'echo ok > from-setup\nrm -- "$0"\n',
+    [`${name}/steps/two/tests/test.sh`]: ". /tests/lib.sh\nscore '" +
+      '[ "$(cat /app/b.txt)" = two ] && [ "$STEP" = two ] && [ "$(cat /app/seed.txt)" = seed ] ' +
+      "&& [ -e /app/from-setup ] && [ ! -e /app/setup.sh ]'\n",
     [`${name}/steps/two/solution/solve.sh`]: "#!/bin/sh\necho two > /app/b.txt\n",
   };
 }
@@ -103,7 +108,7 @@ function scripted(one: string, two: string, requests: WireMessage[][] = []) {
       const text = String(msgs[lastUser].content);
       const acted = msgs.slice(lastUser).some((m) => m.role === "assistant");
       if (acted) return { content: "Done." };
-      const command = `ls /tests; ${text.startsWith("Step one") ? one : two}`;
+      const command = `ls /tests /app; ${text.startsWith("Step one") ? one : two}`;
       return { content: null, tool_calls: [{ name: "bash", arguments: { command } }] };
     },
   });
@@ -147,7 +152,7 @@ Deno.test("Harbor [[steps]]: vf validate runs each step's gold answer and verifi
       assert.equal(second.length, 4, "two requests of step two per task");
       for (const r of second) {
         assert.ok(
-          !r.some((m) => m.content === ONE || JSON.stringify(m).includes("a.txt")),
+          !r.some((m) => m.content === ONE || JSON.stringify(m).includes("echo one")),
           `step two's request holds step one's messages: ${JSON.stringify(r)}`,
         );
         assert.equal(r.filter((m) => m.role === "user").length, 1, JSON.stringify(r));
@@ -175,6 +180,10 @@ Deno.test("Harbor [[steps]]: vf validate runs each step's gold answer and verifi
         for (const call of t.tool_calls) {
           assert.match(call.output, /\/tests'?: No such file or directory/);
         }
+        // Step two's workdir/ arrived before step two's agent, not before step one's.
+        assert.doesNotMatch(t.tool_calls[0].output, /seed\.txt/);
+        assert.match(t.tool_calls[1].output, /from-setup/);
+        assert.match(t.tool_calls[1].output, /seed\.txt/);
       }
     }
 

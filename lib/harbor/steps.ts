@@ -6,7 +6,7 @@
  */
 import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
-import { join } from "node:path";
+import { join, posix } from "node:path";
 import { ConfigError, TaskError } from "../errors.ts";
 import { folderEntries } from "../services/build.ts";
 import { packTar } from "../../runtimes/_tar.ts";
@@ -82,9 +82,39 @@ export class HarborStepsTask extends HarborTask {
   }
 
   /** The sandbox the steps' verifiers run in: the agent's, kept for the turns between steps. */
-  override setup(ctx: TaskHookContext): void {
+  override async setup(ctx: TaskHookContext): Promise<void> {
     super.setup(ctx);
     this.#state(ctx).runtime = ctx.runtime;
+    await this.#prepareStep(0, ctx.runtime, ctx.signal);
+  }
+
+  /**
+   * Before step `i`'s agent, as Harbor does: `steps/<name>/workdir/` copied into the agent's
+   * working directory, then its `setup.sh` run there as the step's agent user.
+   * @throws {TaskError} when `setup.sh` fails
+   */
+  async #prepareStep(i: number, runtime: Runtime, signal?: AbortSignal): Promise<void> {
+    const step = this.steps[i];
+    const dir = join(step.dir, "workdir");
+    if (!existsSync(dir)) return;
+    const pwd = await runtime.run(["pwd"], { cwd: this.data.workdir, user: step.agent.user });
+    const workdir = pwd.exit_code === 0 && pwd.stdout.trim() ? pwd.stdout.trim() : "/";
+    const prefix = workdir.replace(/^\/+|\/+$/g, "");
+    const entries = await folderEntries(dir, { prefix: prefix || undefined, root: this.folder });
+    await runtime.archiveIn("/", packTar(entries));
+    if (!existsSync(join(dir, "setup.sh"))) return;
+    const r = await runtime.run(scriptArgv(posix.join(workdir, "setup.sh")), {
+      cwd: workdir,
+      user: step.agent.user,
+      signal,
+    });
+    if (r.exit_code !== 0) {
+      throw new TaskError(
+        `steps/${step.name}/workdir/setup.sh exited ${r.exit_code}: ${
+          `${r.stdout}${r.stderr}`.slice(-500)
+        }`,
+      );
+    }
   }
 
   /** Verify step `i` in the agent's sandbox, then take the tests away again. */
@@ -122,6 +152,18 @@ export class HarborStepsTask extends HarborTask {
     const view = { info: ctx.info, messages: ctx.messages, artifacts: new Map() };
     await this.#verifyStep(i, state.runtime, view, state);
     if (state.stopped || state.presented >= this.steps.length) return null;
+    try {
+      await this.#prepareStep(state.presented, state.runtime);
+    } catch (error) {
+      // As in Harbor: the step whose setup failed and the rest do not run; the reward is
+      // the steps' that did, and the failure is on the trace.
+      state.stopped = true;
+      (ctx.info.harbor as Record<string, unknown>).stopped = {
+        step: this.steps[state.presented].name,
+        error: (error as Error).message,
+      };
+      return null;
+    }
     return this.steps[state.presented++].instruction;
   }
 
@@ -146,6 +188,8 @@ export class HarborStepsTask extends HarborTask {
     for (const [i, step] of this.steps.entries()) {
       if (state.stopped) break;
       state.presented = i + 1;
+      // Step 0's workdir came with setup().
+      if (i > 0) await this.#prepareStep(i, runtime, signal);
       const solution = join(step.dir, "solution");
       if (existsSync(join(solution, "solve.sh"))) {
         await stageFolder(runtime, solution, "solution");
