@@ -215,3 +215,35 @@ async function waitFor(ok: () => boolean): Promise<void> {
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+Deno.test("harness.install takes image or archive; anything else is named by its path before anything starts", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_bake_bad_" });
+  try {
+    await Deno.mkdir(join(dir, "bench", "t", "tests"), { recursive: true });
+    await Deno.writeTextFile(join(dir, "bench", "t", "instruction.md"), "Do nothing.\n");
+    await Deno.writeTextFile(
+      join(dir, "bench", "t", "task.toml"),
+      "[verifier]\ntimeout_sec = 5.0\n",
+    );
+    await Deno.writeTextFile(join(dir, "bench", "t", "tests", "test.sh"), "#!/bin/sh\n");
+    const res = await collect(cliCommand([
+      "run",
+      "./bench",
+      "-m",
+      "m",
+      "-b",
+      "http://127.0.0.1:9/v1",
+      "-o",
+      "out",
+      "--env.agent.harness.id",
+      "qwen-code",
+      "--env.agent.harness.install",
+      "layer",
+    ], { cwd: dir, registry: false, docker: true }));
+    assert.equal(res.code, 1, transcript(res));
+    assert.match(res.stderr, /env\.agent\.harness\.install: /);
+    assert.doesNotMatch(res.stderr, /Saving traces/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
