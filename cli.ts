@@ -40,7 +40,7 @@ Usage:
   vf export --format atif <run-dir>      write a run's rollouts as ATIF trajectories
   vf export --format messages|sharegpt <run-dir> [--success]  fine-tuning JSONL of a run
   vf import --format harbor <job-dir>    read a Harbor job's trials into vf's run layout
-  vf ctl [run_id] status|pause|resume|concurrency N|list   steer a running vf eval
+  vf ctl [run_id] status|pause [--now]|resume|requeue|set K=N|list  steer a vf eval/run
   vf init <name> [--kind taskset|environment]  scaffold an environment package
   vf demo [env]                  evaluate a built-in environment against vf's scripted
                                  local demo model (no API key, no network)

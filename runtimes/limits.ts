@@ -116,7 +116,7 @@ interface Waiter {
 
 /** Live-count and creation-rate limits of one runtime type. */
 export class SandboxLimiter {
-  readonly limit: Readonly<SandboxLimit>;
+  limit: Readonly<SandboxLimit>;
   #live = 0;
   #peak = 0;
   #high: Waiter[] = [];
@@ -131,6 +131,19 @@ export class SandboxLimiter {
     if (limit.createRate !== undefined) {
       this.#bucket = new TokenBucket(limit.createRate, limit.createBurst ?? 1);
     }
+  }
+
+  /**
+   * Changes the live limit while the run goes on (`vf ctl set max_sandboxes=N`): a lower one
+   * stops nothing that runs, and waiters start as slots free below it.
+   * @throws {RangeError} for a limit below 1
+   */
+  setMaxLive(n: number): void {
+    if (!Number.isInteger(n) || n < 1) {
+      throw new RangeError(`max_sandboxes must be a positive integer, got ${n}`);
+    }
+    this.limit = { ...this.limit, maxLive: n };
+    this.#wake();
   }
 
   /** Slots held now. */
@@ -268,7 +281,7 @@ export class SandboxLimiter {
 
 /** Limits for every runtime type: defaults plus per-type overrides. */
 export class SandboxLimits {
-  readonly #defaults: SandboxLimit;
+  #defaults: SandboxLimit;
   readonly #perType: Record<string, SandboxLimit>;
   readonly #limiters = new Map<string, SandboxLimiter>();
 
@@ -279,6 +292,21 @@ export class SandboxLimits {
   constructor(defaults: SandboxLimit = {}, perType: Record<string, SandboxLimit> = {}) {
     this.#defaults = defaults;
     this.#perType = perType;
+  }
+
+  /** The live limit of every runtime type (none: unlimited). */
+  get maxLive(): number | undefined {
+    return this.#defaults.maxLive;
+  }
+
+  /** Sets the live limit of every runtime type, per-type ones too, from now on. */
+  setMaxLive(n: number): void {
+    if (!Number.isInteger(n) || n < 1) {
+      throw new RangeError(`max_sandboxes must be a positive integer, got ${n}`);
+    }
+    this.#defaults = { ...this.#defaults, maxLive: n };
+    for (const type in this.#perType) this.#perType[type] = { ...this.#perType[type], maxLive: n };
+    for (const limiter of this.#limiters.values()) limiter.setMaxLive(n);
   }
 
   /** The limiter of a runtime type (created on first use). */

@@ -183,6 +183,11 @@ export class WarmPool implements SandboxSource {
     this.#create = options.create ?? ((spec, o) => createRuntime(spec, o));
   }
 
+  /** The sandbox limits it applies (`[limits]`), if any. */
+  get limits(): SandboxLimits | undefined {
+    return this.#options.limits;
+  }
+
   /** Use counters. */
   get stats(): WarmPoolStats {
     let ready = 0;

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { loadExampleDataset } from "../lib/data/examples.ts";
 import { stripControl } from "../lib/cli/ctl.ts";
+import { RunControl, serveControl } from "../lib/eval/control.ts";
 import { lastUserText, startModelServer } from "./model_server.ts";
 import { cliCommand, collect, runCli, tempDir, transcript } from "./_cli.ts";
 
@@ -266,5 +267,191 @@ Deno.test("vf ctl pause --now sends in-flight rollouts back to the queue and req
     try {
       child.kill();
     } catch { /* already ended */ }
+  }
+});
+
+Deno.test("vf ctl steers a vf run (file-sum in Docker): pause --now, new sandbox limit and agent timeout, requeue of the timed-out rollouts, with no run id given", async () => {
+  await using tmp = await tempDir("vf_ctl_run_");
+  const ctlDir = join(tmp.path, "ctl");
+  let started = 0;
+  /**
+   * Requests at the server and the most at once, per phase of the test: a request the run
+   * gave up on (interrupted, timed out) stays held at the server, counted in its own phase.
+   */
+  let phase = 0;
+  const live = new Map<number, number>();
+  const peaks = new Map<number, number>();
+  /** Every request waits here while set: first to be interrupted, then to time out. */
+  let openHeld!: () => void;
+  let held: Promise<void> | null = new Promise<void>((r) => (openHeld = r));
+  await using model = await startModelServer({
+    responder: async ({ body }) => {
+      started++;
+      const p = phase;
+      live.set(p, (live.get(p) ?? 0) + 1);
+      peaks.set(p, Math.max(peaks.get(p) ?? 0, live.get(p)!));
+      try {
+        if (held) await held;
+        await new Promise((r) => setTimeout(r, 300));
+        const turn = body.messages.filter((m) => m.role === "assistant").length;
+        const commands = [
+          "cat /app/input.txt",
+          "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt",
+        ];
+        return turn < commands.length
+          ? {
+            content: null,
+            tool_calls: [{ name: "bash", arguments: { command: commands[turn] } }],
+          }
+          : { content: "Done." };
+      } finally {
+        live.set(p, live.get(p)! - 1);
+      }
+    },
+  });
+  const env = { VF_CTL_DIR: ctlDir };
+  const child = cliCommand(
+    [
+      "run",
+      "file-sum",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-n",
+      "5",
+      "-r",
+      "1",
+      "-c",
+      "2",
+      "-o",
+      "out",
+      "--limits.max_sandboxes",
+      "2",
+    ],
+    { cwd: tmp.path, env, registry: false, docker: true },
+  ).spawn();
+  const ctl = async (...a: string[]) => {
+    const res = await runCli(["ctl", ...a], { cwd: tmp.path, env, registry: false });
+    assert.equal(res.code, 0, transcript(res));
+    return res.stdout;
+  };
+  const traceLines = async (dir: string) => {
+    const text = await Deno.readTextFile(join(dir, "traces.jsonl")).catch(() => "");
+    return text.trim() ? text.trim().split("\n").map((l) => JSON.parse(l)) : [];
+  };
+  let dir = "";
+  try {
+    await until("two rollouts at the model", () => live.get(0) === 2, 240_000);
+    const status = await ctl("status");
+    assert.match(
+      status,
+      /settings max_concurrent=2 max_sandboxes=2 timeout\.setup=- timeout\.agent=-/,
+    );
+    let last = "";
+    // Pause now: both rollouts are interrupted, nothing is written.
+    assert.match(await ctl("pause", "--now"), /PAUSED/);
+    await until(
+      "the interrupted rollouts back in the queue",
+      async () =>
+        /in flight 0 .*done 0\/5 {2}errors 0 {2}interrupted 2/.test(last = await ctl("status")),
+    ).catch((error) => {
+      throw new Error(`${error.message}; the last status:\n${last}`);
+    });
+    const runs = (await Array.fromAsync(Deno.readDir(join(tmp.path, "out", "evals"))))
+      .map((e) => e.name);
+    const base = join(tmp.path, "out", "evals", runs[0]);
+    dir = join(base, (await Array.fromAsync(Deno.readDir(base)))[0].name);
+    assert.deepEqual(await traceLines(dir), [], "an interrupted rollout is not a result");
+
+    // One sandbox at a time and four seconds for the agent; the model hangs, so the next
+    // rollout times out. Paused again after it starts: what times out is what was in flight.
+    const set = await ctl("set", "max_sandboxes=1", "timeout.agent=4");
+    assert.match(set, /max_sandboxes=1 timeout\.setup=- timeout\.agent=4/);
+    phase = 1;
+    const before = started;
+    await ctl("resume");
+    await until("a rollout at the model again", () => started > before);
+    await ctl("pause");
+    await until("the timed-out rollouts", async () => {
+      const s = await ctl("status");
+      return /in flight 0 /.test(s) && !/errors 0 /.test(s);
+    });
+    const timedOut = await traceLines(dir);
+    assert.ok(timedOut.length >= 1);
+    for (const t of timedOut) assert.match(t.error.message, /Phase "agent" timed out after 4s/);
+
+    // The model answers again; the timed-out rollouts run again with a longer limit.
+    held = null;
+    openHeld();
+    await ctl("set", "timeout.agent=600");
+    const requeued = await ctl("requeue");
+    assert.match(requeued, new RegExp(`requeued ${timedOut.length}`));
+    phase = 2;
+    await ctl("resume");
+
+    const res = await collect(child);
+    assert.equal(res.code, 0, transcript(res));
+    // Two would run at once (-c 2) but for max_sandboxes=1.
+    assert.equal(peaks.get(2), 1, "max_sandboxes=1 lets one rollout run at a time");
+    const lines = await traceLines(dir);
+    assert.equal(lines.length, 5 + timedOut.length);
+    // The file ends with the retries: each task's last line is a success.
+    const latest = new Map(lines.map((t) => [t.task.key, t]));
+    assert.equal(latest.size, 5);
+    for (const t of latest.values()) assert.equal(t.reward, 1, JSON.stringify(t.error));
+    const meta = JSON.parse(await Deno.readTextFile(join(dir, "metadata.json")));
+    assert.equal(meta.num_rollouts, 5);
+    assert.equal(meta.num_errors, 0);
+    assert.equal(meta.avg_reward, 1);
+    assert.deepEqual(
+      meta.control.actions.map((a: { action: string; args: Record<string, unknown> }) =>
+        `${a.action} ${JSON.stringify(a.args)}`
+      ),
+      [
+        'pause {"mode":"now","in_flight":2}',
+        'set {"max_sandboxes":1,"timeout.agent":4}',
+        "resume {}",
+        'pause {"mode":"after"}',
+        'set {"timeout.agent":600}',
+        `requeue {"rollouts":${timedOut.length}}`,
+        "resume {}",
+      ],
+    );
+    assert.equal(meta.control.interrupted, 2);
+  } finally {
+    openHeld();
+    try {
+      child.kill();
+    } catch { /* already ended */ }
+  }
+});
+
+Deno.test("vf ctl status prints counts, settings and actions of a run with terminal escapes stripped", async () => {
+  await using tmp = await tempDir("vf_ctl_strip_");
+  const dir = join(tmp.path, "ctl");
+  const hostile = "\x1b]0;pwned\x07evil\x1b[2J";
+  const control = new RunControl(`strip-${crypto.randomUUID().slice(0, 8)}`, {
+    maxConcurrent: 2,
+    live: () => ({ cost: { note: hostile } }),
+  });
+  control.knob(`knob${hostile}`, { get: () => 1, set: () => {} });
+  control.pause();
+  const served = await serveControl(control, { dir });
+  try {
+    const res = await runCli(["ctl", "status"], {
+      cwd: tmp.path,
+      env: { VF_CTL_DIR: dir },
+      registry: false,
+    });
+    assert.equal(res.code, 0, transcript(res));
+    assert.ok(!res.stdout.includes("\x1b") && !res.stdout.includes("\x07"), res.stdout);
+    assert.match(res.stdout, /PAUSED/);
+    assert.match(res.stdout, /settings max_concurrent=2 knobevil=1/);
+    // JSON leaves escapes as text (\u001b), never as the bytes a terminal obeys.
+    assert.match(res.stdout, /"note":"\\u001b\]0;pwned\\u0007evil\\u001b\[2J"/);
+    assert.match(res.stdout, /action .*"action":"pause","args":\{"mode":"after"\}/);
+  } finally {
+    await served.close();
   }
 });

@@ -17,7 +17,7 @@ import { ComposeCache } from "../services/cache.ts";
 import type { Judge } from "../scoring/judges/judge.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import { Toolbox } from "../tools/toolbox.ts";
-import type { StartGate } from "../eval/evaluate.ts";
+import type { RunSteering, StartGate } from "../eval/evaluate.ts";
 import { readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
 import { requireRewards, type Task, type Taskset } from "../tasks/task.ts";
 import type { AgentPolicy, RolloutRecord, TaskTrace } from "../tasks/rollout/mod.ts";
@@ -88,6 +88,13 @@ export interface RunTasksetOptions {
   signal?: AbortSignal;
   /** Asked before each episode starts (`--max-cost`); told when one finishes. */
   gate?: StartGate;
+  /**
+   * `vf ctl`: interrupts episodes back to the queue (`pause --now`) and requeues errored ones,
+   * whose new line replaces the old (readers keep the latest per task and index).
+   */
+  steering?: RunSteering;
+  /** Workers started, when a gate bounds what runs below it; default `maxConcurrent`. */
+  workers?: number;
   /**
    * Write each trace's token data (the `token_ids`/`mask`/`logprobs` of its message graph,
    * from `return_token_ids`) to `traces.jsonl` too; it is large. Without it a trace's `nodes`
@@ -460,6 +467,20 @@ async function runJobs(
   let written = run.written;
   let fatal: unknown = null;
   let next = 0;
+  const steering = options.steering;
+  /** The run's signal joined with the steering's current interrupt (one per pause --now). */
+  let joined: { interrupt: AbortSignal; signal: AbortSignal } | null = null;
+  const signalOf = (interrupt: AbortSignal | undefined): AbortSignal => {
+    if (!interrupt) return controller.signal;
+    if (joined?.interrupt !== interrupt) {
+      joined = { interrupt, signal: AbortSignal.any([controller.signal, interrupt]) };
+    }
+    return joined.signal;
+  };
+  /** Errored episodes by `task#index`, for a requeue; and those a requeue sent back. */
+  const errored = new Map<string, { job: Job; episode: Episode }>();
+  const retrying = new Map<Job, Episode>();
+  const failed = (e: Episode) => e.errors.length > 0 || e.traces.some((t) => t.error);
   const worker = async () => {
     while (next < jobs.length && !controller.signal.aborted) {
       // A budget (--max-cost) may refuse to start more, an adaptive limit make this wait;
@@ -473,45 +494,65 @@ async function runJobs(
       const job = jobs[next++];
       let episode: Episode | undefined;
       const sandboxes = new Map<TaskTrace, RolloutRecord>();
+      const interrupt = steering?.interrupt;
+      let interrupted = false;
       try {
         episode = await runEpisode(env, job.task, {
           tasksetId: options.taskset.id,
           runId: options.runId,
           episodeIndex: job.index,
-          signal: controller.signal,
+          signal: signalOf(interrupt),
           judges: options.judges,
           toolsets: options.toolsets,
           services: options.services,
           ...run.episode,
           onRecord: (trace, record) => sandboxes.set(trace, record),
         });
+        interrupted = Boolean(interrupt?.aborted) && !controller.signal.aborted;
       } catch (error) {
-        if (!controller.signal.aborted) {
+        interrupted = Boolean(interrupt?.aborted) && !controller.signal.aborted;
+        if (!interrupted && !controller.signal.aborted) {
           fatal = error;
           controller.abort(error);
         }
-        return;
+        if (!interrupted) return;
       } finally {
         // Infrastructure errors and slow sandbox starts tell an adaptive limit to back off.
         const traces = episode?.traces ?? [];
         const starts = traces.map((t) => t.timing?.sandbox_ms).filter((n): n is number =>
           typeof n === "number"
         );
-        gate?.finished({
-          ok: episode !== undefined && !traces.some((t) => t.error?.infra),
-          latencyMs: starts.length ? Math.max(...starts) : undefined,
-        });
+        gate?.finished(
+          interrupted ? null : {
+            ok: episode !== undefined && !traces.some((t) => t.error?.infra),
+            latencyMs: starts.length ? Math.max(...starts) : undefined,
+          },
+        );
+      }
+      if (interrupted || !episode) {
+        // `vf ctl pause --now`: back to the front of the queue, neither written nor counted.
+        jobs.splice(next, 0, job);
+        steering?.interrupted(1);
+        continue;
       }
       const modelError = episode.traces.find((t) =>
         t.error?.error && FATAL_MODEL_ERRORS.includes(t.error.error)
       );
       if (modelError) fatal = new ConfigError(modelError.error!.message);
-      episodes.push(episode);
+      const replaced = retrying.get(job);
+      if (replaced) {
+        // A requeued episode takes its errored one's place: counted once, its line later.
+        retrying.delete(job);
+        episodes.splice(episodes.indexOf(replaced), 1, episode);
+      } else episodes.push(episode);
+      if (steering && failed(episode)) {
+        errored.set(`${job.task.key}#${job.index}`, { job, episode });
+      }
       try {
         await writer.write(episode, sandboxes);
         // Counted as each is written: episodes.length has grown by the time this runs when
         // several finish at once, and every line said "4/4".
-        const done = ++written;
+        const done = replaced ? written : ++written;
         options.onEpisode?.(episode, done, total);
         if (options.onTrace) {
           for (const t of scoredTraces([episode])) options.onTrace(t, done, total);
@@ -528,8 +569,33 @@ async function runJobs(
       }
     }
   };
-  const n = Math.max(1, Math.min(options.maxConcurrent ?? 4, jobs.length || 1));
-  await Promise.all(Array.from({ length: n }, worker));
+  const n = Math.max(
+    1,
+    Math.min(options.workers ?? options.maxConcurrent ?? 4, jobs.length || 1),
+  );
+  // Workers that found the queue empty have ended; a requeue starts new ones up to the limit.
+  const workers = new Set<Promise<void>>();
+  const spawn = (count: number) => {
+    for (let i = 0; i < count; i++) {
+      const w: Promise<void> = worker().finally(() => workers.delete(w));
+      workers.add(w);
+    }
+  };
+  let ended = false;
+  steering?.planned?.(total, written);
+  steering?.onRequeue(() => {
+    if (ended || controller.signal.aborted) return 0;
+    const again = [...errored.values()];
+    errored.clear();
+    for (const { job, episode } of again) retrying.set(job, episode);
+    jobs.splice(next, 0, ...again.map((a) => a.job));
+    const limit = options.workers ?? options.maxConcurrent ?? 4;
+    spawn(Math.max(0, Math.min(limit - workers.size, again.length)));
+    return again.length;
+  });
+  spawn(n);
+  while (workers.size) await Promise.all([...workers]);
+  ended = true;
   return fatal;
 }
 

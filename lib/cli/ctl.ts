@@ -5,10 +5,22 @@
  * @module
  */
 
+import { readFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { join } from "node:path";
-import { ConfigError } from "../errors.ts";
-import { controlDir, type ControlRequest, listControlSockets } from "../eval/control.ts";
+import process from "node:process";
+import type { SandboxLimits } from "../../runtimes/limits.ts";
+import type { Env, Episode } from "../agents/env.ts";
+import { requireIsolatableConcurrency, scoredTraces } from "../agents/run.ts";
+import { ConfigError, describeError } from "../errors.ts";
+import {
+  controlDir,
+  type ControlRequest,
+  listControlSockets,
+  RunControl,
+  serveControl,
+} from "../eval/control.ts";
+import { writeJsonAtomic } from "../eval/results.ts";
 
 const USAGE = `usage: vf ctl [RUN_ID] ACTION
   list               runs with a control socket
@@ -175,4 +187,94 @@ export async function cmdCtl(argv: string[]): Promise<number> {
   }
   process.stdout.write(renderStatus(answer.status as Record<string, unknown>) + "\n");
   return 0;
+}
+
+/** Workers a steered taskset run starts, so `vf ctl set max_concurrent=N` can raise it to this. */
+export const TASK_RUN_CEILING = 256;
+
+/**
+ * Puts a taskset run (`vf run`, `vf eval <taskset>`) under `vf ctl`: its control with the knobs
+ * a taskset run has (`max_sandboxes` when `[limits]` set sandbox limits; `timeout.setup`,
+ * `timeout.agent`, `timeout.scoring`, `timeout.finalize` of every role; `timeout.episode` of
+ * the Env), served on its socket. `close()` ends the socket and records the control's state
+ * and actions in the run's metadata.json.
+ */
+export async function controlTaskRun(options: {
+  runId: string;
+  runDir: string | null;
+  maxConcurrent: number;
+  env: Env;
+  limits?: SandboxLimits;
+  signal: AbortSignal;
+}): Promise<
+  { control: RunControl; episode: (e: Episode, total: number) => void; close: () => Promise<void> }
+> {
+  const roles = Object.values(options.env.roles);
+  const control = new RunControl(options.runId, {
+    maxConcurrent: options.maxConcurrent,
+    // What the run was checked for before it started holds for a new limit too.
+    checkConcurrency: (n) => {
+      for (const role of roles) requireIsolatableConcurrency(role.policy, n, { role: role.name });
+    },
+  });
+  /** The latest episode of each task and index: a requeued one replaces its errored one. */
+  const latest = new Map<string, { failed: boolean; rewards: number[] }>();
+  const episode = (e: Episode, total: number) => {
+    const scored = scoredTraces([e]);
+    latest.set(`${e.task.key}#${e.episode_index}`, {
+      failed: scored.some((t) => t.error),
+      rewards: scored.flatMap((t) => (t.error || t.reward === null ? [] : [t.reward])),
+    });
+    let errors = 0;
+    let sum = 0;
+    let n = 0;
+    for (const l of latest.values()) {
+      if (l.failed) errors++;
+      for (const r of l.rewards) {
+        sum += r;
+        n++;
+      }
+    }
+    control.progress({ done: latest.size, total, errors, avgReward: n ? sum / n : 0 });
+  };
+  const { env, limits } = options;
+  if (limits) {
+    control.knob("max_sandboxes", {
+      get: () => limits.maxLive ?? null,
+      set: (n) => limits.setMaxLive(n),
+    });
+  }
+  for (const stage of ["setup", "agent", "scoring", "finalize"] as const) {
+    control.knob(`timeout.${stage}`, {
+      get: () => roles[0]?.policy.timeouts?.[stage] ?? null,
+      // Rollouts read their role's policy as they start: those after this see the new limit.
+      set: (seconds) => {
+        for (const role of roles) {
+          role.policy.timeouts = { ...role.policy.timeouts, [stage]: seconds };
+        }
+      },
+    });
+  }
+  control.knob("timeout.episode", {
+    get: () => (env.options.timeout as { episode?: number } | undefined)?.episode ?? null,
+    set: (seconds) => {
+      env.options.timeout = { ...(env.options.timeout as object | undefined), episode: seconds };
+    },
+  });
+  options.signal.addEventListener("abort", () => control.stop(), { once: true });
+  const served = await serveControl(control).catch((error) => {
+    process.stderr.write(`warning: no control socket (vf ctl): ${describeError(error)}\n`);
+    return null;
+  });
+  return {
+    control,
+    episode,
+    close: async () => {
+      await served?.close();
+      if (!options.runDir || control.actions.length === 0) return;
+      const path = join(options.runDir, "metadata.json");
+      const metadata = await readFile(path, "utf8").then((t) => JSON.parse(t)).catch(() => null);
+      if (metadata) await writeJsonAtomic(path, { ...metadata, ...control.metadata() });
+    },
+  };
 }

@@ -42,6 +42,7 @@ import type { CachedChatClient } from "../model/cache.ts";
 import type { CostBudget, CostMeter } from "../model/cost.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import { onInterrupt } from "./interrupt.ts";
+import { controlTaskRun, TASK_RUN_CEILING } from "./ctl.ts";
 import { type RunConfig, validateRunConfig } from "./run_config.ts";
 import { runOutcome } from "./outcome.ts";
 
@@ -281,6 +282,15 @@ async function runEnv(
   const quiet = config.quiet ?? false;
   const started = Date.now();
   using interrupt = onInterrupt();
+  // vf ctl steers the run through a socket of its own; its actions go into metadata.json.
+  const steer = await controlTaskRun({
+    runId: runDir ? runDir.split("/").pop()! : o.runId,
+    runDir,
+    maxConcurrent: config.max_concurrent ?? 4,
+    env,
+    limits: o.pool?.limits,
+    signal: interrupt.signal,
+  });
   try {
     const { summary } = await runTaskset({
       taskset,
@@ -305,8 +315,12 @@ async function runEnv(
         k in (config.env.base.taskset.task ?? {})
       ),
       signal: interrupt.signal,
-      gate: allGates([o.budget, o.adaptive]),
-      onEpisode: quiet ? undefined : (e, done, total) => {
+      gate: allGates([steer.control, o.budget, o.adaptive]),
+      steering: steer.control,
+      workers: Math.max(config.max_concurrent ?? 4, TASK_RUN_CEILING),
+      onEpisode: (e, done, total) => {
+        steer.episode(e, total);
+        if (quiet) return;
         const rate = done / Math.max(0.001, (Date.now() - started) / 1000);
         process.stderr.write(
           `${taskset.id} ${done}/${total} ${rate.toFixed(2)}/s ${describeEpisode(e)}` +
@@ -314,6 +328,7 @@ async function runEnv(
         );
       },
     });
+    await steer.close();
     process.stdout.write(renderTaskSummary(summary) + "\n");
     if (runDir && o.inject.link) {
       const path = join(runDir, "metadata.json");
@@ -334,6 +349,7 @@ async function runEnv(
     if (outcome.message) process.stderr.write(`error: ${outcome.message}\n`);
     return outcome.code;
   } catch (error) {
+    await steer.close().catch(() => {});
     // What was spent before the stop counts toward a resume's budget.
     if (runDir && existsSync(join(runDir, "metadata.json"))) {
       await recordRunCosts(runDir, o).catch(() => {});

@@ -91,6 +91,7 @@ export class RunControl implements StartGate, RunSteering {
   #interrupt = new AbortController();
   #requeue: (() => number) | null = null;
   #knobs = new Map<string, ControlKnob>();
+  #checkConcurrency?: (n: number) => void;
 
   /**
    * @param runId the run's id (its folder name)
@@ -98,6 +99,8 @@ export class RunControl implements StartGate, RunSteering {
    * @param options.total rollouts the run will make
    * @param options.stallAfterS seconds without a finished rollout that count as a stall; default 60
    * @param options.live fields status adds (the run's spend)
+   * @param options.checkConcurrency throws for a `max_concurrent` the run cannot serve (a
+   *   dedicated ssh host serves one rollout at a time)
    */
   constructor(
     runId: string,
@@ -106,6 +109,7 @@ export class RunControl implements StartGate, RunSteering {
       total?: number;
       stallAfterS?: number;
       live?: () => Record<string, unknown> | undefined;
+      checkConcurrency?: (n: number) => void;
     },
   ) {
     this.runId = runId;
@@ -113,6 +117,7 @@ export class RunControl implements StartGate, RunSteering {
     this.#total = options.total ?? 0;
     this.#stallAfterMs = (options.stallAfterS ?? 60) * 1000;
     this.#live = options.live;
+    this.#checkConcurrency = options.checkConcurrency;
     this.#knobs.set("max_concurrent", {
       get: () => this.#limit,
       set: (n) => {
@@ -148,6 +153,11 @@ export class RunControl implements StartGate, RunSteering {
 
   interrupted(n: number): void {
     this.#interrupted += n;
+  }
+
+  planned(total: number, done: number): void {
+    this.#total = total;
+    this.#done = done;
   }
 
   /** Lets `set` change `name` (a sandbox limit, a timeout) while the run goes on. */
@@ -243,9 +253,10 @@ export class RunControl implements StartGate, RunSteering {
       if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
         throw new RangeError(`${name} must be a positive number, got ${JSON.stringify(value)}`);
       }
-      if (name === "max_concurrent" && !Number.isInteger(value)) {
-        throw new RangeError(`max_concurrent must be a positive integer, got ${value}`);
+      if (name.startsWith("max_") && !Number.isInteger(value)) {
+        throw new RangeError(`${name} must be a positive integer, got ${value}`);
       }
+      if (name === "max_concurrent") this.#checkConcurrency?.(value);
     }
     for (const [name, value] of entries) this.#knobs.get(name)!.set(value as number);
     return this.#record("set", Object.fromEntries(entries));

@@ -109,6 +109,8 @@ export interface RunSteering {
   onRequeue(requeue: () => number): void;
   /** The loop put `n` interrupted rollouts back into its queue. */
   interrupted(n: number): void;
+  /** The run's size, once the loop knows it, and how many of it a resume found done. */
+  planned?(total: number, done: number): void;
 }
 
 /** What {@link generate} returns. */
@@ -429,6 +431,7 @@ export async function generate(
     }
   };
   let ended = false;
+  steering?.planned?.(total, builder.count);
   steering?.onRequeue(() => {
     if (ended || controller.signal.aborted) return 0;
     const rows = [...errored.keys()].filter((row) => !retrying.has(row));

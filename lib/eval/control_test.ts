@@ -1,0 +1,124 @@
+import assert from "node:assert/strict";
+import { OutputTally } from "./tally.ts";
+import { handleControl, RunControl } from "./control.ts";
+import { latestOutputs, MetadataBuilder } from "./results.ts";
+import type { RolloutOutput } from "../state.ts";
+
+Deno.test("RunControl.status() reports a stall once rollouts in flight see none finish for stall_after_s", async () => {
+  const patient = new RunControl("r1", { maxConcurrent: 2, stallAfterS: 3600 });
+  const quick = new RunControl("r2", { maxConcurrent: 2, stallAfterS: 0.1 });
+  for (const c of [patient, quick]) assert.equal(await c.allows(), true);
+  await new Promise((r) => setTimeout(r, 200));
+  assert.equal(patient.status().stalled, false);
+  const s = quick.status();
+  assert.equal(s.stalled, true);
+  assert.ok(s.no_progress_s! >= 0.1);
+  // Nothing in flight is no stall.
+  quick.finished();
+  assert.equal(quick.status().stalled, false);
+  assert.equal(quick.status().no_progress_s, null);
+});
+
+Deno.test("RunControl.pause('now') aborts the signal of what runs and gives what starts after a fresh one", () => {
+  const c = new RunControl("r", { maxConcurrent: 1 });
+  const before = c.interrupt;
+  const a = c.pause("now");
+  assert.equal(before.aborted, true);
+  assert.equal(c.interrupt.aborted, false);
+  assert.deepEqual(a.args, { mode: "now", in_flight: 0 });
+  assert.equal(c.pause().args.mode, "after");
+  assert.equal(c.interrupt.aborted, false, "pause after interrupts nothing");
+});
+
+Deno.test("RunControl.set() checks every value before changing any, and names the knobs a run has", () => {
+  let sandboxes = 4;
+  const c = new RunControl("r", { maxConcurrent: 2 });
+  c.knob("max_sandboxes", { get: () => sandboxes, set: (n) => (sandboxes = n) });
+  assert.throws(
+    () => c.set({ max_concurrent: 8, max_sandboxes: 1.5 }),
+    /max_sandboxes must be a positive integer/,
+  );
+  assert.equal(c.maxConcurrent, 2, "nothing changed");
+  assert.throws(
+    () => c.set({ "timeout.agent": 5 }),
+    /Unknown setting "timeout.agent"; this run has: max_concurrent, max_sandboxes/,
+  );
+  c.set({ max_concurrent: 8, max_sandboxes: 1 });
+  assert.deepEqual(c.knobs(), { max_concurrent: 8, max_sandboxes: 1 });
+  const answer = handleControl(c, { action: "set", values: { max_concurrent: 0 } });
+  assert.equal(answer.ok, false);
+  assert.match(String(answer.error), /max_concurrent must be a positive number/);
+  assert.equal(handleControl(c, { action: "pause", mode: "soon" }).ok, false);
+  assert.equal(handleControl(c, { action: "requeue" }).ok, false, "no loop took requeues");
+  assert.deepEqual(c.actions.map((a) => a.action), ["set"]);
+});
+
+function output(id: number, over: Partial<RolloutOutput>): RolloutOutput {
+  return {
+    example_id: id,
+    prompt: [],
+    completion: [],
+    reward: 1,
+    metrics: { m: 1 },
+    trajectory_id: `t${id}`,
+    ...over,
+  } as unknown as RolloutOutput;
+}
+
+Deno.test("A retried rollout replaces its errored line: latestOutputs() drops it, remove() takes it out of the counts", () => {
+  const bad = output(1, {
+    reward: 0,
+    error: { error: "ModelError", message: "HTTP 400" },
+    trajectory_id: "bad",
+  } as Partial<RolloutOutput>);
+  const good = output(1, { retry_of: "bad", trajectory_id: "good", metrics: { m: 3 } });
+  const other = output(2, { reward: 0.5, metrics: { m: 2 } });
+  assert.deepEqual(latestOutputs([bad, other, good]), [other, good]);
+  const plain = [other];
+  assert.equal(latestOutputs(plain), plain, "nothing retried: the same array");
+
+  const base = {
+    format_version: 1,
+    env_id: "e",
+    env_args: {},
+    model: "m",
+    base_url: "u",
+    num_examples: 2,
+    rollouts_per_example: 1,
+    sampling_args: {},
+    pass_threshold: 0.5,
+    vf_version: "0",
+  };
+  const builder = new MetadataBuilder(base);
+  const tally = new OutputTally();
+  builder.add([bad, other]);
+  tally.add([bad, other]);
+  builder.remove([bad]);
+  tally.remove([bad]);
+  builder.add([good]);
+  tally.add([good]);
+  const direct = new MetadataBuilder(base);
+  direct.add([other, good]);
+  const { date: _d, time_ms: _t, ...got } = builder.build();
+  const { date: _d2, time_ms: _t2, ...want } = direct.build();
+  assert.deepEqual(got, want);
+  const fresh = OutputTally.of([other, good]);
+  assert.equal(tally.count, fresh.count);
+  assert.equal(tally.errors, 0);
+  assert.deepEqual([...tally.errorKinds], []);
+  assert.equal(tally.rewardStd, fresh.rewardStd);
+  assert.equal(tally.metricStd("m"), fresh.metricStd("m"));
+  assert.deepEqual(tally.rewardsByRollout(), fresh.rewardsByRollout());
+});
+
+Deno.test("RunControl.set() refuses a max_concurrent the run cannot serve, as its start did", () => {
+  const c = new RunControl("r", {
+    maxConcurrent: 1,
+    checkConcurrency: (n) => {
+      if (n > 1) throw new Error(`ssh host "h" is dedicated; run with -c 1, got ${n}`);
+    },
+  });
+  assert.throws(() => c.set({ max_concurrent: 4 }), /dedicated; run with -c 1, got 4/);
+  assert.equal(c.maxConcurrent, 1);
+  assert.deepEqual(c.actions, []);
+});
