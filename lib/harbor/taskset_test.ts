@@ -421,7 +421,7 @@ Deno.test("HarborTask.score() in Docker: tests/ arrives only when grading starts
   assert.equal((await runtime.run(["cat", "/tests/data/case.txt"])).stdout, "case\n");
 });
 
-Deno.test("HarborTask.score() in Docker: reward.txt wins and weighs 1; a stale reward from before grading is cleared; a reward that is not a number, bad JSON or no reward file is a TaskError", async () => {
+Deno.test("HarborTask.score() in Docker: reward.json wins over reward.txt, as Harbor reads them; a stale reward from before grading is cleared; a reward that is not a number, bad JSON or no reward file is a TaskError", async () => {
   await using dir = await tempDir();
   const verifier = (body: string) => ({ "tests/test.sh": `#!/bin/sh\n${body}\n` });
   await write(
@@ -439,12 +439,7 @@ Deno.test("HarborTask.score() in Docker: reward.txt wins and weighs 1; a stale r
     const task = await loadHarborTask(join(dir.path, "r"));
     return await task.score(hookContext(task, runtime));
   };
-  assert.deepEqual(await score(), {
-    reward: 0.5,
-    rewards: { reward: 0.5 },
-    metrics: {},
-    weights: { reward: 1 },
-  });
+  assert.deepEqual(await score(), { reward: 1, rewards: { x: 1 }, metrics: {}, weights: {} });
 
   // The agent wrote a reward of its own; the verifier writes none.
   await runtime.run(["sh", "-c", "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt"]);
@@ -470,6 +465,11 @@ Deno.test("HarborTask.score() in Docker: reward.txt wins and weighs 1; a stale r
     folder("r", "", verifier('echo \'{"a": "1"}\' > /logs/verifier/reward.json')),
   );
   await assert.rejects(score(), /reward\.json: "a" is not a number/);
+  // Never a reward of 0 made up from a file that names none.
+  await write(dir.path, folder("r", "", verifier("echo 0.7 > /logs/verifier/reward.json")));
+  await assert.rejects(score(), /reward\.json holds 0\.7, not an object of named rewards/);
+  await write(dir.path, folder("r", "", verifier("echo '{}' > /logs/verifier/reward.json")));
+  await assert.rejects(score(), /reward\.json holds no rewards/);
 });
 
 Deno.test("HarborTask.validate() in Docker: solution/ is copied to /solution and solve.sh runs with the solution's env; a failing or missing solve.sh is an error", async () => {

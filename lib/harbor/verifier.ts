@@ -2,7 +2,7 @@
  * A Harbor task's verifier in a sandbox: a folder staged in (`tests/`, `solution/`), the
  * agent's leftover processes killed before grading, a script run with bash or sh, and
  * `test.sh` run with the verifier's env, user and limit, its reward read from
- * `/logs/verifier/reward.txt` or `reward.json`.
+ * `/logs/verifier/reward.json` or `reward.txt`.
  * @module
  */
 import { join } from "node:path";
@@ -54,7 +54,8 @@ export function scriptArgv(path: string): string[] {
 
 /**
  * Run `/tests/test.sh` (staged already) with a verifier's env, user and time limit, and read the
- * reward it wrote to `/logs/verifier/reward.txt` or `reward.json`; no reward file is an error.
+ * reward it wrote to `/logs/verifier/reward.json` (named rewards, summed), else `reward.txt`;
+ * no reward file is an error.
  */
 export async function runVerifier(
   runtime: Runtime,
@@ -78,16 +79,7 @@ export async function runVerifier(
     exit_code: r.exit_code,
     output: `${r.stdout}${r.stderr}`.slice(-2000),
   };
-  const text = await readText(runtime, "/logs/verifier/reward.txt").catch(() => null);
-  if (text !== null) {
-    const value = Number(text.trim());
-    if (!text.trim() || !Number.isFinite(value)) {
-      throw new TaskError(
-        `/logs/verifier/reward.txt holds "${text.trim().slice(0, 50)}", not a number`,
-      );
-    }
-    return { reward: value, rewards: { reward: value }, metrics: {}, weights: { reward: 1 } };
-  }
+  // As Harbor reads them: reward.json first, then reward.txt.
   const json = await readText(runtime, "/logs/verifier/reward.json").catch(() => null);
   if (json !== null) {
     let parsed: Record<string, unknown>;
@@ -95,6 +87,15 @@ export async function runVerifier(
       parsed = JSON.parse(json);
     } catch {
       throw new TaskError(`/logs/verifier/reward.json is not JSON`);
+    }
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+      throw new TaskError(
+        `/logs/verifier/reward.json holds ${json.trim().slice(0, 50)}, not an object of named ` +
+          `rewards ({"reward": 1})`,
+      );
+    }
+    if (!Object.keys(parsed).length) {
+      throw new TaskError(`/logs/verifier/reward.json holds no rewards ({})`);
     }
     const rewards: Record<string, number> = {};
     for (const [k, v] of Object.entries(parsed)) {
@@ -105,6 +106,16 @@ export async function runVerifier(
     }
     const total = Object.values(rewards).reduce((a, b) => a + b, 0);
     return { reward: total, rewards, metrics: {}, weights: {} };
+  }
+  const text = await readText(runtime, "/logs/verifier/reward.txt").catch(() => null);
+  if (text !== null) {
+    const value = Number(text.trim());
+    if (!text.trim() || !Number.isFinite(value)) {
+      throw new TaskError(
+        `/logs/verifier/reward.txt holds "${text.trim().slice(0, 50)}", not a number`,
+      );
+    }
+    return { reward: value, rewards: { reward: value }, metrics: {}, weights: { reward: 1 } };
   }
   throw new TaskError(
     `The verifier (tests/test.sh, exit ${r.exit_code}) wrote no reward: neither ` +
