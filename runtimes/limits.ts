@@ -40,7 +40,7 @@ function abortError(signal: AbortSignal): unknown {
 
 /** A FIFO token bucket: `take()` resolves when a token is free. */
 export class TokenBucket {
-  readonly rate: number;
+  rate: number;
   readonly burst: number;
   #tokens: number;
   #last = performance.now();
@@ -78,6 +78,16 @@ export class TokenBucket {
       this.#timer = setTimeout(this.#drain, Math.max(1, Math.ceil(wait)));
     }
   };
+
+  /** Changes the rate from now on (what accrued so far stays); waiters are rescheduled. */
+  setRate(rate: number): void {
+    if (!(rate > 0)) throw new RangeError(`Token bucket rate must be > 0, got ${rate}`);
+    this.#refill();
+    this.rate = rate;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    if (this.#queue.length) this.#drain();
+  }
 
   /** Waits for a token. */
   take(options: { signal?: AbortSignal } = {}): Promise<void> {
@@ -144,6 +154,14 @@ export class SandboxLimiter {
     }
     this.limit = { ...this.limit, maxLive: n };
     this.#wake();
+  }
+
+  /** Changes the creation rate from now on (`vf ctl set sandbox_create_rate=R`). */
+  setCreateRate(rate: number): void {
+    if (!(rate > 0)) throw new RangeError(`sandbox_create_rate must be > 0, got ${rate}`);
+    this.limit = { ...this.limit, createRate: rate };
+    if (this.#bucket) this.#bucket.setRate(rate);
+    else this.#bucket = new TokenBucket(rate, this.limit.createBurst ?? 1);
   }
 
   /** Slots held now. */
@@ -297,6 +315,21 @@ export class SandboxLimits {
   /** The live limit of every runtime type (none: unlimited). */
   get maxLive(): number | undefined {
     return this.#defaults.maxLive;
+  }
+
+  /** The creation rate of every runtime type (none: unlimited). */
+  get createRate(): number | undefined {
+    return this.#defaults.createRate;
+  }
+
+  /** Sets the creation rate of every runtime type, per-type ones too, from now on. */
+  setCreateRate(rate: number): void {
+    if (!(rate > 0)) throw new RangeError(`sandbox_create_rate must be > 0, got ${rate}`);
+    this.#defaults = { ...this.#defaults, createRate: rate };
+    for (const type in this.#perType) {
+      this.#perType[type] = { ...this.#perType[type], createRate: rate };
+    }
+    for (const limiter of this.#limiters.values()) limiter.setCreateRate(rate);
   }
 
   /** Sets the live limit of every runtime type, per-type ones too, from now on. */

@@ -129,3 +129,26 @@ Deno.test("sandboxLimitsFromConfig() maps [limits] keys and per-type overrides",
   assert.deepEqual(limits.for("docker").limit, { maxLive: 8, createRate: 2 });
   assert.deepEqual(limits.for("ssh").limit, { maxLive: 2, createRate: 2 });
 });
+
+Deno.test("SandboxLimits.setMaxLive() and setCreateRate() change the limits of a running run, waiters included", async () => {
+  const limits = new SandboxLimits({ maxLive: 2, createRate: 0.001 }, { ssh: { maxLive: 5 } });
+  const docker = limits.for("docker");
+  const first = await docker.acquire(); // the burst's one token
+  // The next creation waits about 1000 s at this rate, the third a live slot as well.
+  const second = docker.acquire();
+  limits.setCreateRate(1000);
+  (await second).release();
+  const held = [first, await docker.acquire()];
+  const third = docker.acquire();
+  let served = false;
+  third.then(() => (served = true));
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(served, false, "two live is the limit");
+  limits.setMaxLive(3);
+  const slot = await third;
+  assert.deepEqual([limits.maxLive, limits.createRate], [3, 1000]);
+  // Per-type limits and limiters made later take the new values too.
+  assert.equal(limits.for("ssh").limit.maxLive, 3);
+  assert.equal(limits.for("k8s").limit.createRate, 1000);
+  for (const s of [...held, slot]) s.release();
+});

@@ -346,7 +346,7 @@ Deno.test("vf ctl steers a vf run (file-sum in Docker): pause --now, new sandbox
     const status = await ctl("status");
     assert.match(
       status,
-      /settings max_concurrent=2 max_sandboxes=2 timeout\.setup=- timeout\.agent=-/,
+      /settings max_concurrent=2 max_sandboxes=2 sandbox_create_rate=- timeout\.setup=- timeout\.agent=-/,
     );
     let last = "";
     // Pause now: both rollouts are interrupted, nothing is written.
@@ -366,8 +366,8 @@ Deno.test("vf ctl steers a vf run (file-sum in Docker): pause --now, new sandbox
 
     // One sandbox at a time and four seconds for the agent; the model hangs, so the next
     // rollout times out. Paused again after it starts: what times out is what was in flight.
-    const set = await ctl("set", "max_sandboxes=1", "timeout.agent=4");
-    assert.match(set, /max_sandboxes=1 timeout\.setup=- timeout\.agent=4/);
+    const set = await ctl("set", "max_sandboxes=1", "sandbox_create_rate=50", "timeout.agent=4");
+    assert.match(set, /max_sandboxes=1 sandbox_create_rate=50 timeout\.setup=- timeout\.agent=4/);
     phase = 1;
     const before = started;
     await ctl("resume");
@@ -410,7 +410,7 @@ Deno.test("vf ctl steers a vf run (file-sum in Docker): pause --now, new sandbox
       ),
       [
         'pause {"mode":"now","in_flight":2}',
-        'set {"max_sandboxes":1,"timeout.agent":4}',
+        'set {"max_sandboxes":1,"sandbox_create_rate":50,"timeout.agent":4}',
         "resume {}",
         'pause {"mode":"after"}',
         'set {"timeout.agent":600}',

@@ -29,9 +29,10 @@ const USAGE = `usage: vf ctl [RUN_ID] ACTION
   pause --now        also interrupt those in flight: back to the queue, run again on resume
   resume             start rollouts again
   requeue            run the errored rollouts again; their retry replaces them in the results
-  set KEY=N ...      change max_concurrent, and for a taskset run max_sandboxes and the
-                     timeouts (timeout.agent, timeout.setup, timeout.scoring, timeout.finalize,
-                     timeout.episode); status lists what the run takes
+  set KEY=N ...      change max_concurrent, and for a taskset run the sandbox limits
+                     (max_sandboxes, sandbox_create_rate) and the timeouts (timeout.agent,
+                     timeout.setup, timeout.scoring, timeout.finalize, timeout.episode);
+                     status lists what the run takes
   concurrency N      the same as set max_concurrent=N
 Sockets live in VF_CTL_DIR (default ~/.cache/vf/ctl), one per run, owner-only.
 `;
@@ -242,6 +243,10 @@ export async function controlTaskRun(options: {
     control.knob("max_sandboxes", {
       get: () => limits.maxLive ?? null,
       set: (n) => limits.setMaxLive(n),
+    });
+    control.knob("sandbox_create_rate", {
+      get: () => limits.createRate ?? null,
+      set: (rate) => limits.setCreateRate(rate),
     });
   }
   for (const stage of ["setup", "agent", "scoring", "finalize"] as const) {
