@@ -6,10 +6,10 @@
  * @module
  */
 
-import { SandboxError, SandboxStateError } from "./errors.ts";
-import { trackRuntime, untrackRuntime } from "./registry.ts";
-import type { Runtime } from "./runtime.ts";
-import { untilInterrupted } from "./_util.ts";
+import { CommandTimeoutError } from "../lib/errors.ts";
+import { SandboxError, SandboxFileNotFoundError, SandboxStateError } from "./errors.ts";
+import { type Tracked, trackRuntime, untrackRuntime } from "./registry.ts";
+import { describeArgv, untilInterrupted } from "./_util.ts";
 
 /** Where a runtime is in its life. */
 export type RuntimeState = "new" | "starting" | "running" | "stopped";
@@ -27,14 +27,14 @@ export class Lifecycle {
   launch: Promise<void> | undefined;
   #starting: Promise<void> | undefined;
   #stopping: Promise<void> | undefined;
-  readonly #runtime: Runtime;
+  readonly #runtime: Tracked;
   readonly #kind: string;
 
   /**
    * @param runtime what `trackRuntime` registers
    * @param kind the runtime's type, for the state errors (`docker`, `kubernetes`, …)
    */
-  constructor(runtime: Runtime, kind: string) {
+  constructor(runtime: Tracked, kind: string) {
     this.#runtime = runtime;
     this.#kind = kind;
   }
@@ -100,6 +100,37 @@ export class Lifecycle {
     if (this.state === "stopped") throw new SandboxStateError(stopped());
     throw new SandboxStateError(`The ${this.#kind} runtime is not started; call start() first`);
   }
+}
+
+/**
+ * The error of a command that did not finish within `timeoutMs` (its process tree has been
+ * killed by then); `where` names the sandbox ("in container …", "on SSH host …").
+ */
+export function commandTimeout(
+  argv: string[],
+  timeoutMs: number | undefined,
+  where: string,
+): CommandTimeoutError {
+  return new CommandTimeoutError(
+    `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms ${where}; its ` +
+      `process tree was killed (raise timeoutMs if it needs longer)`,
+    { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
+  );
+}
+
+/**
+ * The error of a command whose working directory does not exist: `path` is the one looked
+ * for, `shown` the one the message names (the caller's `cwd`), `where` the sandbox.
+ */
+export function missingWorkdir(
+  path: string,
+  shown: string | undefined,
+  where: string,
+): SandboxFileNotFoundError {
+  return new SandboxFileNotFoundError(
+    path,
+    `Working directory "${shown}" does not exist ${where}`,
+  );
 }
 
 /** The label every sandbox vf creates carries, so `vf cleanup` finds the ones left behind. */

@@ -9,7 +9,6 @@
  */
 
 import { posix } from "node:path";
-import { CommandTimeoutError } from "../../lib/errors.ts";
 import { excludeMatcher, packTar, readTar, TarCollector, type TarEntry } from "../_tar.ts";
 import {
   concatBytes,
@@ -50,9 +49,11 @@ import { ExecChannel, runCommand, type SupervisorLauncher, TAR_FAILED } from "..
 import { KILL_BELOW, KILL_TREES, SWEEP } from "../_sweep.ts";
 import {
   awaitSweep,
+  commandTimeout,
   leftoverSelector,
   Lifecycle,
   MANAGED_LABEL,
+  missingWorkdir,
   sandboxLabels,
   sweepFailure,
 } from "../lifecycle.ts";
@@ -442,17 +443,10 @@ export class DockerRuntime implements Runtime {
     const result = ran.outcome === "done" ? ran.value : undefined;
     if (ran.outcome !== "done") {
       if (ran.outcome === "abort") throw signal!.reason;
-      throw new CommandTimeoutError(
-        `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms in container ` +
-          `"${this.#short()}"; its process tree was killed (raise timeoutMs if it needs longer)`,
-        { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
-      );
+      throw commandTimeout(argv, timeoutMs, `in container "${this.#short()}"`);
     }
     if (result!.status === "nocwd") {
-      throw new SandboxFileNotFoundError(
-        options.cwd ?? cwd,
-        `Working directory "${options.cwd}" does not exist in container "${this.#short()}"`,
-      );
+      throw missingWorkdir(options.cwd ?? cwd, options.cwd, `in container "${this.#short()}"`);
     }
     return {
       exit_code: Number(result!.status),
@@ -507,11 +501,7 @@ export class DockerRuntime implements Runtime {
       await within(stream.done, 2_000);
       stream.destroy();
       if (outcome === "abort") throw signal!.reason;
-      throw new CommandTimeoutError(
-        `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms in container ` +
-          `"${this.#short()}"; its process tree was killed (raise timeoutMs if it needs longer)`,
-        { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
-      );
+      throw commandTimeout(argv, timeoutMs, `in container "${this.#short()}"`);
     }
     const unfinished = pidLine.unfinished();
     if (unfinished) stderr.unshift(unfinished);

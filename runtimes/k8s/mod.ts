@@ -19,12 +19,10 @@
  */
 
 import { posix } from "node:path";
-import { CommandTimeoutError } from "../../lib/errors.ts";
 import { excludeMatcher, TarCollector } from "../_tar.ts";
 import {
   concatBytes,
   decodeChunks,
-  describeArgv,
   randomHex,
   requireArgv,
   resolveSandboxPath,
@@ -58,9 +56,11 @@ import { tarSideExcludes } from "../ssh/runtime.ts";
 import { KILL_TREES, SWEEP } from "../_sweep.ts";
 import {
   awaitSweep,
+  commandTimeout,
   leftoverSelector,
   Lifecycle,
   MANAGED_LABEL,
+  missingWorkdir,
   sandboxLabels,
   sweepFailure,
 } from "../lifecycle.ts";
@@ -548,17 +548,10 @@ export class KubernetesRuntime implements Runtime {
       await within(session.done.catch(() => {}), 2_000);
       session.close();
       if (outcome === "abort") throw signal!.reason;
-      throw new CommandTimeoutError(
-        `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms in ` +
-          `${this.#label()}; its process tree was killed (raise timeoutMs if it needs longer)`,
-        { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
-      );
+      throw commandTimeout(argv, timeoutMs, `in ${this.#label()}`);
     }
     if (control.value === "nocwd") {
-      throw new SandboxFileNotFoundError(
-        options.cwd ?? this.#workdir,
-        `Working directory "${options.cwd}" does not exist in ${this.#label()}`,
-      );
+      throw missingWorkdir(options.cwd ?? this.#workdir, options.cwd, `in ${this.#label()}`);
     }
     return {
       exit_code: exitCode!,

@@ -29,13 +29,12 @@ import { readFileSync } from "node:fs";
 import { homedir, userInfo } from "node:os";
 import { join, posix } from "node:path";
 import process from "node:process";
-import { CommandTimeoutError, ConfigError } from "../../lib/errors.ts";
+import { ConfigError } from "../../lib/errors.ts";
 import { resolveSshHost, type SshHostConfig } from "./ssh_config.ts";
 import { claimHost, dedicatedHostHolder, type HostClaim } from "./host_claims.ts";
 import {
   concatBytes,
   decodeChunks,
-  describeArgv,
   expandHome,
   randomHex,
   requireArgv,
@@ -76,7 +75,13 @@ import {
 import { excludeMatcher, TarCollector } from "../_tar.ts";
 import { CONTROL, ENV_NAME, PREPARE, RUN_WRAPPER, shCommand, shellQuote } from "./shell.ts";
 import { KILL_BELOW, KILL_TREES, SWEEP_TAGGED } from "../_sweep.ts";
-import { Lifecycle, SWEEP_TIMEOUT_MS, sweepFailure } from "../lifecycle.ts";
+import {
+  commandTimeout,
+  Lifecycle,
+  missingWorkdir,
+  SWEEP_TIMEOUT_MS,
+  sweepFailure,
+} from "../lifecycle.ts";
 
 /**
  * Workdirs waiting to be removed, per connection. Sandboxes on one host tend to stop
@@ -400,18 +405,11 @@ export class SshRuntime implements Runtime {
       handle.close();
       if (group !== undefined) this.#groups.delete(group);
       if (outcome === "abort") throw signal!.reason;
-      throw new CommandTimeoutError(
-        `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms on ` +
-          `${this.#label()}; its process tree was killed (raise timeoutMs if it needs longer)`,
-        { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
-      );
+      throw commandTimeout(argv, timeoutMs, `on ${this.#label()}`);
     }
     if (group !== undefined) this.#groups.delete(group);
     if (control === "nocwd") {
-      throw new SandboxFileNotFoundError(
-        options.cwd ?? cwd,
-        `Working directory "${options.cwd ?? cwd}" does not exist on ${this.#label()}`,
-      );
+      throw missingWorkdir(options.cwd ?? cwd, options.cwd ?? cwd, `on ${this.#label()}`);
     }
     if (head !== undefined && head.length) stderr.unshift(head);
     return {
@@ -452,18 +450,11 @@ export class SshRuntime implements Runtime {
     );
     if (ran.outcome !== "done") {
       if (ran.outcome === "abort") throw signal!.reason;
-      throw new CommandTimeoutError(
-        `Command "${describeArgv(argv)}" did not finish within ${timeoutMs} ms on ` +
-          `${this.#label()}; its process tree was killed (raise timeoutMs if it needs longer)`,
-        { cause: new DOMException(`Timed out after ${timeoutMs} ms`, "TimeoutError") },
-      );
+      throw commandTimeout(argv, timeoutMs, `on ${this.#label()}`);
     }
     const result = ran.value;
     if (result.status === "nocwd") {
-      throw new SandboxFileNotFoundError(
-        options.cwd ?? cwd,
-        `Working directory "${options.cwd ?? cwd}" does not exist on ${this.#label()}`,
-      );
+      throw missingWorkdir(options.cwd ?? cwd, options.cwd ?? cwd, `on ${this.#label()}`);
     }
     return {
       exit_code: Number(result.status),
