@@ -267,6 +267,8 @@ Deno.test("Harbor [[steps]] with an agent CLI: pi is run anew for each step in t
     // Two runs of the CLI, one per step; the second saw the first's file (same sandbox).
     const runs = t.tool_calls.filter((c: Json) => c.name === "pi");
     assert.equal(runs.length, 2, JSON.stringify(t.tool_calls.map((c: Json) => c.name)));
+    // pi's own report of each run, summed: one shell command per step.
+    assert.equal(t.metrics["pi/tool_calls"], 2, JSON.stringify(t.metrics));
     const toolResults = JSON.stringify(t.messages.filter((m: Json) => m.role === "tool"));
     assert.match(toolResults, /a\.txt/, "step two's ls shows step one's file");
     // Step two's requests: its instruction only, nothing of step one's conversation.

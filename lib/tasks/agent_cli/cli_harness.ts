@@ -145,8 +145,17 @@ export abstract class AgentCliHarness implements Harness {
     return {};
   }
 
-  get #out(): string {
-    return `${CLI_DIR}/${this.id}.out`;
+  /**
+   * Where session `n` of the rollout keeps its report: a task whose user turns start fresh
+   * sessions (Harbor's steps) runs the CLI once per turn, and each run's report is kept.
+   */
+  #out(n: number): string {
+    return n === 0 ? `${CLI_DIR}/${this.id}.out` : `${CLI_DIR}/${this.id}.${n}.out`;
+  }
+
+  /** The rollout's runs of this CLI so far (each leaves one tool call named after it). */
+  #sessions(ctx: HarnessContext): number {
+    return ctx.recorder.tool_calls.filter((c) => c.name === this.id).length;
   }
 
   async run(ctx: HarnessContext): Promise<void> {
@@ -166,7 +175,7 @@ export abstract class AgentCliHarness implements Harness {
     await ctx.runtime.run(["sh", "-c", `mkdir -p ${CLI_DIR} && chmod -R a+rwX ${CLI_DIR}`]);
     const argv = [...launch.argv, ...(this.options.args ?? [])].map(shellQuote).join(" ");
     // The report is kept for metrics() and still shown as the program's output on the trace.
-    const out = this.#out;
+    const out = this.#out(this.#sessions(ctx));
     const path = launch.path?.length
       ? `export PATH=${launch.path.map(shellQuote).join(":")}:"$PATH"; `
       : "";
@@ -183,16 +192,22 @@ export abstract class AgentCliHarness implements Harness {
     if (record) record.name = this.id;
   }
 
+  /** The CLI's own numbers, summed over the rollout's runs of it. */
   async metrics(ctx: HarnessContext): Promise<Record<string, number>> {
-    let text: string;
-    try {
-      text = new TextDecoder().decode(await ctx.runtime.read(this.#out, { maxBytes: 8 << 20 }));
-    } catch {
-      return {};
-    }
     const out: Record<string, number> = {};
-    for (const [k, v] of Object.entries(this.report(text))) {
-      if (Number.isFinite(v)) out[`${this.id}/${k}`] = v;
+    for (let n = 0; n < Math.max(1, this.#sessions(ctx)); n++) {
+      let text: string;
+      try {
+        text = new TextDecoder().decode(
+          await ctx.runtime.read(this.#out(n), { maxBytes: 8 << 20 }),
+        );
+      } catch {
+        continue;
+      }
+      for (const [k, v] of Object.entries(this.report(text))) {
+        const key = `${this.id}/${k}`;
+        if (Number.isFinite(v)) out[key] = (out[key] ?? 0) + v;
+      }
     }
     return out;
   }
