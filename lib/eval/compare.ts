@@ -61,15 +61,31 @@ export function bootstrapMeans(
   // Up to 64k doubles stay in the cache, where reading one is as fast as placing a draw.
   if (values.length <= FEW_VALUES && n > IN_CACHE) {
     const last = values.length - 1;
+    /** The run a draw's index falls in. */
+    const runOf = (at: number) => {
+      // The runs ending at or before `at`, without a branch per run (a random draw would
+      // mispredict most of them): (at - end) >>> 31 is 1 while at < end.
+      let j = last;
+      for (let k = 0; k < last; k++) j -= (at - ends[k]) >>> 31;
+      return j;
+    };
+    // A draw u in [b / B, (b + 1) / B) has its index in [b·n / B, (b + 1)·n / B]: where that
+    // whole range (one index of margin for rounding) is one run, bucket b names the run, so
+    // nearly every draw is one look-up in a table that stays in the cache; the few buckets
+    // that straddle two runs (-1) place the index itself.
+    const B = 4096;
+    const bucket = new Int8Array(B);
+    for (let b = 0; b < B; b++) {
+      const lo = runOf(Math.floor((b * n) / B));
+      const hi = runOf(Math.min(n - 1, Math.ceil(((b + 1) * n) / B)));
+      bucket[b] = lo === hi ? lo : -1;
+    }
     for (let r = 0; r < resamples; r++) {
       let sum = 0;
       for (let i = 0; i < n; i++) {
-        const at = Math.floor(random() * n);
-        // The number of runs ending at or before `at`, without a branch per run (a random
-        // draw would mispredict most of them): (at - end) >>> 31 is 1 while at < end.
-        let j = last;
-        for (let k = 0; k < last; k++) j -= (at - ends[k]) >>> 31;
-        sum += values[j];
+        const u = random();
+        const j = bucket[(u * B) | 0];
+        sum += values[j >= 0 ? j : runOf(Math.floor(u * n))];
       }
       means[r] = sum / n;
     }
