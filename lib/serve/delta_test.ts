@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { EpisodeAssembly, type NdArray, tokenCounts } from "./delta.ts";
+import { EpisodeAssembly, type NdArray } from "./delta.ts";
+import { tokenCounts } from "./upstream.ts";
 
 const nd = (dtype: "uint8" | "uint16", shape: number[], values: number[]): NdArray => ({
   __nd__: true,

@@ -43,15 +43,13 @@
 import { VERSION } from "../version.ts";
 import { frameText, messages, openRouter, pack, unpack, type ZmqImpl } from "./_zmq.ts";
 import { EnvServerCore, type EnvServerTarget } from "./core.ts";
+import { type Delta, DeltaStreamer, LiveTrace } from "./delta.ts";
 import {
-  type Delta,
-  DeltaStreamer,
-  LiveTrace,
   upstreamEpisode2026_08,
   upstreamHead,
   type UpstreamTrace,
   upstreamTrace,
-} from "./delta.ts";
+} from "./upstream.ts";
 import type { TaskTrace } from "../tasks/trace.ts";
 import {
   Cancelled,
