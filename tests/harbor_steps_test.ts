@@ -283,3 +283,33 @@ Deno.test("Harbor [[steps]] with an agent CLI: pi is run anew for each step in t
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("Harbor [[steps]]: a step whose workdir/setup.sh fails does not run, nor do later ones; the reward is the earlier steps' and the failure is on the trace", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_steps_setup_" });
+  let runDir = "";
+  try {
+    await write(dir, {
+      ...task("broken", false),
+      "broken/steps/two/workdir/setup.sh": "echo cannot seed >&2\nexit 3\n",
+    });
+    const requests: WireMessage[][] = [];
+    await using model = await scripted("echo one > /app/a.txt", "echo two > /app/b.txt", requests);
+    const res = await vf(dir, ["run", "./broken", "-m", "m", "-b", model.url, "-o", "out"]);
+    runDir = res.runDir;
+    assert.equal(res.code, 0, transcript(res));
+    const [t] = (await Deno.readTextFile(join(runDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.equal(t.error, null, JSON.stringify(t.error));
+    assert.deepEqual(t.info.harbor.steps.map((st: Json) => [st.name, st.reward]), [["one", 1]]);
+    assert.equal(t.info.harbor.stopped.step, "two");
+    assert.match(
+      t.info.harbor.stopped.error,
+      /steps\/two\/workdir\/setup\.sh exited 3: cannot seed/,
+    );
+    assert.equal(t.reward, 1);
+    assert.ok(!requests.some((r) => r.some((m) => m.content === TWO)), "step two's agent ran");
+  } finally {
+    if (runDir) await cleanupContainers({ runId: basename(runDir) });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
