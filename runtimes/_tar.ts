@@ -399,3 +399,48 @@ export function joinTars(parts: TarPart[]): Uint8Array {
   out.push(new Uint8Array(BLOCK * 2));
   return concatBytes(out);
 }
+
+/** A command that streams its output, as {@linkcode collectTarOutput} starts it. */
+export interface StreamingCommand<T> {
+  close(): void;
+  done: Promise<T>;
+}
+
+/**
+ * Runs a command that writes a tar on stdout into `collector` as it arrives (filtered and
+ * bounded there): when the collector refuses a chunk (over its byte limit), the command is
+ * closed and that refusal is thrown once it has ended. Otherwise gives what the command's
+ * `done` gave and its stderr; the caller judges the exit and calls `collector.finish()`.
+ */
+export async function collectTarOutput<T>(
+  collector: TarCollector,
+  start: (io: {
+    onStdout: (chunk: Uint8Array) => void;
+    onStderr: (chunk: Uint8Array) => void;
+  }) => Promise<StreamingCommand<T>>,
+): Promise<{ exit: T | undefined; stderr: Uint8Array[] }> {
+  let failure: unknown;
+  // Assigned once start() returns; the output callback may run before that (no const: TDZ).
+  // deno-lint-ignore prefer-const
+  let command: StreamingCommand<T> | undefined;
+  const stderr: Uint8Array[] = [];
+  command = await start({
+    onStdout: (chunk) => {
+      if (failure !== undefined) return;
+      try {
+        collector.push(chunk);
+      } catch (error) {
+        failure = error;
+        command?.close(); // else closed below, once start() has returned
+      }
+    },
+    onStderr: (chunk) => stderr.push(chunk),
+  });
+  if (failure !== undefined) command.close();
+  const exit = await command.done.catch((error) => {
+    if (failure === undefined) throw error;
+    return undefined;
+  });
+  if (failure !== undefined) throw failure;
+  return { exit, stderr };
+}

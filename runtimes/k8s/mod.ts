@@ -19,7 +19,7 @@
  */
 
 import { posix } from "node:path";
-import { excludeMatcher, TarCollector } from "../_tar.ts";
+import { collectTarOutput, excludeMatcher, TarCollector } from "../_tar.ts";
 import {
   concatBytes,
   decodeChunks,
@@ -705,35 +705,15 @@ export class KubernetesRuntime implements Runtime {
       tooLarge: (bytes) =>
         new SandboxFileTooLargeError(path, bytes, options.maxBytes!, this.#label()),
     });
-    let failure: unknown;
-    // deno-lint-ignore prefer-const
-    let session: ExecSession | undefined;
-    const err: Uint8Array[] = [];
     const script = `[ -e "$1/$2" ] || { printf '\\037vf:missing\\n' >&2; exit 1; }
 d="$1" n="$2"; shift 2
 case "$(tar --help 2>&1)" in *exclude*) ;; *) set -- ;; esac
 exec tar -C "$d" -cf - "$@" "$n"`;
-    session = await this.#exec(
-      ["/bin/sh", "-c", script, "vf", parent, name, ...pushed.map((p) => `--exclude=${p}`)],
-      {
-        onStdout: (chunk) => {
-          if (failure !== undefined) return;
-          try {
-            tar.push(chunk);
-          } catch (error) {
-            failure = error;
-            session?.close();
-          }
-        },
-        onStderr: (chunk) => err.push(chunk),
-      },
-    );
-    if (failure !== undefined) session.close();
-    const code = await session.done.catch((error) => {
-      if (failure === undefined) throw error;
-      return -1;
-    });
-    if (failure !== undefined) throw failure;
+    const { exit: code, stderr: err } = await collectTarOutput(tar, (io) =>
+      this.#exec(
+        ["/bin/sh", "-c", script, "vf", parent, name, ...pushed.map((p) => `--exclude=${p}`)],
+        io,
+      ));
     const said = decodeChunks(err);
     if (said.startsWith("\x1fvf:missing")) {
       throw new SandboxFileNotFoundError(path, `Path "${path}" does not exist in ${this.#label()}`);

@@ -64,7 +64,6 @@ import type {
 } from "../runtime.ts";
 import {
   acquire,
-  type ExecHandle,
   hostPort,
   release,
   type Ssh2Sftp,
@@ -72,7 +71,7 @@ import {
   type SshConnection,
   type SshTarget,
 } from "./connection.ts";
-import { excludeMatcher, TarCollector } from "../_tar.ts";
+import { collectTarOutput, excludeMatcher, TarCollector } from "../_tar.ts";
 import { CONTROL, ENV_NAME, PREPARE, RUN_WRAPPER, shCommand, shellQuote } from "./shell.ts";
 import { KILL_BELOW, KILL_TREES, SWEEP_TAGGED } from "../_sweep.ts";
 import {
@@ -665,37 +664,17 @@ export class SshRuntime implements Runtime {
       tooLarge: (bytes) =>
         new SandboxFileTooLargeError(path, bytes, options.maxBytes!, this.#label()),
     });
-    let failure: unknown;
-    // Assigned once exec() returns; the output callback may run before that (no const: TDZ).
-    // deno-lint-ignore prefer-const
-    let handle: ExecHandle | undefined;
-    const err: Uint8Array[] = [];
-    handle = await this.#requireRunning().exec(
-      shCommand('d="$1" n="$2"; shift 2; exec tar -C "$d" -cf - "$@" "$n"', [
-        parent,
-        name,
-        ...pushed.map((p) => `--exclude=${p}`),
-      ]),
-      {
-        onStdout: (chunk) => {
-          if (failure !== undefined) return;
-          try {
-            tar.push(chunk);
-          } catch (error) {
-            failure = error;
-            handle?.close(); // else closed below, once exec() has returned
-          }
-        },
-        onStderr: (chunk) => err.push(chunk),
-      },
-    );
-    if (failure !== undefined) handle.close();
-    const exit = await handle.done.catch((error) => {
-      if (failure === undefined) throw error;
-      return { code: null };
-    });
-    if (failure !== undefined) throw failure;
-    if (exit.code !== 0) {
+    const connection = this.#requireRunning();
+    const { exit, stderr: err } = await collectTarOutput(tar, (io) =>
+      connection.exec(
+        shCommand('d="$1" n="$2"; shift 2; exec tar -C "$d" -cf - "$@" "$n"', [
+          parent,
+          name,
+          ...pushed.map((p) => `--exclude=${p}`),
+        ]),
+        io,
+      ));
+    if (exit?.code !== 0) {
       throw new SandboxError(
         `tar of "${path}" failed on ${this.#label()}: ${
           new TextDecoder().decode(concatBytes(err)).trim()

@@ -1,8 +1,8 @@
 /**
- * The POSIX shell snippets the SSH runtime runs on a host (and the kubernetes and Docker
- * runtimes in their containers): quoting, the command wrapper (working directory,
- * environment, process group), process-tree kills, workdir setup, and file reads and writes
- * over a command.
+ * The POSIX shell snippets the SSH runtime runs on a host (and the kubernetes runtime in its
+ * containers): quoting, the command wrapper (working directory, environment, process group),
+ * workdir setup, and file reads and writes over a command. The kill scripts are in
+ * `runtimes/_sweep.ts`.
  * @module
  */
 
