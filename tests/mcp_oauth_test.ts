@@ -101,6 +101,8 @@ async function startServers(mode: Mode) {
         },
       });
     }
+    // No server-to-client stream: an open one would hold the server's shutdown.
+    if (req.method === "GET") return new Response(null, { status: 405 });
     const mcp = new McpServer({ name: "guarded", version: "1" });
     mcp.registerTool("whoami", { description: "Who the token is", inputSchema: {} }, () => ({
       content: [{ type: "text", text: `token ${token}` }],
