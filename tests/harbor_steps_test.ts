@@ -313,3 +313,56 @@ Deno.test("Harbor [[steps]]: a step whose workdir/setup.sh fails does not run, n
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("Harbor [[steps]]: each step's agent has its own limit (times the agent timeout multiplier); a step whose agent outlasts it is stopped, still verified (its verifier's score, the timeout on its result), and the trial goes on to the next step", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_steps_timeout_" });
+  let runDir = "";
+  try {
+    const files = task("slow", false);
+    // Step one's agent: 10 s, times 2; step two keeps the task's 60 s (times 2).
+    files["slow/task.toml"] = files["slow/task.toml"]
+      .replace("timeout_sec = 120.0", "timeout_sec = 60.0")
+      .replace('name = "one"\n', 'name = "one"\n[steps.agent]\ntimeout_sec = 10.0\n');
+    await write(dir, files);
+    const requests: WireMessage[][] = [];
+    // Step one's agent writes its answer, then hangs past its limit.
+    await using model = await scripted(
+      "echo one > /app/a.txt; sleep 600",
+      "echo two > /app/b.txt",
+      requests,
+    );
+    const t0 = performance.now();
+    const res = await vf(dir, [
+      "run",
+      "./slow",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-o",
+      "out",
+      "--env.taskset.agent_timeout_multiplier",
+      "2",
+    ]);
+    runDir = res.runDir;
+    assert.equal(res.code, 0, transcript(res));
+    const [t] = (await Deno.readTextFile(join(runDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.equal(t.error, null, JSON.stringify(t.error));
+    // Step one was verified after its agent was stopped: its verifier saw a.txt (1), and the
+    // timeout is on its result; step two ran in full.
+    assert.deepEqual(
+      t.info.harbor.steps.map((st: Json) => [st.name, st.reward, st.agent_timeout?.seconds]),
+      [["one", 1, 20], ["two", 1, undefined]],
+    );
+    assert.match(t.info.harbor.steps[0].agent_timeout.message, /timed out after 20s/);
+    assert.equal(t.reward, 1);
+    assert.ok(requests.some((r) => r.some((m) => m.content === TWO)), "step two's agent never ran");
+    // Not the whole budget (60 s more, times 2) nor the sleep: stopped at step one's limit.
+    assert.ok(t.timing.agent_ms >= 20_000 && t.timing.agent_ms < 140_000, `${t.timing.agent_ms}`);
+    assert.ok(performance.now() - t0 < 400_000);
+  } finally {
+    if (runDir) await cleanupContainers({ runId: basename(runDir) });
+    await Deno.remove(dir, { recursive: true });
+  }
+});

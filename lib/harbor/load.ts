@@ -174,12 +174,15 @@ export async function loadHarborTask(
   for (const step of steps ?? []) step.verifier.timeout *= m.verifier;
   const instruction = steps ? steps[0].instruction : await readFile(instructionPath, "utf8");
   const memory = settings.environment.memoryMb;
-  // A multi-step task's agent limit is one budget over its turns: the steps' limits summed.
+  // A multi-step task's steps each keep their own limit (HarborStepsTask.sessionTimeout); the
+  // whole agent's is their sum.
   const agentTimeout = steps
     ? (steps.every((st) => st.agent.timeout)
       ? steps.reduce((a, st) => a + st.agent.timeout!, 0)
       : undefined)
     : settings.agent.timeout;
+  // Each step's agent has its own limit (Harbor's per-step agent timeout), times the multiplier.
+  for (const step of steps ?? []) if (step.agent.timeout) step.agent.timeout *= m.agent;
   const scoringTimeout = Math.max(
     verifier.timeout,
     ...(steps ?? []).map((st) => st.verifier.timeout),

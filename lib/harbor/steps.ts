@@ -28,6 +28,8 @@ interface StepResult {
   name: string;
   reward: number;
   rewards: Record<string, number>;
+  /** The step's agent outlasted its limit and was stopped; the step was verified as it was. */
+  agent_timeout?: { seconds: number; message: string };
 }
 
 /** Where a multi-step rollout is: kept in the rollout's state, never persisted. */
@@ -35,6 +37,8 @@ interface StepsState {
   runtime: Runtime | null;
   /** Steps whose instruction the agent was given. */
   presented: number;
+  /** Step index -> how its agent's session outlasted the step's limit. */
+  timedOut: Record<number, { seconds: number; message: string }>;
   results: StepResult[];
   /** A step's reward fell below its `min_reward`: no later step runs. */
   stopped: boolean;
@@ -67,6 +71,7 @@ export class HarborStepsTask extends HarborTask {
     return (ctx.state.harborSteps ??= {
       runtime: null,
       presented: 1,
+      timedOut: {},
       results: [],
       stopped: false,
     } as StepsState) as StepsState;
@@ -79,6 +84,22 @@ export class HarborStepsTask extends HarborTask {
    */
   override get freshSessions(): boolean {
     return true;
+  }
+
+  /**
+   * Step `i`'s agent limit, as Harbor has it: the step's `[steps.agent] timeout_sec`, else the
+   * task's `[agent]` one, times the agent timeout multiplier. A step whose agent outlasts it is
+   * stopped and still verified, and the trial goes on.
+   */
+  override sessionTimeout(session: number): number | undefined {
+    return this.steps[session]?.agent.timeout;
+  }
+
+  /** A step's agent outlasted its limit: the step's result says so once it is verified. */
+  override sessionTimedOut(
+    ctx: { session: number; seconds: number; message: string; state: Record<string, unknown> },
+  ): void {
+    this.#state(ctx).timedOut[ctx.session] = { seconds: ctx.seconds, message: ctx.message };
   }
 
   /** The sandbox the steps' verifiers run in: the agent's, kept for the turns between steps. */
@@ -138,7 +159,13 @@ export class HarborStepsTask extends HarborTask {
     const scores = await runVerifier(runtime, trace, step.verifier, signal);
     // The next step's agent must not see this step's tests.
     await runtime.run(["rm", "-rf", "/tests", "/logs/verifier"]);
-    state.results.push({ name: step.name, reward: scores.reward, rewards: scores.rewards });
+    const timedOut = state.timedOut[i];
+    state.results.push({
+      name: step.name,
+      reward: scores.reward,
+      rewards: scores.rewards,
+      ...(timedOut ? { agent_timeout: timedOut } : {}),
+    });
     if (belowMinReward(scores.rewards, step.minReward)) state.stopped = true;
     (trace.info.harbor as Record<string, unknown>).steps = state.results;
   }

@@ -309,6 +309,22 @@ export class Task<
     return false;
   }
 
+  /**
+   * A limit of the task's own for the agent's session `session` (0-based: the first run, then
+   * one per scripted user turn), in seconds; undefined (the default) for the rollout's one agent
+   * budget over all sessions, whose end fails the rollout. A session that outlasts its own
+   * limit (the policy's agent timeout, when set, stands in for it) is stopped, the task is told
+   * ({@link Task.sessionTimedOut}) and the rollout goes on: its next user turn, its scoring.
+   */
+  sessionTimeout(_session: number): number | undefined {
+    return undefined;
+  }
+
+  /** Told that the agent's session `session` outlasted its {@link Task.sessionTimeout}. */
+  sessionTimedOut(
+    _ctx: { session: number; seconds: number; message: string; state: S },
+  ): void | Promise<void> {}
+
   /** Whether this task scripts user turns ({@link Task.userMessage} is overridden). */
   get scriptsUser(): boolean {
     return this.userMessage !== Task.prototype.userMessage;

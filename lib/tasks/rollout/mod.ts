@@ -14,7 +14,14 @@
  */
 import type { Runtime } from "../../../runtimes/runtime.ts";
 import { withCacheSalt } from "../../model/cache.ts";
-import { ConfigError, EnvError, InfraError, ModelError, serializeError } from "../../errors.ts";
+import {
+  ConfigError,
+  EnvError,
+  InfraError,
+  ModelError,
+  serializeError,
+  TaskError,
+} from "../../errors.ts";
 import { CLOSED_POLICY } from "../../gateway/policy.ts";
 import { judgeUsage } from "../../scoring/judges/judge.ts";
 import type { Messages } from "../../types.ts";
@@ -23,7 +30,7 @@ import type { SandboxRecord } from "../record.ts";
 import type { StopHook, TaskScores, TraceView } from "../task.ts";
 import type { TaskTrace } from "../trace.ts";
 import type { RolloutRecord, Segment, TaskRolloutOptions } from "./options.ts";
-import { inPhase, phase, PhaseError } from "./phase.ts";
+import { inPhase, phase, PhaseError, settledWithin } from "./phase.ts";
 import { judgeScores, scoreIsolated, scoreShared } from "./grading.ts";
 import { openTools, setUpAgent } from "./setup.ts";
 import { agentSpecOf } from "./spec.ts";
@@ -158,7 +165,8 @@ export class TaskRollout {
   /**
    * Run one harness segment: the first runs from the task's prompt (or, for a prompt-less
    * rollout, from `messages`); later ones resume after appending `messages` as the user's turn.
-   * The agent timeout is one budget over all segments.
+   * The agent timeout is one budget over all segments, unless the task sets a session its own
+   * limit (`Task.sessionTimeout`).
    */
   async step(messages?: Messages): Promise<Segment> {
     const s = this.#s;
@@ -193,8 +201,17 @@ export class TaskRollout {
     // How the last session ended (its agent done) does not end the new one.
     if (fresh) recorder.stop_condition = null;
     const before = fresh ? 0 : recorder.messages.length + (first ? 0 : messages!.length);
+    const session = this.#segments - 1;
+    // A session's own limit (a Harbor step's agent timeout) ends that session, not the rollout.
+    const own = task.sessionTimeout(session);
     const budget = s.timeout("agent");
-    const remaining = budget ? Math.max(0.001, budget - this.#agentMs / 1000) : undefined;
+    const remaining = own !== undefined
+      ? s.options.policy.timeouts?.agent ?? own
+      : budget
+      ? Math.max(0.001, budget - this.#agentMs / 1000)
+      : undefined;
+    let work: Promise<unknown> | undefined;
+    let timedOut = false;
     const t0 = performance.now();
     try {
       await inPhase("agent", () =>
@@ -222,13 +239,29 @@ export class TaskRollout {
             signal: cut,
           };
           return first || fresh ? policy.harness.run(ctx) : policy.harness.resume!(ctx, messages!);
-        }, { seconds: remaining, signal }));
+        }, { seconds: remaining, signal, running: (w) => work = w }));
       s.trace.stop_condition = recorder.stop_condition;
     } catch (raw) {
       const error = raw instanceof PhaseError ? raw.error : raw;
+      timedOut = own !== undefined && error instanceof TaskError &&
+        error.cause instanceof DOMException && error.cause.name === "TimeoutError" &&
+        !signal?.aborted;
       // A stop condition that a custom harness let through is a clean end, not a failure.
       if (error instanceof StopFired) s.trace.stop_condition = error.condition;
-      else if (error instanceof StopHookError) this.#fail(new PhaseError("stop", error));
+      else if (timedOut) {
+        // The cut harness winds down before the next session starts in its sandbox.
+        if (work) await settledWithin(work, 60_000);
+        try {
+          await task.sessionTimedOut({
+            session,
+            seconds: remaining!,
+            message: (error as Error).message,
+            state: s.state as never,
+          });
+        } catch (hook) {
+          this.#fail(new PhaseError("agent", hook));
+        }
+      } else if (error instanceof StopHookError) this.#fail(new PhaseError("stop", error));
       else this.#fail(raw);
     } finally {
       this.#agentMs += performance.now() - t0;
@@ -242,7 +275,8 @@ export class TaskRollout {
       this.#stops.some((h) => h.name === recorder.stop_condition);
     return {
       messages: added,
-      terminated: this.#failed || !replied || stopped,
+      // A session cut at its own limit leaves the rest of the rollout to the task.
+      terminated: this.#failed || (!timedOut && (!replied || stopped)),
       lastReply: lastReplyOf(recorder.messages),
     };
   }
