@@ -113,6 +113,16 @@ export class HarborTask extends Task {
         `solution/solve.sh exited ${r.exit_code}: ${`${r.stdout}${r.stderr}`.slice(-500)}`,
       );
     }
-    return this.separate ? await gradeSubmission(ctx) : true;
+    if (!this.separate) return true;
+    // vf run removes the agent's sandbox before a separate verifier grades; vf validate's check
+    // holds its sandbox until grading is done, so what solve.sh left running is stopped first
+    // and cannot change the artifacts as they are collected.
+    await killLeftovers(
+      runtime,
+      this.key,
+      signal,
+      "what solve.sh left running could change the artifacts the separate verifier grades",
+    );
+    return await gradeSubmission(ctx);
   }
 }

@@ -31,12 +31,13 @@ export async function killLeftovers(
   runtime: Runtime,
   task: string,
   signal?: AbortSignal,
+  why = "a reward file in its sandbox could be the agent's and is not trusted",
 ): Promise<void> {
   if (!runtime.capabilities.kill_processes || !runtime.killProcesses) {
     throw new ConfigError(
       `Harbor task "${task}": a "${runtime.type}" runtime cannot kill the processes the agent ` +
-        `left running (capabilities.kill_processes is false), so a reward file in its sandbox ` +
-        `could be the agent's and is not trusted; run Harbor tasks on the docker runtime`,
+        `left running (capabilities.kill_processes is false), so ${why}; run Harbor tasks on ` +
+        `the docker runtime`,
     );
   }
   await runtime.killProcesses({ signal });
