@@ -486,7 +486,8 @@ async function runJobs(
       // A budget (--max-cost) may refuse to start more, an adaptive limit make this wait;
       // what runs finishes.
       const gate = options.gate;
-      if (gate && !(await gate.allows())) return;
+      const wanted = () => next < jobs.length && !controller.signal.aborted;
+      if (gate && !(await gate.allows(1, wanted))) return;
       if (next >= jobs.length || controller.signal.aborted) {
         gate?.finished(null);
         return;

@@ -118,10 +118,16 @@ export function allGates(gates: Array<StartGate | null | undefined>): StartGate 
   const list = gates.filter((g): g is StartGate => Boolean(g));
   if (list.length <= 1) return list[0];
   return {
-    async allows(size?: number) {
+    async allows(size?: number, wanted?: () => boolean) {
       const taken: StartGate[] = [];
       for (const g of list) {
-        if (!(await g.allows(size))) {
+        // Held by an earlier gate while the work ran out: the later ones (a budget) never
+        // hear of a start that is no longer wanted.
+        if (taken.length && wanted && !wanted()) {
+          for (const t of taken) t.finished(null, size);
+          return false;
+        }
+        if (!(await g.allows(size, wanted))) {
           for (const t of taken) t.finished(null, size);
           return false;
         }

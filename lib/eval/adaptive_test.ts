@@ -101,3 +101,27 @@ Deno.test("adaptive controller: latency that climbs well past its settled level 
   assert.ok(s.backoffs >= 1, JSON.stringify(s));
   assert.ok(s.highest > 5, JSON.stringify(s)); // it did try past the knee
 });
+
+Deno.test("allGates(): a start no longer wanted once an earlier gate lets it through never reaches a later gate (a budget), and the earlier one is released", async () => {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const freed: Array<unknown> = [];
+  const first = {
+    allows: async () => (await held, true),
+    finished: (outcome?: unknown) => void freed.push(outcome),
+  };
+  let asked = 0;
+  const budget = { allows: () => (asked++, true), finished: () => {} };
+  let queued = 1;
+  const gate = allGates([first, budget])!;
+  const waiting = gate.allows(1, () => queued > 0);
+  queued = 0; // another worker took the last unit while this one waited
+  release();
+  assert.equal(await waiting, false);
+  assert.equal(asked, 0);
+  assert.deepEqual(freed, [null]);
+  // Still wanted: every gate is asked, as before.
+  queued = 1;
+  assert.equal(await gate.allows(1, () => queued > 0), true);
+  assert.equal(asked, 1);
+});

@@ -91,8 +91,12 @@ export interface GenerateOptions {
  * finishes. `finished` hears how a unit went (null: it was let start but never ran).
  */
 export interface StartGate {
-  /** May a unit of `size` rollouts (default 1) start? */
-  allows(size?: number): boolean | Promise<boolean>;
+  /**
+   * May a unit of `size` rollouts (default 1) start? `wanted`, when given, says whether the
+   * caller still has the unit to start: gates composed by `allGates` ask it between them, so a
+   * gate that held the caller while the queue ran dry does not send it on to a budget.
+   */
+  allows(size?: number, wanted?: () => boolean): boolean | Promise<boolean>;
   /** The unit let start with `size` rollouts finished. */
   finished(outcome?: { ok: boolean; latencyMs?: number } | null, size?: number): void;
 }
