@@ -82,7 +82,7 @@ export class RolloutState {
     const runtimeType = options.box ? options.box.spec.type : policy.runtime.type ?? "docker";
     this.trace = {
       format_version: TRACE_FORMAT_VERSION,
-      trace_id: crypto.randomUUID(),
+      trace_id: crypto.randomUUID().replaceAll("-", ""), // 32 hex digits, as upstream's Trace ids
       run_id: options.runId,
       taskset: options.tasksetId,
       task: { key: task.key, idx: data.idx ?? 0, hash: task.hash },
