@@ -366,3 +366,80 @@ Deno.test("Harbor [[steps]]: each step's agent has its own limit (times the agen
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("Harbor [[steps]]: vf export writes each step's session as its own conversation (messages and ShareGPT a row per step, ATIF a document per step), each naming its step and reward", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_steps_export_" });
+  let runDir = "";
+  try {
+    await write(dir, task("exp", false));
+    await using model = await scripted("echo uno > /app/a.txt", "echo two > /app/b.txt");
+    const res = await vf(dir, ["run", "./exp", "-m", "m", "-b", model.url, "-o", "out"]);
+    runDir = res.runDir;
+    assert.equal(res.code, 0, transcript(res));
+    const [t] = (await Deno.readTextFile(join(runDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.equal(t.error, null, JSON.stringify(t.error));
+    assert.equal(t.reward, 0.5);
+    // Each step's session is a range of the trace's messages, one after the other.
+    const [one, two] = t.info.harbor.steps;
+    assert.deepEqual([one.messages[0], one.messages[1]], [0, two.messages[0]]);
+    assert.equal(two.messages[1], t.messages.length);
+
+    const rows = async (format: string) => {
+      const r = await vf(dir, ["export", "--format", format, runDir]);
+      assert.equal(r.code, 0, transcript(r));
+      assert.match(r.stdout, /wrote 2 of 2 rollouts/);
+      return (await Deno.readTextFile(join(runDir, `${format}.jsonl`))).trim().split("\n")
+        .map((l) => JSON.parse(l));
+    };
+    const msgs = await rows("messages");
+    assert.deepEqual(
+      msgs.map((r: Json) => [r.metadata.step, r.metadata.step_index, r.metadata.step_reward]),
+      [["one", 0, 0], ["two", 1, 1]],
+    );
+    for (const [i, r] of msgs.entries()) {
+      assert.equal(r.metadata.reward, 0.5, "the trial's reward");
+      const users = r.messages.filter((m: Json) => m.role === "user").map((m: Json) => m.content);
+      assert.deepEqual(users, [[ONE, TWO][i]], "the step's instruction only");
+      // One system prompt at most, at the start: not one per step in a run-on conversation.
+      const systems = r.messages.flatMap((m: Json, j: number) => m.role === "system" ? [j] : []);
+      assert.ok(systems.length <= 1 && (systems[0] ?? 0) === 0, JSON.stringify(r.messages));
+      assert.ok(r.messages.some((m: Json) => m.role === "assistant" && m.tool_calls), "its reply");
+    }
+    assert.match(JSON.stringify(msgs[0].messages), /echo uno/);
+    assert.doesNotMatch(JSON.stringify(msgs[1].messages), /echo uno/);
+
+    const share = await rows("sharegpt");
+    assert.deepEqual(share.map((r: Json) => r.metadata.step), ["one", "two"]);
+    for (const [i, r] of share.entries()) {
+      const humans = r.conversations.filter((c: Json) => c.from === "human");
+      assert.deepEqual(humans.map((c: Json) => c.value), [[ONE, TWO][i]]);
+      assert.ok(!r.conversations.some((c: Json) => c.from === "system"), JSON.stringify(r));
+    }
+
+    const a = await vf(dir, ["export", "--format", "atif", runDir]);
+    assert.equal(a.code, 0, transcript(a));
+    assert.match(a.stdout, /wrote 2 ATIF trajectories/);
+    const files = [...Deno.readDirSync(join(runDir, "atif"))].map((e) => e.name).sort();
+    assert.equal(files.length, 2, files.join(", "));
+    const docs = files.map((f) => JSON.parse(Deno.readTextFileSync(join(runDir, "atif", f))));
+    assert.deepEqual(
+      docs.map((d: Json) => [d.trajectory_id, d.extra.step, d.extra.step_reward, d.extra.reward]),
+      [[`${t.trace_id}-step-1`, "one", 0, 0.5], [`${t.trace_id}-step-2`, "two", 1, 0.5]],
+    );
+    for (const [i, d] of docs.entries()) {
+      const users = d.steps.filter((s: Json) => s.source === "user").map((s: Json) => s.message);
+      assert.deepEqual(users, [[ONE, TWO][i]]);
+      assert.deepEqual(
+        d.steps.map((s: Json) => s.step_id),
+        d.steps.map((_: Json, j: number) => j + 1),
+      );
+      const agent = d.steps.filter((s: Json) => s.source === "agent");
+      assert.equal(agent.length, 2, "the step's two replies");
+      assert.equal(agent.every((s: Json) => s.llm_call_count === 1), true, "its own model calls");
+    }
+  } finally {
+    if (runDir) await cleanupContainers({ runId: basename(runDir) });
+    await Deno.remove(dir, { recursive: true });
+  }
+});

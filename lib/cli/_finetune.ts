@@ -10,6 +10,7 @@
  * @module
  */
 import { readFile } from "node:fs/promises";
+import { stepSegments } from "../harbor/segments.ts";
 
 /** The formats {@link finetuneRows} writes. */
 export type FinetuneFormat = "messages" | "sharegpt";
@@ -124,8 +125,11 @@ function reward(v: unknown): number | null | string {
     : `reward ${JSON.stringify(v)} is not a number`;
 }
 
-/** A trace (one line of `traces.jsonl`, or one of an episode line's traces). */
-function traceRollout(t: unknown, where: string, at: string): Rollout | string | null {
+/**
+ * A trace (one line of `traces.jsonl`, or one of an episode line's traces): one rollout, or,
+ * for a multi-step Harbor trace, one per step's session (each a conversation of its own).
+ */
+function traceRollout(t: unknown, where: string, at: string): Rollout[] | string | null {
   if (!isObj(t)) return `${at} is not an object`;
   if (typeof t.trace_id !== "string") return `${at}.trace_id is not a string`;
   if (!isObj(t.task) || typeof t.task.key !== "string") return `${at}.task.key is not a string`;
@@ -135,7 +139,7 @@ function traceRollout(t: unknown, where: string, at: string): Rollout | string |
   if (typeof messages === "string") return messages;
   const r = reward(t.reward);
   if (typeof r === "string") return `${at}.${r}`;
-  return {
+  const rollout: Rollout = {
     where,
     messages,
     tools: null,
@@ -148,6 +152,15 @@ function traceRollout(t: unknown, where: string, at: string): Rollout | string |
       ...(Number.isInteger(t.rollout_index) ? { rollout_index: t.rollout_index } : {}),
     },
   };
+  const segments = stepSegments(t.info, messages.length);
+  if (typeof segments === "string") return `${at}.${segments}`;
+  if (!segments) return [rollout];
+  // Each step's session on its own; the trial's reward and error gate them all, as a trial.
+  return segments.map((seg) => ({
+    ...rollout,
+    messages: messages.slice(seg.from, seg.to),
+    meta: { ...rollout.meta, step: seg.name, step_index: seg.index, step_reward: seg.reward },
+  }));
 }
 
 /** A `results.jsonl` row of `vf eval`: the prompt, then the completion. */
@@ -242,7 +255,7 @@ async function readRollouts(
     for (const [i, t] of list.entries()) {
       const r = traceRollout(t, where, episode ? `traces[${i}]` : "trace");
       if (typeof r === "string") broken = r;
-      else if (r) got.push(r);
+      else if (r) got.push(...r);
     }
     // An episode that failed as a whole scored none of its traces.
     if (episode && Array.isArray(o.errors) && o.errors.length) {

@@ -7,7 +7,7 @@ import { existsSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
-import { atifProblems, importHarborJob, traceToAtif } from "../harbor/atif.ts";
+import { atifProblems, importHarborJob, traceToAtifDocs } from "../harbor/atif.ts";
 import { loadEpisodes } from "../agents/run.ts";
 import type { TaskTrace } from "../tasks/trace.ts";
 import { type FinetuneFormat, finetuneRows } from "./_finetune.ts";
@@ -23,7 +23,9 @@ atif: each rollout of a vf run (its traces.jsonl) as an ATIF v1.7 trajectory, Ha
 trajectory format: one <task>-<rollout>-<trace id>.json per episode in <dir> (default
 <run-dir>/atif). The other agents of a multi-agent episode (judges, simulated users) are
 embedded in it as subagent trajectories. vf's reward, rewards and stop condition are in each
-file's extra; token ids are in each step's metrics when the run saved them (save_tokens).
+file's extra; token ids are in each step's metrics when the run saved them (save_tokens). A
+multi-step Harbor task's rollout is one file per step (<trace id>-step-<n>), each step being a
+fresh session of the agent, with the step's name and reward in extra.
 
 messages, sharegpt: the rollouts as fine-tuning JSONL (default <run-dir>/<format>.jsonl),
 from results.jsonl of vf eval or traces.jsonl of vf run. messages: {"messages": [...]} in
@@ -32,7 +34,9 @@ function_call and observation turns. Each row's metadata names the task, reward 
 line. --min-reward keeps rollouts scored at least R; --success those that passed (reward at
 least --pass-threshold, default 0.5). A rollout that errored or was never scored passes
 neither. Malformed rows are skipped with a warning naming file and line; judges' and
-simulated users' traces are not training data and are left out.
+simulated users' traces are not training data and are left out. A multi-step Harbor task's
+rollout is a row per step (its own session), each with the step's name, index and reward in
+its metadata; the filters take the rollout's reward, as Harbor's take the trial's.
 `;
 
 const IMPORT_HELP = `vf import --format harbor <job-dir> [-o <outputs>]
@@ -94,9 +98,10 @@ export async function cmdExport(argv: string[]): Promise<number> {
     if (!traces.length) continue;
     // The episode's first trainable trace is the document; the other agents are embedded.
     const root = traces.find((t) => t.trainable !== false) ?? traces[0];
-    let doc;
+    let docs;
     try {
-      doc = traceToAtif(root, { subagents: traces.filter((t) => t !== root) });
+      // A multi-step Harbor trace is a document per step, each step being its own session.
+      docs = traceToAtifDocs(root, { subagents: traces.filter((t) => t !== root) });
     } catch (error) {
       console.warn(
         `${join(runDir, "traces.jsonl")}: skipping trace "${String(root?.trace_id)}" of task ` +
@@ -106,7 +111,7 @@ export async function cmdExport(argv: string[]): Promise<number> {
       );
       continue;
     }
-    const problems = atifProblems(doc);
+    const problems = docs.flatMap((doc) => atifProblems(doc));
     if (problems.length) {
       console.warn(
         `${join(runDir, "traces.jsonl")}: skipping trace "${root.trace_id}": its ATIF breaks ` +
@@ -114,11 +119,13 @@ export async function cmdExport(argv: string[]): Promise<number> {
       );
       continue;
     }
-    const name = `${root.task.key.replace(/[^A-Za-z0-9_.-]/g, "_")}-${root.rollout_index}-${
-      root.trace_id.replace(/[^A-Za-z0-9_.-]/g, "_")
-    }.json`;
-    await writeFile(join(out, name), JSON.stringify(doc, null, 2) + "\n");
-    written++;
+    for (const doc of docs) {
+      const name = `${root.task.key.replace(/[^A-Za-z0-9_.-]/g, "_")}-${root.rollout_index}-${
+        (doc.trajectory_id ?? root.trace_id).replace(/[^A-Za-z0-9_.-]/g, "_")
+      }.json`;
+      await writeFile(join(out, name), JSON.stringify(doc, null, 2) + "\n");
+      written++;
+    }
   }
   process.stdout.write(
     `wrote ${written} ATIF trajector${written === 1 ? "y" : "ies"} to ${out}\n`,

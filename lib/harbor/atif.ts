@@ -21,6 +21,7 @@ import type { TaskTrace } from "../tasks/trace.ts";
 import { TRACE_FORMAT_VERSION } from "../tasks/trace.ts";
 import { MessageGraph, type MessageNode } from "../graph.ts";
 import { VERSION } from "../version.ts";
+import { stepSegments } from "./segments.ts";
 
 /** The ATIF version vf writes. */
 export const ATIF_VERSION = "ATIF-v1.7";
@@ -275,6 +276,53 @@ export function traceToAtif(trace: TaskTrace, options: TraceToAtifOptions = {}):
     },
     ...(subagents.length ? { subagent_trajectories: subagents.map((t) => traceToAtif(t)) } : {}),
   };
+}
+
+/**
+ * A trace as its ATIF documents: one per step's session for a multi-step Harbor trace (each
+ * step is a fresh session of the agent, and Harbor keeps one trajectory per step), each with
+ * the step's messages, model calls and tokens, `trajectory_id` `<trace_id>-step-<n>` and the
+ * step in `extra` (`step`, `step_index`, `step_reward`, `vf_trace_id`); else the one document
+ * of {@link traceToAtif}. The episode's other agents go with the last.
+ * @throws {Error} when the trace's step ranges are not in order inside its messages
+ */
+export function traceToAtifDocs(
+  trace: TaskTrace,
+  options: TraceToAtifOptions = {},
+): AtifTrajectory[] {
+  const segments = stepSegments(trace.info, trace.messages.length);
+  if (typeof segments === "string") throw new Error(segments);
+  if (!segments) return [traceToAtif(trace, options)];
+  const calls = trace.model_calls.filter((c) => c.response && !c.sampling);
+  const replies = (from: number, to: number) =>
+    trace.messages.slice(from, to).filter((m) => m.role === "assistant").length;
+  return segments.map((seg, i) => {
+    const before = replies(0, seg.from);
+    const own = calls.slice(before, before + replies(seg.from, seg.to));
+    const tokens = (k: "prompt_tokens" | "completion_tokens") =>
+      own.reduce((a, c) => a + (c.response?.usage?.[k] ?? 0), 0);
+    const doc = traceToAtif(
+      {
+        ...trace,
+        messages: trace.messages.slice(seg.from, seg.to),
+        model_calls: own,
+        usage: {
+          input_tokens: tokens("prompt_tokens"),
+          output_tokens: tokens("completion_tokens"),
+        },
+      },
+      i === segments.length - 1 ? options : {},
+    );
+    doc.trajectory_id = `${trace.trace_id}-step-${seg.index + 1}`;
+    doc.extra = {
+      ...doc.extra,
+      vf_trace_id: trace.trace_id,
+      step: seg.name,
+      step_index: seg.index,
+      step_reward: seg.reward,
+    };
+    return doc;
+  });
 }
 
 /**

@@ -30,6 +30,11 @@ interface StepResult {
   rewards: Record<string, number>;
   /** The step's agent outlasted its limit and was stopped; the step was verified as it was. */
   agent_timeout?: { seconds: number; message: string };
+  /**
+   * The step's session in the trace's `messages`: `[from, to)`, each step starting where the
+   * last ended (what `vf export` splits a multi-step trace by).
+   */
+  messages: [number, number];
 }
 
 /** Where a multi-step rollout is: kept in the rollout's state, never persisted. */
@@ -160,11 +165,13 @@ export class HarborStepsTask extends HarborTask {
     // The next step's agent must not see this step's tests.
     await runtime.run(["rm", "-rf", "/tests", "/logs/verifier"]);
     const timedOut = state.timedOut[i];
+    const from = state.results.at(-1)?.messages[1] ?? 0;
     state.results.push({
       name: step.name,
       reward: scores.reward,
       rewards: scores.rewards,
       ...(timedOut ? { agent_timeout: timedOut } : {}),
+      messages: [from, Math.max(from, trace.messages.length)],
     });
     if (belowMinReward(scores.rewards, step.minReward)) state.stopped = true;
     (trace.info.harbor as Record<string, unknown>).steps = state.results;
