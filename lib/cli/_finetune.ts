@@ -228,7 +228,11 @@ async function readRollouts(
   };
   if (layout === "results") {
     const rollouts: Rollout[] = [];
-    for (const [n, o] of await lines(path, (m) => (skipped++, warn(m)))) {
+    const rows = await lines(path, (m) => (skipped++, warn(m)));
+    // A row a later row re-ran (`vf ctl requeue` writes `retry_of`) is not a rollout of the run.
+    const retried = new Set(rows.map(([, o]) => o.retry_of).filter((t) => typeof t === "string"));
+    for (const [n, o] of rows) {
+      if (typeof o.trajectory_id === "string" && retried.has(o.trajectory_id)) continue;
       const r = resultRollout(o, `${path}:${n}`);
       if (typeof r === "string") bad(`${path}:${n}`, r);
       else rollouts.push(r);

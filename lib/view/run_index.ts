@@ -95,6 +95,37 @@ export type RowSummary = Omit<IndexedRow, "line" | "trace" | "corrupt" | "rollou
   rollout: number | null;
 };
 
+/**
+ * Which earlier lines a line stands in for, the way the run's own readers pick the lines that
+ * count: a `vf eval` row names the errored row it re-ran (`retry_of`, that row's
+ * `trajectory_id`, written by `vf ctl requeue`); a `vf run` line is the latest of its
+ * (task, episode index) and stands in for every earlier line of the same pair.
+ */
+export interface LineKeys {
+  /** What names this line: a `vf eval` row's `trajectory_id`, a `vf run` line's task#index. */
+  key: string | null;
+  /** The key of the lines this one replaces (a `vf run` line: its own key), or null. */
+  replaces: string | null;
+  /** Whether a later line can name this one by `retry_of` (a `vf eval` row). */
+  retryable: boolean;
+}
+
+/** The {@link LineKeys} of one parsed line of either layout; nothing for a hostile line. */
+export function lineKeys(line: unknown): LineKeys {
+  const rec = objectOr(line);
+  if (rec.kind === "episode" || typeof rec.trace_id === "string") {
+    const task = objectOr(rec.task).key;
+    const index = rec.kind === "episode" ? rec.episode_index : rec.rollout_index ?? 0;
+    const key = typeof task === "string" ? `${task}#${label(index)}` : null;
+    return { key, replaces: key, retryable: false };
+  }
+  return {
+    key: typeof rec.trajectory_id === "string" ? rec.trajectory_id : null,
+    replaces: typeof rec.retry_of === "string" ? rec.retry_of : null,
+    retryable: true,
+  };
+}
+
 const intOr = (v: unknown): number | null =>
   typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : null;
 
@@ -152,7 +183,7 @@ export function summarizeLine(line: unknown): RowSummary[] {
   return own.map(([t, i]) => failed(traceSummary(t, i, rec)));
 }
 
-const INDEX_VERSION = "3";
+const INDEX_VERSION = "4";
 
 function rowOf(r: Record<string, unknown>): IndexedRow {
   return {
@@ -198,7 +229,7 @@ export class RunIndex {
     const meta = this.#db.prepare("SELECT v FROM meta WHERE k = 'bytes'").get();
     this.#indexed = Number(meta?.v ?? 0);
     const counts = this.#db.prepare(
-      "SELECT COALESCE(MAX(line) + 1, 0) AS lines, COUNT(*) AS n FROM rows",
+      "SELECT COALESCE(MAX(line) + 1, 0) AS lines, COALESCE(SUM(live), 0) AS n FROM rows",
     ).get()!;
     this.#lines = Number(counts.lines);
     this.#rows = Number(counts.n);
@@ -206,7 +237,8 @@ export class RunIndex {
     this.#perExample = new Map();
     for (
       const r of this.#db.prepare(
-        "SELECT example, COUNT(*) AS n FROM rows WHERE corrupt = 0 AND trace IS NULL GROUP BY example",
+        `SELECT example, COUNT(*) AS n FROM rows WHERE corrupt = 0 AND trace IS NULL AND live = 1
+         GROUP BY example`,
       ).all()
     ) this.#perExample.set(String(r.example), Number(r.n));
   }
@@ -231,8 +263,11 @@ export class RunIndex {
       `CREATE TABLE IF NOT EXISTS rows (id INTEGER PRIMARY KEY, line INTEGER NOT NULL,
         trace INTEGER, offset INTEGER NOT NULL, length INTEGER NOT NULL, example TEXT,
         rollout INTEGER, attempt INTEGER, reward REAL, error TEXT, stop TEXT, turns INTEGER,
-        tokens INTEGER, corrupt INTEGER NOT NULL)`,
+        tokens INTEGER, corrupt INTEGER NOT NULL, ukey TEXT, replaces TEXT,
+        retryable INTEGER NOT NULL DEFAULT 0, live INTEGER NOT NULL DEFAULT 1)`,
     );
+    db.exec("CREATE INDEX IF NOT EXISTS rows_ukey ON rows (ukey)");
+    db.exec("CREATE INDEX IF NOT EXISTS rows_replaces ON rows (replaces)");
     db.exec("CREATE INDEX IF NOT EXISTS rows_line ON rows (line)");
     db.exec("CREATE INDEX IF NOT EXISTS rows_reward ON rows (reward)");
     db.exec("CREATE INDEX IF NOT EXISTS rows_example ON rows (example)");
@@ -257,7 +292,8 @@ export class RunIndex {
     const fd = openSync(this.file, "r");
     const insert = this.#db.prepare(
       `INSERT INTO rows (line, trace, offset, length, example, rollout, attempt, reward, error,
-        stop, turns, tokens, corrupt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        stop, turns, tokens, corrupt, ukey, replaces, retryable, live)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     let added = 0;
     const before = { lines: this.#lines, rows: this.#rows, perExample: new Map(this.#perExample) };
@@ -311,17 +347,61 @@ export class RunIndex {
   #insert(insert: Statement, text: string, offset: number, length: number): void {
     const line = this.#lines++;
     let rows: RowSummary[] | null = null;
+    let keys: LineKeys = { key: null, replaces: null, retryable: false };
     try {
-      rows = summarizeLine(JSON.parse(text));
+      const parsed = JSON.parse(text);
+      rows = summarizeLine(parsed);
+      keys = lineKeys(parsed);
     } catch { /* corrupt */ }
     if (rows === null) {
-      insert.run(line, null, offset, length, null, null, null, null, "CorruptLine", null, 0, 0, 1);
+      insert.run(
+        line,
+        null,
+        offset,
+        length,
+        null,
+        null,
+        null,
+        null,
+        "CorruptLine",
+        null,
+        0,
+        0,
+        1,
+        null,
+        null,
+        0,
+        1,
+      );
       this.#rows++;
       return;
     }
+    // A retry takes the place (and the rollout index) of the row it re-ran.
+    let replacedRollout: number | null = null;
+    if (keys.replaces !== null) {
+      const old = this.#db.prepare(
+        `SELECT rollout, example FROM rows WHERE ukey = ? AND live = 1 AND trace IS NULL
+         AND retryable = ? ORDER BY id LIMIT 1`,
+      ).get(keys.replaces, keys.retryable ? 1 : 0);
+      if (keys.retryable && old && String(old.example) === rows[0]?.example) {
+        replacedRollout = Number(old.rollout);
+      }
+      const gone = this.#db.prepare(
+        `UPDATE rows SET live = 0 WHERE ukey = ? AND live = 1 AND retryable = ?`,
+      ).run(keys.replaces, keys.retryable ? 1 : 0) as { changes?: number | bigint };
+      this.#rows -= Number(gone.changes ?? 0);
+    }
+    // A row that a line read before it already re-ran (out of order) never counts.
+    const live = keys.retryable && keys.key !== null &&
+        this.#db.prepare("SELECT 1 AS x FROM rows WHERE replaces = ? AND retryable = 1 LIMIT 1")
+          .get(keys.key)
+      ? 0
+      : 1;
     for (const r of rows) {
       let rollout = r.rollout;
-      if (r.trace === null) {
+      if (r.trace === null && replacedRollout !== null && live) {
+        rollout ??= replacedRollout;
+      } else if (r.trace === null && live) {
         const seen = this.#perExample.get(r.example) ?? 0;
         this.#perExample.set(r.example, seen + 1);
         rollout ??= seen;
@@ -340,8 +420,12 @@ export class RunIndex {
         r.turns,
         r.tokens,
         0,
+        keys.key,
+        keys.replaces,
+        keys.retryable ? 1 : 0,
+        live,
       );
-      this.#rows++;
+      this.#rows += live;
     }
   }
 
@@ -367,7 +451,11 @@ export class RunIndex {
   get tokens(): number {
     return this.#cached(
       "tokens",
-      () => Number(this.#db.prepare("SELECT COALESCE(SUM(tokens), 0) AS n FROM rows").get()!.n),
+      () =>
+        Number(
+          this.#db.prepare("SELECT COALESCE(SUM(tokens), 0) AS n FROM rows WHERE live = 1").get()!
+            .n,
+        ),
     );
   }
 
@@ -388,6 +476,8 @@ export class RunIndex {
   query(q: RowQuery): { rows: IndexedRow[]; total: number } {
     const where: string[] = [];
     const args: unknown[] = [];
+    const filtered = () => where.length > 1;
+    where.push("live = 1");
     if (q.errors === "only") where.push("error IS NOT NULL");
     if (q.errors === "none") where.push("error IS NULL");
     if (q.errorType) (where.push("error = ?"), args.push(q.errorType));
@@ -395,13 +485,13 @@ export class RunIndex {
     if (q.stop) (where.push("stop = ?"), args.push(q.stop));
     if (q.minReward !== undefined) (where.push("reward >= ?"), args.push(q.minReward));
     if (q.maxReward !== undefined) (where.push("reward <= ?"), args.push(q.maxReward));
-    const clause = where.length ? `WHERE ${where.join(" AND ")}` : "";
+    const clause = `WHERE ${where.join(" AND ")}`;
     const sort = ["line", "reward", "example", "turns", "tokens"].includes(q.sort ?? "")
       ? q.sort
       : "line";
     const size = Math.min(500, Math.max(1, q.pageSize ?? 50));
     const page = Math.max(0, q.page ?? 0);
-    const total = clause
+    const total = filtered()
       ? this.#cached(
         `total ${clause} ${JSON.stringify(args)}`,
         () => Number(this.#db.prepare(`SELECT COUNT(*) AS n FROM rows ${clause}`).get(...args)!.n),
@@ -428,16 +518,17 @@ export class RunIndex {
     for (
       const r of this.#db.prepare(
         `SELECT MIN(9, MAX(0, CAST(reward * 10 AS INTEGER))) AS b, COUNT(*) AS n
-         FROM rows WHERE reward IS NOT NULL GROUP BY b`,
+         FROM rows WHERE reward IS NOT NULL AND live = 1 GROUP BY b`,
       ).all()
     ) buckets[Number(r.b)] += Number(r.n);
     const unscored = Number(
-      this.#db.prepare("SELECT COUNT(*) AS n FROM rows WHERE reward IS NULL").get()!.n,
+      this.#db.prepare("SELECT COUNT(*) AS n FROM rows WHERE reward IS NULL AND live = 1").get()!
+        .n,
     );
     const errors: Record<string, number> = {};
     for (
       const r of this.#db.prepare(
-        "SELECT error, COUNT(*) AS n FROM rows WHERE error IS NOT NULL GROUP BY error",
+        "SELECT error, COUNT(*) AS n FROM rows WHERE error IS NOT NULL AND live = 1 GROUP BY error",
       ).all()
     ) errors[String(r.error)] = Number(r.n);
     return { buckets, unscored, errors };
