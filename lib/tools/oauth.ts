@@ -585,7 +585,7 @@ export class CrossAppProvider {
  */
 export async function authCodeTransport(
   url: URL,
-  options: { requestInit?: RequestInit; authProvider: AuthCodeProvider },
+  options: { requestInit?: RequestInit; authProvider: AuthCodeProvider; fetch?: typeof fetch },
 ): Promise<HttpTransport> {
   const { StreamableHTTPClientTransport: Base } = await import(
     "npm:@modelcontextprotocol/sdk@^1.32.0/client/streamableHttp.js"

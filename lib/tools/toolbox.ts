@@ -91,6 +91,8 @@ export interface ToolResult {
 interface Open {
   spec: ToolsetSpec;
   client: Client;
+  /** Closes the client and what its transport holds (a URL's session and connections). */
+  close: () => Promise<void>;
   tools: Tool[];
   /** Calls running now, latest last: a sampling request goes to the latest one's sampler. */
   running: CallOptions[];
@@ -234,8 +236,9 @@ export class Toolbox {
       });
       const running: CallOptions[] = [];
       answerServer(client, types, spec, ctx, running);
+      let close = () => client.close();
       try {
-        const connected = await connect(client, spec, ctx);
+        const connected = await connect(client, spec, ctx, (c) => close = c);
         const listed: Array<{ name: string; description?: string; inputSchema?: unknown }> = [];
         try {
           let cursor: string | undefined;
@@ -258,9 +261,9 @@ export class Toolbox {
           description: t.description ?? "",
           parameters: (t.inputSchema ?? { type: "object", properties: {} }) as Tool["parameters"],
         }));
-        opened.push({ spec, client, tools, running });
+        opened.push({ spec, client, close, tools, running });
       } catch (error) {
-        await client.close().catch(() => {});
+        await close().catch(() => {});
         throw new InfraError(
           `Toolset "${spec.name}" did not start or list its tools: ${(error as Error).message}`,
           { cause: error },
@@ -271,7 +274,7 @@ export class Toolbox {
       | PromiseRejectedResult
       | undefined;
     if (failed) {
-      await Promise.all(opened.map((o) => o.client.close().catch(() => {})));
+      await Promise.all(opened.map((o) => o.close().catch(() => {})));
       throw failed.reason;
     }
     // Keep the declared order.
@@ -374,6 +377,7 @@ export class Toolbox {
     const opens = [...byServer].map(([server, tools]): Open => ({
       spec: { name: server },
       client,
+      close: () => Promise.resolve(),
       tools,
       running: [],
       replay: replay(server),
@@ -383,7 +387,7 @@ export class Toolbox {
 
   /** Close this toolbox's own toolsets (stops stdio servers); shared ones stay. Idempotent. */
   async close(): Promise<void> {
-    await Promise.all(this.#open.splice(0).map((o) => o.client.close().catch(() => {})));
+    await Promise.all(this.#open.splice(0).map((o) => o.close().catch(() => {})));
   }
 }
 
@@ -588,11 +592,47 @@ function authWait(spec: ToolsetSpec): number {
     : 0;
 }
 
-/** Connect; a returned function is to be called once the tools are listed. */
+/** Seconds a closing URL toolset waits for the server to end its session. */
+const TERMINATE_WAIT = 10;
+
+/**
+ * A URL toolset's closing: the session ended with a DELETE (as the spec asks of a client that
+ * is done with one; a server without sessions, or one answering 405, is left as it is), then
+ * the transport closed (which aborts its GET stream and any request still out), then the
+ * connections of its own HTTP client closed: a keep-alive socket of a shared pool would stay
+ * open on the server, one per rollout, until the pool's idle timeout.
+ */
+function closeHttp(
+  client: Client,
+  transport: { terminateSession(): Promise<void> },
+  http: Deno.HttpClient,
+): () => Promise<void> {
+  let closing: Promise<void> | undefined;
+  return () =>
+    closing ??= (async () => {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      try {
+        await Promise.race([
+          transport.terminateSession().catch(() => {}),
+          new Promise<void>((r) => timer = setTimeout(r, TERMINATE_WAIT * 1000)),
+        ]);
+      } finally {
+        clearTimeout(timer);
+        await client.close().catch(() => {});
+        http.close();
+      }
+    })();
+}
+
+/**
+ * Connect; a returned function is to be called once the tools are listed. `setClose` is given
+ * the toolset's closing where it needs more than the client's.
+ */
 async function connect(
   client: Client,
   spec: ToolsetSpec,
   ctx: ToolboxContext,
+  setClose: (close: () => Promise<void>) => void,
 ): Promise<(() => void) | void> {
   const state = ctx.state;
   // The handshake ends with the rollout; a launcher may fetch packages first, so it gets at
@@ -642,21 +682,30 @@ async function connect(
       "npm:@modelcontextprotocol/sdk@^1.32.0/client/streamableHttp.js"
     );
     const options = await httpOptions(spec);
+    // The toolset's own connections (its OAuth requests through the SDK included), closed
+    // with it.
+    const http = Deno.createHttpClient({});
+    const own: typeof fetch = (input, init) => fetch(input, { ...init, client: http });
     const provider = options.authProvider;
     if (!(provider instanceof AuthCodeProvider)) {
-      await client.connect(
-        new StreamableHTTPClientTransport(new URL(spec.url), options),
-        handshake,
-      );
+      const transport = new StreamableHTTPClientTransport(new URL(spec.url), {
+        ...options,
+        fetch: own,
+      });
+      setClose(closeHttp(client, transport, http));
+      await client.connect(transport, handshake);
       return;
     }
     // Rollouts connecting at once take turns: the first authorizes, the others use its token.
     const release = await provider.acquire();
     try {
-      await client.connect(
-        await authCodeTransport(new URL(spec.url), { ...options, authProvider: provider }),
-        handshake,
-      );
+      const transport = await authCodeTransport(new URL(spec.url), {
+        ...options,
+        authProvider: provider,
+        fetch: own,
+      });
+      setClose(closeHttp(client, transport, http));
+      await client.connect(transport, handshake);
     } catch (error) {
       release();
       throw error;
