@@ -443,3 +443,47 @@ Deno.test("Harbor [[steps]]: vf export writes each step's session as its own con
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("Harbor [[steps]]: a step's verifier has its own limit (times the verifier timeout multiplier); one that outlasts it fails the rollout, never a 0", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor_steps_vtimeout_" });
+  let runDir = "";
+  try {
+    const files = task("vslow", false);
+    // Step one's verifier: 3 s (from [steps.verifier]), times 2; its test.sh hangs.
+    files["vslow/task.toml"] = files["vslow/task.toml"].replace(
+      "[steps.verifier]\ntimeout_sec = 20.0",
+      "[steps.verifier]\ntimeout_sec = 3.0",
+    );
+    files["vslow/steps/one/tests/test.sh"] = "sleep 300\necho 1 > /logs/verifier/reward.txt\n";
+    await write(dir, files);
+    const requests: WireMessage[][] = [];
+    await using model = await scripted("echo one > /app/a.txt", "echo two > /app/b.txt", requests);
+    const t0 = performance.now();
+    const res = await vf(dir, [
+      "run",
+      "./vslow",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-o",
+      "out",
+      "--env.taskset.verifier_timeout_multiplier",
+      "2",
+    ]);
+    runDir = res.runDir;
+    const [t] = (await Deno.readTextFile(join(runDir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.notEqual(t.error, null, "a step verifier past its limit scored the rollout");
+    assert.equal(t.reward, null);
+    assert.match(
+      t.error.message,
+      /The verifier \(tests\/test\.sh\) outlasted its limit of 6s \(steps\[0\]\.verifier\.timeout_sec \(step "one"/,
+    );
+    assert.ok(!requests.some((r) => r.some((m) => m.content === TWO)), "step two ran");
+    assert.ok(performance.now() - t0 < 200_000, "the verifier ran past its limit");
+  } finally {
+    if (runDir) await cleanupContainers({ runId: basename(runDir) });
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -161,7 +161,13 @@ export class HarborStepsTask extends HarborTask {
       const entries = await folderEntries(join(step.dir, "tests"), { prefix: "tests" });
       await runtime.archiveIn("/", packTar(entries));
     }
-    const scores = await runVerifier(runtime, trace, step.verifier, signal);
+    const scores = await runVerifier(
+      runtime,
+      trace,
+      step.verifier,
+      signal,
+      `steps[${i}].verifier.timeout_sec (step "${step.name}"; else [verifier]'s)`,
+    );
     // The next step's agent must not see this step's tests.
     await runtime.run(["rm", "-rf", "/tests", "/logs/verifier"]);
     const timedOut = state.timedOut[i];

@@ -6,7 +6,7 @@
  * @module
  */
 import { join } from "node:path";
-import { ConfigError, TaskError } from "../errors.ts";
+import { CommandTimeoutError, ConfigError, TaskError } from "../errors.ts";
 import { folderEntries } from "../services/build.ts";
 import { packTar } from "../../runtimes/_tar.ts";
 import { readText, type TaskHookContext, type TaskScores } from "../tasks/task.ts";
@@ -63,6 +63,8 @@ export async function runVerifier(
   trace: TaskHookContext["trace"],
   verifier: HarborVerifier,
   signal?: AbortSignal,
+  /** Where its limit is set, for the error when it outlasts it. */
+  at = "[verifier].timeout_sec",
 ): Promise<TaskScores> {
   const prep = await runtime.run([
     "sh",
@@ -75,6 +77,13 @@ export async function runVerifier(
     user: verifier.user,
     timeoutMs: verifier.timeout * 1000,
     signal,
+  }).catch((error) => {
+    if (!(error instanceof CommandTimeoutError)) throw error;
+    throw new CommandTimeoutError(
+      `The verifier (tests/test.sh) outlasted its limit of ${verifier.timeout}s (${at}, times ` +
+        `the verifier timeout multiplier): ${error.message}`,
+      { cause: error },
+    );
   });
   trace.info.verifier = {
     exit_code: r.exit_code,
