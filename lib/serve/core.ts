@@ -261,6 +261,9 @@ export class EnvServerCore implements AsyncDisposable {
       ...(wire.timeout && { timeout: wire.timeout }),
       ...(typeof wire.max_retries === "number" && { max_retries: wire.max_retries }),
       ...(Object.keys(headers).length > 0 && { extra_headers: headers }),
+      ...(typeof wire.max_output_tokens === "number" &&
+        { max_output_tokens: wire.max_output_tokens }),
+      ...(typeof wire.reasoning === "boolean" && { reasoning: wire.reasoning }),
     };
     return new OpenAIChatClient(config);
   }

@@ -7,7 +7,7 @@
  */
 // deno-lint-ignore no-import-prefix
 import { z } from "npm:zod@^4.6.0";
-import { describeIssues } from "../config.ts";
+import { ClientSection, describeIssues } from "../config.ts";
 import type { SamplingArgs } from "../types.ts";
 
 /** The version of the HTTP request and response shapes; `/info` reports it. */
@@ -46,6 +46,10 @@ export interface RunClientConfig {
   headers?: Record<string, string>;
   timeout?: number;
   max_retries?: number;
+  /** The endpoint's output-token limit: a larger cap in the run's sampling is clamped to it. */
+  max_output_tokens?: number;
+  /** The endpoint's model takes `reasoning_effort`: a gateway program's thinking is sent. */
+  reasoning?: boolean;
 }
 
 /** One `run` request, as a client builds it. */
@@ -66,6 +70,9 @@ export const RunClientWire = z.looseObject({
   extra_headers: z.record(z.string(), z.string()).nullish(),
   timeout: z.number().positive().nullish(),
   max_retries: z.number().int().min(0).nullish(),
+  // As `[client]` and a role's own endpoint take them, checked by the same schema.
+  max_output_tokens: ClientSection.shape.max_output_tokens.unwrap().nullish(),
+  reasoning: ClientSection.shape.reasoning.unwrap().nullish(),
 });
 
 /** The payload of a `run` request. */
