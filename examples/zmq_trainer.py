@@ -45,7 +45,15 @@ class EnvServerError(RuntimeError):
     """The server replied `success: false`."""
 
 
-LISTS = ("nodes", "calls", "errors", "extra_usage", "request_rewrites", "response_rewrites")
+LISTS = (
+    "nodes",
+    "calls",
+    "payload",
+    "errors",
+    "extra_usage",
+    "request_rewrites",
+    "response_rewrites",
+)
 # numpy dtypes of routing arrays, as the `array` module's type codes
 ARRAY_CODES = {"uint8": "B", "uint16": "H", "uint32": "I", "int8": "b", "int16": "h", "int32": "i"}
 

@@ -20,7 +20,15 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-LISTS = ("nodes", "calls", "errors", "extra_usage", "request_rewrites", "response_rewrites")
+LISTS = (
+    "nodes",
+    "calls",
+    "payload",
+    "errors",
+    "extra_usage",
+    "request_rewrites",
+    "response_rewrites",
+)
 
 
 class Wire:

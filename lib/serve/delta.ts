@@ -5,7 +5,7 @@
  * once per event-loop turn) and the client's {@link EpisodeAssembly}. The traces' upstream
  * shape is `upstream.ts`'s.
  *
- * A delta is `{ trace, open?, nodes?, calls?, errors?, extra_usage?, request_rewrites?,
+ * A delta is `{ trace, open?, nodes?, calls?, payload?, errors?, extra_usage?, request_rewrites?,
  * response_rewrites?, links?, set?, pending?, discard? }`: `open` (the trace's `version`,
  * `id`, `verifiers` and `task`) once, list fields as the items past what was sent, `links`
  * (node index → semantic parents landing on a node sent earlier), `set` for scalar fields
@@ -40,6 +40,7 @@ export const HEADER_FIELDS = ["version", "id", "verifiers", "task"] as const;
 export const LIST_FIELDS = [
   "nodes",
   "calls",
+  "payload",
   "errors",
   "extra_usage",
   "request_rewrites",
@@ -57,6 +58,7 @@ export const SCALAR_FIELDS = [
   "is_completed",
   "ok",
   "stop_condition",
+  "is_timeout",
   "timing",
   "num_input_tokens",
   "num_output_tokens",
@@ -98,6 +100,7 @@ export class LiveTrace {
       calls: [],
       request_rewrites: [],
       response_rewrites: [],
+      payload: [],
       rewards: {},
       metrics: {},
       info: {},
@@ -106,6 +109,7 @@ export class LiveTrace {
       is_completed: false,
       ok: false,
       stop_condition: null,
+      is_timeout: false,
       errors: [],
       timing: emptyTiming(now),
       num_input_tokens: 0,

@@ -244,6 +244,7 @@ export function upstreamTrace(
     calls,
     request_rewrites: [],
     response_rewrites: [],
+    payload: [],
     rewards,
     metrics: { ...(trace.metrics ?? {}) },
     info: {
@@ -264,6 +265,7 @@ export function upstreamTrace(
       })]
       : [],
     is_completed: trace.error === null || trace.error === undefined,
+    is_timeout: timedOut(trace),
     ok: trace.ok,
     stop_condition: trace.stop_condition ?? null,
     errors: trace.error ? [wireError(trace.error.error ?? "Error", trace.error.message ?? "")] : [],
@@ -280,6 +282,15 @@ export function upstreamTrace(
       scoring: span(finalizeEnd, finalizeEnd + ms("scoring_ms")),
     },
   };
+}
+
+/**
+ * Whether a trace ended on a timeout: a phase's limit (its error's chain holds the
+ * `TimeoutError` the phase raced) or a legacy environment's `timeout_reached` stop.
+ */
+function timedOut(trace: TaskTrace): boolean {
+  return /(^| -> )TimeoutError\(/.test(trace.error?.error_chain_repr ?? "") ||
+    trace.stop_condition === "timeout_reached";
 }
 
 /** vf's own fields of an episode record that upstream's `Episode` has no place for. */
@@ -332,6 +343,8 @@ export function upstreamHead(
 /** Fields of the September 2026 `Trace` that the August one (the `2026-08` wire) has not. */
 export const TRACE_FIELDS_SINCE_2026_09 = [
   "mm_token_type_id_map",
+  "payload",
+  "is_timeout",
   "root_reply",
   "num_input_tokens",
   "num_output_tokens",
