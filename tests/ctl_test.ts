@@ -427,6 +427,134 @@ Deno.test("vf ctl steers a vf run (file-sum in Docker): pause --now, new sandbox
   }
 });
 
+Deno.test("vf ctl on a running vf run (file-sum in Docker): status --stall lists the rollouts held at the model; max_model_connections and max_total_tokens set mid-run apply to the calls and rollouts after", async () => {
+  await using tmp = await tempDir("vf_ctl_knobs_");
+  const ctlDir = join(tmp.path, "ctl");
+  /** Requests at the server and the most at once, per phase of the test. */
+  let phase = 0;
+  const live = new Map<number, number>();
+  const peaks = new Map<number, number>();
+  let openHeld!: () => void;
+  let held: Promise<void> | null = new Promise<void>((r) => (openHeld = r));
+  await using model = await startModelServer({
+    responder: async ({ body }) => {
+      const p = phase;
+      live.set(p, (live.get(p) ?? 0) + 1);
+      peaks.set(p, Math.max(peaks.get(p) ?? 0, live.get(p)!));
+      try {
+        if (held) await held;
+        await new Promise((r) => setTimeout(r, 200));
+        const turn = body.messages.filter((m) => m.role === "assistant").length;
+        const commands = [
+          "cat /app/input.txt",
+          "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt",
+        ];
+        return turn < commands.length
+          ? {
+            content: null,
+            tool_calls: [{ name: "bash", arguments: { command: commands[turn] } }],
+          }
+          : { content: "Done." };
+      } finally {
+        live.set(p, live.get(p)! - 1);
+      }
+    },
+  });
+  const env = { VF_CTL_DIR: ctlDir };
+  const child = cliCommand(
+    [
+      "run",
+      "file-sum",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-n",
+      "5",
+      "-r",
+      "1",
+      "-c",
+      "3",
+      "-o",
+      "out",
+      "--limits.max_model_connections",
+      "3",
+    ],
+    { cwd: tmp.path, env, registry: false, docker: true },
+  ).spawn();
+  const ctl = async (...a: string[]) => {
+    const res = await runCli(["ctl", ...a], { cwd: tmp.path, env, registry: false });
+    assert.equal(res.code, 0, transcript(res));
+    return res.stdout;
+  };
+  try {
+    // Three rollouts, each held at its first model call.
+    await until("three rollouts at the model", () => live.get(0) === 3, 240_000);
+    assert.match(await ctl("status"), /0 of 3 rollouts in flight with no progress for 60s or more/);
+    let stalled = "";
+    await until(
+      "the held rollouts idle for 2 s",
+      async () =>
+        /3 of 3 rollouts in flight with no progress for 2s or more/.test(
+          stalled = await ctl("status", "--stall", "2"),
+        ),
+      60_000,
+    );
+    const held3 = [...stalled.matchAll(/stalled (\S+) {2}last model call {2}idle (\d+)s/g)];
+    assert.equal(held3.length, 3, stalled);
+    for (const m of held3) assert.ok(Number(m[2]) >= 2, stalled);
+    const ids = new Set(held3.map((m) => m[1]));
+
+    // One model call at a time and a one-token budget for the rollouts that start after.
+    const set = await ctl("set", "max_model_connections=1", "max_total_tokens=1");
+    assert.match(
+      set,
+      /max_model_connections=1 max_input_tokens=- max_output_tokens=- max_total_tokens=1/,
+    );
+    phase = 1;
+    held = null;
+    openHeld();
+
+    const res = await collect(child);
+    assert.equal(res.code, 0, transcript(res));
+    assert.equal(peaks.get(0), 3, "max_model_connections 3 let three calls run at once");
+    assert.equal(peaks.get(1), 1, "after set max_model_connections=1, one call at a time");
+    const dir = /^Saving traces to (.+)$/m.exec(res.stderr)![1];
+    const lines = (await Deno.readTextFile(join(dir, "traces.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    // file-sum has five tasks: three held at the model, two started after the set.
+    assert.equal(lines.length, 5);
+    let budgeted = 0;
+    for (const t of lines) {
+      const id = `${t.task.key}#${t.rollout_index}`;
+      if (ids.has(id)) {
+        // In flight when the budget was set: its agent had started without one.
+        assert.equal(t.stop_condition, "no_tools_called", id);
+        assert.equal(t.reward, 1, id);
+      } else {
+        assert.equal(t.stop_condition, "max_total_tokens", id);
+        assert.equal(t.model_calls.length, 1, id);
+        budgeted++;
+      }
+    }
+    assert.equal(budgeted, 2);
+    const meta = JSON.parse(await Deno.readTextFile(join(dir, "metadata.json")));
+    assert.deepEqual(
+      meta.control.actions.map((a: { action: string; args: Record<string, unknown> }) =>
+        `${a.action} ${JSON.stringify(a.args)}`
+      ),
+      ['set {"max_model_connections":1,"max_total_tokens":1}'],
+    );
+    assert.equal(meta.control.knobs.max_model_connections, 1);
+    assert.equal(meta.control.knobs.max_total_tokens, 1);
+  } finally {
+    openHeld();
+    try {
+      child.kill();
+    } catch { /* already ended */ }
+  }
+});
+
 Deno.test("vf ctl status prints counts, settings and actions of a run with terminal escapes stripped", async () => {
   await using tmp = await tempDir("vf_ctl_strip_");
   const dir = join(tmp.path, "ctl");

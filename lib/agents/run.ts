@@ -92,7 +92,10 @@ export interface RunTasksetOptions {
    * `vf ctl`: interrupts episodes back to the queue (`pause --now`) and requeues errored ones,
    * whose new line replaces the old (readers keep the latest per task and index).
    */
-  steering?: RunSteering;
+  steering?: RunSteering & {
+    /** Runs one episode as `id`, tracking its progress (`vf ctl status --stall N`). */
+    track?<T>(id: string, fn: () => Promise<T>): Promise<T>;
+  };
   /** Workers started, when a gate bounds what runs below it; default `maxConcurrent`. */
   workers?: number;
   /**
@@ -498,17 +501,19 @@ async function runJobs(
       const interrupt = steering?.interrupt;
       let interrupted = false;
       try {
-        episode = await runEpisode(env, job.task, {
-          tasksetId: options.taskset.id,
-          runId: options.runId,
-          episodeIndex: job.index,
-          signal: signalOf(interrupt),
-          judges: options.judges,
-          toolsets: options.toolsets,
-          services: options.services,
-          ...run.episode,
-          onRecord: (trace, record) => sandboxes.set(trace, record),
-        });
+        const run1 = () =>
+          runEpisode(env, job.task, {
+            tasksetId: options.taskset.id,
+            runId: options.runId,
+            episodeIndex: job.index,
+            signal: signalOf(interrupt),
+            judges: options.judges,
+            toolsets: options.toolsets,
+            services: options.services,
+            ...run.episode,
+            onRecord: (trace, record) => sandboxes.set(trace, record),
+          });
+        episode = await (steering?.track?.(`${job.task.key}#${job.index}`, run1) ?? run1());
         interrupted = Boolean(interrupt?.aborted) && !controller.signal.aborted;
       } catch (error) {
         interrupted = Boolean(interrupt?.aborted) && !controller.signal.aborted;

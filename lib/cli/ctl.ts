@@ -10,6 +10,7 @@ import { connect } from "node:net";
 import { join } from "node:path";
 import process from "node:process";
 import type { SandboxLimits } from "../../runtimes/limits.ts";
+import type { Semaphore } from "../model/limits.ts";
 import type { Env, Episode } from "../agents/env.ts";
 import { requireIsolatableConcurrency, scoredTraces } from "../agents/run.ts";
 import { ConfigError, describeError } from "../errors.ts";
@@ -25,13 +26,17 @@ import { writeJsonAtomic } from "../eval/results.ts";
 const USAGE = `usage: vf ctl [RUN_ID] ACTION
   list               runs with a control socket
   status             in flight, queued, done, errors, rate, spend and stalls (the default)
+  status --stall N   list the rollouts with no progress for N s (default 60), with what
+                     they last did (a taskset run)
   pause              start no more rollouts; those in flight finish
   pause --now        also interrupt those in flight: back to the queue, run again on resume
   resume             start rollouts again
   requeue            run the errored rollouts again; their retry replaces them in the results
   set KEY=N ...      change max_concurrent, and for a taskset run the sandbox limits
                      (max_sandboxes, sandbox_create_rate) and the timeouts (timeout.agent,
-                     timeout.setup, timeout.scoring, timeout.finalize, timeout.episode);
+                     timeout.setup, timeout.scoring, timeout.finalize, timeout.episode),
+                     the token budgets per rollout (max_input_tokens, max_output_tokens,
+                     max_total_tokens) and, with [limits] max_model_connections, that limit;
                      status lists what the run takes
   concurrency N      the same as set max_concurrent=N
 Sockets live in VF_CTL_DIR (default ~/.cache/vf/ctl), one per run, owner-only.
@@ -100,6 +105,22 @@ function renderStatus(status: Record<string, unknown>): string {
       }s)`
       : `  no stall (threshold ${num(s.stall_after_s)}s)`,
   ];
+  if (Array.isArray(s.stalled_rollouts)) {
+    const stalled = s.stalled_rollouts as Array<Record<string, unknown>>;
+    lines.push(
+      `  ${stalled.length} of ${num(s.tracked)} rollouts in flight with no progress for ${
+        num(s.stall_after_s)
+      }s or more`,
+    );
+    for (const r of stalled.slice(0, 50)) {
+      lines.push(
+        `  stalled ${stripControl(String(r.id))}  last ${stripControl(String(r.last))}  idle ${
+          num(r.idle_s)
+        }s  running ${num(r.running_s)}s`,
+      );
+    }
+    if (stalled.length > 50) lines.push(`  ... and ${stalled.length - 50} more`);
+  }
   if (s.knobs && typeof s.knobs === "object") {
     const knobs = Object.entries(s.knobs as Record<string, unknown>)
       .map(([k, v]) => `${stripControl(k)}=${typeof v === "number" ? v : "-"}`);
@@ -178,6 +199,21 @@ export async function cmdCtl(argv: string[]): Promise<number> {
   } else if (action === "pause") {
     const now = rest.includes("--now") || rest.includes("now");
     request = { action: "pause", mode: now ? "now" : "after" };
+  } else if (action === "status") {
+    const at = rest.indexOf("--stall");
+    const raw = at >= 0 ? rest[at + 1] : rest.find((a) => a.startsWith("--stall="))?.slice(8);
+    if (raw === undefined && (at >= 0 || rest.length)) {
+      process.stderr.write(`error: vf ctl status takes --stall SECONDS\n`);
+      return 2;
+    }
+    const stall = raw === undefined ? undefined : Number(raw);
+    if (stall !== undefined && !(Number.isFinite(stall) && stall >= 0)) {
+      process.stderr.write(
+        `error: vf ctl status --stall needs seconds ≥ 0, got "${stripControl(String(raw))}"\n`,
+      );
+      return 2;
+    }
+    request = stall === undefined ? { action } : { action, stall };
   } else {
     request = { action } as ControlRequest;
   }
@@ -206,6 +242,8 @@ export async function controlTaskRun(options: {
   maxConcurrent: number;
   env: Env;
   limits?: SandboxLimits;
+  /** The model-connection permits of each endpoint (`[limits] max_model_connections`). */
+  connections?: Semaphore[];
   signal: AbortSignal;
 }): Promise<
   { control: RunControl; episode: (e: Episode, total: number) => void; close: () => Promise<void> }
@@ -256,6 +294,27 @@ export async function controlTaskRun(options: {
       set: (seconds) => {
         for (const role of roles) {
           role.policy.timeouts = { ...role.policy.timeouts, [stage]: seconds };
+        }
+      },
+    });
+  }
+  const connections = options.connections ?? [];
+  if (connections.length) {
+    control.knob("max_model_connections", {
+      get: () => connections[0].max,
+      // Calls waiting for a permit and those after see the new limit; open calls go on.
+      set: (n) => {
+        for (const c of connections) c.resize(n);
+      },
+    });
+  }
+  for (const name of ["max_input_tokens", "max_output_tokens", "max_total_tokens"] as const) {
+    control.knob(name, {
+      get: () => roles[0]?.policy.tokenLimits?.[name] ?? null,
+      // A rollout takes its role's policy as its agent starts: those after this see it.
+      set: (n) => {
+        for (const role of roles) {
+          role.policy.tokenLimits = { ...role.policy.tokenLimits, [name]: n };
         }
       },
     });

@@ -11,7 +11,7 @@ import { dirname, join, resolve } from "node:path";
 import { TASKSETS } from "../../environments/mod.ts";
 import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
 import { WarmPool } from "../../runtimes/pool.ts";
-import { limitModelConnections } from "../model/limits.ts";
+import { limitModelConnections, type Semaphore } from "../model/limits.ts";
 import { buildEnv, roleClient } from "../agents/load.ts";
 import type { Env, Episode } from "../agents/env.ts";
 import { runTaskset, scoredTraces } from "../agents/run.ts";
@@ -110,7 +110,14 @@ export async function runTasks(
   // read from its folder; on the command line, from the cwd.
   const baseDir = source.endsWith(".toml") ? dirname(resolve(source)) : undefined;
   const maxModel = config.limits?.max_model_connections;
-  const limited = (c: ChatClient) => (maxModel ? limitModelConnections(c, maxModel) : c);
+  /** Each endpoint's connection permits, for `vf ctl set max_model_connections=N`. */
+  const connections: Semaphore[] = [];
+  const limited = (c: ChatClient) => {
+    if (!maxModel) return c;
+    const l = limitModelConnections(c, maxModel);
+    connections.push(l.connections);
+    return l;
+  };
   const modelClient = limited(client);
   try {
     const env = await buildEnv({
@@ -187,6 +194,7 @@ export async function runTasks(
       budget,
       adaptive,
       pool: pooled ?? null,
+      connections,
       inject,
     });
   } finally {
@@ -233,6 +241,7 @@ async function runEnv(
     budget: CostBudget | null;
     adaptive: AdaptiveController | null;
     pool: WarmPool | null;
+    connections: Semaphore[];
     inject: { runDir?: string; link?: Record<string, unknown> };
   },
 ): Promise<number> {
@@ -289,6 +298,7 @@ async function runEnv(
     maxConcurrent: config.max_concurrent ?? 4,
     env,
     limits: o.pool?.limits,
+    connections: o.connections,
     signal: interrupt.signal,
   });
   try {

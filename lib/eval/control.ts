@@ -4,7 +4,9 @@
  * resume it, requeue errored rollouts and change how many rollouts run at once, the sandbox
  * limits and the timeouts; {@linkcode serveControl} puts
  * it on an owner-only unix socket that `vf ctl` talks to, one JSON line each way. Every
- * action is kept and written into the run's metadata (`control.actions`).
+ * action is kept and written into the run's metadata (`control.actions`). A run that tracks
+ * its rollouts ({@linkcode RunControl.track}) has each one's last progress in `status`, so
+ * `vf ctl status --stall N` lists those idle for N s.
  * @module
  */
 
@@ -13,6 +15,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import type { Progress, RunSteering, StartGate } from "./evaluate.ts";
+import { type Activity, withActivity } from "../util/activity.ts";
 
 export type { RunSteering };
 
@@ -26,6 +29,18 @@ export interface ControlAction {
    * knobs' new values; `requeue` the errored `rollouts` sent back to the queue.
    */
   args: Record<string, unknown>;
+}
+
+/** A rollout in flight that made no progress for the stall threshold: ids and labels only. */
+export interface StalledRollout {
+  /** The rollout's id (a taskset run: `task key#rollout index`). */
+  id: string;
+  /** What it last did: "model call", "model reply", "tool bash", "phase agent", ... */
+  last: string;
+  /** Seconds since it last did anything. */
+  idle_s: number;
+  /** Seconds since it started. */
+  running_s: number;
 }
 
 /** What `vf ctl status` shows: counts only, never transcripts. */
@@ -53,6 +68,13 @@ export interface ControlStatus {
   /** In flight with no rollout finished for `stall_after_s`. */
   stalled: boolean;
   stall_after_s: number;
+  /**
+   * Rollouts in flight idle for `stall_after_s` or more, longest idle first; absent when the
+   * run does not track its rollouts (`vf eval`).
+   */
+  stalled_rollouts?: StalledRollout[];
+  /** Rollouts the run tracks in flight. */
+  tracked?: number;
   actions: ControlAction[];
   /** What the run adds (its spend). */
   live?: Record<string, unknown>;
@@ -92,6 +114,8 @@ export class RunControl implements StartGate, RunSteering {
   #requeue: (() => number) | null = null;
   #knobs = new Map<string, ControlKnob>();
   #checkConcurrency?: (n: number) => void;
+  #rollouts = new Set<Activity>();
+  #tracking = false;
 
   /**
    * @param runId the run's id (its folder name)
@@ -163,6 +187,22 @@ export class RunControl implements StartGate, RunSteering {
   /** Lets `set` change `name` (a sandbox limit, a timeout) while the run goes on. */
   knob(name: string, knob: ControlKnob): void {
     this.#knobs.set(name, knob);
+  }
+
+  /**
+   * Runs one rollout as `id`, tracking its progress (model calls, tool calls, phases noted with
+   * `noteActivity`) for `status`'s stalled rollouts.
+   */
+  async track<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    this.#tracking = true;
+    const now = Date.now();
+    const activity: Activity = { id, started: now, at: now, what: "started" };
+    this.#rollouts.add(activity);
+    try {
+      return await withActivity(activity, fn);
+    } finally {
+      this.#rollouts.delete(activity);
+    }
   }
 
   /** Waits while paused or full; a group bigger than the limit runs alone. */
@@ -267,11 +307,30 @@ export class RunControl implements StartGate, RunSteering {
     return Object.fromEntries([...this.#knobs].map(([name, k]) => [name, k.get()]));
   }
 
-  status(): ControlStatus {
+  /**
+   * Counts, knobs, actions and stalls.
+   * @param options.stallAfterS the stall threshold in seconds for this answer; default the
+   *   run's (60)
+   */
+  status(options: { stallAfterS?: number } = {}): ControlStatus {
     const now = Date.now();
     const elapsed = (now - this.#started) / 1000;
     const noProgress = this.#inFlight > 0 ? (now - this.#lastProgress) / 1000 : null;
+    const stallMs = options.stallAfterS !== undefined
+      ? options.stallAfterS * 1000
+      : this.#stallAfterMs;
     const live = this.#live?.();
+    const stalledRollouts = this.#tracking
+      ? [...this.#rollouts]
+        .filter((a) => now - a.at >= stallMs)
+        .sort((a, b) => a.at - b.at)
+        .map((a) => ({
+          id: a.id,
+          last: a.what,
+          idle_s: (now - a.at) / 1000,
+          running_s: (now - a.started) / 1000,
+        }))
+      : undefined;
     return {
       run_id: this.runId,
       pid: process.pid,
@@ -289,8 +348,11 @@ export class RunControl implements StartGate, RunSteering {
       rollouts_per_s: elapsed > 0 ? this.#done / elapsed : 0,
       elapsed_s: elapsed,
       no_progress_s: noProgress,
-      stalled: noProgress !== null && noProgress * 1000 >= this.#stallAfterMs,
-      stall_after_s: this.#stallAfterMs / 1000,
+      stalled: noProgress !== null && noProgress * 1000 >= stallMs,
+      stall_after_s: stallMs / 1000,
+      ...(stalledRollouts
+        ? { stalled_rollouts: stalledRollouts, tracked: this.#rollouts.size }
+        : {}),
       actions: [...this.actions],
       ...(live ? { live } : {}),
     };
@@ -330,7 +392,8 @@ export function controlDir(): string {
 
 /** A request `vf ctl` sends. */
 export type ControlRequest =
-  | { action: "status" }
+  /** `stall`: the seconds without progress that count as a stall (default the run's, 60). */
+  | { action: "status"; stall?: number }
   | { action: "pause"; mode?: "now" | "after" }
   | { action: "resume" }
   | { action: "requeue" }
@@ -341,11 +404,22 @@ export type ControlRequest =
 /** Answers one request: `{ ok: true, status }` or `{ ok: false, error }`. */
 export function handleControl(control: RunControl, request: unknown): Record<string, unknown> {
   const r = request as
-    | Partial<{ action: string; mode: unknown; values: unknown; max_concurrent: unknown }>
+    | Partial<
+      { action: string; mode: unknown; values: unknown; max_concurrent: unknown; stall: unknown }
+    >
     | null;
+  let stallAfterS: number | undefined;
   try {
     switch (r?.action) {
       case "status":
+        if (r.stall !== undefined) {
+          if (typeof r.stall !== "number" || !Number.isFinite(r.stall) || r.stall < 0) {
+            throw new RangeError(
+              `status stall must be a number of seconds ≥ 0, got ${JSON.stringify(r.stall)}`,
+            );
+          }
+          stallAfterS = r.stall;
+        }
         break;
       case "pause":
         if (r.mode !== undefined && r.mode !== "now" && r.mode !== "after") {
@@ -374,7 +448,7 @@ export function handleControl(control: RunControl, request: unknown): Record<str
           `Unknown action ${JSON.stringify(r?.action)}; known: status, pause, resume, requeue, set`,
         );
     }
-    return { ok: true, status: control.status() };
+    return { ok: true, status: control.status({ stallAfterS }) };
   } catch (error) {
     return { ok: false, error: error instanceof Error ? error.message : String(error) };
   }

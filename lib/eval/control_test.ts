@@ -122,3 +122,62 @@ Deno.test("RunControl.set() refuses a max_concurrent the run cannot serve, as it
   assert.equal(c.maxConcurrent, 1);
   assert.deepEqual(c.actions, []);
 });
+
+Deno.test("RunControl.track(): status lists the tracked rollouts idle past the threshold with what they last did, and handleControl checks the threshold", async () => {
+  const { noteActivity } = await import("../util/activity.ts");
+  const c = new RunControl("r", { maxConcurrent: 4 });
+  assert.equal(c.status().stalled_rollouts, undefined, "an untracked run lists no rollouts");
+  let openIdle!: () => void;
+  const idleGate = new Promise<void>((r) => (openIdle = r));
+  let openBusy!: () => void;
+  const busyGate = new Promise<void>((r) => (openBusy = r));
+  let poke!: () => void;
+  const poked = new Promise<void>((r) => (poke = r));
+  let noted!: () => void;
+  const notedTool = new Promise<void>((r) => (noted = r));
+  const idle = c.track("task-a#0", async () => {
+    noteActivity("model call");
+    await idleGate;
+    return "a";
+  });
+  const active = c.track("task-b#1", async () => {
+    noteActivity("phase setup");
+    await poked;
+    noteActivity("tool bash");
+    noted();
+    await busyGate;
+    return "b";
+  });
+  // Outside a tracked rollout nothing is noted.
+  noteActivity("stray");
+  await new Promise((r) => setTimeout(r, 400));
+  // Both idle for 0.4 s or more; then one makes progress.
+  assert.deepEqual(c.status({ stallAfterS: 0.3 }).stalled_rollouts!.map((r) => r.last), [
+    "model call",
+    "phase setup",
+  ]);
+  poke();
+  await notedTool;
+  const s = c.status({ stallAfterS: 0.3 });
+  assert.equal(s.tracked, 2);
+  assert.equal(s.stall_after_s, 0.3);
+  assert.deepEqual(s.stalled_rollouts!.map((r) => [r.id, r.last]), [["task-a#0", "model call"]]);
+  assert.ok(s.stalled_rollouts![0].idle_s >= 0.3);
+  assert.ok(s.stalled_rollouts![0].running_s >= s.stalled_rollouts![0].idle_s);
+  // The run's default threshold (60 s): none.
+  assert.deepEqual(c.status().stalled_rollouts, []);
+  const answered = handleControl(c, { action: "status", stall: 0.3 }) as {
+    ok: boolean;
+    status: { stalled_rollouts: Array<{ id: string }> };
+  };
+  assert.equal(answered.ok, true);
+  assert.deepEqual(answered.status.stalled_rollouts.map((r) => r.id), ["task-a#0"]);
+  assert.match(
+    String(handleControl(c, { action: "status", stall: -1 }).error),
+    /status stall must be a number of seconds ≥ 0, got -1/,
+  );
+  openIdle();
+  openBusy();
+  assert.deepEqual(await Promise.all([idle, active]), ["a", "b"]);
+  assert.equal(c.status().tracked, 0);
+});

@@ -9,7 +9,7 @@ import type { Messages, Response } from "../types.ts";
 
 /** A counting semaphore with FIFO waiters that honour an abort signal. */
 export class Semaphore {
-  readonly max: number;
+  #max: number;
   #held = 0;
   #peak = 0;
   #queue: Array<{ resolve: () => void; signal?: AbortSignal }> = [];
@@ -17,7 +17,26 @@ export class Semaphore {
   /** @param max permits (≥ 1) */
   constructor(max: number) {
     if (!(max >= 1)) throw new RangeError(`A semaphore needs at least 1 permit, got ${max}`);
-    this.max = Math.floor(max);
+    this.#max = Math.floor(max);
+  }
+
+  /** Permits in all. */
+  get max(): number {
+    return this.#max;
+  }
+
+  /**
+   * Changes the permits to `max`: more lets waiters in now; fewer takes effect as held
+   * permits are released (what holds one keeps it).
+   * @throws {RangeError} for fewer than 1
+   */
+  resize(max: number): void {
+    if (!(max >= 1)) throw new RangeError(`A semaphore needs at least 1 permit, got ${max}`);
+    this.#max = Math.floor(max);
+    while (this.#held < this.#max && this.#queue.length) {
+      this.#held++;
+      this.#queue.shift()!.resolve();
+    }
   }
 
   /** Permits held now. */
@@ -34,7 +53,7 @@ export class Semaphore {
   async acquire(options: { signal?: AbortSignal } = {}): Promise<() => void> {
     const { signal } = options;
     signal?.throwIfAborted();
-    if (this.#held < this.max && this.#queue.length === 0) {
+    if (this.#held < this.#max && this.#queue.length === 0) {
       this.#held++;
     } else {
       await new Promise<void>((resolve, reject) => {
@@ -54,8 +73,9 @@ export class Semaphore {
     return () => {
       if (released) return;
       released = true;
-      const next = this.#queue.shift();
-      if (next) next.resolve(); // the permit passes straight on
+      // The permit passes straight on, unless a resize took it away.
+      const next = this.#held <= this.#max ? this.#queue.shift() : undefined;
+      if (next) next.resolve();
       else this.#held--;
     };
   }

@@ -41,3 +41,38 @@ Deno.test("limitModelConnections() bounds requests in flight and keeps the clien
   assert.equal(most, 3);
   assert.equal(client.connections.peak, 3);
 });
+
+Deno.test("Semaphore.resize(): fewer permits hold new holders back until enough are released; more let waiters in at once", async () => {
+  const sem = new Semaphore(3);
+  const held = await Promise.all([sem.acquire(), sem.acquire(), sem.acquire()]);
+  const order: string[] = [];
+  const waiter = (name: string) =>
+    sem.acquire().then((release) => {
+      order.push(name);
+      return release;
+    });
+  const d = waiter("d");
+  const e = waiter("e");
+  sem.resize(1);
+  assert.equal(sem.max, 1);
+  // Two releases leave one permit held, which is the new limit: nobody passes.
+  held[0]();
+  held[1]();
+  await new Promise((r) => setTimeout(r, 0));
+  assert.deepEqual(order, []);
+  assert.equal(sem.held, 1);
+  // The last old holder's release lets one waiter in.
+  held[2]();
+  const releaseD = await d;
+  assert.deepEqual(order, ["d"]);
+  assert.equal(sem.held, 1);
+  // Raised to two: the other waiter comes in without a release.
+  sem.resize(2);
+  const releaseE = await e;
+  assert.deepEqual(order, ["d", "e"]);
+  assert.equal(sem.held, 2);
+  releaseD();
+  releaseE();
+  assert.equal(sem.held, 0);
+  assert.throws(() => sem.resize(0), RangeError);
+});

@@ -10,6 +10,7 @@ import { CommandTimeoutError, InfraError, TaskError } from "../errors.ts";
 import type { StopHook, Task, TaskData } from "./task.ts";
 import type { MessageGraph } from "../graph.ts";
 import { contentText } from "../messages.ts";
+import { noteActivity } from "../util/activity.ts";
 import type { Sampler, Toolbox } from "../tools/toolbox.ts";
 import type { ContentPart } from "../types.ts";
 import type { GatewayRoute } from "../gateway/gateway.ts";
@@ -275,6 +276,7 @@ export async function callModel(
   };
   if (options.notHonoured?.length) record.not_honoured = options.notHonoured;
   ctx.recorder.model_calls.push(record);
+  noteActivity("model call");
   try {
     const response = await ctx.client.getResponse(ctx.recorder.messages, ctx.model, {
       tools,
@@ -284,6 +286,7 @@ export async function callModel(
       ...(options.onDelta ? { onDelta: options.onDelta } : {}),
     });
     record.response = response;
+    noteActivity("model reply");
     if (response.not_honoured?.length) {
       record.not_honoured = [...(record.not_honoured ?? []), ...response.not_honoured];
     }
@@ -365,6 +368,7 @@ async function toolLoop(
       }
       if (args) {
         try {
+          noteActivity(`tool ${call.name}`);
           const result = ctx.toolbox?.has(call.name)
             ? await callToolbox(ctx, call.name, args)
             : await execute(call, args);

@@ -5,6 +5,7 @@
  */
 import { TaskError } from "../../errors.ts";
 import { unrefTimer } from "../../util/_timers.ts";
+import { noteActivity } from "../../util/activity.ts";
 
 /** The longest delay a timer takes (a longer one would fire at once). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -33,6 +34,7 @@ export async function phase<T>(
   options: PhaseOptions = {},
 ): Promise<T> {
   const { seconds, signal, stated = seconds, running } = options;
+  noteActivity(`phase ${name}`);
   const controller = new AbortController();
   const signals = [controller.signal, ...(signal ? [signal] : [])];
   const clock = new AbortController();

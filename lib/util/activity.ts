@@ -1,0 +1,34 @@
+/**
+ * What each rollout in flight last did, for `vf ctl status --stall N`: a run tracks each
+ * rollout with {@linkcode withActivity}, and the rollout's own code (a model call, a tool
+ * call, a phase starting) says so with {@linkcode noteActivity}, which finds its rollout
+ * through the async context. Outside a tracked rollout it does nothing.
+ * @module
+ */
+import { AsyncLocalStorage } from "node:async_hooks";
+
+/** One rollout in flight: its id, when it started, and what it last did when. */
+export interface Activity {
+  readonly id: string;
+  /** Epoch ms the rollout started. */
+  readonly started: number;
+  /** Epoch ms of its last progress. */
+  at: number;
+  /** What it last did: "model call", "model reply", "tool bash", "phase agent", ... */
+  what: string;
+}
+
+const current = new AsyncLocalStorage<Activity>();
+
+/** Runs `fn` as `activity`'s rollout: what it notes updates `activity`. */
+export function withActivity<T>(activity: Activity, fn: () => T): T {
+  return current.run(activity, fn);
+}
+
+/** The rollout running this code made progress: `what` (kept to 80 characters). */
+export function noteActivity(what: string): void {
+  const activity = current.getStore();
+  if (!activity) return;
+  activity.at = Date.now();
+  activity.what = what.length > 80 ? what.slice(0, 80) : what;
+}
