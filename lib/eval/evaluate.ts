@@ -18,6 +18,7 @@ import {
   isUnscoredOutput,
   loadMetadata,
   MetadataBuilder,
+  RESOLVED as METADATA_LATER,
   ResultsWriter,
   type RunMetadata,
 } from "./results.ts";
@@ -299,21 +300,24 @@ export async function generate(
   const errored = new Map<Row, RolloutOutput>();
   /** Rows sent back by a requeue: the errored output their retry replaces. */
   const retrying = new Map<Row, RolloutOutput>();
+  /** The options of every group's call (one object for the run, not one per group). */
+  const groupOptions = {
+    samplingArgs: options.samplingArgs,
+    signal: controller.signal,
+    independentScoring: options.independentScoring,
+    stateColumns: options.stateColumns,
+  };
   const runOne = async (group: Row[]): Promise<"ok" | "infra" | "interrupted" | void> => {
     let outputs: RolloutOutput[] = [];
     const retries = options.maxRetries ?? 0;
     // `vf ctl pause --now` aborts this: the group goes back to the queue, uncounted.
     const interrupt = steering?.interrupt;
     const signal = interrupt ? runSignal(interrupt) : controller.signal;
+    const runOptions = signal === controller.signal ? groupOptions : { ...groupOptions, signal };
     for (let attempt = 0; attempt <= retries; attempt++) {
       let result;
       try {
-        result = await env.runGroupOutputs(group, client, model, {
-          samplingArgs: options.samplingArgs,
-          signal,
-          independentScoring: options.independentScoring,
-          stateColumns: options.stateColumns,
-        });
+        result = await env.runGroupOutputs(group, client, model, runOptions);
       } catch (error) {
         if (interrupt?.aborted && !controller.signal.aborted) return "interrupted";
         throw error;
@@ -380,13 +384,12 @@ export async function generate(
     // there, and a write error ends the run. When the disk falls behind by MAX_UNWRITTEN
     // outputs, workers wait for it, so memory stays flat.
     const written = writer.append(
-      options.saveTokens || !outputs.some((o) => o.nodes !== undefined)
-        ? outputs
-        : outputs.map(withoutTokens),
+      options.saveTokens || !hasNodes(outputs) ? outputs : outputs.map(withoutTokens),
     );
     if (progress) written.then(() => onProgress!(progress)).catch(stop);
     else written.catch(stop);
-    writer.writeMetadata(buildMetadata).catch(stop);
+    const meta = writer.writeMetadata(buildMetadata);
+    if (meta !== METADATA_LATER) meta.catch(stop);
     if (writer.unwritten > MAX_UNWRITTEN) await written;
     return infra ? "infra" : "ok";
   };
@@ -472,6 +475,12 @@ export async function generate(
     .sort((a, b) => a[0].example_id - b[0].example_id || a[1] - b[1])
     .map(([o]) => o);
   return { outputs: sorted, metadata: buildMetadata(), tally };
+}
+
+/** Whether any output holds token nodes (a loop: no closure per group). */
+function hasNodes(outputs: RolloutOutput[]): boolean {
+  for (let i = 0; i < outputs.length; i++) if (outputs[i].nodes !== undefined) return true;
+  return false;
 }
 
 /** Options of {@link evaluate}. */

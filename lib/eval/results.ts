@@ -290,7 +290,8 @@ export class MetadataBuilder {
 
 /** How long `results.jsonl` stays open after the last append. */
 const IDLE_CLOSE_MS = 1000;
-const RESOLVED: Promise<void> = Promise.resolve();
+/** What `writeMetadata` returns when nothing was written now (it never rejects). */
+export const RESOLVED: Promise<void> = Promise.resolve();
 /** Appends within this long of the last write wait for it, to be written together. */
 const COALESCE_MS = 10;
 /** A batch buffer up to this size is kept for the next batch; a larger one is let go. */
@@ -394,21 +395,19 @@ export class ResultsWriter {
    * file and the column, and the run goes on (upstream logs and skips such a row too).
    */
   #lineOf(o: RolloutOutput): string | null {
-    const refuse = (why: string): null => {
-      console.warn(`${this.resultsPath}: not saving a rollout ${why}`);
-      return null;
-    };
+    // The warnings' text is built only when one is given (this runs once per rollout).
     if (!Number.isInteger(o.example_id)) {
-      return refuse(
+      return this.#refuse(
         `without an integer "example_id" (got ${describe(o.example_id)}); ` +
           `format rows with env.getEvalDataset()`,
       );
     }
-    const which = `of example_id ${o.example_id}`;
     for (const key in o) {
       const kind = typeof o[key];
       if (kind === "function" || kind === "symbol") {
-        return refuse(`${which}: column "${key}" is a ${kind}, which JSON cannot hold`);
+        return this.#refuse(
+          `of example_id ${o.example_id}: column "${key}" is a ${kind}, which JSON cannot hold`,
+        );
       }
     }
     try {
@@ -422,11 +421,18 @@ export class ResultsWriter {
           return true;
         }
       });
-      return refuse(
-        `${which}: column "${column}" cannot be serialised (${(error as Error).message}); ` +
+      return this.#refuse(
+        `of example_id ${o.example_id}: column "${column}" cannot be serialised (${
+          (error as Error).message
+        }); ` +
           `keep only JSON values (numbers, strings, lists, objects) in it`,
       );
     }
+  }
+
+  #refuse(why: string): null {
+    console.warn(`${this.resultsPath}: not saving a rollout ${why}`);
+    return null;
   }
 
   /** Write the lines appended so far (on the queue). */

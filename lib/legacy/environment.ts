@@ -275,7 +275,7 @@ export abstract class Environment {
     const toolDefs = "tool_defs" in info
       ? toolDefsOf(info.tool_defs, `info.tool_defs of example ${copy.example_id}`)
       : [...this.toolDefs];
-    const prompt = normalizeMessages(copy.prompt);
+    const prompt = normalizedCopy(copy.prompt);
     copy.prompt = prompt;
     return {
       input: copy,
@@ -412,19 +412,28 @@ export abstract class Environment {
    * Run a group and serialise it: what `generate` calls. `retryable` tells whether a
    * rollout hit an infrastructure or invalid-response error worth a fresh attempt.
    */
-  async runGroupOutputs(
+  runGroupOutputs(
     inputs: Row[],
     client: ChatClient,
     model: string,
     options: RolloutOptions & { independentScoring?: boolean; stateColumns?: string[] } = {},
   ): Promise<{ outputs: RolloutOutput[]; retryable: boolean }> {
-    const states = await this.runGroup(inputs, client, model, options);
-    return {
-      outputs: states.map((s) => stateToOutput(s, options.stateColumns)),
-      retryable: states.some((s) =>
-        s.error instanceof InfraError || s.error instanceof InvalidModelResponseError
-      ),
-    };
+    // One `then` instead of an async frame of its own: this runs once per group.
+    try {
+      const columns = options.stateColumns;
+      return this.runGroup(inputs, client, model, options).then((states) => {
+        const outputs: RolloutOutput[] = [];
+        let retryable = false;
+        for (const s of states) {
+          outputs.push(stateToOutput(s, columns));
+          retryable ||= s.error instanceof InfraError ||
+            s.error instanceof InvalidModelResponseError;
+        }
+        return { outputs, retryable };
+      });
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   /**
@@ -492,6 +501,24 @@ export abstract class Environment {
     await this.rubric.teardown();
     for (const t of this.#teardowns) await t.fn();
   }
+}
+
+/**
+ * The messages of a prompt that is already a private copy, normalised. Messages normalisation
+ * would only copy again (system, user and text messages with string content: the same keys
+ * and values) are kept as they are; anything else goes through {@link normalizeMessages}.
+ */
+function normalizedCopy(prompt: unknown): Messages {
+  if (!Array.isArray(prompt)) return normalizeMessages(prompt);
+  for (let i = 0; i < prompt.length; i++) {
+    const m = prompt[i];
+    if (
+      typeof m !== "object" || m === null || Object.getPrototypeOf(m) !== Object.prototype ||
+      (m.role !== "system" && m.role !== "user" && m.role !== "text") ||
+      typeof m.content !== "string"
+    ) return normalizeMessages(prompt);
+  }
+  return prompt as Messages;
 }
 
 function sample(ds: Dataset, n: number, seed?: number | null): Dataset {

@@ -86,9 +86,18 @@ export abstract class MultiTurnEnv extends Environment {
 
   /** Record a model response as a trajectory step. */
   addModelResponse(state: State, prompt: Messages, response: Response): void {
-    const { finish_reason: _f, is_truncated, ...message } = response.message;
-    const completion: AssistantMessage = { ...message, role: "assistant" };
-    if (!completion.tool_calls) delete completion.tool_calls;
+    // One copy of the message without its finish reason and truncation flag (the keys in the
+    // order a rest-and-spread copy would give them).
+    const source = response.message;
+    const is_truncated = source.is_truncated;
+    const copy: Record<string, unknown> = {};
+    for (const key in source) {
+      if (key === "finish_reason" || key === "is_truncated") continue;
+      if (key === "tool_calls" && !source.tool_calls) continue;
+      copy[key] = (source as unknown as Record<string, unknown>)[key];
+    }
+    copy.role = "assistant";
+    const completion = copy as unknown as AssistantMessage;
     state.is_truncated ||= is_truncated;
     state.trajectory.push({
       prompt,

@@ -221,6 +221,7 @@ export class OpenAIChatClient implements ChatClient {
   #baseHeaders: Readonly<Record<string, string>>;
   /** Set when requests go through vf's HTTP/1.1 pool (plain http, no proxy); else `fetch`. */
   #http1Endpoint: URL | null;
+  #chatUrlText: string | undefined;
 
   constructor(config: ClientConfig) {
     this.baseUrl = config.base_url.replace(/\/+$/, "");
@@ -252,11 +253,11 @@ export class OpenAIChatClient implements ChatClient {
     model: string,
     options: ChatRequestOptions = {},
   ): Promise<Response> {
-    const body: Record<string, unknown> = {
-      model,
-      messages: toWireMessages(prompt),
-      ...normalizeSamplingArgs(options.samplingArgs),
-    };
+    // No sampling arguments (the common case): no normalised copy to spread.
+    const sampling = options.samplingArgs;
+    const body: Record<string, unknown> = sampling && hasKeys(sampling)
+      ? { model, messages: toWireMessages(prompt), ...normalizeSamplingArgs(sampling) }
+      : { model, messages: toWireMessages(prompt) };
     // One choice per request; group size comes from rollouts_per_example. (A delete makes the
     // body slower to serialise: only when there is something to delete.)
     if ("n" in body) delete body.n;
@@ -289,11 +290,6 @@ export class OpenAIChatClient implements ChatClient {
       outputCap = { requested: body[capKey] as number, sent: limit, reason: "max_output_tokens" };
       body[capKey] = limit;
     }
-    const annotate = (response: Response): Response => {
-      if (outputCap) response.output_cap = outputCap;
-      if (notHonoured) response.not_honoured = notHonoured;
-      return response;
-    };
     const capture = tokenCapture(body.return_token_ids);
     if (capture === "off") {
       if ("return_token_ids" in body) delete body.return_token_ids;
@@ -319,7 +315,7 @@ export class OpenAIChatClient implements ChatClient {
       body.stream_options = { include_usage: true };
     }
     let payload = JSON.stringify(body);
-    const url = `${this.baseUrl}/chat/completions`;
+    const url = this.#chatUrl;
     const extraHeaders = session && this.config?.session_header
       ? { ...options.headers, "x-session-id": session.traceId }
       : options.headers;
@@ -362,7 +358,7 @@ export class OpenAIChatClient implements ChatClient {
       if (reply.streamed) {
         const response = parseChatCompletion(reply.streamed);
         if (attempt > 0) response.retries = attempt;
-        return annotate(response);
+        return annotated(response, outputCap, notHonoured);
       }
       if (status >= 200 && status < 300) {
         let json: unknown;
@@ -391,7 +387,7 @@ export class OpenAIChatClient implements ChatClient {
           } else response.tokens = tokens;
         }
         if (attempt > 0) response.retries = attempt;
-        return annotate(response);
+        return annotated(response, outputCap, notHonoured);
       }
       // A cap the endpoint refuses, naming its limit: once more with the cap that fits.
       const fit = capKey && outputCap?.reason !== "endpoint_limit" && status >= 400 &&
@@ -436,6 +432,11 @@ export class OpenAIChatClient implements ChatClient {
       throw withRetries(lastError, attempt);
     }
     throw lastError;
+  }
+
+  /** `…/chat/completions` of the base URL, built once. */
+  get #chatUrl(): string {
+    return this.#chatUrlText ??= `${this.baseUrl}/chat/completions`;
   }
 
   #warnReasoning(effort: string): void {
@@ -567,7 +568,18 @@ export class OpenAIChatClient implements ChatClient {
   }
 }
 
-function hasKeys(record: Record<string, string>): boolean {
+/** The response with the output cap and the settings not honoured, when there are any. */
+function annotated(
+  response: Response,
+  outputCap: Response["output_cap"],
+  notHonoured: Response["not_honoured"],
+): Response {
+  if (outputCap) response.output_cap = outputCap;
+  if (notHonoured) response.not_honoured = notHonoured;
+  return response;
+}
+
+function hasKeys(record: object): boolean {
   for (const _ in record) return true;
   return false;
 }

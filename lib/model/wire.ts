@@ -90,9 +90,24 @@ export function toWireMessages(messages: Messages): Record<string, unknown>[] {
       case "text":
         return { role: "user", content: m.content };
       default:
-        return { role: m.role, content: m.content };
+        // A message of just these two keys, in this order, serialises as its wire form does.
+        return isRoleAndContent(m) ? m as unknown as Record<string, unknown> : {
+          role: m.role,
+          content: m.content,
+        };
     }
   });
+}
+
+/** Whether a message's own keys are exactly `role` then `content` (plain object, no others). */
+function isRoleAndContent(m: object): boolean {
+  if (Object.getPrototypeOf(m) !== Object.prototype) return false;
+  let n = 0;
+  for (const key in m) {
+    if (key !== (n === 0 ? "role" : n === 1 ? "content" : "")) return false;
+    n++;
+  }
+  return n === 2;
 }
 
 /**
