@@ -48,3 +48,28 @@ Deno.test("RunIndex: totals, the histogram and the tokens follow rows appended a
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("RunIndex: a results row re-run by a row read before it (retry_of) is not counted, as loadOutputs leaves it out in any order", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf-run-index-retry-" });
+  const file = join(dir, "results.jsonl");
+  const row = (tid: string, reward: number | null, retryOf?: string) =>
+    JSON.stringify({
+      example_id: 4,
+      trajectory_id: tid,
+      ...(retryOf ? { retry_of: retryOf } : {}),
+      reward,
+      error: reward === null ? { error: "ModelError" } : null,
+    }) + "\n";
+  await Deno.writeTextFile(file, row("new", 1, "old") + row("old", null) + row("other", 0));
+  const index = await RunIndex.open(file, join(dir, "index"));
+  try {
+    index.refresh();
+    assert.equal(index.count, 2);
+    assert.equal(index.query({ errors: "only" }).total, 0);
+    assert.deepEqual(index.query({}).rows.map((r) => [r.line, r.rollout]), [[0, 0], [2, 1]]);
+    assert.deepEqual(index.rowsAt(1).map((r) => r.error), ["ModelError"]); // still opened by line
+  } finally {
+    index.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
