@@ -270,6 +270,27 @@ Deno.test("vf view in headless Chromium: runs list, a 10k-rollout run filtered t
         (globalThis as Dom).document.querySelector('[data-testid="count"]')?.textContent === "3025",
       { timeout: 30_000 },
     );
+    // A requeued rollout (`vf ctl requeue`): its errored row lands, then its retry naming it and
+    // one more row; the page counts the rollout once.
+    const otherFile = join(otherDir, "results.jsonl");
+    const errored = { ...legacyRow(3025, 1000, 1), trajectory_id: "live-bad", reward: null };
+    const bad = JSON.stringify({ ...errored, error: { error: "ModelError" } });
+    await Deno.writeTextFile(otherFile, bad + "\n", { append: true });
+    const countIs = (...want: string[]) =>
+      page.waitForFunction(
+        (w: string[]) =>
+          w.includes(
+            (globalThis as Dom).document.querySelector('[data-testid="count"]')?.textContent,
+          ),
+        { timeout: 60_000 },
+        want,
+      );
+    await countIs("3026");
+    const retry = { ...legacyRow(3025, 1000, 1), trajectory_id: "live-good", retry_of: "live-bad" };
+    const late = [retry, legacyRow(3026, 1000, 1)].map((r) => JSON.stringify(r));
+    await Deno.writeTextFile(otherFile, late.join("\n") + "\n", { append: true });
+    await countIs("3027", "3028"); // 3028 counts the errored row and its retry both
+    assert.equal(await textOf('[data-testid="count"]'), "3027");
 
     // Compare: the page's delta is the paired comparison of the two files.
     const rewards = (lines: string[]) => {
@@ -283,7 +304,7 @@ Deno.test("vf view in headless Chromium: runs list, a 10k-rollout run filtered t
       }
       return m;
     };
-    const expected = pairedComparison(rewards(big), rewards([...other, ...more]));
+    const expected = pairedComparison(rewards(big), rewards([...other, ...more, ...late]));
     await page.goto(
       `${base}#/compare/${encodeURIComponent("evals/gsm8k--m/aaa")}/${
         encodeURIComponent("evals/gsm8k--m2/bbb")
