@@ -34,7 +34,7 @@ import { inPhase, phase, PhaseError, settledWithin } from "./phase.ts";
 import { judgeScores, scoreIsolated, scoreShared } from "./grading.ts";
 import { openTools, setUpAgent } from "./setup.ts";
 import { agentSpecOf } from "./spec.ts";
-import { RolloutState } from "./state.ts";
+import { lastReplyOf, RolloutState, stoppedBy } from "./state.ts";
 
 export type { AgentPolicy, Box, RolloutRecord, Segment, TaskRolloutOptions } from "./options.ts";
 export { collectArtifacts, restoreArtifacts } from "./artifacts.ts";
@@ -42,22 +42,7 @@ export { gradeSubmission } from "./grading.ts";
 export { rescoreTrace } from "./rescore.ts";
 export { resolveNetworkPolicy, resolveRuntimeSpec } from "./spec.ts";
 export { type TaskTrace, TRACE_FORMAT_VERSION } from "../trace.ts";
-
-const tokenLimitNames = new Set(["max_input_tokens", "max_output_tokens", "max_total_tokens"]);
-
-function messageText(content: unknown): string {
-  if (typeof content === "string") return content;
-  if (Array.isArray(content)) {
-    return content.map((p) => (typeof p?.text === "string" ? p.text : "")).join("");
-  }
-  return "";
-}
-
-/** The text of the last assistant message in `messages`, or "". */
-export function lastReplyOf(messages: Messages): string {
-  const last = [...messages].reverse().find((m) => m.role === "assistant");
-  return last ? messageText(last.content) : "";
-}
+export { lastReplyOf } from "./state.ts";
 
 /**
  * One task rollout in steps: {@link TaskRollout.open} (sandbox and setup), one or more
@@ -270,9 +255,7 @@ export class TaskRollout {
     }
     const added = recorder.messages.slice(before + earlier.length);
     const replied = added.some((m) => m.role === "assistant");
-    const stopped = recorder.stop_condition === "max_turns_reached" ||
-      tokenLimitNames.has(recorder.stop_condition ?? "") ||
-      this.#stops.some((h) => h.name === recorder.stop_condition);
+    const stopped = stoppedBy(recorder.stop_condition, this.#stops);
     return {
       messages: added,
       // A session cut at its own limit leaves the rest of the rollout to the task.

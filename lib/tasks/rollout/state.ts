@@ -15,10 +15,33 @@ import type { ForkLead, ForkMember } from "../fork.ts";
 import { MessageGraph } from "../../graph.ts";
 import type { HarnessRecorder } from "../harness.ts";
 import type { SandboxRecord } from "../record.ts";
-import type { ScoringConfig, TaskHookContext, TaskTimeouts, TraceView } from "../task.ts";
+import type { ScoringConfig, StopHook, TaskHookContext, TaskTimeouts, TraceView } from "../task.ts";
 import { type TaskTrace, TRACE_FORMAT_VERSION } from "../trace.ts";
+import type { Messages } from "../../types.ts";
 import type { TaskRolloutOptions } from "./options.ts";
 import { warnOnce } from "./_warn.ts";
+
+function messageText(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) {
+    return content.map((p) => (typeof p?.text === "string" ? p.text : "")).join("");
+  }
+  return "";
+}
+
+/** The text of the last assistant message in `messages`, or "". */
+export function lastReplyOf(messages: Messages): string {
+  const last = [...messages].reverse().find((m) => m.role === "assistant");
+  return last ? messageText(last.content) : "";
+}
+
+const TOKEN_LIMIT_STOPS = new Set(["max_input_tokens", "max_output_tokens", "max_total_tokens"]);
+
+/** Whether a segment ended on a stop: its turn limit, a token limit or one of the task's hooks. */
+export function stoppedBy(condition: string | null | undefined, hooks: StopHook[]): boolean {
+  return condition === "max_turns_reached" || TOKEN_LIMIT_STOPS.has(condition ?? "") ||
+    hooks.some((h) => h.name === condition);
+}
 
 /** One rollout's state, as its phases read and change it (see the module doc). */
 export class RolloutState {
