@@ -116,6 +116,8 @@ export interface RunSteering {
   interrupted(n: number): void;
   /** The run's size, once the loop knows it, and how many of it a resume found done. */
   planned?(total: number, done: number): void;
+  /** Runs one unit (a group) as `id`, tracking its progress (`vf ctl status --stall N`). */
+  track?<T>(id: string, fn: () => Promise<T>): Promise<T>;
 }
 
 /** What {@link generate} returns. */
@@ -307,6 +309,8 @@ export async function generate(
     independentScoring: options.independentScoring,
     stateColumns: options.stateColumns,
   };
+  /** The last append's promise (a batch's appends share one). */
+  let lastWritten: Promise<void> | null = null;
   const runOne = async (group: Row[]): Promise<"ok" | "infra" | "interrupted" | void> => {
     let outputs: RolloutOutput[] = [];
     const retries = options.maxRetries ?? 0;
@@ -317,7 +321,8 @@ export async function generate(
     for (let attempt = 0; attempt <= retries; attempt++) {
       let result;
       try {
-        result = await env.runGroupOutputs(group, client, model, runOptions);
+        const run1 = () => env.runGroupOutputs(group, client, model, runOptions);
+        result = await (steering?.track?.(`example ${group[0].example_id}`, run1) ?? run1());
       } catch (error) {
         if (interrupt?.aborted && !controller.signal.aborted) return "interrupted";
         throw error;
@@ -386,8 +391,10 @@ export async function generate(
     const written = writer.append(
       options.saveTokens || !hasNodes(outputs) ? outputs : outputs.map(withoutTokens),
     );
+    // Appends of one batch share its promise: one catch for the batch is enough.
     if (progress) written.then(() => onProgress!(progress)).catch(stop);
-    else written.catch(stop);
+    else if (written !== lastWritten) written.catch(stop);
+    lastWritten = written;
     const meta = writer.writeMetadata(buildMetadata);
     if (meta !== METADATA_LATER) meta.catch(stop);
     if (writer.unwritten > MAX_UNWRITTEN) await written;

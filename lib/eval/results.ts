@@ -326,7 +326,11 @@ export class ResultsWriter {
   #spare: Uint8Array<ArrayBuffer> | null = new Uint8Array(BATCH_BUFFER_BYTES);
   /** Lines appended but not yet on disk (queued or being written). */
   #unwritten = 0;
-  #pendingWaiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
+  /**
+   * The promise of the batch being gathered, shared by all its appends (one promise per
+   * batch, not one and its resolvers per append); null until the batch's first append.
+   */
+  #batchDone: PromiseWithResolvers<void> | null = null;
   #flushScheduled = false;
   #flushTimer: ReturnType<typeof setTimeout> | undefined;
   #lastFlushAt = -Infinity;
@@ -363,7 +367,8 @@ export class ResultsWriter {
    * Append outputs (serialised one per line), repairing a torn last line first. Appends
    * that arrive together are written with one call, and so are appends that arrive within
    * `coalesceMs` (10 ms) of the last write (rollouts finishing one by one, as replies come in, would
-   * otherwise cost a write each); the promise resolves once on disk.
+   * otherwise cost a write each); the promise resolves once on disk. Appends written in the
+   * same batch get the same promise.
    */
   append(outputs: RolloutOutput[]): Promise<void> {
     for (const o of outputs) {
@@ -372,9 +377,7 @@ export class ResultsWriter {
       this.#push(line);
       this.#unwritten++;
     }
-    const done = new Promise<void>((resolve, reject) =>
-      this.#pendingWaiters.push({ resolve, reject })
-    );
+    const done = (this.#batchDone ??= Promise.withResolvers<void>()).promise;
     if (!this.#flushScheduled) {
       this.#flushScheduled = true;
       const wait = this.#lastFlushAt + this.coalesceMs - performance.now();
@@ -440,7 +443,7 @@ export class ResultsWriter {
     this.#flushScheduled = false;
     this.#lastFlushAt = performance.now();
     const count = this.#pendingCount;
-    const waiters = this.#pendingWaiters;
+    const waiters = this.#batchDone;
     const batch = this.#pending;
     const bytes = batch.subarray(0, this.#pendingAt);
     // Appends made while this batch is written go to the other buffer (writes never overlap,
@@ -449,12 +452,12 @@ export class ResultsWriter {
     this.#spare = null;
     this.#pendingAt = 0;
     this.#pendingCount = 0;
-    this.#pendingWaiters = [];
+    this.#batchDone = null;
     try {
       await this.#writeLines(bytes);
-      for (const w of waiters) w.resolve();
+      waiters?.resolve();
     } catch (error) {
-      for (const w of waiters) w.reject(error);
+      waiters?.reject(error);
     } finally {
       this.#unwritten -= count;
       if (batch.length <= KEEP_BUFFER_BYTES) this.#spare = batch;

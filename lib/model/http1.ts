@@ -125,7 +125,7 @@ class Connection {
       if (parse(p)) this.#finish(p);
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
-      this.#settle(p, () => p.reject(new Http1Error(message, "receive", "EPROTO")));
+      if (this.#take(p)) p.reject(new Http1Error(message, "receive", "EPROTO"));
       this.destroy();
     }
   }
@@ -147,7 +147,7 @@ class Connection {
       text: p.body.length === 1 ? p.body[0].toString("utf8") : Buffer.concat(p.body).toString(),
     };
     const reusable = p.keepAlive && (p.buffer === null || p.buffer.length === 0);
-    this.#settle(p, () => p.resolve(response));
+    if (this.#take(p)) p.resolve(response);
     if (reusable) this.origin.release(this);
     else this.destroy();
   }
@@ -166,13 +166,14 @@ class Connection {
     const message = phase === "receive"
       ? `the connection closed before the response was complete: ${what}`
       : what;
-    this.#settle(p, () => p.reject(new Http1Error(message, phase, code, { cause: error })));
+    if (this.#take(p)) p.reject(new Http1Error(message, phase, code, { cause: error }));
   }
 
-  #settle(p: Pending, settle: () => void): void {
-    if (this.pending !== p) return;
+  /** Whether `p` is still this connection's request; it no longer is once this returns. */
+  #take(p: Pending): boolean {
+    if (this.pending !== p) return false;
     this.pending = null;
-    settle();
+    return true;
   }
 
   /** Sends one request; the response arrives through `pending`. */
@@ -185,7 +186,7 @@ class Connection {
   /** Ends the request this connection serves with `error` and closes it. */
   abort(error: Error): void {
     const p = this.pending;
-    if (p) this.#settle(p, () => p.reject(error));
+    if (p && this.#take(p)) p.reject(error);
     this.destroy();
   }
 
@@ -436,7 +437,7 @@ const SWEEP_EVERY_MS = 1_000;
 interface Deadline {
   /** `performance.now()` at which the request times out. */
   at: number;
-  expire: () => void;
+  expire(): void;
 }
 
 const deadlines = new Set<Deadline>();
@@ -463,46 +464,76 @@ function sweepDeadlines(): void {
   }
 }
 
+/**
+ * One request in flight: its response as it arrives, and what to undo when it settles. A
+ * class, so the per-request state is one object (its methods live on the prototype, not in
+ * closures made per request).
+ */
+class Exchange implements Pending, Deadline {
+  buffer: Buffer | null = null;
+  status = 0;
+  headers: Map<string, string> | null = null;
+  framing: Framing = "none";
+  remaining = 0;
+  body: Buffer[] = [];
+  keepAlive = false;
+  received = false;
+  head: boolean;
+  /** When the request times out, for the sweep of long timeouts. */
+  at = 0;
+  timer: ReturnType<typeof setTimeout> | undefined = undefined;
+
+  constructor(
+    readonly conn: Connection,
+    readonly req: Http1Request,
+    readonly done: (response: Http1Response) => void,
+    readonly fail: (error: Error) => void,
+  ) {
+    this.head = req.method === "HEAD";
+  }
+
+  resolve(response: Http1Response): void {
+    this.#cleanUp();
+    this.done(response);
+  }
+
+  reject(error: Error): void {
+    this.#cleanUp();
+    this.fail(error);
+  }
+
+  expire(): void {
+    const phase: Http1Phase = this.received ? "receive" : "send";
+    this.conn.abort(new Http1TimeoutError(phase, this.req.timeoutMs!));
+  }
+
+  #cleanUp(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    if (this.at !== 0) deadlines.delete(this);
+    const signal = this.req.signal;
+    if (signal) inFlight.get(signal)?.delete(this.conn);
+  }
+}
+
 function exchange(conn: Connection, head: string, req: Http1Request): Promise<Http1Response> {
   return new Promise<Http1Response>((resolve, reject) => {
     const { signal, timeoutMs } = req;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    let deadline: Deadline | undefined;
-    const done = () => {
-      if (timer !== undefined) clearTimeout(timer);
-      if (deadline) deadlines.delete(deadline);
-      if (signal) inFlight.get(signal)?.delete(conn);
-    };
-    const pending: Pending = {
-      resolve(response) {
-        done();
-        resolve(response);
-      },
-      reject(error) {
-        done();
-        reject(error);
-      },
-      buffer: null,
-      status: 0,
-      headers: null,
-      framing: "none",
-      remaining: 0,
-      body: [],
-      keepAlive: false,
-      received: false,
-      head: req.method === "HEAD",
-    };
+    const pending = new Exchange(conn, req, resolve, reject);
     if (timeoutMs !== undefined && Number.isFinite(timeoutMs)) {
-      const expire = () => {
-        const phase: Http1Phase = pending.received ? "receive" : "send";
-        conn.abort(new Http1TimeoutError(phase, timeoutMs));
-      };
-      if (timeoutMs < SWEPT_FROM_MS) timer = setTimeout(expire, timeoutMs);
-      else addDeadline(deadline = { at: performance.now() + timeoutMs, expire });
+      if (timeoutMs < SWEPT_FROM_MS) timer(pending, timeoutMs);
+      else {
+        pending.at = performance.now() + timeoutMs;
+        addDeadline(pending);
+      }
     }
     if (signal) watch(signal, conn);
     conn.send(head, req.body, pending);
   });
+}
+
+/** A short timeout's own timer. */
+function timer(pending: Exchange, ms: number): void {
+  pending.timer = setTimeout(() => pending.expire(), ms);
 }
 
 /** Whether `url` goes through a proxy under HTTP_PROXY / ALL_PROXY and NO_PROXY. */
