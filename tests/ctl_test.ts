@@ -133,6 +133,65 @@ Deno.test("vf ctl pauses, resumes and changes the concurrency of a running vf ev
   }
 });
 
+Deno.test("vf ctl status --stall N lists the rollouts of a running vf eval held at the model, by example, with what they last did", async () => {
+  await using tmp = await tempDir("vf_ctl_stall_");
+  const ctlDir = join(tmp.path, "ctl");
+  let started = 0;
+  let open!: () => void;
+  const gate = new Promise<void>((r) => (open = r));
+  await using model = await startModelServer({
+    responder: async (request) => {
+      started++;
+      await gate;
+      return { content: `\\boxed{${ANSWERS.get(lastUserText(request)) ?? "0"}}` };
+    },
+  });
+  const env = { VF_CTL_DIR: ctlDir };
+  const child = cliCommand(
+    ["eval", "gsm8k", "-m", "m", "-b", model.url, "-n", "4", "-r", "1", "-c", "2", "-o", "out"],
+    { cwd: tmp.path, env, registry: false },
+  ).spawn();
+  const ctl = async (...a: string[]) => {
+    const res = await runCli(["ctl", ...a], { cwd: tmp.path, env, registry: false });
+    assert.equal(res.code, 0, transcript(res));
+    return res.stdout;
+  };
+  try {
+    await until("two requests at the model", () => started === 2);
+    assert.match(await ctl("status"), /0 of 2 rollouts in flight with no progress for 60s or more/);
+    let status = "";
+    await until(
+      "both idle for 2 s",
+      async () =>
+        /2 of 2 rollouts in flight with no progress for 2s or more/.test(
+          status = await ctl("status", "--stall", "2"),
+        ),
+      60_000,
+    );
+    const stalled = [
+      ...status.matchAll(/stalled example (\d+) {2}last model call {2}idle (\d+)s/g),
+    ];
+    assert.equal(stalled.length, 2, status);
+    assert.notEqual(stalled[0][1], stalled[1][1]);
+    for (const m of stalled) assert.ok(Number(m[2]) >= 2, status);
+    const bad = await runCli(["ctl", "status", "--stall", "soon"], {
+      cwd: tmp.path,
+      env,
+      registry: false,
+    });
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--stall needs seconds ≥ 0, got "soon"/);
+    open();
+    const res = await collect(child);
+    assert.equal(res.code, 0, transcript(res));
+  } finally {
+    open();
+    try {
+      child.kill();
+    } catch { /* already ended */ }
+  }
+});
+
 Deno.test("stripControl() removes terminal escapes and control characters a run's strings may carry", () => {
   assert.equal(
     stripControl("ok\x1b[2J\x1b]0;pwned\x07 run\x1b[31m red\x00\x7f\x9b"),

@@ -15,6 +15,7 @@ import {
 } from "../errors.ts";
 import { formatRows, parseInfo } from "../data/formatting.ts";
 import { copyPlain } from "../util/_plain.ts";
+import { noteActivity } from "../util/activity.ts";
 import { normalizeMessages, normalizeToolDefs } from "../messages.ts";
 import { Parser } from "../scoring/parser.ts";
 import { isThenable, RESOLVED, Rubric, RubricGroup, sortHandlers } from "../scoring/rubric.ts";
@@ -314,6 +315,7 @@ export abstract class Environment {
       const value = state[fromState[header]];
       if (value !== undefined && value !== null) (headers ??= {})[header] = String(value);
     }
+    noteActivity("model call");
     const response = await state.client.getResponse(prompt, state.model, {
       tools: state.tool_defs,
       samplingArgs: state.sampling_args,
@@ -321,6 +323,7 @@ export abstract class Environment {
       signal: state.signal,
       session: { traceId: String(state.trajectory_id), group: `example-${state.example_id}` },
     });
+    noteActivity("model reply");
     if (response.usage) {
       state.usage.seen = true;
       state.usage.input_tokens += response.usage.prompt_tokens;

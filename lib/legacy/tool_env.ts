@@ -10,6 +10,7 @@ import { MultiTurnEnv, type MultiTurnEnvOptions } from "./multi_turn.ts";
 import { Rubric } from "../scoring/rubric.ts";
 import type { State } from "../state.ts";
 import type { ContentPart, JsonSchema, Messages, Tool, ToolMessage } from "../types.ts";
+import { noteActivity } from "../util/activity.ts";
 
 /** What a tool function returns: text, content parts, or anything JSON-serialisable. */
 export type ToolResult = unknown;
@@ -201,6 +202,7 @@ export class ToolEnv extends MultiTurnEnv {
       }
       args = await this.updateToolArgs(call.name, args, messages, state);
       try {
+        noteActivity(`tool ${call.name}`);
         const result = await this.callTool(call.name, args, state);
         out.push({ role: "tool", tool_call_id: call.id, content: toolContent(result) });
       } catch (error) {
