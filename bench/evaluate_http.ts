@@ -4,13 +4,16 @@
  * `evaluate` (outputs kept, and `keepOutputs: false` as `vf eval` runs it) alternating, so the
  * machine's speed swings reach every variant alike. Prints the fastest and the median run of
  * each, the ratio to the bare loop, and heap allocated per rollout (`total_allocated_bytes`,
- * independent of the machine's speed). With `--peak`, each variant also runs once in a fresh
+ * independent of the machine's speed), and this process's CPU time per rollout (user + system,
+ * its GC threads included: less swayed than wall time by other processes on a loaded machine,
+ * though the model server's CPU is not in it). With `--peak`, each variant also runs once in a fresh
  * process of its own and reports that process's peak RSS.
  *
  *   deno run -A bench/evaluate_http.ts [rollouts=20000] [repeats=6] [--peak]
  * @module
  */
 import v8 from "node:v8";
+import process from "node:process";
 import { evaluate, OpenAIChatClient, Rubric, SingleTurnEnv } from "../mod.ts";
 import { http1Request } from "../lib/model/http1.ts";
 import { startLoopbackModel } from "./_loopback_model.ts";
@@ -30,13 +33,18 @@ const allocated = () =>
 interface Run {
   wallUs: number;
   bytes: number;
+  /** This process's CPU time (user + system) per rollout, µs. */
+  cpuUs: number;
 }
 
 async function timed(count: number, work: () => Promise<void>): Promise<Run> {
   const a0 = allocated();
+  const c0 = process.cpuUsage();
   const t0 = performance.now();
   await work();
-  return { wallUs: (1e3 * (performance.now() - t0)) / count, bytes: (allocated() - a0) / count };
+  const wallUs = (1e3 * (performance.now() - t0)) / count;
+  const cpu = process.cpuUsage(c0);
+  return { wallUs, bytes: (allocated() - a0) / count, cpuUs: (cpu.user + cpu.system) / count };
 }
 
 function makeEnv(): SingleTurnEnv {
@@ -126,14 +134,15 @@ try {
   const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
   const best = (k: string) => sorted(runs[k].map((x) => x.wallUs))[0];
   const median = (k: string) => sorted(runs[k].map((x) => x.wallUs))[Math.floor(repeats / 2)];
+  const cpu = (k: string) => sorted(runs[k].map((x) => x.cpuUs))[Math.floor(repeats / 2)];
   console.log(
     `${n} single-turn rollouts at concurrency ${CONCURRENCY}, ${repeats} runs of each in turn; ` +
       `load average ${Deno.loadavg().map((x) => x.toFixed(1)).join(", ")}\n`,
   );
   console.log(
-    "| variant | fastest µs per rollout | median µs | bare / variant (fastest) | bare / variant (median) | KB allocated per rollout |",
+    "| variant | fastest µs per rollout | median µs | bare / variant (fastest) | bare / variant (median) | median CPU µs per rollout | bare / variant (CPU) | KB allocated per rollout |",
   );
-  console.log("| --- | ---: | ---: | ---: | ---: | ---: |");
+  console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
   const names: Record<string, string> = {
     bare: "bare HTTP/1.1-pool loop",
     kept: "`evaluate`, outputs kept (default)",
@@ -144,7 +153,9 @@ try {
     console.log(
       `| ${names[k]} | ${best(k).toFixed(1)} | ${median(k).toFixed(1)} | ${
         (best("bare") / best(k)).toFixed(2)
-      } | ${(median("bare") / median(k)).toFixed(2)} | ${kb.toFixed(1)} |`,
+      } | ${(median("bare") / median(k)).toFixed(2)} | ${cpu(k).toFixed(1)} | ${
+        (cpu("bare") / cpu(k)).toFixed(2)
+      } | ${kb.toFixed(1)} |`,
     );
   }
   if (Deno.args.includes("--peak")) {
