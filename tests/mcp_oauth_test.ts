@@ -143,8 +143,8 @@ async function until<T>(fn: () => Promise<T | undefined> | T | undefined, what: 
   throw new Error(`Timed out waiting for ${what}`);
 }
 
-async function callOnce(spec: ToolsetSpec): Promise<string> {
-  const box = await Toolbox.open([spec], { state: {} });
+async function callOnce(spec: ToolsetSpec, run?: string): Promise<string> {
+  const box = await Toolbox.open([spec], { state: {}, run });
   try {
     return (await box.call(`${spec.name}_whoami`, {})).text;
   } finally {
@@ -175,6 +175,28 @@ Deno.test("an authorization-code toolset authorizes headlessly when the server r
   assert.equal(servers.authorizations.length, 1);
   // The spec keeps no token.
   assert.deepEqual(spec.oauth, { grant: "authorization_code" });
+});
+
+Deno.test("two runs in one process authorize separately; a run's rollouts share its token", async () => {
+  await using servers = await startServers("redirect");
+  const spec: ToolsetSpec = {
+    name: "perrun",
+    url: servers.url,
+    oauth: { grant: "authorization_code" },
+  };
+  const run = `run-${crypto.randomUUID()}`;
+  const first = await callOnce(spec, run);
+  assert.equal(await callOnce(spec, run), first);
+  assert.equal(servers.authorizations.length, 1);
+  // Another run in the same process (a second `vf eval`, another served taskset): its own
+  // authorization and token, never the first run's.
+  const other = await callOnce(spec, `run-${crypto.randomUUID()}`);
+  assert.equal(servers.authorizations.length, 2);
+  assert.deepEqual(servers.grants, ["authorization_code", "authorization_code"]);
+  assert.notEqual(other, first);
+  // The first run still has its own.
+  assert.equal(await callOnce(spec, run), first);
+  assert.equal(servers.authorizations.length, 2);
 });
 
 Deno.test("a server that shows a login page is asked once for concurrent rollouts, and vf takes the person's redirect on its loopback redirect URI", async () => {

@@ -300,7 +300,11 @@ export async function runTaskset(
   // Shared toolsets: opened once, before any rollout, for every rollout of the run.
   const sharedSpecs = (options.toolsets ?? []).filter((t) => t.shared);
   const sharedTools = sharedSpecs.length
-    ? await Toolbox.open(sharedSpecs, { state: {}, signal: options.signal })
+    ? await Toolbox.open(sharedSpecs, {
+      state: {},
+      run: options.runId,
+      signal: options.signal,
+    })
     : undefined;
   try {
     await env.start();

@@ -114,7 +114,9 @@ export async function tasksetServeRunner(spec: string, argv: string[]): Promise<
     samplingArgs: {},
   });
   const shared = toolsets.filter((t) => t.shared);
-  const sharedTools = shared.length ? await Toolbox.open(shared, { state: {} }) : undefined;
+  const sharedTools = shared.length
+    ? await Toolbox.open(shared, { state: {}, run: runId })
+    : undefined;
   return tasksetRunner(taskset, {
     makeEnv,
     runId,

@@ -12,8 +12,9 @@
  *   provider exchanged there for an identity assertion grant (RFC 8693), which the
  *   authorization server takes as a JWT bearer grant (RFC 7523).
  *
- * Tokens and registrations live in this process's memory, one cache entry per toolset
- * configuration, shared by the run's rollouts; they are never written to a file.
+ * Tokens and registrations live in this process's memory, one cache entry per run and toolset
+ * configuration, shared by the run's rollouts (a `vf serve` server is one run); they are never
+ * written to a file, and two runs in one process never share them.
  * @module
  */
 import { createHash, randomBytes } from "node:crypto";
@@ -56,15 +57,31 @@ export interface AuthCodeOptions {
   authorizeTimeout?: number;
   /** Where the authorization URL is shown to a person; default stderr. */
   notify?: (message: string) => void;
+  /**
+   * The run whose rollouts share the provider (its run id); without one, the process's
+   * toolboxes opened without a run share one.
+   */
+  run?: string;
 }
 
-const cache = new Map<string, AuthCodeProvider>();
+/** Runs kept at most: the oldest run's tokens go first (a process rarely holds many runs). */
+const RUNS_KEPT = 64;
+
+/** Per run, the providers by toolset configuration (a Map keeps the runs' order of arrival). */
+const cache = new Map<string, Map<string, AuthCodeProvider>>();
 
 /**
- * The run's provider for this toolset configuration: one per configuration, so rollouts share
- * its registration and tokens (and a person is asked once).
+ * The run's provider for this toolset configuration: one per run and configuration, so the
+ * run's rollouts share its registration and tokens (and a person is asked once), and another
+ * run authorizes again.
  */
 export function authCodeProvider(options: AuthCodeOptions): AuthCodeProvider {
+  const run = options.run ?? "";
+  let providers = cache.get(run);
+  if (!providers) {
+    cache.set(run, providers = new Map());
+    while (cache.size > RUNS_KEPT) cache.delete(cache.keys().next().value!);
+  }
   const key = createHash("sha256").update(JSON.stringify([
     options.serverUrl,
     options.clientId,
@@ -73,8 +90,8 @@ export function authCodeProvider(options: AuthCodeOptions): AuthCodeProvider {
     options.scope,
     options.redirectUri,
   ])).digest("hex");
-  let provider = cache.get(key);
-  if (!provider) cache.set(key, provider = new AuthCodeProvider(options));
+  let provider = providers.get(key);
+  if (!provider) providers.set(key, provider = new AuthCodeProvider(options));
   provider.notify = options.notify ?? provider.notify;
   provider.authorizeTimeout = options.authorizeTimeout ?? AUTHORIZE_TIMEOUT;
   return provider;

@@ -46,6 +46,12 @@ export interface ToolboxContext {
    * as a rollout's harness gives. Default false.
    */
   sampling?: boolean;
+  /**
+   * The run the toolbox belongs to (its run id): toolboxes of one run share a URL toolset's
+   * OAuth authorization and tokens, those of another run never do. Without one, toolboxes
+   * opened without a run share them.
+   */
+  run?: string;
   signal?: AbortSignal;
 }
 
@@ -507,7 +513,7 @@ function fromEnv(name: string): string | undefined {
 }
 
 /** A URL toolset's headers and OAuth provider, templates resolved now. */
-async function httpOptions(spec: ToolsetSpec) {
+async function httpOptions(spec: ToolsetSpec, run: string | undefined) {
   const resolve = (value: string, field: string) => {
     try {
       return resolveTemplate(value, fromEnv);
@@ -551,6 +557,7 @@ async function httpOptions(spec: ToolsetSpec) {
       scope: at("scope"),
       redirectUri,
       authorizeTimeout: o.authorize_timeout ?? AUTHORIZE_TIMEOUT,
+      run,
     });
     return { requestInit: { headers }, authProvider };
   }
@@ -681,7 +688,7 @@ async function connect(
     const { StreamableHTTPClientTransport } = await import(
       "npm:@modelcontextprotocol/sdk@^1.32.0/client/streamableHttp.js"
     );
-    const options = await httpOptions(spec);
+    const options = await httpOptions(spec, ctx.run);
     // The toolset's own connections (its OAuth requests through the SDK included), closed
     // with it.
     const http = Deno.createHttpClient({});

@@ -204,6 +204,7 @@ export async function openTools(s: RolloutState): Promise<void> {
     user: task.data.agent_user,
     roots: task.data.workdir ? [task.data.workdir] : [],
     sampling: true,
+    run: s.options.runId,
     signal,
   };
   const recorded = policy.sandboxes?.recordedTools?.(
