@@ -614,6 +614,84 @@ Deno.test("vf ctl on a running vf run (file-sum in Docker): status --stall lists
   }
 });
 
+Deno.test("vf ctl status --stall N: an agent program's model calls through the gateway are its own rollout's progress", async () => {
+  await using tmp = await tempDir("vf_ctl_program_");
+  const ctlDir = join(tmp.path, "ctl");
+  let live = 0;
+  let openHeld!: () => void;
+  const held = new Promise<void>((r) => (openHeld = r));
+  await using model = await startModelServer({
+    responder: async ({ body }) => {
+      live++;
+      try {
+        await held;
+        const turn = body.messages.filter((m) => m.role === "assistant").length;
+        const commands = [
+          "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt",
+        ];
+        return turn < commands.length
+          ? {
+            content: null,
+            tool_calls: [{ name: "bash", arguments: { command: commands[turn] } }],
+          }
+          : { content: "Done." };
+      } finally {
+        live--;
+      }
+    },
+  });
+  const env = { VF_CTL_DIR: ctlDir };
+  const child = cliCommand(
+    [
+      "run",
+      "file-sum",
+      "-m",
+      "m",
+      "-b",
+      model.url,
+      "-n",
+      "2",
+      "-r",
+      "1",
+      "-c",
+      "2",
+      "-o",
+      "out",
+      "--env.agent.harness.id",
+      "program",
+    ],
+    { cwd: tmp.path, env, registry: false, docker: true },
+  ).spawn();
+  const ctl = async (...a: string[]) => {
+    const res = await runCli(["ctl", ...a], { cwd: tmp.path, env, registry: false });
+    assert.equal(res.code, 0, transcript(res));
+    return res.stdout;
+  };
+  try {
+    await until("both programs at the model", () => live === 2, 240_000);
+    let status = "";
+    await until(
+      "both idle for 2 s",
+      async () =>
+        /2 of 2 rollouts in flight with no progress for 2s or more/.test(
+          status = await ctl("status", "--stall", "2"),
+        ),
+      60_000,
+    );
+    // Each rollout's own call, not "phase agent" (nor both calls noted on one rollout).
+    const lasts = [...status.matchAll(/stalled (\S+) {2}last (.+?) {2}idle/g)].map((m) => m[2]);
+    assert.deepEqual(lasts, ["model call", "model call"], status);
+    openHeld();
+    const res = await collect(child);
+    assert.equal(res.code, 0, transcript(res));
+  } finally {
+    openHeld();
+    try {
+      child.kill();
+    } catch { /* already ended */ }
+  }
+});
+
 Deno.test("vf ctl status prints counts, settings and actions of a run with terminal escapes stripped", async () => {
   await using tmp = await tempDir("vf_ctl_strip_");
   const dir = join(tmp.path, "ctl");

@@ -17,6 +17,7 @@ import {
   SH_AGENT,
 } from "../gateway/agent_programs.ts";
 import type { Messages, Response, Tool } from "../types.ts";
+import { currentActivity, withActivity } from "../util/activity.ts";
 import {
   assistantMessage,
   callModel,
@@ -98,6 +99,8 @@ export class ProgramHarness implements Harness {
     ctx.recorder.messages.push(...initial);
     const instruction = userText(initial);
     let modelError: unknown = null;
+    // The gateway's server calls answer(): its model calls are this rollout's progress.
+    const activity = currentActivity();
 
     const answer = async (
       messages: Messages,
@@ -117,12 +120,13 @@ export class ProgramHarness implements Harness {
       ctx.recorder.messages.splice(0, ctx.recorder.messages.length, ...structuredClone(messages));
       let response: Response;
       try {
-        response = await callModel(
-          { ...ctx, samplingArgs: { ...sampling, ...ctx.samplingArgs } },
-          turn,
-          tools,
-          options,
-        );
+        response = await withActivity(activity, () =>
+          callModel(
+            { ...ctx, samplingArgs: { ...sampling, ...ctx.samplingArgs } },
+            turn,
+            tools,
+            options,
+          ));
       } catch (error) {
         if (error instanceof StopFired) {
           throw new GatewayRefusal(400, `rollout stopped: ${error.condition}`);

@@ -20,9 +20,20 @@ export interface Activity {
 
 const current = new AsyncLocalStorage<Activity>();
 
-/** Runs `fn` as `activity`'s rollout: what it notes updates `activity`. */
-export function withActivity<T>(activity: Activity, fn: () => T): T {
-  return current.run(activity, fn);
+/**
+ * Runs `fn` as `activity`'s rollout: what it notes updates `activity` (with none, what it
+ * notes updates nothing, whichever rollout's context this code was called from).
+ */
+export function withActivity<T>(activity: Activity | undefined, fn: () => T): T {
+  return current.run(activity as Activity, fn);
+}
+
+/**
+ * The rollout running this code, if tracked: for work done later on its behalf from another
+ * context (a model call an agent program makes through the gateway's server).
+ */
+export function currentActivity(): Activity | undefined {
+  return current.getStore();
 }
 
 /** The rollout running this code made progress: `what` (kept to 80 characters). */
