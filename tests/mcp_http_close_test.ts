@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { Toolbox } from "../lib/tools/toolbox.ts";
+import { EVERYTHING } from "./_mcp_packages.ts";
 
 /** A stateful SDK server behind a counting TCP relay. */
 async function startServer() {
@@ -41,6 +42,26 @@ async function startServer() {
     }
     return await transport.handleRequest(req);
   });
+  const counting = relayTo(server.addr.port);
+  return {
+    url: counting.url,
+    counts: counting.counts,
+    sessions,
+    methods,
+    initialized: () => initialized,
+    async [Symbol.asyncDispose]() {
+      await counting.close();
+      await server.shutdown();
+      await counting.drained();
+    },
+  };
+}
+
+/**
+ * A TCP relay to `port` on loopback counting the connections it accepted and those closed at
+ * both ends (the client's and the server's).
+ */
+function relayTo(port: number) {
   const relay = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const counts = { accepted: 0, closed: 0 };
   const links = new Set<Promise<unknown>>();
@@ -48,7 +69,7 @@ async function startServer() {
     for await (const conn of relay) {
       counts.accepted++;
       const link = (async () => {
-        const up = await Deno.connect({ hostname: "127.0.0.1", port: server.addr.port });
+        const up = await Deno.connect({ hostname: "127.0.0.1", port });
         await Promise.allSettled([
           conn.readable.pipeTo(up.writable),
           up.readable.pipeTo(conn.writable),
@@ -62,15 +83,11 @@ async function startServer() {
   return {
     url: `http://127.0.0.1:${(relay.addr as Deno.NetAddr).port}/mcp`,
     counts,
-    sessions,
-    methods,
-    initialized: () => initialized,
-    async [Symbol.asyncDispose]() {
+    async close() {
       relay.close();
       await serving.catch(() => {});
-      await server.shutdown();
-      await Promise.allSettled([...links]);
     },
+    drained: () => Promise.allSettled([...links]),
   };
 }
 
@@ -137,4 +154,56 @@ Deno.test("a process that used a URL toolset exits by itself once the toolbox is
     () => JSON.stringify(server.counts),
   );
   assert.equal(server.sessions.size, 0);
+});
+
+Deno.test("rollouts of server-everything over streamable HTTP leave no connection open", async () => {
+  // A free port for the server (it takes one from PORT); taken again if another grabbed it.
+  let child: Deno.ChildProcess | undefined;
+  let port = 0;
+  let log = "";
+  for (let attempt = 0; attempt < 3 && !child; attempt++) {
+    const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    port = (probe.addr as Deno.NetAddr).port;
+    probe.close();
+    const started = new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", EVERYTHING, "streamableHttp"],
+      env: { PORT: String(port) },
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    const reader = started.stderr.pipeThrough(new TextDecoderStream()).getReader();
+    log = "";
+    while (!/listening on port|already in use/.test(log)) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      log += value;
+    }
+    // Keep draining its stderr so that it never blocks.
+    (async () => {
+      while (!(await reader.read()).done);
+    })().catch(() => {});
+    if (log.includes("listening on port")) child = started;
+    else await started.status;
+  }
+  assert.ok(child, `server-everything did not start: ${log}`);
+  const counting = relayTo(port);
+  try {
+    const N = 3;
+    for (let i = 0; i < N; i++) {
+      const box = await Toolbox.open([{ name: "ev", url: counting.url }], { state: {} });
+      assert.ok(box.has("ev_echo"), box.tools.map((t) => t.name).join(", "));
+      assert.match((await box.call("ev_echo", { message: `hi ${i}` })).text, new RegExp(`hi ${i}`));
+      await box.close();
+    }
+    assert.ok(counting.counts.accepted >= N, JSON.stringify(counting.counts));
+    await until(
+      () => counting.counts.closed === counting.counts.accepted,
+      () => JSON.stringify(counting.counts),
+    );
+  } finally {
+    await counting.close();
+    child.kill("SIGKILL");
+    await child.status;
+    await counting.drained();
+  }
 });
