@@ -13,7 +13,13 @@ import {
   ModelError,
   OverlongPromptError,
 } from "../errors.ts";
-import { Http1Error, http1Request, Http1TimeoutError, usesProxy } from "./http1.ts";
+import {
+  Http1Error,
+  http1Request,
+  type Http1Response,
+  Http1TimeoutError,
+  usesProxy,
+} from "./http1.ts";
 import { VERSION } from "../version.ts";
 import type { Messages, Response, SamplingArgs, Tool } from "../types.ts";
 import {
@@ -476,35 +482,22 @@ export class OpenAIChatClient implements ChatClient {
       );
   }
 
-  async #postHttp1(
+  #postHttp1(
     url: URL,
     headers: Record<string, string>,
     body: string,
     signal: AbortSignal | undefined,
   ): Promise<Reply> {
-    try {
-      const res = await http1Request({
-        method: "POST",
-        url,
-        headers,
-        body,
-        signal,
-        timeoutMs: this.#timeoutMs,
-      });
-      return {
-        status: res.status,
-        text: res.text,
-        retryAfter: res.headers.get("retry-after") ?? null,
-      };
-    } catch (error) {
-      if (signal?.aborted || !(error instanceof Http1Error)) throw error;
-      const kind = error instanceof Http1TimeoutError
-        ? "timeout"
-        : error.phase === "receive"
-        ? "read"
-        : "connect";
-      throw new TransportFailure(kind, error.message, error);
-    }
+    // A then() instead of an async frame; an aborted run's error is the signal's reason,
+    // which getResponse throws whatever this rejects with.
+    return http1Request({
+      method: "POST",
+      url,
+      headers,
+      body,
+      signal,
+      timeoutMs: this.#timeoutMs,
+    }).then(http1Reply, http1Failure);
   }
 
   async #postFetch(
@@ -566,6 +559,21 @@ export class OpenAIChatClient implements ChatClient {
       outer?.removeEventListener("abort", onOuter);
     }
   }
+}
+
+function http1Reply(res: Http1Response): Reply {
+  return { status: res.status, text: res.text, retryAfter: res.headers.get("retry-after") ?? null };
+}
+
+/** A transport failure of the HTTP/1.1 client as the attempt loop tells them apart. */
+function http1Failure(error: unknown): never {
+  if (!(error instanceof Http1Error)) throw error;
+  const kind = error instanceof Http1TimeoutError
+    ? "timeout"
+    : error.phase === "receive"
+    ? "read"
+    : "connect";
+  throw new TransportFailure(kind, error.message, error);
 }
 
 /** The response with the output cap and the settings not honoured, when there are any. */
