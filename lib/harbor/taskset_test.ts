@@ -554,8 +554,8 @@ Deno.test("loadHarborTask(): a [[steps]] task loads as a multi-step task (step o
 
 Deno.test("rollUp(): mean takes each reward key's mean over the verified steps (a key a step lacks counts 0), final the last verified step's rewards as they are", () => {
   const steps: Parameters<typeof rollUp>[0] = [
-    { name: "a", reward: 1, rewards: { reward: 1, style: 1 } },
-    { name: "b", reward: 0, rewards: { reward: 0 } },
+    { name: "a", reward: 1, rewards: { reward: 1, style: 1 }, messages: [0, 2] },
+    { name: "b", reward: 0, rewards: { reward: 0 }, messages: [2, 4] },
   ];
   assert.deepEqual(rollUp(steps, "mean"), {
     reward: 0.5,
@@ -564,6 +564,9 @@ Deno.test("rollUp(): mean takes each reward key's mean over the verified steps (
     weights: { reward: 1 },
   });
   assert.deepEqual(rollUp(steps, "final").rewards, { reward: 0 });
-  assert.equal(rollUp([{ name: "a", reward: 3, rewards: { x: 1, y: 2 } }], "final").reward, 3);
+  assert.equal(
+    rollUp([{ name: "a", reward: 3, rewards: { x: 1, y: 2 }, messages: [0, 2] }], "final").reward,
+    3,
+  );
   assert.throws(() => rollUp([], "mean"), (e: Error) => e instanceof TaskError);
 });
