@@ -61,14 +61,17 @@ export const SAMPLING_KEYS: readonly string[] = Object.keys(SamplingSection.shap
  * One schema issue as text: unknown keys listed by name, and for a sampling table the keys it
  * takes and where the others go.
  */
-export function describeIssue(issue: z.core.$ZodIssue): string {
+export function describeIssue(issue: z.core.$ZodIssue, root?: string): string {
   if (issue.code !== "unrecognized_keys") return issue.message;
   const keys = issue.keys;
   let message = `unknown key${keys.length > 1 ? "s" : ""} ${keys.map((k) => `"${k}"`).join(", ")}`;
   const last = issue.path[issue.path.length - 1];
   if (last === "sampling" || last === "sampling_args") {
+    // The table's whole path (env.agent.sampling), a flag where one can reach it.
+    const at = [...(root ? [root] : []), ...issue.path.map(String), "extra_body", keys[0]]
+      .join(".");
     message += `; sampling takes ${SAMPLING_KEYS.join(", ")}; put other fields your endpoint ` +
-      `accepts under extra_body (e.g. --${issue.path.join(".")}.extra_body.${keys[0]})`;
+      `accepts under extra_body (e.g. ${at.includes("[") ? at : `--${at}`})`;
   }
   return message;
 }
@@ -80,7 +83,7 @@ export function describeIssue(issue: z.core.$ZodIssue): string {
  */
 export function formatIssue(issue: z.core.$ZodIssue, root?: string): string {
   const path = [...(root ? [root] : []), ...issue.path.map(String)].join(".");
-  return path ? `${path}: ${describeIssue(issue)}` : describeIssue(issue);
+  return path ? `${path}: ${describeIssue(issue, root)}` : describeIssue(issue, root);
 }
 
 /**

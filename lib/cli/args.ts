@@ -96,7 +96,22 @@ export function flagsToConfig(flags: Record<string, unknown>): Record<string, un
     else out[key] = coerceFlag([key], value);
   }
   if (Object.keys(headers).length) out.headers = headers;
+  // -t/-T are sampling keys given on the command line: laid over a config file they must win
+  // over the file's sampling_args, as every other flag does (within the command line,
+  // sampling_args keeps the last word, as upstream's vf-eval gives it).
+  for (const key of ["max_tokens", "temperature"]) {
+    if (out[key] === undefined) continue;
+    const sampling = out.sampling_args;
+    if (sampling === undefined) out.sampling_args = { [key]: out[key] };
+    else if (isTable(sampling) && sampling[key] === undefined) {
+      out.sampling_args = { ...sampling, [key]: out[key] };
+    }
+  }
   return out;
+}
+
+function isTable(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /**

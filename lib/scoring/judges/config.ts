@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { z } from "npm:zod@^4.6.0";
-import { formatIssue } from "../../config.ts";
+import { formatIssue, SamplingSection } from "../../config.ts";
 import { ConfigError } from "../../errors.ts";
 import { loadCriteria } from "./criteria.ts";
 import type { Judge, JudgeEndpoint } from "./judge.ts";
@@ -34,7 +34,8 @@ const Common = {
   endpoint: z.string().min(1).optional(),
   /** Use the agent's endpoint and key (only when asked). */
   use_agent_endpoint: z.boolean().optional(),
-  sampling: z.record(z.string(), z.unknown()).optional(),
+  /** The judge's sampling: the keys `sampling_args` takes, typed (a typo is refused). */
+  sampling: SamplingSection.optional(),
   /** A file whose text replaces the judge's template. */
   prompt: z.string().min(1).optional(),
   /** Retries of a reply without a verdict; default 2. */
