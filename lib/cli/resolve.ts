@@ -15,7 +15,8 @@ import { CachedChatClient, defaultCachePath, ModelCache } from "../model/cache.t
 import { CostBudget, CostMeter, type ModelPrice } from "../model/cost.ts";
 import type { AdaptiveController } from "../eval/adaptive.ts";
 import type { WarmPool } from "../../runtimes/pool.ts";
-import { readJsonLines, writeJsonAtomic } from "../eval/results.ts";
+import { writeJsonAtomic } from "../eval/results.ts";
+import { eachJsonLine } from "../eval/jsonl.ts";
 import type { EvalConfig } from "../config.ts";
 import { loadEndpoints, RoundRobinClient } from "../model/endpoints.ts";
 import { ConfigError } from "../errors.ts";
@@ -259,7 +260,8 @@ export async function seedCosts(
   }
   // Corrupt lines are reported when the run reads the file itself.
   if (o.budget) {
-    o.budget.carryOver((await readJsonLines(join(runDir, o.linesFile), () => {})).length);
+    // Counted line by line: a resumed run's file may be far larger than the heap.
+    o.budget.carryOver(await eachJsonLine(join(runDir, o.linesFile), () => {}, () => {}));
   }
 }
 
