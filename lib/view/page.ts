@@ -149,9 +149,9 @@ async function runsPage() {
         r.id, r.env, r.model,
         typeof r.date === "string" ? r.date.slice(0, 19) : txt(r.date),
         h("td", { "data-testid": "run-rollouts" }, int(r.rollouts)),
-        num(r.avg_reward),
-        passAtK(r.pass_at_k),
-        h("td", { class: r.errors ? "err" : "" }, int(r.errors)),
+        h("td", { "data-testid": "run-reward" }, num(r.avg_reward)),
+        h("td", { "data-testid": "run-pass" }, passAtK(r.pass_at_k)),
+        h("td", { class: r.errors ? "err" : "", "data-testid": "run-errors" }, int(r.errors)),
         h("td", { "data-testid": "run-tokens" }, int(r.tokens)),
         r.cost_usd === null || r.cost_usd === undefined ? "–" : "$" + num(r.cost_usd, 4),
       ], { class: "link", "data-id": r.id, onclick: () => location.hash = runLink(r.id) })))),
@@ -192,14 +192,14 @@ async function runPage(asked) {
     h("div", { class: "cards" },
       card("Rollouts", int(run.rollouts), { "data-testid": "count" }),
       card("Mean reward", num(run.avg_reward), { "data-testid": "mean-reward" }),
-      card("Errors", int(run.errors), { class: run.errors ? "err" : "" }),
+      card("Errors", int(run.errors), { class: run.errors ? "err" : "", "data-testid": "errors" }),
       card("Tokens", int(run.tokens), { "data-testid": "tokens" }),
       card("Date", typeof run.date === "string" ? run.date.slice(0, 19) : "–"),
       card("Model", run.model ?? "–"),
       card("Env", run.env ?? "–"),
       card("Cost", run.cost_usd === null || run.cost_usd === undefined ? "–" : "$" + num(run.cost_usd, 4))),
     histogram(hist),
-    h("p", { class: "muted" }, "unscored ", int(hist.unscored),
+    h("p", { class: "muted", "data-testid": "unscored" }, "unscored ", int(hist.unscored),
       Object.keys(errs).length ? [" · errors: ", Object.entries(errs).map(([k, v]) => k + " " + txt(v)).join(", ")] : null),
     form,
     h("div", { id: "rows" }));
@@ -285,13 +285,15 @@ function traceView(t, indexed) {
   const out = [];
   const task = isObj(t.task) ? t.task.key : t.task;
   out.push(h("div", { class: "cards" },
-    card("Reward", num(t.reward), { "data-testid": "reward" }),
+    // Unscored as the index counted it (a vf eval row's errored 0 is not a score).
+    card("Reward", indexed && indexed.reward === null ? "–" : num(t.reward), { "data-testid": "reward" }),
     card("Stop", t.stop_condition ?? "–"),
     card("Task", task ?? t.example_id ?? "–"),
     card("Rollout", t.rollout_index !== undefined ? int(t.rollout_index) : indexed ? int(indexed.rollout) : "–", { "data-testid": "trace-rollout" }),
     t.attempt !== undefined ? card("Attempt", int(t.attempt)) : null,
     card("Role", t.role ?? "agent"),
-    card("Tokens", tokensOf(t), { "data-testid": "trace-tokens" })));
+    card("Tokens", tokensOf(t), { "data-testid": "trace-tokens" }),
+    card("Duration", durationOf(t), { "data-testid": "trace-duration" })));
   const err = t.error;
   if (err !== null && err !== undefined && err !== false) {
     const e = isObj(err) ? err : { message: err };
@@ -330,6 +332,13 @@ function traceView(t, indexed) {
   if (info.artifacts !== undefined || t.artifacts !== undefined) out.push(jsonBox("Artifacts", info.artifacts ?? t.artifacts, "artifacts"));
   if (t.network !== undefined && t.network !== null) out.push(jsonBox("Network", t.network, "network"));
   return out;
+}
+// How long the rollout took: a trace's timing.total_ms, a vf eval row's timing.total (seconds).
+function durationOf(t) {
+  const tm = isObj(t.timing) ? t.timing : {};
+  if (isNum(tm.total_ms)) return Math.round(tm.total_ms) + " ms";
+  if (isNum(tm.total)) return Math.round(tm.total * 1000) + " ms";
+  return "–";
 }
 function tokensOf(t) {
   const u = isObj(t.usage) ? t.usage : isObj(t.token_usage) ? t.token_usage : null;

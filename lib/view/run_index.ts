@@ -12,6 +12,8 @@ import { closeSync, existsSync, mkdirSync, openSync, readSync, statSync } from "
 import { homedir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
+import { isUnscoredOutput } from "../eval/results.ts";
+import type { RolloutOutput } from "../state.ts";
 
 interface Statement {
   get(...args: unknown[]): Record<string, unknown> | undefined;
@@ -129,6 +131,12 @@ export function lineKeys(line: unknown): LineKeys {
 const intOr = (v: unknown): number | null =>
   typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : null;
 
+/** Whether a `vf eval` row's error left it unscored, as the run's own summary decides. */
+function unscoredRow(err: unknown): boolean {
+  if (err === null || err === undefined || err === false) return false;
+  return isUnscoredOutput({ error: { error: objectOr(err).error } } as unknown as RolloutOutput);
+}
+
 function traceSummary(t: Json, trace: number | null, fallback: Json): RowSummary {
   const task = objectOr(t.task);
   const err = t.error;
@@ -140,7 +148,9 @@ function traceSummary(t: Json, trace: number | null, fallback: Json): RowSummary
     example: label(task.key ?? t.example_id ?? fallback.example_id) ?? "",
     rollout: intOr(t.rollout_index) ?? intOr(fallback.episode_index),
     attempt: trace === null ? null : intOr(t.attempt),
-    reward: numberOr(t.reward, null),
+    // A vf eval row that errored unscored holds reward 0 (upstream's column), which its run
+    // leaves out of the mean and pass@k: it is unscored here too, never a 0 in the histogram.
+    reward: typeof t.trace_id !== "string" && unscoredRow(err) ? null : numberOr(t.reward, null),
     error: err === null || err === undefined || err === false
       ? null
       : label(objectOr(err).error ?? objectOr(err).type) ?? "Error",
@@ -183,7 +193,7 @@ export function summarizeLine(line: unknown): RowSummary[] {
   return own.map(([t, i]) => failed(traceSummary(t, i, rec)));
 }
 
-const INDEX_VERSION = "4";
+const INDEX_VERSION = "5";
 
 function rowOf(r: Record<string, unknown>): IndexedRow {
   return {

@@ -2,11 +2,12 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { RunIndex } from "./run_index.ts";
 
-const line = (i: number, reward: number | null, error = false) =>
+// An error the model caused (a bad tool call) leaves its rollout scored; any other, unscored.
+const line = (i: number, reward: number | null, error: string | false = false) =>
   JSON.stringify({
     example_id: i,
     reward,
-    error: error ? { error: "ModelError", message: "down" } : null,
+    error: error ? { error, message: "down" } : null,
     completion: [{ role: "assistant", content: "hi" }],
     token_usage: { input_tokens: 2, output_tokens: 1 },
   }) + "\n";
@@ -15,7 +16,7 @@ Deno.test("RunIndex: totals, the histogram and the tokens follow rows appended a
   const dir = await Deno.makeTempDir({ prefix: "vf-run-index-" });
   const file = join(dir, "results.jsonl");
   let text = "";
-  for (let i = 0; i < 30; i++) text += line(i, i % 3 === 0 ? 1 : 0.25, i % 10 === 9);
+  for (let i = 0; i < 30; i++) text += line(i, i % 3 === 0 ? 1 : 0.25, i % 10 === 9 && "ToolError");
   await Deno.writeTextFile(file, text);
   const index = await RunIndex.open(file, join(dir, "index"));
   try {
@@ -30,7 +31,7 @@ Deno.test("RunIndex: totals, the histogram and the tokens follow rows appended a
     assert.deepEqual(turnsDesc.map((r) => r.line), [5, 6, 7, 8, 9]);
 
     // A live run: more lines, and every count asked for before sees them.
-    await Deno.writeTextFile(file, line(30, null, true) + line(31, 0.55) + line(32, -2), {
+    await Deno.writeTextFile(file, line(30, null, "ModelError") + line(31, 0.55) + line(32, -2), {
       append: true,
     });
     assert.equal(index.refresh(), 3);
@@ -39,10 +40,32 @@ Deno.test("RunIndex: totals, the histogram and the tokens follow rows appended a
     const h = index.histogram();
     assert.deepEqual(h.buckets, [1, 0, 20, 0, 0, 1, 0, 0, 0, 10]);
     assert.equal(h.unscored, 1);
-    assert.deepEqual(h.errors, { ModelError: 4 });
+    assert.deepEqual(h.errors, { ToolError: 3, ModelError: 1 });
     assert.equal(index.tokens, 99);
     const asc = index.query({ sort: "reward", pageSize: 3 }).rows;
     assert.deepEqual(asc.map((r) => r.line), [30, 32, 1]); // no reward first, then -2
+  } finally {
+    index.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("RunIndex: a vf eval row that errored unscored (reward 0 in the file, as upstream writes it) is unscored, not a 0 in the histogram", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf-run-index-" });
+  const file = join(dir, "results.jsonl");
+  await Deno.writeTextFile(
+    file,
+    line(0, 1) + line(1, 0) + line(2, 0, "RewardError") + line(3, 0.5, "ToolError"),
+  );
+  const index = await RunIndex.open(file, join(dir, "index"));
+  try {
+    index.refresh();
+    const h = index.histogram();
+    assert.deepEqual(h.buckets, [1, 0, 0, 0, 0, 1, 0, 0, 0, 1]);
+    assert.equal(h.unscored, 1);
+    assert.deepEqual(h.errors, { RewardError: 1, ToolError: 1 });
+    const rows = index.query({}).rows;
+    assert.deepEqual(rows.map((r) => r.reward), [1, 0, null, 0.5]);
   } finally {
     index.close();
     await Deno.remove(dir, { recursive: true });
