@@ -1,7 +1,9 @@
 /**
  * The process-wide registry of live runtimes. Runtimes add themselves when they start and
  * remove themselves when they stop. While any is live, the registry listens for SIGINT and
- * SIGTERM (stops them all, then exits 130 or 143), for `beforeExit` (stops them when the
+ * SIGTERM (stops them all, then exits 130 or 143), for SIGHUP (the same, exit 129: a closed
+ * terminal or dropped ssh session never reaches what runs in a session of its own, such as a
+ * toolset's server; not under `nohup`), for `beforeExit` (stops them when the
  * program ends without doing so) and for `exit` (a last synchronous best effort, e.g.
  * removing a subprocess runtime's temp dir). Listeners are installed lazily with the first
  * live runtime and removed with the last, so a program without runtimes is untouched.
@@ -10,6 +12,7 @@
  * @module
  */
 
+import { readFileSync } from "node:fs";
 import process from "node:process";
 
 /** What the registry needs from a runtime. */
@@ -28,8 +31,8 @@ let stopping: Promise<void> | undefined;
 /** How long signal-driven cleanup may take before the process exits anyway. */
 const CLEANUP_DEADLINE_MS = 15_000;
 
-function onSignal(signal: "SIGINT" | "SIGTERM"): void {
-  const code = signal === "SIGINT" ? 130 : 143;
+function onSignal(signal: "SIGINT" | "SIGTERM" | "SIGHUP"): void {
+  const code = signal === "SIGINT" ? 130 : signal === "SIGHUP" ? 129 : 143;
   if (stopping) {
     // A second signal while cleaning up: give up on cleanup.
     process.exit(code);
@@ -40,6 +43,32 @@ function onSignal(signal: "SIGINT" | "SIGTERM"): void {
 
 const onSigint = () => onSignal("SIGINT");
 const onSigterm = () => onSignal("SIGTERM");
+const onSighup = () => onSignal("SIGHUP");
+
+/**
+ * Whether the process started with SIGHUP ignored (`nohup vf ...`). Read at import, before any
+ * listener: Deno restores SIGHUP's default action as soon as any signal gets a listener.
+ */
+function hangupIgnoredAtStart(): boolean {
+  if (process.platform === "win32") return false;
+  const status = "/proc/self/status";
+  try {
+    // Asked first: a process without the permission must not be prompted for it.
+    if (Deno.permissions.querySync({ name: "read", path: status }).state !== "granted") {
+      return false;
+    }
+    const ignored = /^SigIgn:\s*([0-9a-f]+)$/m.exec(readFileSync(status, "utf8"));
+    return ignored !== null && (BigInt(`0x${ignored[1]}`) & 1n) === 1n;
+  } catch {
+    return false; // not Linux: nothing says it is ignored
+  }
+}
+
+/** Under `nohup` a hangup stays ignored, whatever listeners come and go. */
+const nohup = hangupIgnoredAtStart();
+if (nohup) process.on("SIGHUP", () => {});
+const hangups = !nohup && process.platform !== "win32";
+
 const onBeforeExit = () => {
   if (live.size > 0 && !stopping) {
     stopping = stopAllRuntimes({ timeoutMs: CLEANUP_DEADLINE_MS }).finally(() => {
@@ -74,6 +103,8 @@ function install(): void {
     process.on("SIGINT", onSigint);
     process.on("SIGTERM", onSigterm);
   }
+  // The application's own handling covers SIGINT and SIGTERM; a hangup is always ours.
+  if (hangups) process.on("SIGHUP", onSighup);
   process.on("beforeExit", onBeforeExit);
   process.on("exit", onExit);
 }
@@ -83,6 +114,7 @@ function uninstall(): void {
   installed = false;
   process.off("SIGINT", onSigint);
   process.off("SIGTERM", onSigterm);
+  if (hangups) process.off("SIGHUP", onSighup);
   process.off("beforeExit", onBeforeExit);
   process.off("exit", onExit);
 }

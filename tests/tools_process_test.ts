@@ -3,7 +3,8 @@
  * launchers do, with children in its process group and one that left it (`setsid`), all
  * ignoring SIGTERM and the end of their input, and a daemon (double fork: its parent exits, it
  * is reparented to init in a session of its own). The real CLI runs it and ends (a) normally,
- * (b) by an error in the handshake, (c) by SIGINT, (d) by SIGTERM; afterwards every pid of
+ * (b) by an error in the handshake, (c) by SIGINT, (d) by SIGTERM, (e) by SIGHUP (its terminal
+ * closed: the tree, in a session of its own, is not sent it); afterwards every pid of
  * the tree is gone.
  * @module
  */
@@ -120,7 +121,12 @@ async function waitFor(what: string, ok: () => Promise<boolean> | boolean, ms = 
   }
 }
 
-type Ending = "normal" | "error" | "SIGINT" | "SIGTERM";
+type Ending = "normal" | "error" | "SIGINT" | "SIGTERM" | "SIGHUP";
+
+/** Whether vf is ended by a signal sent while the model is still thinking. */
+function signalled(ending: Ending): ending is "SIGINT" | "SIGTERM" | "SIGHUP" {
+  return ending === "SIGINT" || ending === "SIGTERM" || ending === "SIGHUP";
+}
 
 async function endsWithVf(ending: Ending) {
   await using tmp = await tempDir("vf_tools_tree_");
@@ -130,7 +136,7 @@ async function endsWithVf(ending: Ending) {
       const turn = body.messages.filter((m: WireMessage) => m.role === "assistant").length;
       if (turn === 0) return { content: null, tool_calls: [{ name: "hold_ping", arguments: {} }] };
       // Interrupted runs are stopped while the model is still thinking.
-      return ending === "SIGINT" || ending === "SIGTERM" ? { hang: true } : { content: "pong" };
+      return signalled(ending) ? { hang: true } : { content: "pong" };
     },
   });
   await Deno.writeTextFile(join(tmp.path, "server.py"), SERVER);
@@ -149,7 +155,7 @@ async function endsWithVf(ending: Ending) {
   result.finally(() => (exited = true)).catch(() => {});
   let tree: number[] = [];
   try {
-    if (ending === "SIGINT" || ending === "SIGTERM") {
+    if (signalled(ending)) {
       // The tree is up and has answered a call; the model is asked again and hangs.
       await waitFor(
         "the server tree and the second model request",
@@ -213,6 +219,10 @@ Deno.test("a stdio toolset's process tree is gone after vf is interrupted by SIG
 
 Deno.test("a stdio toolset's process tree is gone after vf is stopped by SIGTERM", async () => {
   await endsWithVf("SIGTERM");
+});
+
+Deno.test("a stdio toolset's process tree is gone after vf's terminal hangs up (SIGHUP)", async () => {
+  await endsWithVf("SIGHUP");
 });
 
 Deno.test("a stdio toolset server that exits by itself takes the rest of its group with it while vf runs on", async () => {
