@@ -364,8 +364,12 @@ async function rolloutPage(id, line) {
     h("span", { class: "muted" }, " (line " + line + " of the file)"));
   if (r.corrupt) {
     show(back, title, h("div", { class: "box corrupt", "data-testid": "corrupt" },
-      h("b", { class: "err" }, "This line of the results file is corrupt"),
-      " (it does not parse as JSON); the rest of the run is unaffected.", h("pre", {}, r.text)));
+      isNum(r.oversize)
+        ? [h("b", { class: "err" }, "This line of the results file is too long to show"),
+          " (" + r.oversize + " bytes, over the viewer's limit of " + r.limit + "); it starts:"]
+        : [h("b", { class: "err" }, "This line of the results file is corrupt"),
+          " (it does not parse as JSON); the rest of the run is unaffected."],
+      h("pre", {}, r.text)));
     return;
   }
   const rec = r.record;

@@ -195,6 +195,13 @@ export function summarizeLine(line: unknown): RowSummary[] {
 
 const INDEX_VERSION = "5";
 
+/**
+ * The longest line the viewer reads, in bytes (64 MiB): a longer one is indexed as an
+ * `OversizeLine` without being held or parsed, so a hostile file cannot make every request
+ * buffer it, and its page shows the start of it.
+ */
+export const MAX_LINE_BYTES = 64 << 20;
+
 function rowOf(r: Record<string, unknown>): IndexedRow {
   return {
     line: Number(r.line),
@@ -309,30 +316,47 @@ export class RunIndex {
     const before = { lines: this.#lines, rows: this.#rows, perExample: new Map(this.#perExample) };
     try {
       this.#db.exec("BEGIN");
+      // The line being read: where it starts, its bytes so far (held only up to the limit).
       let offset = this.#indexed;
-      let carry = Buffer.alloc(0);
+      let parts: Buffer[] = [];
+      let held = 0;
+      let length = 0;
       const chunk = Buffer.alloc(1 << 20);
       let position = offset;
       while (position < size) {
         const n = readSync(fd, chunk, 0, Math.min(chunk.length, size - position), position);
         if (n <= 0) break;
         position += n;
-        let data = Buffer.concat([carry, chunk.subarray(0, n)]);
+        const data = chunk.subarray(0, n);
         let start = 0;
         for (;;) {
           const nl = data.indexOf(10, start);
+          const end = nl < 0 ? n : nl;
+          length += end - start;
+          if (length <= MAX_LINE_BYTES) {
+            // The chunk is reused: a line that goes on past it keeps a copy of its piece.
+            if (nl < 0 || parts.length) {
+              parts.push(Buffer.from(data.subarray(start, end)));
+              held += end - start;
+            }
+          } else if (parts.length) (parts = [], held = 0);
           if (nl < 0) break;
-          const bytes = data.subarray(start, nl);
-          const text = bytes.toString("utf8").trim();
-          if (text) {
-            this.#insert(insert, text, offset, bytes.length);
+          // A whole line: decoded from the chunk when it lies in it, else from its parts.
+          const text = length > MAX_LINE_BYTES
+            ? null
+            : parts.length
+            ? Buffer.concat(parts, held).toString("utf8").trim()
+            : data.toString("utf8", start, end).trim();
+          if (text !== "") {
+            this.#insert(insert, text, offset, length);
             added++;
           }
-          offset += nl + 1 - start;
+          offset += length + 1;
+          parts = [];
+          held = 0;
+          length = 0;
           start = nl + 1;
         }
-        carry = Buffer.from(data.subarray(start));
-        data = carry;
       }
       // A last line without its newline may still be being written: index it next time.
       this.#indexed = offset;
@@ -354,14 +378,17 @@ export class RunIndex {
     return added;
   }
 
-  #insert(insert: Statement, text: string, offset: number, length: number): void {
+  /** One line of the file: its text, or null for a line over {@link MAX_LINE_BYTES}. */
+  #insert(insert: Statement, text: string | null, offset: number, length: number): void {
     const line = this.#lines++;
     let rows: RowSummary[] | null = null;
     let keys: LineKeys = { key: null, replaces: null, retryable: false };
     try {
-      const parsed = JSON.parse(text);
-      rows = summarizeLine(parsed);
-      keys = lineKeys(parsed);
+      if (text !== null) {
+        const parsed = JSON.parse(text);
+        rows = summarizeLine(parsed);
+        keys = lineKeys(parsed);
+      }
     } catch { /* corrupt */ }
     if (rows === null) {
       insert.run(
@@ -373,7 +400,7 @@ export class RunIndex {
         null,
         null,
         null,
-        "CorruptLine",
+        text === null ? "OversizeLine" : "CorruptLine",
         null,
         0,
         0,
@@ -552,19 +579,27 @@ export class RunIndex {
     ).all(line).map(rowOf);
   }
 
-  /** The line's record, parsed; a corrupt line comes back as its text. */
-  read(line: number): { record: unknown; corrupt: boolean; text?: string } | null {
+  /**
+   * The line's record, parsed; a corrupt line comes back as the start of its text, and a
+   * line over {@link MAX_LINE_BYTES} too, with its size as `oversize` (it is never read whole).
+   */
+  read(
+    line: number,
+  ): { record: unknown; corrupt: boolean; text?: string; oversize?: number } | null {
     const row = this.#db.prepare(
       "SELECT offset, length, corrupt FROM rows WHERE line = ? ORDER BY id LIMIT 1",
     ).get(line);
     if (!row) return null;
+    const length = Number(row.length);
+    const whole = Number(row.corrupt) !== 1 && length <= MAX_LINE_BYTES;
     const fd = openSync(this.file, "r");
     try {
-      const buf = Buffer.alloc(Number(row.length));
+      const buf = Buffer.alloc(whole ? length : Math.min(length, 16_000));
       readSync(fd, buf, 0, buf.length, Number(row.offset));
       const text = buf.toString("utf8");
-      if (Number(row.corrupt) === 1) {
-        return { record: null, corrupt: true, text: text.slice(0, 4000) };
+      if (!whole) {
+        const oversize = length > MAX_LINE_BYTES ? { oversize: length } : {};
+        return { record: null, corrupt: true, text: text.slice(0, 4000), ...oversize };
       }
       return { record: JSON.parse(text), corrupt: false };
     } finally {

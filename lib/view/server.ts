@@ -14,12 +14,12 @@
  * `metadata.json` shows "–", never a 500.
  * @module
  */
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
-import { join, relative, resolve } from "node:path";
+import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from "node:fs";
+import { join, relative, resolve, sep } from "node:path";
 import { Hono } from "npm:hono@^4.13.0";
 import { pairedComparison, type RewardsByExample } from "../eval/compare.ts";
 import { serveHttp } from "../model/http_server.ts";
-import { type RowQuery, RunIndex } from "./run_index.ts";
+import { MAX_LINE_BYTES, type RowQuery, RunIndex } from "./run_index.ts";
 import { VIEW_PAGE, VIEW_SCRIPT, VIEW_STYLE } from "./page.ts";
 
 /** The page's Content-Security-Policy: no inline script or style, nothing from elsewhere. */
@@ -33,27 +33,44 @@ export interface RunEntry {
   dir: string;
   file: string;
   layout: "results" | "traces";
+  /** Its `metadata.json` when that is a file under the root, else null. */
+  metadata: string | null;
 }
 
 /**
  * Run folders under `root` (itself when it is one), newest first by the date in their
  * `metadata.json` (the results file's modification time when it has none); at most 6
- * levels down.
+ * levels down. Nothing outside `root` is read: a symlinked folder or run file whose real
+ * path leaves it is passed over (a run folder handed around may hold a link to `~/.ssh`),
+ * and each real folder is visited once (a link back up cannot loop).
  */
 export function findRuns(root: string): RunEntry[] {
   const out: RunEntry[] = [];
+  let top: string;
+  try {
+    top = realpathSync(resolve(root));
+  } catch {
+    return out;
+  }
+  const seen = new Set<string>();
   const visit = (dir: string, depth: number) => {
-    const results = join(dir, "results.jsonl");
-    const traces = join(dir, "traces.jsonl");
-    if (existsSync(results) || existsSync(traces)) {
+    const real = insideRoot(top, dir);
+    if (real === null || seen.has(real)) return;
+    seen.add(real);
+    const results = runFile(top, join(dir, "results.jsonl"));
+    const traces = runFile(top, join(dir, "traces.jsonl"));
+    if (results || traces) {
       out.push({
         id: relative(root, dir) || ".",
         dir,
-        file: existsSync(traces) ? traces : results,
-        layout: existsSync(traces) ? "traces" : "results",
+        file: (traces ?? results)!,
+        layout: traces ? "traces" : "results",
+        metadata: runFile(top, join(dir, "metadata.json")),
       });
       return;
     }
+    // A results file that leads outside the root is no run, and is not looked through either.
+    if (existsSync(join(dir, "results.jsonl")) || existsSync(join(dir, "traces.jsonl"))) return;
     if (depth >= 6) return;
     let entries: string[];
     try {
@@ -72,6 +89,28 @@ export function findRuns(root: string): RunEntry[] {
   visit(resolve(root), 0);
   const when = new Map(out.map((r) => [r, runTime(r)]));
   return out.sort((a, b) => when.get(b)! - when.get(a)! || a.id.localeCompare(b.id));
+}
+
+/** `path`'s real path when it lies under the real root `top`, else null (or it is gone). */
+function insideRoot(top: string, path: string): string | null {
+  let real: string;
+  try {
+    real = realpathSync(path);
+  } catch {
+    return null;
+  }
+  return real === top || real.startsWith(top.endsWith(sep) ? top : top + sep) ? real : null;
+}
+
+/** `path` when it is a regular file whose real path lies under the real root `top`. */
+function runFile(top: string, path: string): string | null {
+  const real = insideRoot(top, path);
+  if (real === null) return null;
+  try {
+    return statSync(real).isFile() ? path : null;
+  } catch {
+    return null;
+  }
 }
 
 /** When a run ran: its metadata's `date`, else its results file's modification time. */
@@ -93,21 +132,42 @@ const isObject = (v: unknown): v is Json =>
 const finite = (v: unknown): number | null =>
   typeof v === "number" && Number.isFinite(v) ? v : null;
 
-/** A label from a file: a string as it is, another value as its JSON, nothing as null. */
+/** The longest label the runs list shows, in characters; a longer one is cut with "…". */
+const MAX_LABEL = 300;
+
+/**
+ * A label from a file: a string as it is, another value as its JSON, nothing as null; cut at
+ * {@link MAX_LABEL} characters (a run's env or model, shown in a table cell on every row).
+ */
 function label(v: unknown): string | null {
   if (v === null || v === undefined) return null;
-  if (typeof v === "string") return v;
-  try {
-    return JSON.stringify(v) ?? String(v);
-  } catch {
-    return String(v);
+  let text: string;
+  if (typeof v === "string") text = v;
+  else {
+    try {
+      text = JSON.stringify(v) ?? String(v);
+    } catch {
+      text = String(v);
+    }
   }
+  return text.length > MAX_LABEL ? text.slice(0, MAX_LABEL) + "…" : text;
 }
 
-/** The run's `metadata.json` when it is an object; anything else (absent, torn, an array) is {}. */
+/**
+ * The largest `metadata.json` read, in bytes: vf writes a few kilobytes, and the runs list
+ * reads every run's on every request, so a huge one is passed over instead of read again.
+ */
+export const MAX_METADATA_BYTES = 4 << 20;
+
+/**
+ * The run's `metadata.json` when it is an object; anything else (absent, torn, an array,
+ * over {@link MAX_METADATA_BYTES}, outside the root) is {}.
+ */
 function metadataOf(run: RunEntry): Json {
+  if (run.metadata === null) return {};
   try {
-    const m = JSON.parse(readFileSync(join(run.dir, "metadata.json"), "utf8"));
+    if (statSync(run.metadata).size > MAX_METADATA_BYTES) return {};
+    const m = JSON.parse(readFileSync(run.metadata, "utf8"));
     return isObject(m) ? m : {};
   } catch {
     return {};
@@ -318,7 +378,14 @@ export function viewApp(root: string, options: ViewOptions = {}): Hono {
     const index = await indexOf(run);
     const got = /^\d+$/.test(line) ? index.read(Number(line)) : null;
     if (!got) return c.json({ error: "no such rollout" }, 404);
-    return c.json({ id: run.id, layout: run.layout, rows: index.rowsAt(Number(line)), ...got });
+    const limit = got.oversize === undefined ? {} : { limit: `${MAX_LINE_BYTES >> 20} MiB` };
+    return c.json({
+      id: run.id,
+      layout: run.layout,
+      rows: index.rowsAt(Number(line)),
+      ...got,
+      ...limit,
+    });
   });
   app.get("/api/compare", async (c) => {
     const a = runById(c.req.query("a") ?? "");
