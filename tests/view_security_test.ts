@@ -343,7 +343,7 @@ Deno.test("vf view runs no script from hostile run files or URLs on any page, sh
       P("row-args"),
       A("row-tool_call_id"),
       P("row-tool-result"),
-      P("row-reward"),
+      // row-reward: an errored row is unscored, so its card shows "–", not the payload.
       P("row-error.error"),
       P("row-error.message"),
       A("row-phase"),
@@ -379,7 +379,7 @@ Deno.test("vf view runs no script from hostile run files or URLs on any page, sh
       P(`${tag}-exit_code`),
       A(`${tag}-exit.arr`),
       P(`${tag}-stop`),
-      P(`${tag}-reward`),
+      // ${tag}-reward: an errored trace is unscored, so its card shows "–", not the payload.
       P(`${tag}-rewards.key`),
       P(`${tag}-rewards.value`),
       P(`${tag}-metrics.string`),
