@@ -8,6 +8,7 @@ import { BUILTINS } from "./environments/mod.ts";
 import { setAppHandlesSignals, stopAllRuntimes } from "./runtimes/registry.ts";
 import { ConfigError, describeError } from "./lib/errors.ts";
 import { VERSION } from "./lib/version.ts";
+import { terminalLines } from "./lib/util/terminal.ts";
 import { cmdCache } from "./lib/cli/cache.ts";
 import { cmdCleanup } from "./lib/cli/cleanup.ts";
 import { cmdCompare } from "./lib/cli/compare.ts";
@@ -105,8 +106,11 @@ export async function main(argv: string[]): Promise<number> {
     }
   } catch (error) {
     const verbose = argv.includes("-v") || argv.includes("--verbose");
+    // A message may quote a run's files or a sandbox's output: no terminal escapes.
     process.stderr.write(
-      `error: ${error instanceof ConfigError ? error.message : describeError(error)}\n`,
+      `error: ${
+        terminalLines(error instanceof ConfigError ? error.message : describeError(error))
+      }\n`,
     );
     if (verbose && error instanceof Error && error.stack) process.stderr.write(error.stack + "\n");
     return 1;

@@ -13,6 +13,7 @@ import { pairedComparison, type RewardsByExample } from "../eval/compare.ts";
 import { loadEpisodes, scoredTraces } from "../agents/run.ts";
 import { isUnscored } from "../tasks/summary.ts";
 import { parseArgs } from "./args.ts";
+import { terminalLines, terminalText } from "../util/terminal.ts";
 
 const COMPARE_HELP = `vf compare <runA> <runB> [--fail-if-worse D] [--top N]
 
@@ -96,10 +97,13 @@ export async function cmdCompare(argv: string[]): Promise<number> {
   if (drops.length) {
     lines.push("largest drops:");
     for (const p of drops) {
-      lines.push(`  ${p.example}  ${p.a.toFixed(3)} -> ${p.b.toFixed(3)}  (${fmt(p.delta)})`);
+      lines.push(
+        `  ${terminalText(p.example)}  ${p.a.toFixed(3)} -> ${p.b.toFixed(3)}  (${fmt(p.delta)})`,
+      );
     }
   }
-  process.stdout.write(lines.join("\n") + "\n");
+  // Example ids and task keys come from the runs' files: no terminal escapes.
+  process.stdout.write(terminalLines(lines.join("\n")) + "\n");
   if (threshold !== undefined && result.ci[1] < -threshold) {
     process.stderr.write(
       `error: B is worse than A by more than ${threshold} (95% CI upper bound ${

@@ -14,6 +14,7 @@ import { type FinetuneFormat, finetuneRows } from "./_finetune.ts";
 import { summarizeTraces } from "../tasks/summary.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import { parseArgs } from "./args.ts";
+import { terminalText } from "../util/terminal.ts";
 
 const EXPORT_HELP = `vf export --format atif <run-dir> [-o <dir>]
 vf export --format messages|sharegpt <run-dir> [-o <file>] [--min-reward R] [--success]
@@ -104,9 +105,9 @@ export async function cmdExport(argv: string[]): Promise<number> {
       docs = traceToAtifDocs(root, { subagents: traces.filter((t) => t !== root) });
     } catch (error) {
       console.warn(
-        `${join(runDir, "traces.jsonl")}: skipping trace "${String(root?.trace_id)}" of task ` +
-          `"${String(root?.task?.key)}": not a trace vf can write as ATIF (${
-            (error as Error).message
+        `${join(runDir, "traces.jsonl")}: skipping trace "${terminalText(root?.trace_id)}" of ` +
+          `task "${terminalText(root?.task?.key)}": not a trace vf can write as ATIF (${
+            terminalText((error as Error).message)
           })`,
       );
       continue;
@@ -114,14 +115,16 @@ export async function cmdExport(argv: string[]): Promise<number> {
     const problems = docs.flatMap((doc) => atifProblems(doc));
     if (problems.length) {
       console.warn(
-        `${join(runDir, "traces.jsonl")}: skipping trace "${root.trace_id}": its ATIF breaks ` +
-          `the format: ${problems.slice(0, 3).join("; ")}`,
+        `${join(runDir, "traces.jsonl")}: skipping trace "${terminalText(root.trace_id)}": its ` +
+          `ATIF breaks the format: ${terminalText(problems.slice(0, 3).join("; "))}`,
       );
       continue;
     }
     for (const doc of docs) {
-      const name = `${root.task.key.replace(/[^A-Za-z0-9_.-]/g, "_")}-${root.rollout_index}-${
-        (doc.trajectory_id ?? root.trace_id).replace(/[^A-Za-z0-9_.-]/g, "_")
+      // Every part of the name comes from the run's file: none may carry a path.
+      const part = (v: unknown) => String(v).replace(/[^A-Za-z0-9_.-]/g, "_");
+      const name = `${part(root.task?.key)}-${part(root.rollout_index)}-${
+        part(doc.trajectory_id ?? root.trace_id)
       }.json`;
       await writeFile(join(out, name), JSON.stringify(doc, null, 2) + "\n");
       written++;

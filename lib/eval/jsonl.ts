@@ -5,6 +5,7 @@
  * @module
  */
 import { appendFile, open, readFile, stat } from "node:fs/promises";
+import { terminalText } from "../util/terminal.ts";
 
 /** Truncate a partial last line left by a crash mid-write. */
 export async function repairTrailingLine(path: string): Promise<void> {
@@ -151,5 +152,6 @@ function concatBytes(a: Uint8Array, b: Uint8Array): Uint8Array {
 }
 
 function warnCorrupt(c: CorruptLine): void {
-  console.warn(`${c.path}:${c.line}: skipping a corrupt line (${c.reason})`);
+  // The reason may quote the line, which the file's writer chose: no terminal escapes.
+  console.warn(`${c.path}:${c.line}: skipping a corrupt line (${terminalText(c.reason)})`);
 }

@@ -7,6 +7,7 @@ import type { Progress } from "./evaluate.ts";
 import type { RunMetadata } from "./results.ts";
 import type { RolloutOutput } from "../state.ts";
 import { OutputTally } from "./tally.ts";
+import { terminalLines, terminalText } from "../util/terminal.ts";
 
 /** Where progress and summaries are written. */
 export interface Output {
@@ -118,7 +119,7 @@ export function renderSummary(
     rewardStd === null ? "n/a" : rewardStd.toFixed(4),
   ]);
   for (const [name, avg] of Object.entries(metadata.avg_metrics)) {
-    rows.push([name, avg.toFixed(4), tally.metricStd(name).toFixed(4)]);
+    rows.push([terminalText(name), avg.toFixed(4), tally.metricStd(name).toFixed(4)]);
   }
   lines.push(table(rows));
   lines.push(...rolloutLines(tally, metadata.num_examples));
@@ -140,7 +141,9 @@ export function renderSummary(
     );
   }
   if (tally.stops.size) {
-    lines.push(`stop conditions: ${[...tally.stops].map(([k, v]) => `${k} ${v}`).join(", ")}`);
+    lines.push(
+      `stop conditions: ${[...tally.stops].map(([k, v]) => `${terminalText(k)} ${v}`).join(", ")}`,
+    );
   }
   lines.push(
     `errors: ${tally.errors} of ${tally.count} (${(metadata.avg_error * 100).toFixed(1)}%)` +
@@ -148,11 +151,12 @@ export function renderSummary(
         ? `, ${metadata.num_unscored} never scored and left out of the reward and pass@k`
         : ""),
   );
-  for (const [k, v] of [...tally.errorKinds].slice(0, 5)) lines.push(`  ${v} × ${k}`);
+  for (const [k, v] of [...tally.errorKinds].slice(0, 5)) lines.push(`  ${v} × ${terminalText(k)}`);
   if (metadata.num_model_retries > 0) {
     lines.push(
       `model retries: ${metadata.num_model_retries} (in ${tally.retried} of ${tally.count} rollouts)`,
     );
   }
-  return lines.join("\n");
+  // Names, stops and error messages come from environment code: no terminal escapes.
+  return terminalLines(lines.join("\n"));
 }

@@ -7,6 +7,7 @@
 import { passAtK } from "../eval/results.ts";
 import type { TaskTrace } from "./trace.ts";
 import { VERSION } from "../version.ts";
+import { terminalLines, terminalText } from "../util/terminal.ts";
 
 /** Aggregates of a task run. */
 export interface TaskRunSummary {
@@ -82,15 +83,17 @@ export function renderTaskSummary(summary: TaskRunSummary): string {
     // A lone reward named "reward" (Harbor's) is the headline above, not a breakdown of it.
     ...Object.entries(summary.avg_rewards)
       .filter(([k]) => !(k === "reward" && Object.keys(summary.avg_rewards).length === 1))
-      .map(([k, v]) => `  reward ${k}: ${v.toFixed(4)}`),
-    ...Object.entries(summary.avg_metrics).map(([k, v]) => `  metric ${k}: ${v.toFixed(4)}`),
+      .map(([k, v]) => `  reward ${terminalText(k)}: ${v.toFixed(4)}`),
+    ...Object.entries(summary.avg_metrics).map(([k, v]) =>
+      `  metric ${terminalText(k)}: ${v.toFixed(4)}`
+    ),
     ...Object.entries(summary.pass_at_k).map(([k, v]) => `  pass@${k}: ${v.toFixed(3)}`),
     ...(summary.num_failed_episodes
       ? [`episodes failed: ${summary.num_failed_episodes} of ${summary.num_episodes}`]
       : []),
     `tokens: input ${summary.usage.input_tokens}, output ${summary.usage.output_tokens}`,
     ...Object.entries(summary.usage_by_role ?? {}).map(([role, u]) =>
-      `  tokens ${role}: input ${u.input_tokens}, output ${u.output_tokens}`
+      `  tokens ${terminalText(role)}: input ${u.input_tokens}, output ${u.output_tokens}`
     ),
     ...(summary.judge_usage
       ? [
@@ -99,7 +102,8 @@ export function renderTaskSummary(summary: TaskRunSummary): string {
       : []),
     ...(summary.num_model_retries ? [`model retries: ${summary.num_model_retries}`] : []),
   ];
-  return lines.join("\n");
+  // Reward, metric and role names come from the taskset's code: no terminal escapes.
+  return terminalLines(lines.join("\n"));
 }
 
 /** Model requests of a trace that were retried (on calls that succeeded and that failed). */

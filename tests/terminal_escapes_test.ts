@@ -1,0 +1,169 @@
+/**
+ * The readers of run files that print to a terminal (`vf compare`, `vf export`, `vf replay`,
+ * the end-of-run summaries, the corrupt-line warnings, the CLI's error line) show what the
+ * files hold as text: run files are written by environment code, and an escape sequence in a
+ * task key, a reward name, a stop condition or an error message would otherwise clear the
+ * screen, retitle the window, hide a line or fake one. `vf export` also writes files named
+ * after a trace's fields: none of them may lead outside the folder it was given.
+ * @module
+ */
+import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { renderSummary } from "../lib/eval/progress.ts";
+import type { RunMetadata } from "../lib/eval/results.ts";
+import type { RolloutOutput } from "../lib/state.ts";
+import { renderTaskSummary, summarizeTraces } from "../lib/tasks/summary.ts";
+import type { TaskTrace } from "../lib/tasks/trace.ts";
+import { runCli, tempDir, transcript } from "./_cli.ts";
+
+// deno-lint-ignore no-explicit-any
+type Json = any;
+
+/** Escapes a hostile file would use: clear screen, home, OSC title and hyperlink, C1 CSI, bidi. */
+const EVIL = "\x1b[2J\x1b[H\x1b]0;owned\x07\x1b]8;;file:///etc/passwd\x1b\\link\x1b]8;;\x1b\\" +
+  "\x9b31m\r\u202e";
+
+/** No escape, bell, carriage return, C1 control or bidi override is left in `text`. */
+function assertInert(text: string, where: string) {
+  // deno-lint-ignore no-control-regex
+  const bad = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]/.exec(text);
+  assert.equal(bad, null, `${where}: control character ${JSON.stringify(bad?.[0])} in ${text}`);
+}
+
+function trace(key: string, reward: number, extra: Json = {}): Json {
+  return {
+    format_version: 3,
+    trace_id: `t-${key.length}-${reward}`,
+    run_id: "r",
+    taskset: "ts",
+    task: { key, idx: 0, hash: "h" },
+    example_id: 0,
+    rollout_index: 0,
+    model: "m",
+    harness: "bash",
+    trainable: true,
+    messages: [{ role: "user", content: "q" }, { role: "assistant", content: "a" }],
+    model_calls: [],
+    tool_calls: [],
+    reward,
+    rewards: { reward },
+    metrics: {},
+    error: null,
+    ok: true,
+    usage: { input_tokens: 1, output_tokens: 1 },
+    timing: { started_at: 1, ended_at: 2 },
+    ...extra,
+  };
+}
+
+Deno.test("vf compare, vf export and the CLI's error line print run files' escape sequences as inert text, and vf export writes no file outside its folder", async () => {
+  await using tmp = await tempDir("vf_term_");
+  const a = join(tmp.path, "a");
+  const b = join(tmp.path, "b");
+  await Deno.mkdir(a);
+  await Deno.mkdir(b);
+  const key = `task${EVIL}1`;
+  await Deno.writeTextFile(
+    join(a, "traces.jsonl"),
+    [trace(key, 1), trace("plain", 1)].map((t) => JSON.stringify(t)).join("\n") +
+      // A torn line whose JSON error quotes an escape.
+      `\n{"task": "\x1b]0;torn\x07\x1b[2J`,
+  );
+  await Deno.writeTextFile(
+    join(b, "traces.jsonl"),
+    [trace(key, 0), trace("plain", 1)].map((t) => JSON.stringify(t)).join("\n") + "\n",
+  );
+  const opts = { cwd: tmp.path, registry: false } as const;
+
+  const cmp = await runCli(["compare", a, b], opts);
+  assert.equal(cmp.code, 0, transcript(cmp));
+  assertInert(cmp.stdout, "vf compare stdout");
+  assertInert(cmp.stderr, "vf compare stderr");
+  // The drop is listed, by the key's visible text, on a line of its own.
+  assert.match(cmp.stdout, /^ {2}task.*link.*1 {2}1\.000 -> 0\.000 {2}\(-1\.0000\)$/m, cmp.stdout);
+  assert.match(cmp.stderr, /a\/traces\.jsonl:3: skipping a corrupt line \(malformed JSON/);
+
+  // vf export: a rollout_index and trace id that are paths, with escapes in them.
+  const out = join(tmp.path, "deep", "atif");
+  const escape = join(tmp.path, "escaped");
+  await Deno.writeTextFile(
+    join(a, "traces.jsonl"),
+    JSON.stringify(trace("k", 1, { rollout_index: "/../../../escaped", trace_id: "../../x" })) +
+      "\n" +
+      JSON.stringify(trace("bad", 1, { trace_id: `id${EVIL}`, messages: 5 })) + "\n",
+  );
+  const exp = await runCli(["export", "--format", "atif", a, "-o", out], opts);
+  assert.equal(exp.code, 0, transcript(exp));
+  assertInert(exp.stdout, "vf export stdout");
+  assertInert(exp.stderr, "vf export stderr");
+  assert.match(exp.stdout, /wrote 1 ATIF trajectory/);
+  assert.equal(existsSync(escape + "-..___x.json"), false);
+  const written = [...Deno.readDirSync(out)].map((e) => e.name);
+  assert.equal(written.length, 1, written.join(" "));
+  assert.doesNotMatch(written[0], /\//);
+  assert.ok(written[0].startsWith("k-"), written[0]);
+  for (const e of Deno.readDirSync(tmp.path)) {
+    assert.ok(["a", "b", "deep"].includes(e.name), `vf export wrote ${e.name} outside its folder`);
+  }
+
+  // The CLI's error line: a config.json key that carries escapes, named in the error.
+  await Deno.writeTextFile(join(b, "record.jsonl"), "");
+  await Deno.writeTextFile(join(b, "config.json"), JSON.stringify({ model: "m", [EVIL]: 1 }));
+  const replay = await runCli(["replay", b], opts);
+  assert.equal(replay.code, 1, transcript(replay));
+  assert.match(replay.stderr, /^error: .*config\.json/m);
+  assertInert(replay.stderr, "vf replay stderr");
+});
+
+Deno.test("the end-of-run summaries of vf eval and vf run print names, stop conditions and error messages from the environment as inert text", () => {
+  const outputs = [
+    { example_id: 0, reward: 1, metrics: { [`m${EVIL}`]: 1 }, stop_condition: `stop${EVIL}` },
+    {
+      example_id: 1,
+      reward: 0,
+      metrics: { [`m${EVIL}`]: 0 },
+      stop_condition: "has_error",
+      error: { error: `Tool${EVIL}Error`, message: `out\n${EVIL}reward 1.0000` },
+    },
+  ] as unknown as RolloutOutput[];
+  const metadata = {
+    env_id: `env${EVIL}`,
+    model: "m",
+    num_examples: 2,
+    rollouts_per_example: 1,
+    num_rollouts: 2,
+    time_ms: 10,
+    avg_reward: 0.5,
+    avg_metrics: { [`m${EVIL}`]: 0.5 },
+    avg_error: 0.5,
+    pass_at_k: {},
+    pass_all_k: {},
+    usage: null,
+    num_unscored: 0,
+    num_model_retries: 0,
+  } as unknown as RunMetadata;
+  const evalText = renderSummary(metadata, outputs);
+  assertInert(evalText, "renderSummary");
+  assert.match(evalText, /stop conditions: stop.*link.* 1/);
+  // An error message's newline is shown, not obeyed: no line of its own that fakes a reward.
+  assert.doesNotMatch(evalText, /^reward 1\.0000/m);
+  assert.match(evalText, /1 × Tool.*Error: out\\x0a.*reward 1\.0000/);
+
+  const traces = [
+    trace("a", 1, { rewards: { [`r${EVIL}`]: 1 }, metrics: { [`x${EVIL}`]: 2 }, role: "agent" }),
+    trace("b", 0, { rewards: { [`r${EVIL}`]: 0 }, metrics: { [`x${EVIL}`]: 1 } }),
+  ] as unknown as TaskTrace[];
+  const summary = summarizeTraces(traces, {
+    run_id: "r",
+    taskset: `ts${EVIL}`,
+    model: "m",
+    env_id: "single-agent",
+    num_tasks: 2,
+    rollouts_per_task: 1,
+  });
+  const taskText = renderTaskSummary(summary);
+  assertInert(taskText, "renderTaskSummary");
+  assert.match(taskText, /^ {2}reward r.*link.*: 0\.5000$/m);
+  assert.match(taskText, /^ {2}metric x.*link.*: 1\.5000$/m);
+});
