@@ -570,3 +570,38 @@ Deno.test("rollUp(): mean takes each reward key's mean over the verified steps (
   );
   assert.throws(() => rollUp([], "mean"), (e: Error) => e instanceof TaskError);
 });
+
+Deno.test("readHarborSettings(): a step's timeouts are typed as the task's: numeric strings are numbers, anything else names the step's key, and a step without one takes the task's, else Harbor's 600 s verifier default", () => {
+  const steps = (one: string, two = "") =>
+    `[[steps]]\nname = "one"\n${one}[[steps]]\nname = "two"\n${two}`;
+  const typed = readHarborSettings(
+    steps('[steps.agent]\ntimeout_sec = "5"\n[steps.verifier]\ntimeout_sec = " 7.5 "\n'),
+    PATH,
+  );
+  assert.deepEqual(typed.steps.map((s) => [s.agent.timeout, s.verifier.timeout]), [
+    [5, 7.5],
+    [undefined, HARBOR_DEFAULTS.verifierTimeout],
+  ]);
+  const inherited = readHarborSettings(
+    `[agent]\ntimeout_sec = "40"\n[verifier]\ntimeout_sec = 30\n${steps("")}`,
+    PATH,
+  );
+  assert.deepEqual(inherited.steps.map((s) => [s.agent.timeout, s.verifier.timeout]), [
+    [40, 30],
+    [40, 30],
+  ]);
+  for (
+    const [one, two, key, shown] of [
+      ['[steps.agent]\ntimeout_sec = "soon"\n', "", "steps[0].agent.timeout_sec", '"soon"'],
+      ["", "[steps.verifier]\ntimeout_sec = 0\n", "steps[1].verifier.timeout_sec", "0"],
+      ["", "[steps.agent]\ntimeout_sec = [5]\n", "steps[1].agent.timeout_sec", "[5]"],
+    ] as const
+  ) {
+    assert.throws(
+      () => readHarborSettings(steps(one, two), PATH),
+      (e: Error) =>
+        e instanceof ConfigError &&
+        e.message.startsWith(`${PATH}: ${key}: ${shown} is not a positive number`),
+    );
+  }
+});
