@@ -226,3 +226,71 @@ Deno.test("a judge's sampling reaches its own endpoint typed, and a misspelt jud
   assert.match(word.stderr, /env\.judges\[0\]\.sampling\.max_tokens: .*number/);
   assert.equal(judge.requests.length + agent.requests.length, sent, "nothing more was sent");
 });
+
+/** An Env from a module: one role the built-ins do not have, and a numeric option of its own. */
+const SOLO_ENV = `
+import { z } from "npm:zod@^4.6.0";
+import { type Agents, Env, type Task } from "${MOD_URL}";
+export default class Solo extends Env {
+  static override roles = { writer: { runtime: { type: "subprocess" } } };
+  static override options = { turns: z.number().int().min(1).default(1) };
+  async run(task: Task, agents: Agents) {
+    await using writer = await agents.writer.interaction(task);
+    let said = await writer.turn();
+    for (let i = 1; i < (this.options.turns as number); i++) said = await writer.turn("again");
+  }
+}
+`;
+
+Deno.test("an Env from a module gets its own role's dotted sampling and its own options typed, on vf run and vf eval <taskset>", async () => {
+  await using dir = await tempDir("vf-typed-mix-");
+  await using server = await startModelServer({ responder: () => textReply("hi") });
+  await Deno.writeTextFile(join(dir.path, "chats.ts"), TASKSET);
+  await Deno.writeTextFile(join(dir.path, "solo.ts"), SOLO_ENV);
+  for (const command of ["run", "eval"]) {
+    const before = server.requests.length;
+    const res = await runCli([
+      command,
+      "./chats.ts",
+      "-m",
+      "m",
+      "-b",
+      server.url,
+      "--env.id",
+      "./solo.ts",
+      "--env.turns",
+      "2",
+      "--env.writer.sampling.temperature",
+      "0.5",
+      "--env.writer.sampling.max_tokens",
+      "7",
+      "-o",
+      "out",
+    ], { cwd: dir.path });
+    assert.equal(res.code, 0, transcript(res));
+    const sent = server.requests.slice(before);
+    assert.equal(sent.length, 2, "--env.turns 2 took two turns");
+    for (const req of sent) {
+      assert.deepEqual(samplingOf(req), { temperature: 0.5, max_completion_tokens: 7 });
+    }
+    // The saved config holds the typed values, so vf replay and vf rescore read it back.
+    const runDir = /^Saving traces to (.+)$/m.exec(res.stderr)![1];
+    const saved = JSON.parse(await Deno.readTextFile(join(runDir, "config.json")));
+    assert.equal(saved.env.turns, 2);
+    assert.equal(saved.env.writer.sampling.temperature, 0.5);
+  }
+  const word = await runCli([
+    "run",
+    "./chats.ts",
+    "-m",
+    "m",
+    "-b",
+    server.url,
+    "--env.id",
+    "./solo.ts",
+    "--env.writer.sampling.temperature",
+    "warm",
+  ], { cwd: dir.path });
+  assert.equal(word.code, 1, transcript(word));
+  assert.match(word.stderr, /env\.writer\.sampling\.temperature: .*number/);
+});

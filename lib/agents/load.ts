@@ -341,10 +341,13 @@ export async function buildEnv(options: BuildEnvOptions): Promise<Env> {
   }
 }
 
-/** The `[env]` schema the CLI types its `--env.*` flags with: every built-in's roles and options. */
-export function cliEnvSchema(): z.ZodType {
+/**
+ * The `[env]` schema the CLI types its `--env.*` flags with: every built-in's roles and options,
+ * and those of `extra` (an Env from a module).
+ */
+export function cliEnvSchema(...extra: EnvClass[]): z.ZodType {
   const shape: Record<string, z.ZodType> = {};
-  for (const cls of Object.values(ENVS)) {
+  for (const cls of [...Object.values(ENVS), ...extra]) {
     for (const role of Object.keys(cls.roles)) shape[role] = AgentTable.optional();
     Object.assign(shape, cls.options);
   }

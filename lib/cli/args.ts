@@ -172,8 +172,13 @@ const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
  * list, a table or anything goes. Free-form tables (taskset knobs) get strings.
  */
 export function coerceFlag(path: string[], value: unknown): unknown {
+  return coerceFlagIn(CLI_SCHEMA, path, value);
+}
+
+/** {@link coerceFlag} against another schema (an `[env]` table of an Env from a module). */
+export function coerceFlagIn(root: Schema, path: string[], value: unknown): unknown {
   if (typeof value !== "string") return value;
-  const schema = schemaAt(CLI_SCHEMA, path);
+  const schema = schemaAt(root, path);
   const types = schema === undefined ? new Set(["unknown"]) : leafTypes(schema);
   const any = types.has("unknown") || types.has("any");
   if ((types.has("boolean") || any) && (value === "true" || value === "false")) {
@@ -188,6 +193,33 @@ export function coerceFlag(path: string[], value: unknown): unknown {
     } catch { /* keep the string */ }
   }
   return value;
+}
+
+/**
+ * Flags the CLI could not type (`--env.writer.sampling.temperature 0.5` for a role, or an
+ * option, only an Env from a module declares), typed in `merged` by that Env's `[env]` schema:
+ * each string leaf of the flags' `env` table that `merged` still holds as given.
+ * @param merged the config file's tables with the flags over them; changed in place
+ * @param flags what {@link flagsToConfig} made of the command line
+ * @param envSchema the `[env]` table's schema of the Env the run names
+ */
+export function retypeEnvFlags(
+  merged: Record<string, unknown>,
+  flags: Record<string, unknown>,
+  envSchema: Schema,
+): void {
+  const walk = (given: unknown, into: unknown, path: string[]): void => {
+    if (!isTable(given) || !isTable(into)) return;
+    for (const [key, value] of Object.entries(given)) {
+      const at = [...path, key];
+      if (isTable(value)) walk(value, into[key], at);
+      else if (
+        typeof value === "string" && into[key] === value &&
+        schemaAt(CLI_SCHEMA, ["env", ...at]) === undefined
+      ) into[key] = coerceFlagIn(envSchema, at, value);
+    }
+  };
+  walk(flags.env, merged.env, []);
 }
 
 export function parseArgs(argv: string[]) {

@@ -36,7 +36,7 @@ import {
 import { onInterrupt } from "./interrupt.ts";
 import { runOutcome } from "./outcome.ts";
 import { runTasks } from "./run.ts";
-import { runConfigOf, validateRunConfig } from "./run_config.ts";
+import { runConfigOf, typeEnvFlags, validateRunConfig } from "./run_config.ts";
 
 /** Workers a run starts, so `vf ctl concurrency N` can raise its limit up to this. */
 const CONTROL_CEILING = 1024;
@@ -263,10 +263,12 @@ export async function cmdEval(argv: string[]): Promise<number> {
     // A taskset named where an environment goes: run it, as vf run would.
     const merged = deepMerge(deepMerge(fileConfig, cliConfig), { env: { taskset: { id: spec } } });
     delete merged.env_id;
+    await typeEnvFlags(merged, cliConfig);
     return await runTasks(await validateRunConfig(merged, source), merged, source);
   }
   if (positional[0]) cliConfig.env_id = positional[0];
   const merged = deepMerge(fileConfig, cliConfig);
+  if (isTable(merged.env) && "taskset" in merged.env) await typeEnvFlags(merged, cliConfig);
   const config = validateEvalConfig(merged, source);
   if (config.env && "taskset" in config.env) {
     return await runTasks(await runConfigOf(config, source), merged, source);
@@ -425,4 +427,8 @@ export async function cmdEval(argv: string[]): Promise<number> {
     await served?.close();
     await run.env.teardown().catch(() => {});
   }
+}
+
+function isTable(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
 }

@@ -43,7 +43,7 @@ import type { CostBudget, CostMeter } from "../model/cost.ts";
 import type { SandboxSource } from "../../runtimes/pool.ts";
 import { onInterrupt } from "./interrupt.ts";
 import { controlTaskRun, TASK_RUN_CEILING } from "./ctl.ts";
-import { type RunConfig, validateRunConfig } from "./run_config.ts";
+import { type RunConfig, typeEnvFlags, validateRunConfig } from "./run_config.ts";
 import { runOutcome } from "./outcome.ts";
 
 const RUN_HELP = `vf run <taskset> [options]     (same as: vf eval <taskset>)
@@ -407,6 +407,7 @@ export async function cmdRun(argv: string[]): Promise<number> {
   const cliConfig = flagsToConfig(flags as Record<string, unknown>);
   const named = positional[0] ? { env: { taskset: { id: positional[0] } } } : {};
   const merged = deepMerge(deepMerge(fileConfig, named), cliConfig);
+  await typeEnvFlags(merged, cliConfig);
   const config = await validateRunConfig(merged, source);
   return await runTasks(config, merged, source);
 }

@@ -7,7 +7,15 @@
  * @module
  */
 import { TASKSETS } from "../../environments/mod.ts";
-import { type EnvClass, envClassOf, type EnvConfig, parseEnvConfig } from "../agents/load.ts";
+import {
+  cliEnvSchema,
+  type EnvClass,
+  envClassOf,
+  type EnvConfig,
+  parseEnvConfig,
+  resolveEnvClass,
+} from "../agents/load.ts";
+import { retypeEnvFlags } from "./args.ts";
 import { type EvalConfig, validateEvalConfig } from "../config.ts";
 import { ConfigError } from "../errors.ts";
 import { resolveEnvironmentModule } from "../legacy/load.ts";
@@ -47,6 +55,34 @@ export async function runConfigOf(config: EvalConfig, source: string): Promise<R
     ...config,
     env: await parseEnvConfig(env, { source, trust: config.trust === true, tasksetEnv }),
   };
+}
+
+/**
+ * Type the `--env.*` flags only an Env from a module declares (its roles' sampling, its own
+ * options) by that Env's schema, in `merged`, before the run's config is checked: the command
+ * line is typed by the built-in Envs' schemas, and a module's Env is known only once `env.id`
+ * (or the taskset's module) is loaded. Nothing changes when the Env cannot be resolved: the
+ * check that follows names what is wrong.
+ * @param merged the config file's tables with the flags over them; changed in place
+ * @param flags what the command line said (`flagsToConfig`)
+ */
+export async function typeEnvFlags(
+  merged: Record<string, unknown>,
+  flags: Record<string, unknown>,
+): Promise<void> {
+  const env = merged.env;
+  if (!isTable(flags.env) || !isTable(env)) return;
+  let cls: EnvClass | null = null;
+  try {
+    if (typeof env.id === "string" && env.id) {
+      cls = await resolveEnvClass(env.id, { trust: merged.trust === true });
+    } else if (isTable(env.taskset) && typeof env.taskset.id === "string") {
+      cls = await tasksetEnvOf(env.taskset.id, merged as EvalConfig);
+    }
+  } catch {
+    return;
+  }
+  if (cls) retypeEnvFlags(merged, flags, cliEnvSchema(cls));
 }
 
 /** The Env a taskset's own module exports, if the taskset is a local or built-in module. */

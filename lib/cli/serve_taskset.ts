@@ -19,7 +19,7 @@ import { resolve } from "node:path";
 import { flagsToConfig, parseArgs } from "./args.ts";
 import { loadTasksetFor } from "./resolve.ts";
 import { sandboxSourceOf } from "./run.ts";
-import { validateRunConfig } from "./run_config.ts";
+import { typeEnvFlags, validateRunConfig } from "./run_config.ts";
 
 /** Whether `spec` names a taskset (built-in, or a module exporting loadTaskset() only). */
 export async function isTasksetSpec(
@@ -70,6 +70,7 @@ export async function tasksetServeRunner(spec: string, argv: string[]): Promise<
   const flags = flagsToConfig(parseArgs(argv) as Record<string, unknown>);
   for (const key of SERVE_KEYS) delete flags[key];
   const merged = deepMerge({ env: { taskset: { id: spec } } }, flags);
+  await typeEnvFlags(merged, flags);
   const config = await validateRunConfig(merged, "command line");
   const { base } = config.env;
   if (base.judges !== undefined) {
