@@ -3,7 +3,7 @@
  * `loadEnvironment(args)` returning an Environment (sync or async).
  * @module
  */
-import { stat } from "node:fs/promises";
+import { readFile, stat } from "node:fs/promises";
 import { isAbsolute, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { ConfigError } from "../errors.ts";
@@ -88,7 +88,8 @@ export async function resolveEnvironmentModule(
   try {
     module = await import(pathToFileURL(path).href);
   } catch (error) {
-    throw new ConfigError(`${kind} module "${spec}" failed to load: ${describeWhere(error)}`, {
+    const named = await kindOfSource(path, entry) ?? kind;
+    throw new ConfigError(`${named} module "${spec}" failed to load: ${describeWhere(error)}`, {
       cause: error,
     });
   }
@@ -112,8 +113,26 @@ function missingEntry(spec: string, module: unknown, entry: string): ConfigError
       `Module "${spec}" exports loadEnvironment(), not loadTaskset(): it is an environment; evaluate it with vf eval ${spec}`,
     );
   }
-  const kind = entry === "loadTaskset" ? "Taskset" : "Environment";
-  return new ConfigError(`${kind} module "${spec}" does not export a ${entry}() function`);
+  return new ConfigError(
+    `Module "${spec}" exports neither loadEnvironment() (an environment, for vf eval) nor ` +
+      `loadTaskset() (a taskset, for vf run or vf eval)`,
+  );
+}
+
+/**
+ * What a module that did not load is, from its source: one that defines only the other
+ * entry's function is of the other kind (vf eval tries an environment first and takes
+ * tasksets too), so its error does not call a taskset an environment; null when unsure.
+ */
+async function kindOfSource(
+  path: string,
+  entry: "loadEnvironment" | "loadTaskset",
+): Promise<"Environment" | "Taskset" | null> {
+  const text = await readFile(path, "utf8").catch(() => "");
+  const has = (name: string) => new RegExp(`\\b${name}\\b`).test(text);
+  const other = entry === "loadTaskset" ? "loadEnvironment" : "loadTaskset";
+  if (has(other) && !has(entry)) return other === "loadTaskset" ? "Taskset" : "Environment";
+  return null;
 }
 
 /** Load and construct an environment. */

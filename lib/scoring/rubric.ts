@@ -10,6 +10,7 @@ import { Parser } from "./parser.ts";
 import type { State } from "../state.ts";
 import type { Messages } from "../types.ts";
 import { RewardError, ToolError } from "../errors.ts";
+import { userFrame } from "../util/_user_frame.ts";
 
 /** What an individual reward function receives. */
 export interface RewardContext {
@@ -334,12 +335,17 @@ function toScore(entry: RubricEntry, value: unknown, state: State): number | nul
  */
 function rewardFailed(entry: RubricEntry, error: unknown, state: State): null {
   const detail = error instanceof Error ? error.message : String(error);
+  // Where the user's function threw goes before the message, which summaries clip.
+  const at = userFrame(error);
   // An earlier error wins, except one the model caused (a tool call): that rollout would count
   // as scored, and it was not.
   if (!state.error || state.error instanceof ToolError) {
-    state.error = new RewardError(`Reward function "${entry.name}" failed: ${detail}`, {
-      cause: error,
-    });
+    state.error = new RewardError(
+      `Reward function "${entry.name}" failed${at ? ` (at ${at})` : ""}: ${detail}`,
+      {
+        cause: error,
+      },
+    );
   }
   return null;
 }
