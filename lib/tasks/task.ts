@@ -532,6 +532,40 @@ export abstract class Taskset<T extends Task = Task> {
   abstract load(): Iterable<T> | AsyncIterable<T> | Promise<Iterable<T>>;
 
   /**
+   * A view of the first `n` tasks, as upstream's `Taskset.head(n)`: lazy and bounded, so a lazy
+   * `load()` builds no more than `n`; the taskset itself is left as it was. The view answers
+   * everything else as the taskset does.
+   * @throws {RangeError} when `n` is not a whole number
+   * @example
+   * ```ts ignore
+   * const firstThree = await taskset.head(3).tasks();
+   * ```
+   */
+  head(n: number): this {
+    if (!Number.isInteger(n) || n < 0) {
+      throw new RangeError(`Taskset.head(n) takes a whole number of tasks, got ${n}`);
+    }
+    const source = () => this.load();
+    async function* load(): AsyncIterable<T> {
+      if (n === 0) return;
+      let taken = 0;
+      for await (const task of (await source()) as AsyncIterable<T>) {
+        yield task;
+        if (++taken >= n) return; // stops the source before it builds another
+      }
+    }
+    return new Proxy(this, {
+      get(target, prop, receiver) {
+        if (prop === "load") return load;
+        // Taskset's own methods read the view; a subclass's run on the taskset (its #fields).
+        if (prop === "tasks" || prop === "head") return Reflect.get(target, prop, receiver);
+        const value = Reflect.get(target, prop, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  }
+
+  /**
    * Load up to `limit` tasks (all with a negative limit), assigning `idx` from load order.
    * A lazy `load()` is asked for no more than `limit` tasks: the loop stops as the last one
    * arrives, before the generator builds another.

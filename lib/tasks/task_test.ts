@@ -117,3 +117,33 @@ Deno.test("Taskset.tasks(n) builds no more than n tasks from a lazy load()", asy
   assert.equal(built, 0);
   assert.equal((await set.tasks(-1)).length, 100);
 });
+
+Deno.test("Taskset.head(n) is a lazy view of the first n tasks, as upstream's head(n): the taskset is unchanged", async () => {
+  const { Taskset } = await import("./task.ts");
+  let built = 0;
+  class Private extends Taskset {
+    #name = "private";
+    get id() {
+      return this.#name;
+    }
+    *load() {
+      for (let i = 0; i < 50; i++) {
+        built++;
+        yield new Task({ prompt: `task ${i}` });
+      }
+    }
+  }
+  const set = new Private();
+  const view = set.head(3);
+  assert.equal(built, 0, "a view builds nothing until read");
+  assert.equal(view.id, "private", "the view answers as the taskset, #private fields too");
+  assert.ok(view instanceof Private);
+  assert.deepEqual((await view.tasks()).map((t) => t.data.prompt), ["task 0", "task 1", "task 2"]);
+  assert.equal(built, 3, "the fourth task was never built");
+  assert.equal((await view.tasks(2)).length, 2);
+  assert.equal((await set.head(10).head(2).tasks()).length, 2);
+  assert.deepEqual(await set.head(0).tasks(), []);
+  assert.equal((await set.tasks()).length, 50, "the taskset itself is not bounded");
+  assert.throws(() => set.head(-1), RangeError);
+  assert.throws(() => set.head(1.5), /whole number of tasks, got 1.5/);
+});
