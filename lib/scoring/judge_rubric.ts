@@ -89,11 +89,21 @@ export class JudgeRubric extends Rubric {
     const filled = fillTemplate(this.judgePrompt, { question, answer, response });
     const cache = (state?.judge_response ?? {}) as Record<string, string>;
     if (filled in cache) return cache[filled];
-    const reply = await this.judgeClient.getResponse(
-      [{ role: "user", content: filled }],
-      this.judgeModel,
-      { samplingArgs: this.judgeSamplingArgs, signal: signal ?? state?.signal },
-    );
+    const cut = signal ?? state?.signal;
+    let reply;
+    try {
+      reply = await this.judgeClient.getResponse(
+        [{ role: "user", content: filled }],
+        this.judgeModel,
+        { samplingArgs: this.judgeSamplingArgs, signal: cut },
+      );
+    } catch (error) {
+      // The judge's endpoint failed, not the model judged: the error says so (same class).
+      if (error instanceof Error && !cut?.aborted) {
+        error.message = `Judge model "${this.judgeModel}" failed: ${error.message}`;
+      }
+      throw error;
+    }
     const verdict = responseText(reply);
     if (state) state.judge_response = { ...cache, [filled]: verdict };
     return verdict;

@@ -4,6 +4,8 @@ import { OpenAIChatClient } from "../model/client.ts";
 import { JudgeRubric } from "./judge_rubric.ts";
 import { SingleTurnEnv } from "../legacy/multi_turn.ts";
 import type { State } from "../state.ts";
+import type { RewardFunc } from "./rubric.ts";
+import { RewardError } from "../errors.ts";
 
 Deno.test("JudgeRubric.judge() fills the template, calls the judge model and caches per state", async () => {
   await using judge = await startModelServer({
@@ -90,4 +92,33 @@ Deno.test("JudgeRubric fills its template as the judges do: only its own fields,
     judge.requests[0].body.messages[0].content,
     "Q:{answer}? A:4 R:{question} {constructor} {toString} {other}",
   );
+});
+
+Deno.test("a JudgeRubric whose judge endpoint fails leaves the rollout unscored, blamed on the judge by model and on the reward by name", async () => {
+  await using judge = await startModelServer({
+    responder: () => ({ status: 500, body: { error: { message: "judge overloaded" } } }),
+  });
+  await using model = await startModelServer({ responder: () => ({ content: "Paris" }) });
+  async function judgedCorrect(
+    { prompt, completion, answer, state, judge }: Parameters<RewardFunc>[0],
+  ) {
+    return (await judge({ prompt, completion, answer, state })).startsWith("yes") ? 1 : 0;
+  }
+  const rubric = new JudgeRubric({
+    judgeClient: new OpenAIChatClient({ base_url: judge.url, max_retries: 0 }),
+    judgeModel: "judge-7",
+    funcs: [judgedCorrect],
+  });
+  const env = new SingleTurnEnv({
+    evalDataset: [{ question: "Capital of France?", answer: "Paris" }],
+    rubric,
+  });
+  const client = new OpenAIChatClient({ base_url: model.url, max_retries: 0 });
+  const [state] = await env.runGroup((await env.getEvalDataset()).toList(), client, "m");
+  assert.ok(state.error instanceof RewardError, String(state.error));
+  assert.match(
+    (state.error as Error).message,
+    /^Reward function "judgedCorrect" failed: Judge model "judge-7" failed: .*judge overloaded/,
+  );
+  assert.equal(judge.requests.length, 1);
 });
