@@ -10,6 +10,24 @@ import { join } from "node:path";
 import { startModelServer, textReply } from "./model_server.ts";
 import { MOD_URL, runCli, tempDir, transcript } from "./_cli.ts";
 
+const ANSWERED = `
+import { reward, Task, Taskset } from "${MOD_URL}";
+class Answered extends Task {
+  said = reward(({ trace }) => (trace.messages.length > 0 ? 1 : 0));
+}
+class Capitals extends Taskset {
+  get id() {
+    return "where-capitals";
+  }
+  load() {
+    return [new Answered({ id: "fr", prompt: "Capital of France?", answer: "Paris", workdir: "/app" })];
+  }
+}
+export function loadTaskset(config: Record<string, unknown>) {
+  return new Capitals(config);
+}
+`;
+
 /** The lines of stderr that report a fatal error (the CLI prefixes them with "error: "). */
 function errorLines(stderr: string): string[] {
   return stderr.split("\n").filter((l) => l.startsWith("error: "));
@@ -115,4 +133,31 @@ Deno.test("a legacy reward that throws is named with its file and line; the run 
   assert.equal(failed.error.error, "RewardError");
   assert.ok(failed.error.message.startsWith(where), failed.error.message);
   assert.match(failed.error.message, /Cannot read properties of undefined \(reading 'n'\)/);
+});
+
+Deno.test("a taskset judge that gives no verdict fails the rollout in phase judge, and the summary counts it in judges, not in the task's own code", async () => {
+  await using dir = await tempDir("vf_where_");
+  await Deno.writeTextFile(join(dir.path, "capitals.ts"), ANSWERED);
+  await using agent = await startModelServer({ responder: () => textReply("It is Paris.") });
+  await using judge = await startModelServer({ responder: () => textReply("maybe") });
+  await Deno.writeTextFile(
+    join(dir.path, "run.toml"),
+    `model = "agent-m"\n[client]\nbase_url = "${agent.url}"\n` +
+      `[[env.judges]]\nid = "reference"\nmodel = "judge-m"\nbase_url = "${judge.url}"\n` +
+      `max_retries = 1\n` +
+      `[env.taskset]\nid = "./capitals.ts"\n[env.agent.runtime]\ntype = "subprocess"\n`,
+  );
+  const res = await runCli(["run", "@", "run.toml", "-o", "out"], { cwd: dir.path });
+  assert.equal(res.code, 1, transcript(res));
+  assert.equal(judge.requests.length, 2, "asked once and again after a reply with no verdict");
+  const tracesPath = /traces: (\S+)/.exec(res.stdout)?.[1];
+  assert.ok(tracesPath, transcript(res));
+  const [trace] = (await Deno.readTextFile(tracesPath)).trim().split("\n")
+    .map((l) => JSON.parse(l));
+  assert.equal(trace.reward, null, "a judge's failure never scores the rollout");
+  assert.equal(trace.error.phase, "judge", JSON.stringify(trace.error));
+  assert.equal(trace.error.error, "JudgeVerdictError", JSON.stringify(trace.error));
+  assert.match(trace.error.message, /reference/, "the message names the judge");
+  assert.match(res.stdout, /1 in judges/, transcript(res));
+  assert.match(res.stdout, /0 in the task's own hooks or rewards/, transcript(res));
 });
