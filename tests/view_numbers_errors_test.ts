@@ -5,7 +5,8 @@
  * number is computed here from the run's own files and compared with the page: the runs list's
  * rollouts, mean reward, pass@k, errors and tokens; the run page's cards, histogram (bars,
  * axis, unscored) and each row's reward, error, turns and tokens; each rollout's reward,
- * tokens and duration, and a trace's model calls (duration, input and output tokens).
+ * tokens and duration, and a trace's model calls (duration, input and output tokens); and the
+ * histogram of a run whose summed rewards go past 1.
  * @module
  */
 import assert from "node:assert/strict";
@@ -56,6 +57,23 @@ class Qs extends Taskset {
   *load() { for (const i of [0, 1, 2]) yield new Q({ id: "t" + i, prompt: "q" + i }); }
 }
 export function loadTaskset(config) { return new Qs(config); }
+`;
+
+/** Two rewards summed (upstream's weighted sum): a right answer scores 2, a wrong one 1. */
+const SUMMED = `import { Rubric, SingleTurnEnv } from "${MOD_URL}";
+const text = (c) => String(c.at(-1)?.content ?? "");
+export function loadEnvironment() {
+  return new SingleTurnEnv({
+    envId: "summed",
+    evalDataset: [3, 4].map((i) => ({ question: "q" + i, answer: "a" + i })),
+    rubric: new Rubric({
+      funcs: [
+        function correct({ completion, answer }) { return text(completion) === answer ? 1 : 0; },
+        function replied({ completion }) { return text(completion) ? 1 : 0; },
+      ],
+    }),
+  });
+}
 `;
 
 interface Run {
@@ -136,11 +154,14 @@ Deno.test("vf view shows the numbers of runs with errors as their files hold the
       asked.set(q, n + 1);
       if (q === "q0") return { content: "a0" };
       if (q === "q1") return { content: n % 2 === 0 ? "a1" : "nope" };
+      if (q === "q3") return { content: "a3" };
+      if (q === "q4") return { content: "nope" };
       return { content: "boom" };
     },
   });
   await Deno.writeTextFile(join(tmp.path, "mixed.ts"), ENV);
   await Deno.writeTextFile(join(tmp.path, "tasks.ts"), TASKSET);
+  await Deno.writeTextFile(join(tmp.path, "summed.ts"), SUMMED);
   const common = ["-m", "m", "-b", server.url, "-r", "2", "-o", "outputs"];
   const readRun = async (res: CliResult, word: "results" | "traces"): Promise<Run> => {
     assert.equal(res.code, 0, transcript(res));
@@ -164,6 +185,24 @@ Deno.test("vf view shows the numbers of runs with errors as their files hold the
     }),
     "traces",
   );
+
+  const summedRun = await readRun(
+    await runCli([
+      "eval",
+      "./summed.ts",
+      "-n",
+      "2",
+      ...common.slice(0, 4),
+      "-r",
+      "1",
+      "-o",
+      "outputs",
+    ], {
+      cwd: tmp.path,
+    }),
+    "results",
+  );
+  assert.deepEqual(summedRun.lines.map((l) => l.reward).sort(), [1, 2]);
 
   const runs = [evalRun, taskRun].map((run) => ({ run, want: expectedOf(run, 2) }));
   for (const { run, want } of runs) {
@@ -302,6 +341,26 @@ Deno.test("vf view shows the numbers of runs with errors as their files hold the
         );
       }
     }
+
+    // Rewards past 1 (a weighted sum): the bars and the axis span 0 … 2, and a 2 is not
+    // counted in a 0.9–1.0 bar.
+    await go(`#/run/${encodeURIComponent(summedRun.id)}`, '[data-testid="histogram"]');
+    assert.equal(await textOf('[data-testid="mean-reward"]'), "1.500");
+    assert.deepEqual(
+      await page.$$eval('[data-testid="hist-x"] span', (s) => s.map((e) => (e as Dom).textContent)),
+      Array.from({ length: 11 }, (_, i) => (i / 5).toFixed(1)),
+    );
+    assert.deepEqual(
+      await page.$$eval(
+        '[data-testid="histogram"] div',
+        (ds) => ds.map((d) => (d as Dom).getAttribute("title")),
+      ),
+      Array.from(
+        { length: 10 },
+        (_, i) =>
+          `${(i / 5).toFixed(1)}–${((i + 1) / 5).toFixed(1)}: ${i === 5 || i === 9 ? 1 : 0}`,
+      ),
+    );
   } finally {
     await browser.close();
     await view.close();

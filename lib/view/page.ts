@@ -162,12 +162,15 @@ function histogram(hist) {
   const buckets = Array.isArray(hist.buckets) ? hist.buckets.map((n) => isNum(n) ? n : 0) : [];
   const max = Math.max(1, ...buckets);
   const top = Math.max(0, ...buckets);
+  // The bars span lo … hi: 0 … 1 unless the run's rewards go outside it (a weighted sum).
+  const lo = isNum(hist.lo) ? hist.lo : 0, hi = isNum(hist.hi) && hist.hi > lo ? hist.hi : lo + 1;
+  const at = (i) => (lo + (hi - lo) * i / 10).toFixed(1);
   return h("div", { class: "histwrap", "data-testid": "histogram-box" },
     h("div", { class: "hist-y", "data-testid": "hist-y" }, h("span", {}, int(top)), h("span", {}, "0")),
-    h("div", { class: "hist", title: "rollouts by reward, 0 … 1", "data-testid": "histogram" },
+    h("div", { class: "hist", title: "rollouts by reward, " + at(0) + " … " + at(10), "data-testid": "histogram" },
       buckets.map((n, i) => h("div", { height: 100 * n / max,
-        title: (i / 10).toFixed(1) + "–" + ((i + 1) / 10).toFixed(1) + ": " + n }))),
-    h("div", { class: "hist-x", "data-testid": "hist-x" }, Array.from({ length: 11 }, (_, i) => h("span", {}, (i / 10).toFixed(1)))),
+        title: at(i) + "–" + at(i + 1) + ": " + n }))),
+    h("div", { class: "hist-x", "data-testid": "hist-x" }, Array.from({ length: 11 }, (_, i) => h("span", {}, at(i)))),
     h("div", { class: "hist-title" }, "x: reward · y: rollouts"));
 }
 

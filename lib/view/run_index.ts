@@ -52,6 +52,16 @@ export interface IndexedRow {
   corrupt: boolean;
 }
 
+/** Scored rollouts in ten equal bars from `lo` to `hi`, and what was not scored. */
+export interface Histogram {
+  buckets: number[];
+  /** The reward range the bars span: 0 … 1, widened to whole numbers around rewards outside it. */
+  lo: number;
+  hi: number;
+  unscored: number;
+  errors: Record<string, number>;
+}
+
 /** What the rollouts table asks for. */
 export interface RowQuery {
   errors?: "only" | "none";
@@ -543,20 +553,27 @@ export class RunIndex {
   }
 
   /** Rewards in ten buckets over [0, 1] (values outside go to the ends), and the unscored. */
-  histogram(): { buckets: number[]; unscored: number; errors: Record<string, number> } {
+  histogram(): Histogram {
     const h = this.#cached("histogram", () => this.#histogram());
-    return { buckets: [...h.buckets], unscored: h.unscored, errors: { ...h.errors } };
+    return { ...h, buckets: [...h.buckets], errors: { ...h.errors } };
   }
 
-  #histogram(): { buckets: number[]; unscored: number; errors: Record<string, number> } {
+  #histogram(): Histogram {
     const buckets = new Array(10).fill(0);
+    // 0 … 1, widened to whole numbers around rewards outside it (a weighted sum reaches 2):
+    // a reward of 2 is never counted in a 0.9–1.0 bar.
+    const range = this.#db.prepare(
+      "SELECT MIN(reward) AS lo, MAX(reward) AS hi FROM rows WHERE reward IS NOT NULL AND live = 1",
+    ).get()!;
+    const lo = Math.min(0, Math.floor(numberOr(range.lo, 0)!));
+    const hi = Math.max(1, Math.ceil(numberOr(range.hi, 1)!));
     // Counted by SQLite, bucket by bucket, instead of a row object per rollout. CAST cuts
-    // toward zero, which is floor for what is not clamped to the first bucket anyway.
+    // toward zero, which is floor for what is at or above lo.
     for (
       const r of this.#db.prepare(
-        `SELECT MIN(9, MAX(0, CAST(reward * 10 AS INTEGER))) AS b, COUNT(*) AS n
+        `SELECT MIN(9, MAX(0, CAST((reward - ?) * 10 / ? AS INTEGER))) AS b, COUNT(*) AS n
          FROM rows WHERE reward IS NOT NULL AND live = 1 GROUP BY b`,
-      ).all()
+      ).all(lo, hi - lo)
     ) buckets[Number(r.b)] += Number(r.n);
     const unscored = Number(
       this.#db.prepare("SELECT COUNT(*) AS n FROM rows WHERE reward IS NULL AND live = 1").get()!
@@ -568,7 +585,7 @@ export class RunIndex {
         "SELECT error, COUNT(*) AS n FROM rows WHERE error IS NOT NULL AND live = 1 GROUP BY error",
       ).all()
     ) errors[String(r.error)] = Number(r.n);
-    return { buckets, unscored, errors };
+    return { buckets, lo, hi, unscored, errors };
   }
 
   /** The rollouts indexed from one line (several for an episode), in order. */

@@ -38,7 +38,9 @@ Deno.test("RunIndex: totals, the histogram and the tokens follow rows appended a
     assert.equal(index.query({ errors: "only" }).total, 4);
     assert.equal(index.query({}).total, 33);
     const h = index.histogram();
-    assert.deepEqual(h.buckets, [1, 0, 20, 0, 0, 1, 0, 0, 0, 10]);
+    // -2 widens the bars to -2 … 1 (0.3 wide): -2, then 0.25, 0.55 and 1 near the top.
+    assert.deepEqual([h.lo, h.hi], [-2, 1]);
+    assert.deepEqual(h.buckets, [1, 0, 0, 0, 0, 0, 0, 20, 1, 10]);
     assert.equal(h.unscored, 1);
     assert.deepEqual(h.errors, { ToolError: 3, ModelError: 1 });
     assert.equal(index.tokens, 99);
@@ -66,6 +68,15 @@ Deno.test("RunIndex: a vf eval row that errored unscored (reward 0 in the file, 
     assert.deepEqual(h.errors, { RewardError: 1, ToolError: 1 });
     const rows = index.query({}).rows;
     assert.deepEqual(rows.map((r) => r.reward), [1, 0, null, 0.5]);
+    assert.deepEqual([h.lo, h.hi], [0, 1]);
+    // Rewards outside 0 … 1 widen the bars' range to whole numbers around them.
+    await Deno.writeTextFile(file, line(4, 2) + line(5, -0.5), { append: true });
+    index.refresh();
+    const wide = index.histogram();
+    assert.deepEqual([wide.lo, wide.hi], [-1, 2]);
+    // Bars 0.3 wide from -1: -0.5 in the 2nd, 0 in the 4th, 0.5 in the 6th, 1 in the 7th, 2 in
+    // the last.
+    assert.deepEqual(wide.buckets, [0, 1, 0, 1, 0, 1, 1, 0, 0, 1]);
   } finally {
     index.close();
     await Deno.remove(dir, { recursive: true });
