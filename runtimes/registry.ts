@@ -5,7 +5,8 @@
  * terminal or dropped ssh session never reaches what runs in a session of its own, such as a
  * toolset's server; not under `nohup`), for `beforeExit` (stops them when the
  * program ends without doing so) and for `exit` (a last synchronous best effort, e.g.
- * removing a subprocess runtime's temp dir). Listeners are installed lazily with the first
+ * removing a subprocess runtime's temp dir), which also runs when the process dies of an
+ * exception or rejection nothing caught (Deno sends no exit event then). Listeners are installed lazily with the first
  * live runtime and removed with the last, so a program without runtimes is untouched.
  * Anything else that must not outlive the process registers the same way: a toolset's local
  * stdio server (type `"toolset"`, lib/tools/local_stdio.ts) ends its process tree on stop.
@@ -86,6 +87,14 @@ const onExit = () => {
   }
 };
 
+/**
+ * vf is dying of an exception or rejection nothing caught: no exit event will come, so the
+ * last synchronous cleanup runs now (unless a handler of the program's prevented the crash).
+ */
+const onCrash = (event: Event) => {
+  if (!event.defaultPrevented) onExit();
+};
+
 let appHandlesSignals = false;
 
 /**
@@ -107,6 +116,8 @@ function install(): void {
   if (hangups) process.on("SIGHUP", onSighup);
   process.on("beforeExit", onBeforeExit);
   process.on("exit", onExit);
+  globalThis.addEventListener("error", onCrash);
+  globalThis.addEventListener("unhandledrejection", onCrash);
 }
 
 function uninstall(): void {
@@ -117,6 +128,8 @@ function uninstall(): void {
   if (hangups) process.off("SIGHUP", onSighup);
   process.off("beforeExit", onBeforeExit);
   process.off("exit", onExit);
+  globalThis.removeEventListener("error", onCrash);
+  globalThis.removeEventListener("unhandledrejection", onCrash);
 }
 
 /** Adds a runtime to the registry (runtimes call this when they start). */

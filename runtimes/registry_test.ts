@@ -31,3 +31,30 @@ Deno.test("a hangup stops every live runtime and exits 129; under nohup (SIGHUP 
   assert.deepEqual(hup, { code: 129, stdout: "stopped\n" });
   assert.deepEqual(nohup, { code: 0, stdout: "survived\n" });
 });
+
+Deno.test("a process dying of an exception or a rejection nothing caught still runs every live runtime's last synchronous cleanup; one a handler prevents is left alone", async () => {
+  const crash = async (how: string, prevent = false) => {
+    const script = `
+import { trackRuntime } from "${REGISTRY_URL}";
+${prevent ? `globalThis.addEventListener("unhandledrejection", (e) => e.preventDefault());` : ""}
+trackRuntime({ type: "test", id: "t", stop: () => Promise.resolve(), stopSync: () => console.log("swept") });
+setTimeout(() => { ${how}; }, 10);
+${prevent ? `setTimeout(() => { console.log("alive"); Deno.exit(0); }, 300);` : ""}
+`;
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", script],
+      stdout: "piped",
+      stderr: "null",
+    }).output();
+    return { code: out.code, stdout: new TextDecoder().decode(out.stdout) };
+  };
+  const [thrown, rejected, prevented] = await Promise.all([
+    crash(`throw new Error("boom")`),
+    crash(`Promise.reject(new Error("boom"))`),
+    crash(`Promise.reject(new Error("boom"))`, true),
+  ]);
+  assert.deepEqual(thrown, { code: 1, stdout: "swept\n" });
+  assert.deepEqual(rejected, { code: 1, stdout: "swept\n" });
+  // Handled, so the process goes on with its runtime untouched.
+  assert.deepEqual(prevented, { code: 0, stdout: "alive\n" });
+});

@@ -3,9 +3,9 @@
  * launchers do, with children in its process group and one that left it (`setsid`), all
  * ignoring SIGTERM and the end of their input, and a daemon (double fork: its parent exits, it
  * is reparented to init in a session of its own). The real CLI runs it and ends (a) normally,
- * (b) by an error in the handshake, (c) by SIGINT, (d) by SIGTERM, (e) by SIGHUP (its terminal
- * closed: the tree, in a session of its own, is not sent it); afterwards every pid of
- * the tree is gone.
+ * (b) by an error in the handshake, (c) by a crash (an exception nothing caught), (d) by SIGINT,
+ * (e) by SIGTERM, (f) by SIGHUP (its terminal closed: the tree, in a session of its own, is not
+ * sent it); afterwards every pid of the tree is gone.
  * @module
  */
 import assert from "node:assert/strict";
@@ -80,6 +80,22 @@ class Pings extends Taskset {
 export function loadTaskset(config) { return new Pings(config); }
 `;
 
+/**
+ * Code in the taskset's module that throws from a timer once the server tree is up and the
+ * model is thinking: vf dies of an exception nothing caught, and no exit event comes.
+ */
+const CRASH = `
+const crash = setInterval(() => {
+  let text = "";
+  try {
+    text = Deno.readTextFileSync(new URL("./pids", import.meta.url));
+  } catch { /* not yet */ }
+  if (text.split("\\n").filter(Boolean).length < ${TREE_SIZE}) return;
+  clearInterval(crash);
+  setTimeout(() => { throw new Error("vf-test-crash"); }, 500);
+}, 50);
+`;
+
 function toml(modelUrl: string, pids: string, mode: "good" | "bad"): string {
   return `model = "m"
 [client]
@@ -121,7 +137,7 @@ async function waitFor(what: string, ok: () => Promise<boolean> | boolean, ms = 
   }
 }
 
-type Ending = "normal" | "error" | "SIGINT" | "SIGTERM" | "SIGHUP";
+type Ending = "normal" | "error" | "crash" | "SIGINT" | "SIGTERM" | "SIGHUP";
 
 /** Whether vf is ended by a signal sent while the model is still thinking. */
 function signalled(ending: Ending): ending is "SIGINT" | "SIGTERM" | "SIGHUP" {
@@ -136,11 +152,11 @@ async function endsWithVf(ending: Ending) {
       const turn = body.messages.filter((m: WireMessage) => m.role === "assistant").length;
       if (turn === 0) return { content: null, tool_calls: [{ name: "hold_ping", arguments: {} }] };
       // Interrupted runs are stopped while the model is still thinking.
-      return signalled(ending) ? { hang: true } : { content: "pong" };
+      return signalled(ending) || ending === "crash" ? { hang: true } : { content: "pong" };
     },
   });
   await Deno.writeTextFile(join(tmp.path, "server.py"), SERVER);
-  await Deno.writeTextFile(join(tmp.path, "pings.ts"), TASKSET);
+  await Deno.writeTextFile(join(tmp.path, "pings.ts"), TASKSET + (ending === "crash" ? CRASH : ""));
   await Deno.writeTextFile(
     join(tmp.path, "run.toml"),
     toml(model.url, pids, ending === "error" ? "bad" : "good"),
@@ -174,6 +190,9 @@ async function endsWithVf(ending: Ending) {
       const [trace] = (await Deno.readTextFile(join(runDir, "traces.jsonl"))).trim().split("\n")
         .map((l) => JSON.parse(l));
       assert.equal(trace.reward, 1, JSON.stringify(trace.error));
+    } else if (ending === "crash") {
+      assert.equal(res.code, 1, transcript(res));
+      assert.match(res.stderr, /vf-test-crash/, transcript(res));
     } else if (ending === "error") {
       assert.equal(res.code, 1, transcript(res));
       assert.match(res.stderr + res.stdout, /Toolset "hold" did not start or list its tools/);
@@ -211,6 +230,10 @@ Deno.test("a stdio toolset's process tree (sh -c launcher, children in and out o
 
 Deno.test("a stdio toolset's process tree is gone after its handshake fails and vf exits with an error", async () => {
   await endsWithVf("error");
+});
+
+Deno.test("a stdio toolset's process tree is gone after vf crashes on an exception nothing caught", async () => {
+  await endsWithVf("crash");
 });
 
 Deno.test("a stdio toolset's process tree is gone after vf is interrupted by SIGINT", async () => {
