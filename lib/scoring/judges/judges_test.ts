@@ -125,10 +125,14 @@ Deno.test("the default judge prompts are upstream verifiers' own, word for word,
       "For each criterion, answer under its exact name with exactly one of the options given " +
       "in parentheses after it.\n",
   );
-  assert.ok(
-    RUBRIC_JSON_SUFFIX.startsWith(
-      "\n\nRespond with ONLY a JSON object and nothing else, in exactly this shape:\n",
-    ),
+  assert.equal(
+    RUBRIC_JSON_SUFFIX,
+    "\n\nRespond with ONLY a JSON object and nothing else, in exactly this shape:\n" +
+      '{"verdicts": [{"name": "<criterion name>", "reason": "<one sentence citing specific ' +
+      'evidence from the response>", "verdict": "<answer>"}, ...]}\n' +
+      "with one entry per criterion, using each criterion's exact name. For each, first write " +
+      "the one-sentence reason grounded in the response, then set verdict to exactly one of the " +
+      "options listed in parentheses after that criterion.",
   );
   assert.equal(
     criterionLine({ name: "tone", text: "Is polite.", weight: 1, choices: ["no", "yes"] }),
