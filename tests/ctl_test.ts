@@ -9,7 +9,12 @@ import { join } from "node:path";
 import { loadExampleDataset } from "../lib/data/examples.ts";
 import { stripControl } from "../lib/cli/ctl.ts";
 import { RunControl, serveControl } from "../lib/eval/control.ts";
-import { lastUserText, startModelServer } from "./model_server.ts";
+import {
+  type ChatRequest,
+  lastUserText,
+  type Reply,
+  startModelServer,
+} from "./model_server.ts";
 import { cliCommand, collect, runCli, tempDir, transcript } from "./_cli.ts";
 
 const ANSWERS = new Map(
@@ -24,6 +29,117 @@ async function until(what: string, check: () => boolean | Promise<boolean>, time
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/** `vf ctl` in `dir`, and the control folder the runs started there serve their sockets in. */
+function ctlIn(dir: string) {
+  const ctlDir = join(dir, "ctl");
+  const env = { VF_CTL_DIR: ctlDir };
+  const raw = (...a: string[]) => runCli(["ctl", ...a], { cwd: dir, env, registry: false });
+  /** Its stdout; it must succeed. */
+  const ok = async (...a: string[]) => {
+    const res = await raw(...a);
+    assert.equal(res.code, 0, transcript(res));
+    return res.stdout;
+  };
+  return { ctlDir, env, raw, ok };
+}
+
+/** What file-sum's agent runs: read the numbers, write their sum. */
+const FILE_SUM_COMMANDS = [
+  "cat /app/input.txt",
+  "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt",
+];
+
+/**
+ * A loopback model playing file-sum's agent (one command a turn, then "Done."). While held,
+ * every request waits at the server: a run cannot finish while a `vf ctl` command starts (a
+ * second or more at a load of 10), and what piles up is what the run's limits let through.
+ * Requests are counted live and at most at once per `phase` of the test; a request the run
+ * gave up on (interrupted, timed out) stays held, counted in its own phase.
+ */
+async function fileSumModel(options: {
+  /** Each turn waits this long once let through; default 0. */
+  delayMs?: number;
+  commands?: string[];
+  /** Whether requests are held from the start; default true. */
+  held?: boolean;
+  /** Usage every scripted reply reports. */
+  usage?: { prompt_tokens: number; completion_tokens: number };
+  /** A reply to a request instead of the script's (it may wait), given its turn. */
+  reply?: (turn: number, request: ChatRequest) => Reply | Promise<Reply> | undefined;
+} = {}) {
+  const commands = options.commands ?? FILE_SUM_COMMANDS;
+  let open!: () => void;
+  let held: Promise<void> | null = options.held === false
+    ? null
+    : new Promise<void>((r) => (open = r));
+  const state = {
+    phase: 0,
+    started: 0,
+    live: new Map<number, number>(),
+    peaks: new Map<number, number>(),
+    /** Lets every held request go, and those after through. */
+    release: () => {
+      held = null;
+      open?.();
+    },
+  };
+  const server = await startModelServer({
+    responder: async (request) => {
+      state.started++;
+      const p = state.phase;
+      state.live.set(p, (state.live.get(p) ?? 0) + 1);
+      state.peaks.set(p, Math.max(state.peaks.get(p) ?? 0, state.live.get(p)!));
+      try {
+        if (held) await held;
+        if (options.delayMs) await new Promise((r) => setTimeout(r, options.delayMs));
+        const turn = request.body.messages.filter((m) => m.role === "assistant").length;
+        const own = options.reply?.(turn, request);
+        if (own) return await own;
+        const usage = options.usage ? { usage: options.usage } : {};
+        return turn < commands.length
+          ? {
+            content: null,
+            tool_calls: [{ name: "bash", arguments: { command: commands[turn] } }],
+            ...usage,
+          }
+          : { content: "Done.", ...usage };
+      } finally {
+        state.live.set(p, state.live.get(p)! - 1);
+      }
+    },
+  });
+  return Object.assign(state, {
+    url: server.url,
+    async [Symbol.asyncDispose]() {
+      state.release();
+      await server[Symbol.asyncDispose]();
+    },
+  });
+}
+
+/** `vf run file-sum` in `dir` against `url`, `-n N -r R -c C` and more flags, under Docker. */
+function vfRun(
+  dir: string,
+  url: string,
+  env: Record<string, string>,
+  options: { n: number; r?: number; c: number; flags?: string[] },
+): Deno.ChildProcess {
+  const { n, r = 1, c, flags = [] } = options;
+  const args = ["run", "file-sum", "-m", "m", "-b", url, "-n", `${n}`, "-r", `${r}`];
+  return cliCommand([...args, "-c", `${c}`, "-o", "out", ...flags], {
+    cwd: dir,
+    env,
+    registry: false,
+    docker: true,
+  }).spawn();
+}
+
+/** The lines of a run's traces.jsonl (none before it exists). */
+async function traceLines(dir: string) {
+  const text = await Deno.readTextFile(join(dir, "traces.jsonl")).catch(() => "");
+  return text.trim() ? text.trim().split("\n").map((l) => JSON.parse(l)) : [];
 }
 
 Deno.test("vf ctl pauses, resumes and changes the concurrency of a running vf eval, each action in its metadata", async () => {
@@ -169,7 +285,7 @@ Deno.test("vf ctl status --stall N lists the rollouts of a running vf eval held 
       60_000,
     );
     const stalled = [
-      ...status.matchAll(/stalled example (\d+) {2}last model call {2}idle (\d+)s/g),
+      ...status.matchAll(/stalled example (\d+) rollout 0 {2}last model call {2}idle (\d+)s/g),
     ];
     assert.equal(stalled.length, 2, status);
     assert.notEqual(stalled[0][1], stalled[1][1]);
@@ -186,6 +302,91 @@ Deno.test("vf ctl status --stall N lists the rollouts of a running vf eval held 
     assert.equal(res.code, 0, transcript(res));
   } finally {
     open();
+    try {
+      child.kill();
+    } catch { /* already ended */ }
+  }
+});
+
+Deno.test("vf ctl status --stall N on a vf eval with -r 3: of an example's three rollouts, the one held at the model is listed alone, by example id and rollout index; status has the run's counts, rate and spend", async () => {
+  await using tmp = await tempDir("vf_ctl_stall_r3_");
+  const { env, ok: ctl } = ctlIn(tmp.path);
+  /** Calls per question: the second call of the first question asked is held. */
+  const calls = new Map<string, number>();
+  let heldQuestion: string | null = null;
+  let openHeld!: () => void;
+  const held = new Promise<void>((r) => (openHeld = r));
+  await using model = await startModelServer({
+    responder: async (request) => {
+      const q = lastUserText(request);
+      heldQuestion ??= q;
+      const n = (calls.get(q) ?? 0) + 1;
+      calls.set(q, n);
+      // $1 an input token: $10 a call.
+      const usage = { prompt_tokens: 10, completion_tokens: 0 };
+      if (q === heldQuestion && n === 2) {
+        await held;
+        // A wrong answer tells the held rollout's line apart once it is written.
+        return { content: "\\boxed{-1}", usage };
+      }
+      return { content: `\\boxed{${ANSWERS.get(q) ?? "0"}}`, usage };
+    },
+  });
+  const prices = ["--models.m.input_per_mtok", "1000000", "--models.m.output_per_mtok", "0"];
+  const child = cliCommand(
+    ["eval", "gsm8k", "-m", "m", "-b", model.url, "-n", "2", "-r", "3", "-c", "6", ...prices],
+    { cwd: tmp.path, env, registry: false },
+  ).spawn();
+  try {
+    await until("the held call", () => heldQuestion !== null && calls.get(heldQuestion) === 3);
+    // Five rollouts answered (one group written), the held one idle past the threshold.
+    let status = "";
+    await until(
+      "the other group done and the held rollout idle for 2 s",
+      async () =>
+        /done 3\/6 [^]*1 of 1 rollouts in flight with no progress for 2s or more/.test(
+          status = await ctl("status", "--stall", "2"),
+        ),
+      120_000,
+    );
+    const stalled = [
+      ...status.matchAll(/stalled example (\d+) rollout (\d) {2}last model call {2}idle (\d+)s/g),
+    ];
+    assert.equal(stalled.length, 1, status);
+    assert.ok(Number(stalled[0][3]) >= 2, status);
+    const json = JSON.parse(await ctl("status", "--stall", "2", "--json"));
+    assert.deepEqual(
+      json.stalled_rollouts.map((r: Record<string, unknown>) => [r.example_id, r.rollout_index]),
+      [[Number(stalled[0][1]), Number(stalled[0][2])]],
+    );
+    assert.equal(json.tracked, 1);
+    // One group written; the other in flight as a unit of three; five calls paid.
+    assert.equal(json.done, 3);
+    assert.equal(json.total, 6);
+    assert.equal(json.in_flight, 3);
+    assert.equal(json.queued, 0);
+    assert.equal(json.errors, 0);
+    assert.ok(json.rollouts_per_s > 0, JSON.stringify(json));
+    assert.equal(json.live.cost.usd, 50);
+    assert.equal(json.live.cost.calls, 5);
+    assert.match(status, /\d+\.\d\d rollouts\/s/);
+    assert.match(status, /"cost":\{[^}]*"usd":50/);
+    openHeld();
+    const res = await collect(child);
+    assert.equal(res.code, 0, transcript(res));
+    const dir = /^Saving results to (.+)$/m.exec(res.stderr)![1];
+    const lines = (await Deno.readTextFile(join(dir, "results.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.equal(lines.length, 6);
+    // The listed rollout is the held one: a group's lines are in rollout order.
+    const group = lines.filter((o) => o.example_id === Number(stalled[0][1]));
+    assert.equal(group.length, 3);
+    assert.deepEqual(
+      group.map((o) => o.reward),
+      [0, 1, 2].map((i) => (i === Number(stalled[0][2]) ? 0 : 1)),
+    );
+  } finally {
+    openHeld();
     try {
       child.kill();
     } catch { /* already ended */ }
@@ -329,79 +530,82 @@ Deno.test("vf ctl pause --now sends in-flight rollouts back to the queue and req
   }
 });
 
-Deno.test("vf ctl steers a vf run (file-sum in Docker): pause --now, new sandbox limit and agent timeout, requeue of the timed-out rollouts, with no run id given", async () => {
-  await using tmp = await tempDir("vf_ctl_run_");
-  const ctlDir = join(tmp.path, "ctl");
-  let started = 0;
-  /**
-   * Requests at the server and the most at once, per phase of the test: a request the run
-   * gave up on (interrupted, timed out) stays held at the server, counted in its own phase.
-   */
-  let phase = 0;
-  const live = new Map<number, number>();
-  const peaks = new Map<number, number>();
-  /** Every request waits here while set: first to be interrupted, then to time out. */
-  let openHeld!: () => void;
-  let held: Promise<void> | null = new Promise<void>((r) => (openHeld = r));
+Deno.test("vf ctl requeue on a vf eval with -r 3 runs again each errored rollout of an example, not one per example", async () => {
+  await using tmp = await tempDir("vf_ctl_requeue_r3_");
+  const { env, ok: ctl } = ctlIn(tmp.path);
+  /** The first two calls of the first question fail (HTTP 400, nothing retries it). */
+  const calls = new Map<string, number>();
+  let failing: string | null = null;
+  let failures = true;
+  /** The other example is held until the requeue has run, so the run is still live. */
+  let openOther!: () => void;
+  const other = new Promise<void>((r) => (openOther = r));
   await using model = await startModelServer({
-    responder: async ({ body }) => {
-      started++;
-      const p = phase;
-      live.set(p, (live.get(p) ?? 0) + 1);
-      peaks.set(p, Math.max(peaks.get(p) ?? 0, live.get(p)!));
-      try {
-        if (held) await held;
-        await new Promise((r) => setTimeout(r, 300));
-        const turn = body.messages.filter((m) => m.role === "assistant").length;
-        const commands = [
-          "cat /app/input.txt",
-          "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt",
-        ];
-        return turn < commands.length
-          ? {
-            content: null,
-            tool_calls: [{ name: "bash", arguments: { command: commands[turn] } }],
-          }
-          : { content: "Done." };
-      } finally {
-        live.set(p, live.get(p)! - 1);
+    responder: async (request) => {
+      const q = lastUserText(request);
+      failing ??= q;
+      const n = (calls.get(q) ?? 0) + 1;
+      calls.set(q, n);
+      if (q !== failing) await other;
+      if (q === failing && failures && n <= 2) {
+        return { status: 400, body: "the test refuses this call" };
       }
+      return { content: `\\boxed{${ANSWERS.get(q) ?? "0"}}` };
     },
   });
-  const env = { VF_CTL_DIR: ctlDir };
   const child = cliCommand(
-    [
-      "run",
-      "file-sum",
-      "-m",
-      "m",
-      "-b",
-      model.url,
-      "-n",
-      "5",
-      "-r",
-      "1",
-      "-c",
-      "2",
-      "-o",
-      "out",
-      "--limits.max_sandboxes",
-      "2",
-    ],
-    { cwd: tmp.path, env, registry: false, docker: true },
+    ["eval", "gsm8k", "-m", "m", "-b", model.url, "-n", "2", "-r", "3", "-c", "6", "-o", "out"],
+    { cwd: tmp.path, env, registry: false },
   ).spawn();
-  const ctl = async (...a: string[]) => {
-    const res = await runCli(["ctl", ...a], { cwd: tmp.path, env, registry: false });
+  try {
+    await until("the failing example written", async () => {
+      try {
+        return /done 3\/6 {2}errors 2 /.test(await ctl("status"));
+      } catch {
+        return false;
+      }
+    });
+    failures = false;
+    assert.match(await ctl("requeue"), /requeued 2/);
+    await until("the retried rollouts", async () => /errors 0 /.test(await ctl("status")));
+    assert.equal(calls.get(failing!), 5);
+    openOther();
+    const res = await collect(child);
     assert.equal(res.code, 0, transcript(res));
-    return res.stdout;
-  };
-  const traceLines = async (dir: string) => {
-    const text = await Deno.readTextFile(join(dir, "traces.jsonl")).catch(() => "");
-    return text.trim() ? text.trim().split("\n").map((l) => JSON.parse(l)) : [];
-  };
+    const dir = /^Saving results to (.+)$/m.exec(res.stderr)![1];
+    const meta = JSON.parse(await Deno.readTextFile(join(dir, "metadata.json")));
+    assert.equal(meta.num_rollouts, 6);
+    assert.equal(meta.num_errors, 0);
+    assert.equal(meta.avg_reward, 1);
+    const lines = (await Deno.readTextFile(join(dir, "results.jsonl"))).trim().split("\n")
+      .map((l) => JSON.parse(l));
+    assert.equal(lines.length, 8);
+    const errored = lines.filter((o) => o.error);
+    assert.deepEqual(
+      lines.filter((o) => o.retry_of).map((o) => o.retry_of).sort(),
+      errored.map((o) => o.trajectory_id).sort(),
+    );
+  } finally {
+    openOther();
+    try {
+      child.kill();
+    } catch { /* already ended */ }
+  }
+});
+
+Deno.test("vf ctl steers a vf run (file-sum in Docker): pause --now, new sandbox limit and agent timeout, requeue of the timed-out rollouts, with no run id given", async () => {
+  await using tmp = await tempDir("vf_ctl_run_");
+  const { ctlDir, env, ok: ctl } = ctlIn(tmp.path);
+  // Held first to be interrupted, then to time out.
+  await using model = await fileSumModel({ delayMs: 300 });
+  const child = vfRun(tmp.path, model.url, env, {
+    n: 5,
+    c: 2,
+    flags: ["--limits.max_sandboxes", "2"],
+  });
   let dir = "";
   try {
-    await until("two rollouts at the model", () => live.get(0) === 2, 240_000);
+    await until("two rollouts at the model", () => model.live.get(0) === 2, 240_000);
     const status = await ctl("status");
     assert.match(
       status,
@@ -422,15 +626,16 @@ Deno.test("vf ctl steers a vf run (file-sum in Docker): pause --now, new sandbox
     const base = join(tmp.path, "out", "evals", runs[0]);
     dir = join(base, (await Array.fromAsync(Deno.readDir(base)))[0].name);
     assert.deepEqual(await traceLines(dir), [], "an interrupted rollout is not a result");
+    assert.equal((await Array.fromAsync(Deno.readDir(ctlDir))).length, 1);
 
     // One sandbox at a time and four seconds for the agent; the model hangs, so the next
     // rollout times out. Paused again after it starts: what times out is what was in flight.
     const set = await ctl("set", "max_sandboxes=1", "sandbox_create_rate=50", "timeout.agent=4");
     assert.match(set, /max_sandboxes=1 sandbox_create_rate=50 timeout\.setup=- timeout\.agent=4/);
-    phase = 1;
-    const before = started;
+    model.phase = 1;
+    const before = model.started;
     await ctl("resume");
-    await until("a rollout at the model again", () => started > before);
+    await until("a rollout at the model again", () => model.started > before);
     await ctl("pause");
     await until("the timed-out rollouts", async () => {
       const s = await ctl("status");
@@ -441,18 +646,17 @@ Deno.test("vf ctl steers a vf run (file-sum in Docker): pause --now, new sandbox
     for (const t of timedOut) assert.match(t.error.message, /Phase "agent" timed out after 4s/);
 
     // The model answers again; the timed-out rollouts run again with a longer limit.
-    held = null;
-    openHeld();
+    model.release();
     await ctl("set", "timeout.agent=600");
     const requeued = await ctl("requeue");
     assert.match(requeued, new RegExp(`requeued ${timedOut.length}`));
-    phase = 2;
+    model.phase = 2;
     await ctl("resume");
 
     const res = await collect(child);
     assert.equal(res.code, 0, transcript(res));
     // Two would run at once (-c 2) but for max_sandboxes=1.
-    assert.equal(peaks.get(2), 1, "max_sandboxes=1 lets one rollout run at a time");
+    assert.equal(model.peaks.get(2), 1, "max_sandboxes=1 lets one rollout run at a time");
     const lines = await traceLines(dir);
     assert.equal(lines.length, 5 + timedOut.length);
     // The file ends with the retries: each task's last line is a success.
@@ -479,7 +683,7 @@ Deno.test("vf ctl steers a vf run (file-sum in Docker): pause --now, new sandbox
     );
     assert.equal(meta.control.interrupted, 2);
   } finally {
-    openHeld();
+    model.release();
     try {
       child.kill();
     } catch { /* already ended */ }
@@ -488,67 +692,16 @@ Deno.test("vf ctl steers a vf run (file-sum in Docker): pause --now, new sandbox
 
 Deno.test("vf ctl on a running vf run (file-sum in Docker): status --stall lists the rollouts held at the model; max_model_connections and max_total_tokens set mid-run apply to the calls and rollouts after", async () => {
   await using tmp = await tempDir("vf_ctl_knobs_");
-  const ctlDir = join(tmp.path, "ctl");
-  /** Requests at the server and the most at once, per phase of the test. */
-  let phase = 0;
-  const live = new Map<number, number>();
-  const peaks = new Map<number, number>();
-  let openHeld!: () => void;
-  let held: Promise<void> | null = new Promise<void>((r) => (openHeld = r));
-  await using model = await startModelServer({
-    responder: async ({ body }) => {
-      const p = phase;
-      live.set(p, (live.get(p) ?? 0) + 1);
-      peaks.set(p, Math.max(peaks.get(p) ?? 0, live.get(p)!));
-      try {
-        if (held) await held;
-        await new Promise((r) => setTimeout(r, 200));
-        const turn = body.messages.filter((m) => m.role === "assistant").length;
-        const commands = [
-          "cat /app/input.txt",
-          "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt",
-        ];
-        return turn < commands.length
-          ? {
-            content: null,
-            tool_calls: [{ name: "bash", arguments: { command: commands[turn] } }],
-          }
-          : { content: "Done." };
-      } finally {
-        live.set(p, live.get(p)! - 1);
-      }
-    },
+  const { env, ok: ctl } = ctlIn(tmp.path);
+  await using model = await fileSumModel({ delayMs: 200 });
+  const child = vfRun(tmp.path, model.url, env, {
+    n: 5,
+    c: 3,
+    flags: ["--limits.max_model_connections", "3"],
   });
-  const env = { VF_CTL_DIR: ctlDir };
-  const child = cliCommand(
-    [
-      "run",
-      "file-sum",
-      "-m",
-      "m",
-      "-b",
-      model.url,
-      "-n",
-      "5",
-      "-r",
-      "1",
-      "-c",
-      "3",
-      "-o",
-      "out",
-      "--limits.max_model_connections",
-      "3",
-    ],
-    { cwd: tmp.path, env, registry: false, docker: true },
-  ).spawn();
-  const ctl = async (...a: string[]) => {
-    const res = await runCli(["ctl", ...a], { cwd: tmp.path, env, registry: false });
-    assert.equal(res.code, 0, transcript(res));
-    return res.stdout;
-  };
   try {
     // Three rollouts, each held at its first model call.
-    await until("three rollouts at the model", () => live.get(0) === 3, 240_000);
+    await until("three rollouts at the model", () => model.live.get(0) === 3, 240_000);
     assert.match(await ctl("status"), /0 of 3 rollouts in flight with no progress for 60s or more/);
     let stalled = "";
     await until(
@@ -570,17 +723,15 @@ Deno.test("vf ctl on a running vf run (file-sum in Docker): status --stall lists
       set,
       /max_model_connections=1 max_input_tokens=- max_output_tokens=- max_total_tokens=1/,
     );
-    phase = 1;
-    held = null;
-    openHeld();
+    model.phase = 1;
+    model.release();
 
     const res = await collect(child);
     assert.equal(res.code, 0, transcript(res));
-    assert.equal(peaks.get(0), 3, "max_model_connections 3 let three calls run at once");
-    assert.equal(peaks.get(1), 1, "after set max_model_connections=1, one call at a time");
+    assert.equal(model.peaks.get(0), 3, "max_model_connections 3 let three calls run at once");
+    assert.equal(model.peaks.get(1), 1, "after set max_model_connections=1, one call at a time");
     const dir = /^Saving traces to (.+)$/m.exec(res.stderr)![1];
-    const lines = (await Deno.readTextFile(join(dir, "traces.jsonl"))).trim().split("\n")
-      .map((l) => JSON.parse(l));
+    const lines = await traceLines(dir);
     // file-sum has five tasks: three held at the model, two started after the set.
     assert.equal(lines.length, 5);
     let budgeted = 0;
@@ -607,7 +758,7 @@ Deno.test("vf ctl on a running vf run (file-sum in Docker): status --stall lists
     assert.equal(meta.control.knobs.max_model_connections, 1);
     assert.equal(meta.control.knobs.max_total_tokens, 1);
   } finally {
-    openHeld();
+    model.release();
     try {
       child.kill();
     } catch { /* already ended */ }
@@ -616,59 +767,15 @@ Deno.test("vf ctl on a running vf run (file-sum in Docker): status --stall lists
 
 Deno.test("vf ctl status --stall N: an agent program's model calls through the gateway are its own rollout's progress", async () => {
   await using tmp = await tempDir("vf_ctl_program_");
-  const ctlDir = join(tmp.path, "ctl");
-  let live = 0;
-  let openHeld!: () => void;
-  const held = new Promise<void>((r) => (openHeld = r));
-  await using model = await startModelServer({
-    responder: async ({ body }) => {
-      live++;
-      try {
-        await held;
-        const turn = body.messages.filter((m) => m.role === "assistant").length;
-        const commands = [
-          "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt",
-        ];
-        return turn < commands.length
-          ? {
-            content: null,
-            tool_calls: [{ name: "bash", arguments: { command: commands[turn] } }],
-          }
-          : { content: "Done." };
-      } finally {
-        live--;
-      }
-    },
+  const { env, ok: ctl } = ctlIn(tmp.path);
+  await using model = await fileSumModel({ commands: FILE_SUM_COMMANDS.slice(1) });
+  const child = vfRun(tmp.path, model.url, env, {
+    n: 2,
+    c: 2,
+    flags: ["--env.agent.harness.id", "program"],
   });
-  const env = { VF_CTL_DIR: ctlDir };
-  const child = cliCommand(
-    [
-      "run",
-      "file-sum",
-      "-m",
-      "m",
-      "-b",
-      model.url,
-      "-n",
-      "2",
-      "-r",
-      "1",
-      "-c",
-      "2",
-      "-o",
-      "out",
-      "--env.agent.harness.id",
-      "program",
-    ],
-    { cwd: tmp.path, env, registry: false, docker: true },
-  ).spawn();
-  const ctl = async (...a: string[]) => {
-    const res = await runCli(["ctl", ...a], { cwd: tmp.path, env, registry: false });
-    assert.equal(res.code, 0, transcript(res));
-    return res.stdout;
-  };
   try {
-    await until("both programs at the model", () => live === 2, 240_000);
+    await until("both programs at the model", () => model.live.get(0) === 2, 240_000);
     let status = "";
     await until(
       "both idle for 2 s",
@@ -681,9 +788,77 @@ Deno.test("vf ctl status --stall N: an agent program's model calls through the g
     // Each rollout's own call, not "phase agent" (nor both calls noted on one rollout).
     const lasts = [...status.matchAll(/stalled (\S+) {2}last (.+?) {2}idle/g)].map((m) => m[2]);
     assert.deepEqual(lasts, ["model call", "model call"], status);
+    model.release();
+    const res = await collect(child);
+    assert.equal(res.code, 0, transcript(res));
+  } finally {
+    model.release();
+    try {
+      child.kill();
+    } catch { /* already ended */ }
+  }
+});
+
+Deno.test("vf ctl status --stall N on a vf run with -r 3 (file-sum in Docker): of a task's three rollouts, the one held at the model is listed alone, with its example and rollout index; status has the run's rate and spend", async () => {
+  await using tmp = await tempDir("vf_ctl_run_r3_");
+  const { env, ok: ctl } = ctlIn(tmp.path);
+  /** The second rollout to ask is held at its first call; then it ends without an answer. */
+  let firstCalls = 0;
+  let openHeld!: () => void;
+  const held = new Promise<void>((r) => (openHeld = r));
+  await using model = await fileSumModel({
+    held: false,
+    // $1 an input token: $10 a call.
+    usage: { prompt_tokens: 10, completion_tokens: 0 },
+    reply: (turn) =>
+      turn === 0 && ++firstCalls === 2 ? held.then(() => ({ content: "Done." })) : undefined,
+  });
+  const child = vfRun(tmp.path, model.url, env, {
+    n: 1,
+    r: 3,
+    c: 3,
+    flags: ["--models.m.input_per_mtok", "1000000", "--models.m.output_per_mtok", "0"],
+  });
+  try {
+    await until("the held call", () => firstCalls >= 2, 240_000);
+    let status = "";
+    await until(
+      "two rollouts done and the held one idle for 2 s",
+      async () =>
+        /done 2\/3 .*\n[^]*1 of 1 rollouts in flight with no progress for 2s or more/.test(
+          status = await ctl("status", "--stall", "2"),
+        ),
+      240_000,
+    );
+    const stalled = [...status.matchAll(/stalled (\S+)#(\d) {2}last model call {2}idle (\d+)s/g)];
+    assert.equal(stalled.length, 1, status);
+    assert.ok(Number(stalled[0][3]) >= 2, status);
+    const json = JSON.parse(await ctl("status", "--stall", "2", "--json"));
+    assert.equal(json.stalled_rollouts.length, 1);
+    const [one] = json.stalled_rollouts;
+    assert.equal(one.id, `${stalled[0][1]}#${stalled[0][2]}`);
+    assert.equal(one.rollout_index, Number(stalled[0][2]));
+    // Two rollouts done (three calls each, the held call not yet paid), one in flight.
+    assert.equal(json.done, 2);
+    assert.equal(json.in_flight, 1);
+    assert.equal(json.queued, 0);
+    assert.ok(json.rollouts_per_s > 0, JSON.stringify(json));
+    assert.equal(json.live.cost.usd, 60);
+    assert.equal(json.live.cost.calls, 6);
+    assert.match(status, /\d+\.\d\d rollouts\/s/);
+    assert.match(status, /"cost":\{[^}]*"usd":60/);
     openHeld();
     const res = await collect(child);
     assert.equal(res.code, 0, transcript(res));
+    const dir = /^Saving traces to (.+)$/m.exec(res.stderr)![1];
+    const lines = await traceLines(dir);
+    assert.equal(lines.length, 3);
+    // The rollout listed is the one that was held: the only one without an answer.
+    const unanswered = lines.filter((t) => t.reward !== 1);
+    assert.equal(unanswered.length, 1, JSON.stringify(lines.map((t) => t.reward)));
+    assert.equal(unanswered[0].task.key, stalled[0][1]);
+    assert.equal(unanswered[0].rollout_index, one.rollout_index);
+    assert.equal(unanswered[0].example_id, one.example_id);
   } finally {
     openHeld();
     try {

@@ -18,12 +18,20 @@ import type { Judge } from "../scoring/judges/judge.ts";
 import type { ToolsetSpec } from "../tools/toolset.ts";
 import { Toolbox } from "../tools/toolbox.ts";
 import type { RunSteering, StartGate } from "../eval/evaluate.ts";
+import { WorkerPool } from "../eval/pool.ts";
 import { readJsonLines, repairTrailingLine, writeJsonAtomic } from "../eval/results.ts";
 import { requireRewards, type Task, type Taskset } from "../tasks/task.ts";
 import type { AgentPolicy, RolloutRecord, TaskTrace } from "../tasks/rollout/mod.ts";
 import { modelRetries, summarizeTraces, type TaskRunSummary } from "../tasks/summary.ts";
 import type { SamplingArgs } from "../types.ts";
-import { type Env, type Episode, episodeOfLine, flatTrace, runEpisode } from "./env.ts";
+import {
+  type Env,
+  type Episode,
+  episodeOfLine,
+  flatTrace,
+  runEpisode,
+  traceLineProblem,
+} from "./env.ts";
 import { GroupForks } from "../tasks/fork.ts";
 import { groupAdvantages } from "../scoring/advantages.ts";
 import { MessageGraph } from "../graph.ts";
@@ -92,10 +100,7 @@ export interface RunTasksetOptions {
    * `vf ctl`: interrupts episodes back to the queue (`pause --now`) and requeues errored ones,
    * whose new line replaces the old (readers keep the latest per task and index).
    */
-  steering?: RunSteering & {
-    /** Runs one episode as `id`, tracking its progress (`vf ctl status --stall N`). */
-    track?<T>(id: string, fn: () => Promise<T>): Promise<T>;
-  };
+  steering?: RunSteering;
   /** Workers started, when a gate bounds what runs below it; default `maxConcurrent`. */
   workers?: number;
   /**
@@ -109,11 +114,13 @@ export interface RunTasksetOptions {
 
 /**
  * The episodes of a run directory, latest per (task, episode index); single-agent lines come
- * back as one-trace episodes. Corrupt lines are skipped with a warning naming file and line.
+ * back as one-trace episodes. Corrupt lines, and lines without the fields the run's readers
+ * rely on ({@link traceLineProblem}), are skipped with a warning naming file and line.
  */
 export async function loadEpisodes(runDir: string): Promise<Episode[]> {
   const latest = new Map<string, Episode>();
-  for (const line of await readJsonLines<unknown>(join(runDir, "traces.jsonl"))) {
+  const path = join(runDir, "traces.jsonl");
+  for (const line of await readJsonLines<unknown>(path, { check: traceLineProblem })) {
     const episode = episodeOfLine(line);
     if (episode) latest.set(`${episode.task.key}#${episode.episode_index}`, episode);
   }
@@ -473,7 +480,6 @@ async function runJobs(
   outer?.addEventListener("abort", () => controller.abort(outer.reason), { once: true });
   let written = run.written;
   let fatal: unknown = null;
-  let next = 0;
   const steering = options.steering;
   /** The run's signal joined with the steering's current interrupt (one per pause --now). */
   let joined: { interrupt: AbortSignal; signal: AbortSignal } | null = null;
@@ -488,124 +494,100 @@ async function runJobs(
   const errored = new Map<string, { job: Job; episode: Episode }>();
   const retrying = new Map<Job, Episode>();
   const failed = (e: Episode) => e.errors.length > 0 || e.traces.some((t) => t.error);
-  const worker = async () => {
-    while (next < jobs.length && !controller.signal.aborted) {
-      // A budget (--max-cost) may refuse to start more, an adaptive limit make this wait;
-      // what runs finishes.
-      const gate = options.gate;
-      const wanted = () => next < jobs.length && !controller.signal.aborted;
-      if (gate && !(await gate.allows(1, wanted))) return;
-      if (next >= jobs.length || controller.signal.aborted) {
-        gate?.finished(null);
-        return;
-      }
-      const job = jobs[next++];
-      let episode: Episode | undefined;
-      const sandboxes = new Map<TaskTrace, RolloutRecord>();
-      const interrupt = steering?.interrupt;
-      let interrupted = false;
-      try {
-        const run1 = () =>
-          runEpisode(env, job.task, {
-            tasksetId: options.taskset.id,
-            runId: options.runId,
-            episodeIndex: job.index,
-            signal: signalOf(interrupt),
-            judges: options.judges,
-            toolsets: options.toolsets,
-            services: options.services,
-            ...run.episode,
-            onRecord: (trace, record) => sandboxes.set(trace, record),
-          });
-        episode = await (steering?.track?.(`${job.task.key}#${job.index}`, run1) ?? run1());
-        interrupted = Boolean(interrupt?.aborted) && !controller.signal.aborted;
-      } catch (error) {
-        interrupted = Boolean(interrupt?.aborted) && !controller.signal.aborted;
-        if (!interrupted && !controller.signal.aborted) {
-          fatal = error;
-          controller.abort(error);
-        }
-        if (!interrupted) return;
-      } finally {
-        // Infrastructure errors and slow sandbox starts tell an adaptive limit to back off.
-        const traces = episode?.traces ?? [];
-        const starts = traces.map((t) => t.timing?.sandbox_ms).filter((n): n is number =>
-          typeof n === "number"
-        );
-        gate?.finished(
-          interrupted ? null : {
-            ok: episode !== undefined && !traces.some((t) => t.error?.infra),
-            latencyMs: starts.length ? Math.max(...starts) : undefined,
-          },
-        );
-      }
-      if (interrupted || !episode) {
-        // `vf ctl pause --now`: back to the front of the queue, neither written nor counted.
-        jobs.splice(next, 0, job);
-        steering?.interrupted(1);
-        continue;
-      }
-      const modelError = episode.traces.find((t) =>
-        t.error?.error && FATAL_MODEL_ERRORS.includes(t.error.error)
-      );
-      if (modelError) fatal = new ConfigError(modelError.error!.message);
-      const replaced = retrying.get(job);
-      if (replaced) {
-        // A requeued episode takes its errored one's place: counted once, its line later.
-        retrying.delete(job);
-        episodes.splice(episodes.indexOf(replaced), 1, episode);
-      } else episodes.push(episode);
-      if (steering && failed(episode)) {
-        errored.set(`${job.task.key}#${job.index}`, { job, episode });
-      }
-      try {
-        await writer.write(episode, sandboxes);
-        // Counted as each is written: episodes.length has grown by the time this runs when
-        // several finish at once, and every line said "4/4".
-        const done = replaced ? written : ++written;
-        options.onEpisode?.(episode, done, total);
-        if (options.onTrace) {
-          for (const t of scoredTraces([episode])) options.onTrace(t, done, total);
-        }
-      } catch (error) {
-        // Results can no longer be written (disk full, permissions): stop every worker.
-        if (!fatal) fatal = error;
+  const runJob = async (
+    job: Job,
+  ): Promise<{ ok: boolean; latencyMs?: number } | "interrupted" | "stop"> => {
+    let episode: Episode | undefined;
+    const sandboxes = new Map<TaskTrace, RolloutRecord>();
+    const interrupt = steering?.interrupt;
+    let interrupted = false;
+    try {
+      const run1 = () =>
+        runEpisode(env, job.task, {
+          tasksetId: options.taskset.id,
+          runId: options.runId,
+          episodeIndex: job.index,
+          signal: signalOf(interrupt),
+          judges: options.judges,
+          toolsets: options.toolsets,
+          services: options.services,
+          ...run.episode,
+          onRecord: (trace, record) => sandboxes.set(trace, record),
+        });
+      episode = await (steering?.track?.(`${job.task.key}#${job.index}`, run1, {
+        exampleId: job.task.data.idx ?? 0,
+        rolloutIndex: job.index,
+      }) ?? run1());
+      interrupted = Boolean(interrupt?.aborted) && !controller.signal.aborted;
+    } catch (error) {
+      interrupted = Boolean(interrupt?.aborted) && !controller.signal.aborted;
+      if (!interrupted && !controller.signal.aborted) {
+        fatal = error;
         controller.abort(error);
-        return;
       }
-      if (modelError) {
-        controller.abort(fatal);
-        return;
-      }
+      if (!interrupted) return "stop";
     }
+    // `vf ctl pause --now`: back to the front of the queue, neither written nor counted.
+    if (interrupted || !episode) return "interrupted";
+    const modelError = episode.traces.find((t) =>
+      t.error?.error && FATAL_MODEL_ERRORS.includes(t.error.error)
+    );
+    if (modelError) fatal = new ConfigError(modelError.error!.message);
+    const replaced = retrying.get(job);
+    if (replaced) {
+      // A requeued episode takes its errored one's place: counted once, its line later.
+      retrying.delete(job);
+      episodes.splice(episodes.indexOf(replaced), 1, episode);
+    } else episodes.push(episode);
+    if (steering && failed(episode)) {
+      errored.set(`${job.task.key}#${job.index}`, { job, episode });
+    }
+    try {
+      await writer.write(episode, sandboxes);
+      // Counted as each is written: episodes.length has grown by the time this runs when
+      // several finish at once, and every line said "4/4".
+      const done = replaced ? written : ++written;
+      options.onEpisode?.(episode, done, total);
+      if (options.onTrace) {
+        for (const t of scoredTraces([episode])) options.onTrace(t, done, total);
+      }
+    } catch (error) {
+      // Results can no longer be written (disk full, permissions): stop every worker.
+      if (!fatal) fatal = error;
+      controller.abort(error);
+      return "stop";
+    }
+    if (modelError) {
+      controller.abort(fatal);
+      return "stop";
+    }
+    // What the gate hears: infrastructure errors and slow sandbox starts back a limit off.
+    const starts = episode.traces.map((t) => t.timing?.sandbox_ms).filter((n): n is number =>
+      typeof n === "number"
+    );
+    return {
+      ok: !episode.traces.some((t) => t.error?.infra),
+      latencyMs: starts.length ? Math.max(...starts) : undefined,
+    };
   };
-  const n = Math.max(
-    1,
-    Math.min(options.workers ?? options.maxConcurrent ?? 4, jobs.length || 1),
-  );
   // Workers that found the queue empty have ended; a requeue starts new ones up to the limit.
-  const workers = new Set<Promise<void>>();
-  const spawn = (count: number) => {
-    for (let i = 0; i < count; i++) {
-      const w: Promise<void> = worker().finally(() => workers.delete(w));
-      workers.add(w);
-    }
-  };
-  let ended = false;
+  const pool = new WorkerPool(jobs, {
+    workers: Math.max(1, options.workers ?? options.maxConcurrent ?? 4),
+    signal: controller.signal,
+    gate: options.gate,
+    onInterrupted: () => steering?.interrupted(1),
+    run: runJob,
+  });
   steering?.planned?.(total, written);
   steering?.onRequeue(() => {
-    if (ended || controller.signal.aborted) return 0;
+    if (!pool.open) return 0;
     const again = [...errored.values()];
     errored.clear();
     for (const { job, episode } of again) retrying.set(job, episode);
-    jobs.splice(next, 0, ...again.map((a) => a.job));
-    const limit = options.workers ?? options.maxConcurrent ?? 4;
-    spawn(Math.max(0, Math.min(limit - workers.size, again.length)));
+    pool.requeue(again.map((a) => a.job));
     return again.length;
   });
-  spawn(n);
-  while (workers.size) await Promise.all([...workers]);
-  ended = true;
+  await pool.run();
   return fatal;
 }
 

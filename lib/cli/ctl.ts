@@ -22,12 +22,16 @@ import {
   serveControl,
 } from "../eval/control.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
+import type { CostBudget, CostMeter } from "../model/cost.ts";
+import { costRecord } from "./resolve.ts";
 
 const USAGE = `usage: vf ctl [RUN_ID] ACTION
   list               runs with a control socket
   status             in flight, queued, done, errors, rate, spend and stalls (the default)
   status --stall N   list the rollouts with no progress for N s (default 60), with what
-                     they last did (a taskset run)
+                     they last did: vf eval's by example and rollout index, a taskset
+                     run's by task and rollout index
+  status --json      the status as one JSON object (control characters escaped)
   pause              start no more rollouts; those in flight finish
   pause --now        also interrupt those in flight: back to the queue, run again on resume
   resume             start rollouts again
@@ -46,6 +50,14 @@ Sockets live in VF_CTL_DIR (default ~/.cache/vf/ctl), one per run, owner-only.
 const CONTROL =
   // deno-lint-ignore no-control-regex
   /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]/g;
+
+/** `value` as JSON whose every control character is escaped (JSON leaves C1 and DEL raw). */
+export function safeJson(value: unknown): string {
+  return JSON.stringify(value).replace(
+    /[\x7f-\x9f\u2028\u2029]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+}
 
 /** `text` without terminal escapes or control characters. */
 export function stripControl(text: string): string {
@@ -173,6 +185,7 @@ export async function cmdCtl(argv: string[]): Promise<number> {
   }
   if (!/^[\w.-]+$/.test(runId)) throw new ConfigError(`Bad run id "${stripControl(runId)}"`);
   let request: ControlRequest;
+  let json = false;
   if (action === "concurrency") {
     const n = Number(rest[0]);
     if (!Number.isInteger(n) || n < 1) {
@@ -200,6 +213,8 @@ export async function cmdCtl(argv: string[]): Promise<number> {
     const now = rest.includes("--now") || rest.includes("now");
     request = { action: "pause", mode: now ? "now" : "after" };
   } else if (action === "status") {
+    json = rest.includes("--json");
+    if (json) rest = rest.filter((a) => a !== "--json");
     const at = rest.indexOf("--stall");
     const raw = at >= 0 ? rest[at + 1] : rest.find((a) => a.startsWith("--stall="))?.slice(8);
     if (raw === undefined && (at >= 0 || rest.length)) {
@@ -222,7 +237,8 @@ export async function cmdCtl(argv: string[]): Promise<number> {
     process.stderr.write(`error: ${stripControl(String(answer.error))}\n`);
     return 1;
   }
-  process.stdout.write(renderStatus(answer.status as Record<string, unknown>) + "\n");
+  const status = answer.status as Record<string, unknown>;
+  process.stdout.write((json ? safeJson(status) : renderStatus(status)) + "\n");
   return 0;
 }
 
@@ -244,13 +260,23 @@ export async function controlTaskRun(options: {
   limits?: SandboxLimits;
   /** The model-connection permits of each endpoint (`[limits] max_model_connections`). */
   connections?: Semaphore[];
+  /** The run's spend and budget, which status shows when the run has prices or a budget. */
+  meter?: CostMeter;
+  budget?: CostBudget | null;
   signal: AbortSignal;
 }): Promise<
   { control: RunControl; episode: (e: Episode, total: number) => void; close: () => Promise<void> }
 > {
   const roles = Object.values(options.env.roles);
+  const { meter } = options;
   const control = new RunControl(options.runId, {
     maxConcurrent: options.maxConcurrent,
+    live: meter
+      ? () => {
+        const cost = costRecord(meter, options.budget ?? null);
+        return cost ? { cost } : undefined;
+      }
+      : undefined,
     // What the run was checked for before it started holds for a new limit too.
     checkConcurrency: (n) => {
       for (const role of roles) requireIsolatableConcurrency(role.policy, n, { role: role.name });

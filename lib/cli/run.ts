@@ -299,6 +299,8 @@ async function runEnv(
     env,
     limits: o.pool?.limits,
     connections: o.connections,
+    meter: o.meter,
+    budget: o.budget,
     signal: interrupt.signal,
   });
   try {

@@ -15,7 +15,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import type { Progress, RunSteering, StartGate } from "./evaluate.ts";
-import { type Activity, withActivity } from "../util/activity.ts";
+import { type Activity, type RolloutLabels, withActivity } from "../util/activity.ts";
 
 export type { RunSteering };
 
@@ -33,8 +33,15 @@ export interface ControlAction {
 
 /** A rollout in flight that made no progress for the stall threshold: ids and labels only. */
 export interface StalledRollout {
-  /** The rollout's id (a taskset run: `task key#rollout index`). */
+  /**
+   * The rollout's id: `vf eval`'s `example <id> rollout <index>` (`example <id>` for a group
+   * an environment runs as one unit), a taskset run's `task key#rollout index`.
+   */
   id: string;
+  /** The example it is a rollout of (a taskset run: the task's index), when known. */
+  example_id?: number;
+  /** Which rollout of its example it is, when known. */
+  rollout_index?: number;
   /** What it last did: "model call", "model reply", "tool bash", "phase agent", ... */
   last: string;
   /** Seconds since it last did anything. */
@@ -70,7 +77,7 @@ export interface ControlStatus {
   stall_after_s: number;
   /**
    * Rollouts in flight idle for `stall_after_s` or more, longest idle first; absent when the
-   * run does not track its rollouts (`vf eval`).
+   * run does not track its rollouts.
    */
   stalled_rollouts?: StalledRollout[];
   /** Rollouts the run tracks in flight. */
@@ -78,6 +85,14 @@ export interface ControlStatus {
   actions: ControlAction[];
   /** What the run adds (its spend). */
   live?: Record<string, unknown>;
+}
+
+/** A rollout (or a group of them) in flight as the control tracks it. */
+interface Tracked extends Activity {
+  readonly exampleId?: number;
+  readonly rolloutIndex?: number;
+  /** Members of a group running now. */
+  live: number;
 }
 
 /** A value `vf ctl set` can change while the run goes on. */
@@ -114,7 +129,7 @@ export class RunControl implements StartGate, RunSteering {
   #requeue: (() => number) | null = null;
   #knobs = new Map<string, ControlKnob>();
   #checkConcurrency?: (n: number) => void;
-  #rollouts = new Set<Activity>();
+  #rollouts = new Set<Tracked>();
   #tracking = false;
 
   /**
@@ -191,17 +206,46 @@ export class RunControl implements StartGate, RunSteering {
 
   /**
    * Runs one rollout as `id`, tracking its progress (model calls, tool calls, phases noted with
-   * `noteActivity`) for `status`'s stalled rollouts.
+   * `noteActivity`) for `status`'s stalled rollouts. A group run as one unit with
+   * `labels.members` has each member its environment runs through `withRolloutActivity`
+   * tracked as a rollout of its own, `<id> rollout <index>`; the group is listed itself only
+   * while none of its members runs (before them, or scoring them after).
    */
-  async track<T>(id: string, fn: () => Promise<T>): Promise<T> {
+  async track<T>(id: string, fn: () => Promise<T>, labels: RolloutLabels = {}): Promise<T> {
     this.#tracking = true;
     const now = Date.now();
-    const activity: Activity = { id, started: now, at: now, what: "started" };
+    const members = labels.members;
+    const activity: Tracked = {
+      id,
+      started: now,
+      at: now,
+      what: "started",
+      exampleId: labels.exampleId,
+      rolloutIndex: labels.rolloutIndex,
+      live: 0,
+      member: members ? (i, run) => this.#member(activity, members(i), run) : undefined,
+    };
     this.#rollouts.add(activity);
     try {
       return await withActivity(activity, fn);
     } finally {
       this.#rollouts.delete(activity);
+    }
+  }
+
+  async #member<T>(group: Tracked, rolloutIndex: number, fn: () => Promise<T>): Promise<T> {
+    group.live++;
+    try {
+      return await this.track(`${group.id} rollout ${rolloutIndex}`, fn, {
+        exampleId: group.exampleId,
+        rolloutIndex,
+      });
+    } finally {
+      // The group's own idle time starts when its last member ends.
+      if (--group.live === 0) {
+        group.at = Date.now();
+        group.what = "rollouts done";
+      }
     }
   }
 
@@ -320,17 +364,19 @@ export class RunControl implements StartGate, RunSteering {
       ? options.stallAfterS * 1000
       : this.#stallAfterMs;
     const live = this.#live?.();
-    const stalledRollouts = this.#tracking
-      ? [...this.#rollouts]
-        .filter((a) => now - a.at >= stallMs)
-        .sort((a, b) => a.at - b.at)
-        .map((a) => ({
-          id: a.id,
-          last: a.what,
-          idle_s: (now - a.at) / 1000,
-          running_s: (now - a.started) / 1000,
-        }))
-      : undefined;
+    // A group whose members run is listed as its members.
+    const tracked = this.#tracking ? [...this.#rollouts].filter((a) => a.live === 0) : undefined;
+    const stalledRollouts = tracked
+      ?.filter((a) => now - a.at >= stallMs)
+      .sort((a, b) => a.at - b.at)
+      .map((a): StalledRollout => ({
+        id: a.id,
+        ...(a.exampleId !== undefined ? { example_id: a.exampleId } : {}),
+        ...(a.rolloutIndex !== undefined ? { rollout_index: a.rolloutIndex } : {}),
+        last: a.what,
+        idle_s: (now - a.at) / 1000,
+        running_s: (now - a.started) / 1000,
+      }));
     return {
       run_id: this.runId,
       pid: process.pid,
@@ -350,9 +396,7 @@ export class RunControl implements StartGate, RunSteering {
       no_progress_s: noProgress,
       stalled: noProgress !== null && noProgress * 1000 >= stallMs,
       stall_after_s: stallMs / 1000,
-      ...(stalledRollouts
-        ? { stalled_rollouts: stalledRollouts, tracked: this.#rollouts.size }
-        : {}),
+      ...(stalledRollouts ? { stalled_rollouts: stalledRollouts, tracked: tracked!.length } : {}),
       actions: [...this.actions],
       ...(live ? { live } : {}),
     };

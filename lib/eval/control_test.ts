@@ -181,3 +181,45 @@ Deno.test("RunControl.track(): status lists the tracked rollouts idle past the t
   assert.deepEqual(await Promise.all([idle, active]), ["a", "b"]);
   assert.equal(c.status().tracked, 0);
 });
+
+Deno.test("RunControl.track() with members: a group's rollouts run through withRolloutActivity are listed one by one, the group itself only once none runs", async () => {
+  const { noteActivity, withRolloutActivity } = await import("../util/activity.ts");
+  const c = new RunControl("r", { maxConcurrent: 4 });
+  let open!: () => void;
+  const held = new Promise<void>((r) => (open = r));
+  let scored!: () => void;
+  const scoring = new Promise<void>((r) => (scored = r));
+  let closeGroup!: () => void;
+  const groupDone = new Promise<void>((r) => (closeGroup = r));
+  // Rollouts 3, 4 and 5 of example 7 (a resumed group, say); the second is held at the model.
+  const group = c.track("example 7", async () => {
+    await Promise.all([0, 1, 2].map((i) =>
+      withRolloutActivity(i, async () => {
+        noteActivity("model call");
+        if (i === 1) await held;
+        noteActivity("model reply");
+      })
+    ));
+    scored();
+    await groupDone;
+  }, { exampleId: 7, members: (i) => i + 3 });
+  await new Promise((r) => setTimeout(r, 300));
+  let s = c.status({ stallAfterS: 0.2 });
+  assert.equal(s.tracked, 1);
+  assert.deepEqual(s.stalled_rollouts!.map((r) => [r.id, r.example_id, r.rollout_index, r.last]), [
+    ["example 7 rollout 4", 7, 4, "model call"],
+  ]);
+  open();
+  await scoring;
+  // Its rollouts done, the group is listed itself (scoring them), idle from when they ended.
+  s = c.status({ stallAfterS: 0 });
+  assert.deepEqual(s.stalled_rollouts!.map((r) => [r.id, r.rollout_index, r.last]), [
+    ["example 7", undefined, "rollouts done"],
+  ]);
+  assert.ok(s.stalled_rollouts![0].idle_s < s.stalled_rollouts![0].running_s);
+  closeGroup();
+  await group;
+  assert.deepEqual(c.status({ stallAfterS: 0 }).stalled_rollouts, []);
+  // Outside a tracked group, withRolloutActivity only runs its function.
+  assert.equal(await withRolloutActivity(0, () => Promise.resolve(42)), 42);
+});

@@ -28,6 +28,8 @@ import type { RolloutOutput } from "../state.ts";
 import { groupAdvantages } from "../scoring/advantages.ts";
 import { OutputTally } from "./tally.ts";
 import { eachSavedOutput } from "./saved.ts";
+import { WorkerPool } from "./pool.ts";
+import type { RolloutLabels } from "../util/activity.ts";
 
 /** Outputs that may wait in memory for the disk before workers wait with them. */
 const MAX_UNWRITTEN = 4096;
@@ -116,8 +118,11 @@ export interface RunSteering {
   interrupted(n: number): void;
   /** The run's size, once the loop knows it, and how many of it a resume found done. */
   planned?(total: number, done: number): void;
-  /** Runs one unit (a group) as `id`, tracking its progress (`vf ctl status --stall N`). */
-  track?<T>(id: string, fn: () => Promise<T>): Promise<T>;
+  /**
+   * Runs one unit as `id`, tracking its progress (`vf ctl status --stall N`): a rollout, or a
+   * group whose `labels.members` are tracked one by one.
+   */
+  track?<T>(id: string, fn: () => Promise<T>, labels?: RolloutLabels): Promise<T>;
 }
 
 /** What {@link generate} returns. */
@@ -191,6 +196,12 @@ export async function generate(
   const tally = new OutputTally();
 
   let pending = groups;
+  /**
+   * The rollout indices of a group that is not its example's rollouts 0..n-1 (what a resume
+   * left of it, errored rollouts sent back by a requeue). A repeated example's rows are one
+   * object, so a rollout is its example and index, never its row.
+   */
+  const indicesOf = new Map<Row[], number[]>();
   /** Rewards of the saved rollouts of a group the resumed run completes (null: unscored). */
   let savedRewards: Map<number, Array<number | null>> | undefined;
   if (options.resume && writer) {
@@ -264,9 +275,16 @@ export async function generate(
         );
       }
       savedRewards = short;
-      pending = groups
-        .map((g) => g.slice(Math.min(g.length, done.get(Number(g[0].example_id)) ?? 0)))
-        .filter((g) => g.length > 0);
+      pending = [];
+      for (const g of groups) {
+        const from = Math.min(g.length, done.get(Number(g[0].example_id)) ?? 0);
+        if (from === 0) pending.push(g);
+        else if (from < g.length) {
+          const rest = g.slice(from);
+          indicesOf.set(rest, rest.map((_, i) => from + i));
+          pending.push(rest);
+        }
+      }
     }
   }
 
@@ -298,10 +316,13 @@ export async function generate(
     }
     return joined.signal;
   };
-  /** Errored outputs by their row, for `vf ctl requeue` (none kept without steering). */
-  const errored = new Map<Row, RolloutOutput>();
-  /** Rows sent back by a requeue: the errored output their retry replaces. */
-  const retrying = new Map<Row, RolloutOutput>();
+  /**
+   * Errored rollouts by `example_id#rollout index` with their row, for `vf ctl requeue` (none
+   * kept without steering).
+   */
+  const errored = new Map<string, { row: Row; index: number; output: RolloutOutput }>();
+  /** Rollouts sent back by a requeue: the errored output their retry replaces. */
+  const retrying = new Map<string, RolloutOutput>();
   /** The options of every group's call (one object for the run, not one per group). */
   const groupOptions = {
     samplingArgs: options.samplingArgs,
@@ -309,9 +330,25 @@ export async function generate(
     independentScoring: options.independentScoring,
     stateColumns: options.stateColumns,
   };
+  /** Tracks a group under the steering: a lone rollout as itself, a larger one member by member. */
+  const trackGroup = <T>(s: RunSteering, group: Row[], run1: () => Promise<T>): Promise<T> => {
+    const exampleId = Number(group[0].example_id);
+    const indices = indicesOf.get(group);
+    if (group.length === 1) {
+      const rolloutIndex = indices?.[0] ?? 0;
+      return s.track!(`example ${exampleId} rollout ${rolloutIndex}`, run1, {
+        exampleId,
+        rolloutIndex,
+      });
+    }
+    return s.track!(`example ${exampleId}`, run1, {
+      exampleId,
+      members: indices ? (i) => indices[i] : (i) => i,
+    });
+  };
   /** The last append's promise (a batch's appends share one). */
   let lastWritten: Promise<void> | null = null;
-  const runOne = async (group: Row[]): Promise<"ok" | "infra" | "interrupted" | void> => {
+  const runOne = async (group: Row[]): Promise<"ok" | "infra" | "interrupted"> => {
     let outputs: RolloutOutput[] = [];
     const retries = options.maxRetries ?? 0;
     // `vf ctl pause --now` aborts this: the group goes back to the queue, uncounted.
@@ -322,7 +359,7 @@ export async function generate(
       let result;
       try {
         const run1 = () => env.runGroupOutputs(group, client, model, runOptions);
-        result = await (steering?.track?.(`example ${group[0].example_id}`, run1) ?? run1());
+        result = await (steering?.track ? trackGroup(steering, group, run1) : run1());
       } catch (error) {
         if (interrupt?.aborted && !controller.signal.aborted) return "interrupted";
         throw error;
@@ -336,15 +373,19 @@ export async function generate(
       // A retried rollout replaces its errored one: the reader keeps the latest, and the
       // run's counts drop the old one.
       const replaced: RolloutOutput[] = [];
+      const indices = indicesOf.get(group);
       for (let i = 0; i < outputs.length; i++) {
-        const old = retrying.get(group[i]);
+        if (!retrying.size && !outputs[i].error) continue;
+        const index = indices?.[i] ?? i;
+        const key = `${group[i].example_id}#${index}`;
+        const old = retrying.get(key);
         if (old) {
-          retrying.delete(group[i]);
+          retrying.delete(key);
           outputs[i].retry_of = old.trajectory_id;
           replaced.push(old);
           if (old.error) errors--;
         }
-        if (outputs[i].error) errored.set(group[i], outputs[i]);
+        if (outputs[i].error) errored.set(key, { row: group[i], index, output: outputs[i] });
       }
       if (replaced.length) {
         builder.remove(replaced);
@@ -402,72 +443,42 @@ export async function generate(
   };
 
   // A fixed pool of workers pulling groups keeps memory flat for huge runs.
-  let next = 0;
-  const worker = async () => {
-    while (next < pending.length && !controller.signal.aborted) {
-      // The group is taken before the gate is asked, so a budget hears how many rollouts
-      // it holds (a resumed group may be short).
-      const group = pending[next++];
-      const gate = options.gate;
-      if (gate && !(await gate.allows(group.length))) return;
-      if (controller.signal.aborted) {
-        gate?.finished(null, group.length);
-        return;
-      }
-      const t0 = performance.now();
-      let outcome: { ok: boolean; latencyMs?: number } | null = { ok: false };
-      try {
-        const ran = await runOne(group);
-        if (ran === "interrupted") {
-          // Back to the front of the queue; it never ran as far as a budget is concerned.
-          pending.splice(next, 0, group);
-          steering?.interrupted(group.length);
-          outcome = null;
-          continue;
-        }
-        outcome = { ok: ran !== "infra", latencyMs: performance.now() - t0 };
-      } catch (error) {
-        if (controller.signal.aborted && !isFatalError(error)) return;
-        stop(error);
-        return;
-      } finally {
-        gate?.finished(outcome, group.length);
-      }
-    }
-  };
-  const n = Math.min(pending.length, slots === Infinity ? pending.length : slots);
-  // Workers that found the queue empty have ended; a requeue starts new ones up to the limit.
-  const workers = new Set<Promise<void>>();
-  const spawn = (count: number) => {
-    for (let i = 0; i < count; i++) {
-      const w: Promise<void> = worker().finally(() => workers.delete(w));
-      workers.add(w);
-    }
-  };
-  let ended = false;
+  const pool = new WorkerPool(pending, {
+    workers: slots,
+    signal: controller.signal,
+    gate: options.gate,
+    sizeOf: (group) => group.length,
+    // Back at the front of the queue; it never ran as far as a budget is concerned.
+    onInterrupted: (group) => steering?.interrupted(group.length),
+    run: runOne,
+    onError: (error) => {
+      if (!controller.signal.aborted || isFatalError(error)) stop(error);
+    },
+  });
   steering?.planned?.(total, builder.count);
   steering?.onRequeue(() => {
-    if (ended || controller.signal.aborted) return 0;
-    const rows = [...errored.keys()].filter((row) => !retrying.has(row));
-    if (!rows.length) return 0;
+    if (!pool.open) return 0;
+    const again = [...errored.entries()].filter(([key]) => !retrying.has(key));
+    if (!again.length) return 0;
+    /** The errored rollouts of each example, one group each, with their indices. */
     const byExample = new Map<unknown, Row[]>();
-    for (const row of rows) {
-      retrying.set(row, errored.get(row)!);
-      errored.delete(row);
-      const g = byExample.get(row.example_id);
-      if (g) g.push(row);
-      else byExample.set(row.example_id, [row]);
+    for (const [key, { row, index, output }] of again) {
+      retrying.set(key, output);
+      errored.delete(key);
+      let g = byExample.get(row.example_id);
+      if (!g) {
+        byExample.set(row.example_id, g = []);
+        indicesOf.set(g, []);
+      }
+      g.push(row);
+      indicesOf.get(g)!.push(index);
     }
-    pending.splice(next, 0, ...byExample.values());
-    const room = slots === Infinity ? byExample.size : slots - workers.size;
-    spawn(Math.max(0, Math.min(room, byExample.size)));
-    return rows.length;
+    pool.requeue([...byExample.values()]);
+    return again.length;
   });
   try {
-    spawn(n);
-    while (workers.size) await Promise.all([...workers]);
+    await pool.run();
   } finally {
-    ended = true;
     outer?.removeEventListener("abort", onAbort);
     if (writer) {
       // Queue the final metadata first so flush() writes it now, not a throttle interval later.

@@ -15,7 +15,7 @@ import {
 } from "../errors.ts";
 import { formatRows, parseInfo } from "../data/formatting.ts";
 import { copyPlain } from "../util/_plain.ts";
-import { noteActivity } from "../util/activity.ts";
+import { noteActivity, withRolloutActivity } from "../util/activity.ts";
 import { normalizeMessages, normalizeToolDefs } from "../messages.ts";
 import { Parser } from "../scoring/parser.ts";
 import { isThenable, RESOLVED, Rubric, RubricGroup, sortHandlers } from "../scoring/rubric.ts";
@@ -402,8 +402,12 @@ export abstract class Environment {
     const states = inputs.length === 1
       ? [await this.rollout(inputs[0], withCacheSalt(client, "0"), model, options)]
       : await Promise.all(
+        // Each is its own rollout for `vf ctl status --stall` when the run tracks them.
         inputs.map((input, i) =>
-          this.rollout(input, withCacheSalt(client, String(i)), model, options)
+          withRolloutActivity(
+            i,
+            () => this.rollout(input, withCacheSalt(client, String(i)), model, options),
+          )
         ),
       );
     const scoring = this.scoreStates(states, options.independentScoring ?? false);

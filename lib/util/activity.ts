@@ -16,6 +16,24 @@ export interface Activity {
   at: number;
   /** What it last did: "model call", "model reply", "tool bash", "phase agent", ... */
   what: string;
+  /**
+   * A group's (several rollouts run as one unit): runs its `index`th member as a rollout of
+   * its own, what {@linkcode withRolloutActivity} calls.
+   */
+  readonly member?: <T>(index: number, fn: () => Promise<T>) => Promise<T>;
+}
+
+/** What a tracked rollout is, beside its id: `vf ctl status` lists these. */
+export interface RolloutLabels {
+  /** The example (a taskset run: the task's index) the rollout is of. */
+  exampleId?: number;
+  /** Which rollout of the example it is. */
+  rolloutIndex?: number;
+  /**
+   * A group of rollouts tracked as one unit: the rollout index of its `i`th member. Each
+   * member run through {@linkcode withRolloutActivity} is then tracked on its own.
+   */
+  members?: (i: number) => number;
 }
 
 const current = new AsyncLocalStorage<Activity>();
@@ -34,6 +52,15 @@ export function withActivity<T>(activity: Activity | undefined, fn: () => T): T 
  */
 export function currentActivity(): Activity | undefined {
   return current.getStore();
+}
+
+/**
+ * Runs `fn` as the `index`th rollout of the group running this code, tracked on its own when
+ * the group's tracker asked for it ({@linkcode RolloutLabels.members}); otherwise just `fn()`.
+ */
+export function withRolloutActivity<T>(index: number, fn: () => Promise<T>): Promise<T> {
+  const member = current.getStore()?.member;
+  return member ? member(index, fn) : fn();
 }
 
 /** The rollout running this code made progress: `what` (kept to 80 characters). */
