@@ -161,3 +161,45 @@ Deno.test("a taskset judge that gives no verdict fails the rollout in phase judg
   assert.match(res.stdout, /1 in judges/, transcript(res));
   assert.match(res.stdout, /0 in the task's own hooks or rewards/, transcript(res));
 });
+
+Deno.test("vf eval of a taskset at a URL says it is a taskset and to run it with vf run; vf run of an environment at a URL calls it a taskset load", async () => {
+  await using dir = await tempDir("vf_where_");
+  const modules: Record<string, string> = {
+    "/tasks.ts": "export function loadTaskset() {\n  return null;\n}\n",
+    "/env.ts": "export function loadEnvironment() {\n  return null;\n}\n",
+  };
+  const listening = Promise.withResolvers<number>();
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen: ({ port }) => listening.resolve(port) },
+    (request) => {
+      const text = modules[new URL(request.url).pathname];
+      return text === undefined
+        ? new Response("not found", { status: 404 })
+        : new Response(text, { headers: { "content-type": "application/typescript" } });
+    },
+  );
+  try {
+    const origin = `http://127.0.0.1:${await listening.promise}`;
+    const common = ["-m", "m", "-b", "http://127.0.0.1:9/v1", "-n", "1"];
+    const [evalTasks, runEnv] = await Promise.all([
+      runCli(["eval", `${origin}/tasks.ts`, ...common], { cwd: dir.path }),
+      runCli(["run", `${origin}/env.ts`, ...common], { cwd: dir.path }),
+    ]);
+    assert.equal(evalTasks.code, 1, transcript(evalTasks));
+    assert.ok(
+      errorLines(evalTasks.stderr)[0]?.includes(
+        `Module "${origin}/tasks.ts" exports loadTaskset(), not loadEnvironment(): it is a ` +
+          `taskset; run it with vf run ${origin}/tasks.ts`,
+      ),
+      transcript(evalTasks),
+    );
+    assert.equal(runEnv.code, 1, transcript(runEnv));
+    assert.match(
+      errorLines(runEnv.stderr)[0] ?? "",
+      new RegExp(`^error: Taskset "${origin}/env\\.ts" failed to load in the sandbox: `),
+      transcript(runEnv),
+    );
+  } finally {
+    await server.shutdown();
+  }
+});

@@ -174,7 +174,9 @@ async function handle(method: string, p: Any, signal: AbortSignal): Promise<unkn
       if (p.kind === "environment") {
         if (typeof module.loadEnvironment !== "function") {
           throw new TypeError(
-            `Environment module "${p.url}" does not export a loadEnvironment() function`,
+            typeof module.loadTaskset === "function"
+              ? `Module "${p.url}" exports loadTaskset(), not loadEnvironment(): it is a taskset; run it with vf run ${p.url}`
+              : `Environment module "${p.url}" does not export a loadEnvironment() function`,
           );
         }
         env = await module.loadEnvironment(p.args ?? {});

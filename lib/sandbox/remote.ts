@@ -473,7 +473,9 @@ export async function startSandboxHost(
     }
     if (error instanceof RemoteError) {
       throw new ConfigError(
-        `Environment "${options.spec}" failed to load in the sandbox: ${message}`,
+        `${
+          options.kind === "taskset" ? "Taskset" : "Environment"
+        } "${options.spec}" failed to load in the sandbox: ${message}`,
       );
     }
     throw error;
