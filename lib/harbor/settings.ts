@@ -176,12 +176,15 @@ class Reader {
     }
   }
 
-  /** A positive number: a TOML number, or a string that spells one (`"3"`), as Harbor reads it. */
+  /**
+   * A positive number: a TOML number, or a string that spells one in decimal (`"3"`, `" 7.5 "`,
+   * `"1e3"`), as Harbor's float fields read it; `"inf"`, `"nan"` and the rest are refused.
+   */
   positive(v: unknown, key: string): number | undefined {
     if (v === undefined) return undefined;
     const n = typeof v === "number"
       ? v
-      : typeof v === "string" && /^\s*(\d+\.?\d*|\.\d+)\s*$/.test(v)
+      : typeof v === "string" && /^\s*\+?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?\s*$/i.test(v)
       ? Number(v)
       : NaN;
     if (Number.isFinite(n) && n > 0) return n;

@@ -571,16 +571,19 @@ Deno.test("rollUp(): mean takes each reward key's mean over the verified steps (
   assert.throws(() => rollUp([], "mean"), (e: Error) => e instanceof TaskError);
 });
 
-Deno.test("readHarborSettings(): a step's timeouts are typed as the task's: numeric strings are numbers, anything else names the step's key, and a step without one takes the task's, else Harbor's 600 s verifier default", () => {
+Deno.test("readHarborSettings(): a step's timeouts are typed as the task's: numeric strings (also with an exponent) are numbers, anything else names the step's key, and a step without one takes the task's, else Harbor's 600 s verifier default", () => {
   const steps = (one: string, two = "") =>
     `[[steps]]\nname = "one"\n${one}[[steps]]\nname = "two"\n${two}`;
   const typed = readHarborSettings(
-    steps('[steps.agent]\ntimeout_sec = "5"\n[steps.verifier]\ntimeout_sec = " 7.5 "\n'),
+    steps(
+      '[steps.agent]\ntimeout_sec = "5"\n[steps.verifier]\ntimeout_sec = " 7.5 "\n',
+      '[steps.agent]\ntimeout_sec = "1.5e2"\n',
+    ),
     PATH,
   );
   assert.deepEqual(typed.steps.map((s) => [s.agent.timeout, s.verifier.timeout]), [
     [5, 7.5],
-    [undefined, HARBOR_DEFAULTS.verifierTimeout],
+    [150, HARBOR_DEFAULTS.verifierTimeout],
   ]);
   const inherited = readHarborSettings(
     `[agent]\ntimeout_sec = "40"\n[verifier]\ntimeout_sec = 30\n${steps("")}`,
@@ -595,6 +598,8 @@ Deno.test("readHarborSettings(): a step's timeouts are typed as the task's: nume
       ['[steps.agent]\ntimeout_sec = "soon"\n', "", "steps[0].agent.timeout_sec", '"soon"'],
       ["", "[steps.verifier]\ntimeout_sec = 0\n", "steps[1].verifier.timeout_sec", "0"],
       ["", "[steps.agent]\ntimeout_sec = [5]\n", "steps[1].agent.timeout_sec", "[5]"],
+      ['[steps.verifier]\ntimeout_sec = "inf"\n', "", "steps[0].verifier.timeout_sec", '"inf"'],
+      ['[steps.agent]\ntimeout_sec = "5s"\n', "", "steps[0].agent.timeout_sec", '"5s"'],
     ] as const
   ) {
     assert.throws(
