@@ -4,9 +4,9 @@
 # "N passed, N failed".
 #
 # Type-checking does not hold the tests back: one `deno test --no-run` type-checks every test
-# module in one process over one shared module graph while the tests already run with
-# `--no-check`; a type error still fails the run, counted as one more failure and printed
-# after the tests with the checker's messages.
+# module, cli.ts and scripts/*.ts in one process over one shared module graph while the tests
+# already run with `--no-check`; a type error still fails the run, counted as one more failure
+# and printed after the tests with the checker's messages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,7 +30,11 @@ fi
 
 LOG=$(mktemp)
 CHECK_LOG=$(mktemp)
-"${DENO[@]}" test --no-run --quiet "$@" >"$CHECK_LOG" 2>&1 &
+# The type check covers the test modules and the entry points no test imports (the CLI, the
+# scripts), so a type error in cli.ts fails the run too; with no arguments, every test module.
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(.)
+"${DENO[@]}" test --no-run --quiet "${targets[@]}" cli.ts scripts/*.ts >"$CHECK_LOG" 2>&1 &
 check_pid=$!
 
 "${DENO[@]}" test -A --parallel --no-check "$@" 2>&1 | tee "$LOG"
