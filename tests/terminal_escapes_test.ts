@@ -84,21 +84,26 @@ Deno.test("vf compare, vf export and the CLI's error line print run files' escap
   assert.match(cmp.stdout, /^ {2}task.*link.*1 {2}1\.000 -> 0\.000 {2}\(-1\.0000\)$/m, cmp.stdout);
   assert.match(cmp.stderr, /a\/traces\.jsonl:3: skipping a corrupt line \(malformed JSON/);
 
-  // vf export: a rollout_index and trace id that are paths, with escapes in them.
+  // vf export: a trace id that is a path (a rollout_index that is one is not a trace: it is
+  // skipped by file and line), and escapes in what its warnings quote.
   const out = join(tmp.path, "deep", "atif");
   const escape = join(tmp.path, "escaped");
   await Deno.writeTextFile(
     join(a, "traces.jsonl"),
-    JSON.stringify(trace("k", 1, { rollout_index: "/../../../escaped", trace_id: "../../x" })) +
-      "\n" +
-      JSON.stringify(trace("bad", 1, { trace_id: `id${EVIL}`, messages: 5 })) + "\n",
+    JSON.stringify(trace("k", 1, { trace_id: "/../../../escaped" })) + "\n" +
+      JSON.stringify(trace("j", 1, { rollout_index: "/../../../escaped" })) + "\n" +
+      JSON.stringify(trace("bad", 1, { trace_id: `id${EVIL}`, messages: 5 })) + "\n" +
+      JSON.stringify(trace("worse", 1, { trace_id: `id${EVIL}`, usage: undefined })) + "\n",
   );
   const exp = await runCli(["export", "--format", "atif", a, "-o", out], opts);
   assert.equal(exp.code, 0, transcript(exp));
   assertInert(exp.stdout, "vf export stdout");
   assertInert(exp.stderr, "vf export stderr");
   assert.match(exp.stdout, /wrote 1 ATIF trajectory/);
-  assert.equal(existsSync(escape + "-..___x.json"), false);
+  assert.match(exp.stderr, /skipping trace "id.*link.*" of task "worse": not a trace vf can write/);
+  assert.match(exp.stderr, /traces\.jsonl:2: skipping a corrupt line \("rollout_index" is not/);
+  assert.equal(existsSync(escape), false);
+  assert.equal(existsSync(escape + ".json"), false);
   const written = [...Deno.readDirSync(out)].map((e) => e.name);
   assert.equal(written.length, 1, written.join(" "));
   assert.doesNotMatch(written[0], /\//);

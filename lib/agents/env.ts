@@ -308,6 +308,43 @@ export function flatTrace(episode: Episode): TaskTrace | null {
 }
 
 /**
+ * What is wrong with a line of `traces.jsonl` read back (null: nothing): the fields the run's
+ * readers (resume, compare, export, replay, rescore) rely on, so a line environment code or a
+ * crash left malformed is skipped by file and line instead of failing them with a TypeError.
+ */
+export function traceLineProblem(line: Record<string, unknown>): string | null {
+  if (line.kind === "episode") {
+    if (!hasKey(line.task)) return `"task.key" is not a string`;
+    if (!Array.isArray(line.traces)) return `"traces" is not a list`;
+    if (!Array.isArray(line.errors)) return `"errors" is not a list`;
+    for (const [i, t] of line.traces.entries()) {
+      const problem = traceProblem(t, `traces[${i}].`);
+      if (problem) return problem;
+    }
+    return null;
+  }
+  return traceProblem(line, "");
+}
+
+const isRecord = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === "object" && !Array.isArray(v);
+const hasKey = (task: unknown) => isRecord(task) && typeof task.key === "string";
+
+function traceProblem(t: unknown, at: string): string | null {
+  if (!isRecord(t)) return `"${at.slice(0, -1) || "line"}" is not an object`;
+  if (typeof t.trace_id !== "string") return `"${at}trace_id" is not a string`;
+  if (!hasKey(t.task)) return `"${at}task.key" is not a string`;
+  for (const key of ["messages", "model_calls", "tool_calls"]) {
+    if (t[key] != null && !Array.isArray(t[key])) return `"${at}${key}" is not a list`;
+  }
+  const index = t.rollout_index;
+  if (index !== undefined && !(Number.isInteger(index) && (index as number) >= 0)) {
+    return `"${at}rollout_index" is not a whole number`;
+  }
+  return null;
+}
+
+/**
  * An episode from one line of `traces.jsonl`: an episode line as is, or a single-agent trace
  * line (format 1) wrapped as a one-trace episode. Null for anything else.
  */

@@ -24,7 +24,14 @@ import { requireRewards, type Task, type Taskset } from "../tasks/task.ts";
 import type { AgentPolicy, RolloutRecord, TaskTrace } from "../tasks/rollout/mod.ts";
 import { modelRetries, summarizeTraces, type TaskRunSummary } from "../tasks/summary.ts";
 import type { SamplingArgs } from "../types.ts";
-import { type Env, type Episode, episodeOfLine, flatTrace, runEpisode } from "./env.ts";
+import {
+  type Env,
+  type Episode,
+  episodeOfLine,
+  flatTrace,
+  runEpisode,
+  traceLineProblem,
+} from "./env.ts";
 import { GroupForks } from "../tasks/fork.ts";
 import { groupAdvantages } from "../scoring/advantages.ts";
 import { MessageGraph } from "../graph.ts";
@@ -107,11 +114,13 @@ export interface RunTasksetOptions {
 
 /**
  * The episodes of a run directory, latest per (task, episode index); single-agent lines come
- * back as one-trace episodes. Corrupt lines are skipped with a warning naming file and line.
+ * back as one-trace episodes. Corrupt lines, and lines without the fields the run's readers
+ * rely on ({@link traceLineProblem}), are skipped with a warning naming file and line.
  */
 export async function loadEpisodes(runDir: string): Promise<Episode[]> {
   const latest = new Map<string, Episode>();
-  for (const line of await readJsonLines<unknown>(join(runDir, "traces.jsonl"))) {
+  const path = join(runDir, "traces.jsonl");
+  for (const line of await readJsonLines<unknown>(path, { check: traceLineProblem })) {
     const episode = episodeOfLine(line);
     if (episode) latest.set(`${episode.task.key}#${episode.episode_index}`, episode);
   }

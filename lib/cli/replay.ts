@@ -153,8 +153,10 @@ async function replayTasks(
   const records = await loadRecords(recordPath);
   const traces = await loadTraces(runDir);
   const client = new ReplayClient(traces.map((t) => {
-    const first = t.messages.findIndex((m) => m.role === "assistant");
-    const cut = first < 0 ? t.messages.length : first;
+    // A trace without messages (the readers let it pass) has no replies to serve.
+    const messages = Array.isArray(t.messages) ? t.messages : [];
+    const first = messages.findIndex((m) => m?.role === "assistant");
+    const cut = first < 0 ? messages.length : first;
     const usage: Array<Usage | null> = [];
     for (const c of t.model_calls ?? []) {
       const u = (c.response as { usage?: unknown } | null | undefined)?.usage;
@@ -163,8 +165,8 @@ async function replayTasks(
       }
     }
     return {
-      prompt: t.messages.slice(0, cut),
-      completion: t.messages.slice(cut),
+      prompt: messages.slice(0, cut),
+      completion: messages.slice(cut),
       index: t.rollout_index,
       usage,
     };

@@ -41,6 +41,12 @@ export async function repairTrailingLine(path: string): Promise<void> {
   }
 }
 
+/**
+ * The longest line read as a record (256 MiB); a longer one is skipped as corrupt without
+ * being held, so a hostile file cannot make a reader copy or parse it.
+ */
+export const MAX_JSON_LINE_BYTES = 256 << 20;
+
 /** A line of a JSONL file that could not be read as a record. */
 export interface CorruptLine {
   path: string;
@@ -115,12 +121,25 @@ export async function eachJsonLine<T>(
     visited++;
     visit(value as T);
   };
+  // A line longer than a record can be is not held: it is counted, then reported.
+  const oversize = (bytes: number) => {
+    i++;
+    onCorrupt({
+      path,
+      line: i + 1,
+      reason: `a line of ${bytes} bytes, over the ${
+        MAX_JSON_LINE_BYTES >> 20
+      } MiB a record may hold`,
+    });
+  };
   // Line by line from 1 MiB reads: a file past V8's longest string (512 MiB, about half a
-  // million rollouts) is read like any other.
+  // million rollouts) is read like any other. A line that spans reads keeps its pieces in a
+  // list (joined once), not a copy per read.
   try {
     const decoder = new TextDecoder();
     const buffer = new Uint8Array(1 << 20);
-    let carry: Uint8Array | null = null;
+    let carry: Uint8Array[] = [];
+    let held = 0;
     for (;;) {
       const { bytesRead } = await handle.read(buffer, 0, buffer.length, null);
       if (bytesRead === 0) break;
@@ -128,26 +147,31 @@ export async function eachJsonLine<T>(
       let start = 0;
       for (let nl = chunk.indexOf(10); nl >= 0; nl = chunk.indexOf(10, start)) {
         const piece = chunk.subarray(start, nl);
-        take(decoder.decode(carry ? concatBytes(carry, piece) : piece));
-        carry = null;
+        if (held + piece.length > MAX_JSON_LINE_BYTES) oversize(held + piece.length);
+        else take(decoder.decode(carry.length ? concatBytes([...carry, piece]) : piece));
+        carry = [];
+        held = 0;
         start = nl + 1;
       }
       if (start < chunk.length) {
         const rest = chunk.subarray(start);
-        carry = carry ? concatBytes(carry, rest) : rest.slice();
+        if (held + rest.length <= MAX_JSON_LINE_BYTES) carry.push(rest.slice());
+        else carry = [];
+        held += rest.length;
       }
     }
-    take(carry ? decoder.decode(carry) : "");
+    if (held > MAX_JSON_LINE_BYTES) oversize(held);
+    else take(carry.length ? decoder.decode(concatBytes(carry)) : "");
   } finally {
     await handle.close();
   }
   return visited;
 }
 
-function concatBytes(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a);
-  out.set(b, a.length);
+function concatBytes(parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) (out.set(p, at), at += p.length);
   return out;
 }
 
