@@ -111,7 +111,10 @@ Deno.test("scripts/install.sh puts vf and deno on PATH; vf runs the demo from an
     assert.match(install.stderr, /is not on PATH; add it/, transcript(install));
     // Deno was copied out of npx's cache (which npm may clean), not linked to it.
     assert.ok((await Deno.lstat(join(bin, "deno"))).isFile, transcript(install));
-    assert.match(await Deno.readTextFile(join(bin, "vf")), new RegExp(`${bin}/deno' run -A`));
+    assert.match(
+      await Deno.readTextFile(join(bin, "vf")),
+      new RegExp(`${bin}/deno' run -A --v8-flags=--max-semi-space-size=64 `),
+    );
 
     const shell = { cwd: elsewhere, path: [bin, tools], home };
     const version = await sh(["vf", "--version"], shell);
