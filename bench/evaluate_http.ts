@@ -7,7 +7,11 @@
  * independent of the machine's speed), and this process's CPU time per rollout (user + system,
  * its GC threads included: less swayed than wall time by other processes on a loaded machine,
  * though the model server's CPU is not in it). With `--peak`, each variant also runs once in a fresh
- * process of its own and reports that process's peak RSS.
+ * process of its own and reports that process's peak RSS. The last line, `evaluate/bare = X`, is
+ * the median ratio for `vf eval`'s variant (the issue's goal: ≥ 0.6).
+ *
+ * It measures `evaluate` as `vf` runs it: with the V8 flags of `deno task vf` (deno.json), so it
+ * starts itself again under them when started without (`--as-vf` marks that run).
  *
  *   deno run -A bench/evaluate_http.ts [rollouts=20000] [repeats=6] [--peak]
  * @module
@@ -17,6 +21,22 @@ import process from "node:process";
 import { evaluate, OpenAIChatClient, Rubric, SingleTurnEnv } from "../mod.ts";
 import { http1Request } from "../lib/model/http1.ts";
 import { startLoopbackModel } from "./_loopback_model.ts";
+
+/** The `--v8-flags=…` arguments of `deno task vf`, which the measured process runs with. */
+async function launcherFlags(): Promise<string[]> {
+  const deno = JSON.parse(await Deno.readTextFile(new URL("../deno.json", import.meta.url)));
+  return String(deno.tasks.vf).split(/\s+/).filter((a) => a.startsWith("--v8-flags="));
+}
+
+if (!Deno.args.includes("--as-vf") && Deno.args[0] !== "--child") {
+  const flags = await launcherFlags();
+  const { code } = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", ...flags, new URL(import.meta.url).pathname, ...Deno.args, "--as-vf"],
+    stdout: "inherit",
+    stderr: "inherit",
+  }).output();
+  Deno.exit(code);
+}
 
 // A child (`--child <variant> <url> <rollouts>`) runs one variant once for its peak RSS.
 const child = Deno.args[0] === "--child" ? Deno.args.slice(1) : null;
@@ -137,7 +157,8 @@ try {
   const cpu = (k: string) => sorted(runs[k].map((x) => x.cpuUs))[Math.floor(repeats / 2)];
   console.log(
     `${n} single-turn rollouts at concurrency ${CONCURRENCY}, ${repeats} runs of each in turn; ` +
-      `load average ${Deno.loadavg().map((x) => x.toFixed(1)).join(", ")}\n`,
+      `load average ${Deno.loadavg().map((x) => x.toFixed(1)).join(", ")}; V8 flags of ` +
+      `deno task vf: ${(await launcherFlags()).join(" ") || "none"}\n`,
   );
   console.log(
     "| variant | fastest µs per rollout | median µs | bare / variant (fastest) | bare / variant (median) | median CPU µs per rollout | bare / variant (CPU) | KB allocated per rollout |",
@@ -158,11 +179,26 @@ try {
       } | ${kb.toFixed(1)} |`,
     );
   }
+  console.log(
+    `\nevaluate/bare = ${(median("bare") / median("flat")).toFixed(2)} (median of ${repeats}, ` +
+      `keepOutputs: false as vf eval runs it; outputs kept ${
+        (median("bare") / median("kept")).toFixed(2)
+      }; CPU ${(cpu("bare") / cpu("flat")).toFixed(2)}; load ${Deno.loadavg()[0].toFixed(1)})`,
+  );
   if (Deno.args.includes("--peak")) {
     console.log("\nPeak RSS of one run in a fresh process (MiB):");
     for (const k of ["bare", "kept", "flat"]) {
       const out = await new Deno.Command(Deno.execPath(), {
-        args: ["run", "-A", new URL(import.meta.url).pathname, "--child", k, url, String(n)],
+        args: [
+          "run",
+          "-A",
+          ...(await launcherFlags()),
+          new URL(import.meta.url).pathname,
+          "--child",
+          k,
+          url,
+          String(n),
+        ],
         stdout: "piped",
         stderr: "inherit",
       }).output();
