@@ -12,6 +12,9 @@ import { runDeno, tempDir, transcript } from "./_cli.ts";
 import { ROOT } from "./_checkout.ts";
 import { currentHelp, helpBlocks } from "../scripts/cli_reference.ts";
 import { readHarborSettings } from "../lib/harbor/settings.ts";
+import { EvalConfig } from "../lib/config.ts";
+import { validateRunConfig } from "../lib/cli/run_config.ts";
+import { parse as parseToml } from "npm:smol-toml@^1.4.0";
 
 /** README.md and every guide in docs/, as paths relative to the checkout. */
 async function markdownFiles(): Promise<string[]> {
@@ -284,4 +287,32 @@ Deno.test("every task.toml example in docs/harbor.md is one vf's Harbor loader r
   }
   // Harbor's first schema and its current one (separate verifiers, steps) are both shown.
   assert.ok(versions.includes("1.0") && versions.includes("1.3"), `${versions}`);
+});
+
+Deno.test("every vf config example in README.md and docs/ is one vf run accepts", async () => {
+  const known = new Set(Object.keys(EvalConfig.shape));
+  const refused: string[] = [];
+  let checked = 0;
+  for (const file of await markdownFiles()) {
+    if (file === "docs/harbor.md") continue; // task.toml files, checked above
+    const text = await Deno.readTextFile(join(ROOT, file));
+    for (const block of fencedBlocks(text).filter((b) => b.lang === "toml")) {
+      const where = `${file}:${block.line}`;
+      const raw = parseToml(block.body) as Record<string, unknown>;
+      // A piece of another file (a toolset entry's keys) has no key of a run's config.
+      if (!Object.keys(raw).some((k) => known.has(k))) continue;
+      checked++;
+      // A snippet of a taskset run's config may leave out which taskset: file-sum stands in.
+      const env = (raw.env ??= {}) as Record<string, unknown>;
+      const taskset = (env.taskset ??= {}) as Record<string, unknown>;
+      taskset.id ??= "file-sum";
+      try {
+        await validateRunConfig(raw, where);
+      } catch (error) {
+        refused.push((error as Error).message.split("\n")[0]);
+      }
+    }
+  }
+  assert.deepEqual(refused, []);
+  assert.ok(checked >= 10, `only ${checked} config examples`);
 });
