@@ -9,12 +9,7 @@ import { join } from "node:path";
 import { loadExampleDataset } from "../lib/data/examples.ts";
 import { stripControl } from "../lib/cli/ctl.ts";
 import { RunControl, serveControl } from "../lib/eval/control.ts";
-import {
-  type ChatRequest,
-  lastUserText,
-  type Reply,
-  startModelServer,
-} from "./model_server.ts";
+import { type ChatRequest, lastUserText, type Reply, startModelServer } from "./model_server.ts";
 import { cliCommand, collect, runCli, tempDir, transcript } from "./_cli.ts";
 
 const ANSWERS = new Map(
@@ -360,6 +355,9 @@ Deno.test("vf ctl status --stall N on a vf eval with -r 3: of an example's three
       [[Number(stalled[0][1]), Number(stalled[0][2])]],
     );
     assert.equal(json.tracked, 1);
+    // Counts and labels only: no prompt, no completion.
+    assert.ok(!JSON.stringify(json).includes(heldQuestion!), "status carries no prompt");
+    assert.ok(!status.includes(heldQuestion!.slice(0, 40)), "status carries no prompt");
     // One group written; the other in flight as a unit of three; five calls paid.
     assert.equal(json.done, 3);
     assert.equal(json.total, 6);
@@ -765,6 +763,44 @@ Deno.test("vf ctl on a running vf run (file-sum in Docker): status --stall lists
   }
 });
 
+Deno.test("vf ctl concurrency on a running vf run (file-sum in Docker): lowered to 1 while three rollouts are in flight, the rollouts after run one at a time", async () => {
+  await using tmp = await tempDir("vf_ctl_run_c_");
+  const { env, ok: ctl } = ctlIn(tmp.path);
+  await using model = await fileSumModel({ delayMs: 100 });
+  const child = vfRun(tmp.path, model.url, env, { n: 5, c: 3 });
+  try {
+    await until("three rollouts at the model", () => model.live.get(0) === 3, 240_000);
+    assert.match(await ctl("concurrency", "1"), /max_concurrent 1/);
+    model.release();
+    const res = await collect(child);
+    assert.equal(res.code, 0, transcript(res));
+    assert.equal(model.peaks.get(0), 3, "-c 3 let three rollouts run at once");
+    const dir = /^Saving traces to (.+)$/m.exec(res.stderr)![1];
+    const lines = await traceLines(dir);
+    assert.equal(lines.length, 5);
+    for (const t of lines) assert.equal(t.reward, 1, JSON.stringify(t.error));
+    // The three in flight finished as they were; the two after ran one at a time, each
+    // starting once the one before it had ended (-c 3 would have run them together).
+    const spans = lines
+      .map((t) => [t.timing.started_at, t.timing.started_at + t.timing.total_ms / 1000])
+      .sort((a, b) => a[0] - b[0]);
+    const firstEnd = Math.max(...spans.slice(0, 3).map((s) => s[1]));
+    const [fourth, fifth] = spans.slice(3);
+    assert.ok(fourth[0] >= firstEnd - 0.05, JSON.stringify(spans));
+    assert.ok(fifth[0] >= fourth[1] - 0.05, JSON.stringify(spans));
+    const meta = JSON.parse(await Deno.readTextFile(join(dir, "metadata.json")));
+    assert.deepEqual(meta.control.actions.map((a: { args: unknown }) => a.args), [
+      { max_concurrent: 1 },
+    ]);
+    assert.equal(meta.control.max_concurrent, 1);
+  } finally {
+    model.release();
+    try {
+      child.kill();
+    } catch { /* already ended */ }
+  }
+});
+
 Deno.test("vf ctl status --stall N: an agent program's model calls through the gateway are its own rollout's progress", async () => {
   await using tmp = await tempDir("vf_ctl_program_");
   const { env, ok: ctl } = ctlIn(tmp.path);
@@ -891,7 +927,47 @@ Deno.test("vf ctl status prints counts, settings and actions of a run with termi
     // JSON leaves escapes as text (\u001b), never as the bytes a terminal obeys.
     assert.match(res.stdout, /"note":"\\u001b\]0;pwned\\u0007evil\\u001b\[2J"/);
     assert.match(res.stdout, /action .*"action":"pause","args":\{"mode":"after"\}/);
+    // --json escapes every control character, the C1 ones JSON itself leaves raw too.
+    control.knob("c1\x9b2J", { get: () => 1, set: () => {} });
+    const json = await runCli(["ctl", "status", "--json"], {
+      cwd: tmp.path,
+      env: { VF_CTL_DIR: dir },
+      registry: false,
+    });
+    assert.equal(json.code, 0, transcript(json));
+    // deno-lint-ignore no-control-regex
+    assert.doesNotMatch(json.stdout, /[\x00-\x09\x0b-\x1f\x7f-\x9f]/);
+    const parsed = JSON.parse(json.stdout);
+    assert.equal(parsed.live.cost.note, hostile, "the text is kept, escaped");
+    assert.equal(parsed.knobs["c1\x9b2J"], 1);
   } finally {
     await served.close();
+  }
+});
+
+Deno.test("vf ctl needs a run id only when more than one run is live", async () => {
+  await using tmp = await tempDir("vf_ctl_ids_");
+  const dir = join(tmp.path, "ctl");
+  const ids = ["a", "b"].map((x) => `ids-${x}-${crypto.randomUUID().slice(0, 8)}`);
+  const served = await Promise.all(
+    ids.map((id) => serveControl(new RunControl(id, { maxConcurrent: 1 }), { dir })),
+  );
+  const ctl = (...a: string[]) =>
+    runCli(["ctl", ...a], { cwd: tmp.path, env: { VF_CTL_DIR: dir }, registry: false });
+  try {
+    const list = await ctl("list");
+    assert.deepEqual(list.stdout.trim().split("\n"), [...ids].sort());
+    const two = await ctl("status");
+    assert.equal(two.code, 1);
+    assert.match(two.stderr, /2 runs are live \(.+\); name one: vf ctl RUN_ID status/);
+    const named = await ctl(ids[1], "pause");
+    assert.equal(named.code, 0, transcript(named));
+    assert.match(named.stdout, new RegExp(`run ${ids[1]} .*PAUSED`));
+    await served[0].close();
+    const one = await ctl("status");
+    assert.equal(one.code, 0, transcript(one));
+    assert.match(one.stdout, new RegExp(`run ${ids[1]} .*PAUSED`));
+  } finally {
+    for (const s of served) await s.close();
   }
 });
