@@ -50,8 +50,24 @@ export function helpBlocks(text: string): HelpBlock[] {
   return blocks;
 }
 
+/** How many `vf --help` processes run at once (each is a Deno loading the whole CLI). */
+const AT_ONCE = 4;
+let running = 0;
+const waiting: (() => void)[] = [];
+
 /** What `vf [command] --help` prints now, run from this checkout's cli.ts. */
 export async function currentHelp(command: string | null): Promise<string> {
+  while (running >= AT_ONCE) await new Promise<void>((wake) => waiting.push(wake));
+  running++;
+  try {
+    return await helpOutput(command);
+  } finally {
+    running--;
+    waiting.shift()?.();
+  }
+}
+
+async function helpOutput(command: string | null): Promise<string> {
   const args = ["run", "-A", join(ROOT, "cli.ts"), ...(command ? [command] : []), "--help"];
   const out = await new Deno.Command(Deno.execPath(), {
     args,
