@@ -316,3 +316,26 @@ Deno.test("every vf config example in README.md and docs/ is one vf run accepts"
   assert.deepEqual(refused, []);
   assert.ok(checked >= 10, `only ${checked} config examples`);
 });
+
+Deno.test("every file of this tree that README.md and docs/ name in inline code exists", async () => {
+  const missing: string[] = [];
+  let named = 0;
+  for (const file of await markdownFiles()) {
+    if (file === "docs/harbor.md") continue; // its tests/, solution/ are a task folder's
+    const text = await Deno.readTextFile(join(ROOT, file));
+    const prose = text.replace(/```[\s\S]*?```/g, "");
+    const spans = prose.matchAll(
+      /`((?:lib|tests|scripts|environments|bench|runtimes|examples|chaos)\/[\w./-]+\.(?:ts|sh|md|json|py|txt|toml|yaml))(?::\d+)?`/g,
+    );
+    for (const [, path] of spans) {
+      named++;
+      try {
+        await Deno.stat(join(ROOT, path));
+      } catch {
+        missing.push(`${file}: ${path}`);
+      }
+    }
+  }
+  assert.deepEqual(missing, []);
+  assert.ok(named >= 20, `only ${named} files named`);
+});
