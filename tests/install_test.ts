@@ -120,6 +120,9 @@ Deno.test("scripts/install.sh puts vf and deno on PATH; vf runs the demo from an
     const version = await sh(["vf", "--version"], shell);
     assert.equal(version.code, 0, transcript(version));
     assert.equal(version.stdout.trim(), `vf ${VERSION}`, transcript(version));
+    const help = await sh(["vf", "--help"], shell);
+    assert.equal(help.code, 0, transcript(help));
+    assert.match(help.stdout, /^ {2}vf eval <env> \[options\]/m, transcript(help));
     const deno = await sh(["deno", "--version"], shell);
     assert.match(deno.stdout, /^deno 2\.9\.6/, transcript(deno));
     const demo = await sh(["vf", "demo", "-n", "2", "-r", "1"], shell);
