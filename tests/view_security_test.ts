@@ -15,8 +15,8 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import puppeteer from "npm:puppeteer-core@^25.0.0";
 import { serveHttp } from "../lib/model/http_server.ts";
-import { viewApp } from "../lib/view/server.ts";
-import { tempDir } from "./_cli.ts";
+import { hostAllowed, viewApp } from "../lib/view/server.ts";
+import { cliCommand, tempDir } from "./_cli.ts";
 
 // deno-lint-ignore no-explicit-any
 type Json = any;
@@ -628,4 +628,94 @@ Deno.test("vf view refuses a foreign Host (DNS rebinding) and Origin, answers on
   } finally {
     await server.close();
   }
+});
+
+Deno.test("hostAllowed(): loopback spellings at the viewer's port only; a trailing dot, another port, a name under a wildcard bind and IPv6 forms of other hosts are refused", () => {
+  const p = 8400;
+  const yes = (host: string, hostname?: string) =>
+    assert.equal(hostAllowed(host, { hostname, port: p }), true, `${host} (bound ${hostname})`);
+  const no = (host: string, hostname?: string) =>
+    assert.equal(hostAllowed(host, { hostname, port: p }), false, `${host} (bound ${hostname})`);
+  // Bound to 127.0.0.1 (the default): loopback names and numeric spellings of 127.0.0.1.
+  // (127.0.0.1. is the address too: an IP literal, not a name DNS can rebind.)
+  for (
+    const h of [
+      "127.0.0.1",
+      "localhost",
+      "LocalHost",
+      "[::1]",
+      "[0:0:0:0:0:0:0:1]",
+      "127.1",
+      "127.0.0.1.",
+    ]
+  ) {
+    yes(`${h}:${p}`);
+  }
+  for (
+    const h of [
+      `localhost.:${p}`, // a name with its root dot is another name to a resolver's search list
+      `127.0.0.2:${p}`,
+      `[::ffff:127.0.0.2]:${p}`,
+      `[::2]:${p}`,
+      `localhost:${p + 1}`,
+      `[::1]:${p + 1}`,
+      `127.0.0.1:${p + 65536}`,
+      "localhost", // no port: port 80
+      `localhost:${p}.`,
+      ` localhost:${p}`,
+      `localhost:${p}\t`,
+      `[::1%25lo]:${p}`,
+      `evil.example:${p}`,
+    ]
+  ) no(h);
+  // Bound to IPv6 loopback.
+  yes(`[::1]:${p}`, "::1");
+  yes(`localhost:${p}`, "::1");
+  no(`evil.example:${p}`, "::1");
+  // Bound to every interface: any IP literal (rebinding needs a name), never a name.
+  for (const bound of ["0.0.0.0", "::"]) {
+    yes(`10.0.0.5:${p}`, bound);
+    yes(`[fe80::1]:${p}`, bound);
+    no(`10.0.0.5.nip.io:${p}`, bound);
+    no(`evil.example:${p}`, bound);
+    no(`10.0.0.5:${p + 1}`, bound);
+  }
+  // Bound to a name: that name, not another spelling of it.
+  yes(`box.lan:${p}`, "box.lan");
+  no(`box.lan.:${p}`, "box.lan");
+  no(`box.lan.evil.example:${p}`, "box.lan");
+});
+
+Deno.test("vf view bound beyond loopback warns that anyone who reaches the port can read every run; on loopback it does not", async () => {
+  await using tmp = await tempDir("vf_view_bind_");
+  await writeRun(join(tmp.path, "r1"), "results.jsonl", [plainRow(0, 1)], "{}");
+  const serve = async (host: string[]) => {
+    const child = cliCommand(["view", tmp.path, "--port", "0", ...host], {
+      cwd: tmp.path,
+      registry: false,
+    }).spawn();
+    const out = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+    let stdout = "";
+    // The address line comes once the server listens (after any warning on stderr).
+    while (!/vf view: .* at http/.test(stdout)) {
+      const { value, done } = await out.read();
+      if (done) break;
+      stdout += value;
+    }
+    child.kill("SIGTERM");
+    out.releaseLock();
+    await child.stdout.cancel().catch(() => {});
+    const stderr = await new Response(child.stderr).text();
+    await child.status;
+    return { stdout, stderr };
+  };
+  const open = await serve(["--host", "0.0.0.0"]);
+  assert.match(open.stdout, /vf view: 1 run at http:\/\/127\.0\.0\.1:\d+\//, open.stdout);
+  assert.match(
+    open.stderr,
+    /listening on "0\.0\.0\.0" port \d+, not loopback: anyone who can reach it can read every run/,
+  );
+  const local = await serve([]);
+  assert.match(local.stdout, /vf view: 1 run at http:\/\/127\.0\.0\.1:\d+\//, local.stdout);
+  assert.doesNotMatch(local.stderr, /not loopback/);
 });

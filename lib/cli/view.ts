@@ -38,10 +38,16 @@ export async function cmdView(argv: string[]): Promise<number> {
       `No runs under ${root} yet (no results.jsonl or traces.jsonl); the page lists them as they appear\n`,
     );
   }
-  const server = await serveView(root, {
-    port,
-    hostname: typeof flags.host === "string" ? flags.host : "127.0.0.1",
-  });
+  const host = typeof flags.host === "string" ? flags.host : "127.0.0.1";
+  const server = await serveView(root, { port, hostname: host });
+  if (!isLoopback(host)) {
+    // The viewer has no login: on another interface, the network can read the transcripts.
+    process.stderr.write(
+      `vf view: listening on "${host}" port ${server.port}, not loopback: anyone who can ` +
+        `reach it can read every run under ${root}; use --host 127.0.0.1 (the default) and ` +
+        `an ssh tunnel to view it from elsewhere\n`,
+    );
+  }
   process.stdout.write(
     `vf view: ${runs.length} run${runs.length === 1 ? "" : "s"} at ${server.url}\n`,
   );
@@ -52,4 +58,10 @@ export async function cmdView(argv: string[]): Promise<number> {
   });
   await server.close();
   return 0;
+}
+
+/** Whether `host` names this machine's loopback interface only. */
+function isLoopback(host: string): boolean {
+  const h = host.toLowerCase().replace(/^\[|\]$/g, "");
+  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
