@@ -367,29 +367,28 @@ function parseChunks(p: Pending): boolean {
  * A request on a reused connection that the server had already closed is sent again once on
  * a new connection (before any byte of a response arrived, so the server never saw it).
  *
+ * One promise per request and no async frame: at hundreds of requests in flight, each frame
+ * kept alive while the reply is awaited is memory every young-generation collection copies.
+ *
  * @throws {Http1Error} when the connection fails; `phase` says whether any response arrived
  * @throws {Http1TimeoutError} when `timeoutMs` passes first
  * @throws the signal's reason when `signal` aborts
  */
-export async function http1Request(req: Http1Request): Promise<Http1Response> {
-  let head =
-    `${req.method} ${req.url.pathname}${req.url.search} HTTP/1.1\r\nhost: ${req.url.host}\r\n` +
-    headerLines(req.headers);
-  if (req.body !== undefined) head += `content-length: ${Buffer.byteLength(req.body)}\r\n`;
-  head += "\r\n";
-  req.signal?.throwIfAborted();
+export function http1Request(req: Http1Request): Promise<Http1Response> {
+  let head: string;
+  try {
+    head =
+      `${req.method} ${req.url.pathname}${req.url.search} HTTP/1.1\r\nhost: ${req.url.host}\r\n` +
+      headerLines(req.headers);
+    if (req.body !== undefined) head += `content-length: ${Buffer.byteLength(req.body)}\r\n`;
+    head += "\r\n";
+    req.signal?.throwIfAborted();
+  } catch (error) {
+    return Promise.reject(error);
+  }
   const origin = originOf(req.url);
   const reused = origin.take();
-  if (reused === null) return await exchange(new Connection(origin), head, req);
-  try {
-    return await exchange(reused, head, req);
-  } catch (error) {
-    const stale = error instanceof Http1Error && !(error instanceof Http1TimeoutError) &&
-      error.phase !== "receive";
-    if (!stale) throw error;
-    req.signal?.throwIfAborted();
-    return await exchange(new Connection(origin), head, req);
-  }
+  return exchange(reused ?? new Connection(origin), head, req, reused !== null);
 }
 
 /** The header lines of frozen header objects (a client's headers for every request). */
@@ -484,12 +483,29 @@ class Exchange implements Pending, Deadline {
   timer: ReturnType<typeof setTimeout> | undefined = undefined;
 
   constructor(
-    readonly conn: Connection,
+    public conn: Connection,
     readonly req: Http1Request,
+    readonly requestHead: string,
+    /** Sent on a pooled connection: a failure before any reply is sent once more on a new one. */
+    public reused: boolean,
     readonly done: (response: Http1Response) => void,
     readonly fail: (error: Error) => void,
   ) {
     this.head = req.method === "HEAD";
+  }
+
+  /** Arms the request's deadline and signal, and sends it on `conn`. */
+  start(): void {
+    const { signal, timeoutMs } = this.req;
+    if (timeoutMs !== undefined && Number.isFinite(timeoutMs)) {
+      if (timeoutMs < SWEPT_FROM_MS) timer(this, timeoutMs);
+      else {
+        this.at = performance.now() + timeoutMs;
+        addDeadline(this);
+      }
+    }
+    if (signal) watch(signal, this.conn);
+    this.conn.send(this.requestHead, this.req.body, this);
   }
 
   resolve(response: Http1Response): void {
@@ -499,7 +515,16 @@ class Exchange implements Pending, Deadline {
 
   reject(error: Error): void {
     this.#cleanUp();
-    this.fail(error);
+    // A pooled connection the server had closed: nothing of the request reached it.
+    const stale = this.reused && error instanceof Http1Error &&
+      !(error instanceof Http1TimeoutError) && error.phase !== "receive";
+    if (stale && !this.req.signal?.aborted) {
+      this.reused = false;
+      this.conn = new Connection(this.conn.origin);
+      this.start();
+      return;
+    }
+    this.fail(stale ? this.req.signal!.reason : error);
   }
 
   expire(): void {
@@ -508,26 +533,27 @@ class Exchange implements Pending, Deadline {
   }
 
   #cleanUp(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    if (this.at !== 0) deadlines.delete(this);
+    if (this.timer !== undefined) {
+      clearTimeout(this.timer);
+      this.timer = undefined;
+    }
+    if (this.at !== 0) {
+      deadlines.delete(this);
+      this.at = 0;
+    }
     const signal = this.req.signal;
     if (signal) inFlight.get(signal)?.delete(this.conn);
   }
 }
 
-function exchange(conn: Connection, head: string, req: Http1Request): Promise<Http1Response> {
+function exchange(
+  conn: Connection,
+  head: string,
+  req: Http1Request,
+  reused: boolean,
+): Promise<Http1Response> {
   return new Promise<Http1Response>((resolve, reject) => {
-    const { signal, timeoutMs } = req;
-    const pending = new Exchange(conn, req, resolve, reject);
-    if (timeoutMs !== undefined && Number.isFinite(timeoutMs)) {
-      if (timeoutMs < SWEPT_FROM_MS) timer(pending, timeoutMs);
-      else {
-        pending.at = performance.now() + timeoutMs;
-        addDeadline(pending);
-      }
-    }
-    if (signal) watch(signal, conn);
-    conn.send(head, req.body, pending);
+    new Exchange(conn, req, head, reused, resolve, reject).start();
   });
 }
 

@@ -378,6 +378,35 @@ Deno.test("http1Request() resends once on a new connection when the server dropp
   assert.equal(server.requests.length, 3);
 });
 
+Deno.test("http1Request() resent on a new connection still has its deadline and its signal", async () => {
+  // Connections 0 and 2 answer once, then drop the next request; the connection each
+  // request is resent on (1 and 3) never answers.
+  await using server = await startRawServer((s, r) => {
+    if (r.conn % 2 === 1) return;
+    if (r.index === 0) s.write(ok("first"));
+    else s.destroy();
+  });
+  assert.equal((await get(server.url())).text, "first");
+  const timedOut = await within(
+    rejection(get(server.url(), { timeoutMs: 150 })),
+    3_000,
+    "the resent request never timed out",
+  );
+  assert.ok(timedOut instanceof Http1TimeoutError, String(timedOut));
+  await server.closed(1);
+  assert.equal(server.connections, 2);
+  // The same again, ended by the signal instead: the resent request's socket is the one closed.
+  assert.equal((await get(server.url())).text, "first");
+  const controller = new AbortController();
+  const aborted = rejection(get(server.url(), { signal: controller.signal }));
+  while (server.connections < 4) await delay(10);
+  controller.abort(new Error("stop"));
+  const error = await within(aborted, 3_000, "the signal did not end the resent request");
+  assert.equal((error as Error).message, "stop");
+  await server.closed(3);
+  assert.equal(server.requests.length, 6);
+});
+
 Deno.test("http1Request() succeeds after the server closed an idle keep-alive connection", async () => {
   // Like uvicorn's keep-alive timeout: the server closes a connection idle for 50 ms.
   await using server = await startRawServer((s) => {
