@@ -254,11 +254,20 @@ export class OpenAIChatClient implements ChatClient {
     this.#http1Endpoint = http1 ? endpoint : null;
   }
 
-  async getResponse(
+  getResponse(
     prompt: Messages,
     model: string,
     options: ChatRequestOptions = {},
   ): Promise<Response> {
+    try {
+      return this.#request(prompt, model, options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** The request's body and headers, then its attempts. */
+  #request(prompt: Messages, model: string, options: ChatRequestOptions): Promise<Response> {
     // No sampling arguments (the common case): no normalised copy to spread.
     const sampling = options.samplingArgs;
     const body: Record<string, unknown> = sampling && hasKeys(sampling)
@@ -320,7 +329,7 @@ export class OpenAIChatClient implements ChatClient {
       body.stream = true;
       body.stream_options = { include_usage: true };
     }
-    let payload = JSON.stringify(body);
+    const payload = JSON.stringify(body);
     const url = this.#chatUrl;
     const extraHeaders = session && this.config?.session_header
       ? { ...options.headers, "x-session-id": session.traceId }
@@ -328,14 +337,54 @@ export class OpenAIChatClient implements ChatClient {
     const headers = extraHeaders && hasKeys(extraHeaders)
       ? this.#requestHeaders(extraHeaders)
       : this.#baseHeaders;
+    const call: Call = { body, payload, url, headers, capKey, outputCap, notHonoured, capture };
+    // The common call (no stream, the HTTP/1.1 pool) answered at once: its first attempt is a
+    // then() on the request instead of an async frame held while the reply is awaited.
+    if (!onDelta && this.#http1Endpoint) {
+      options.signal?.throwIfAborted();
+      return http1Request({
+        method: "POST",
+        url: this.#http1Endpoint,
+        headers,
+        body: payload,
+        signal: options.signal,
+        timeoutMs: this.#timeoutMs,
+      }).then(
+        (res) =>
+          res.status >= 200 && res.status < 300
+            ? parsedResponse(res.text, call, 0)
+            : this.#attempts(call, options, { reply: http1Reply(res) }),
+        (error) => this.#attempts(call, options, { error }),
+      );
+    }
+    return this.#attempts(call, options, null, onDelta);
+  }
+
+  /**
+   * The attempt loop: retries, the output cap lowered once, errors. `first` is the first
+   * attempt's outcome when it was already made (its reply, or its HTTP/1.1 failure).
+   */
+  async #attempts(
+    call: Call,
+    options: ChatRequestOptions,
+    first: { reply?: Reply; error?: unknown } | null,
+    onDelta?: (delta: ResponseDelta) => void,
+  ): Promise<Response> {
+    const { body, url, headers, capKey, notHonoured } = call;
+    let { payload, outputCap } = call;
     let lastError: unknown;
     for (let attempt = 0; attempt <= this.#maxRetries; attempt++) {
-      options.signal?.throwIfAborted();
+      const made = first;
+      first = null;
+      if (!made) options.signal?.throwIfAborted();
       let reply: Reply;
       try {
-        reply = onDelta
-          ? await this.#postFetch(url, headers, payload, options.signal, onDelta)
-          : await this.#post(url, headers, payload, options.signal);
+        if (made) reply = made.reply ?? http1Failure(made.error);
+        else {
+          reply = onDelta
+            ? await this.#postFetch(url, headers, payload, options.signal, onDelta)
+            : await this.#post(url, headers, payload, options.signal);
+        }
       } catch (error) {
         if (options.signal?.aborted) throw options.signal.reason;
         if (!(error instanceof TransportFailure)) throw error;
@@ -367,33 +416,7 @@ export class OpenAIChatClient implements ChatClient {
         return annotated(response, outputCap, notHonoured);
       }
       if (status >= 200 && status < 300) {
-        let json: unknown;
-        try {
-          json = JSON.parse(text);
-        } catch (error) {
-          throw new InvalidModelResponseError(
-            `Model endpoint "${url}" returned malformed JSON: ${
-              JSON.stringify(text.slice(0, 120))
-            }`,
-            { cause: error },
-          );
-        }
-        const response = parseChatCompletion(json);
-        if (capture !== "off") {
-          const tokens = parseResponseTokens(json);
-          if ("problem" in tokens) {
-            if (capture === "required") {
-              throw new MissingTokenDataError(
-                `Model endpoint "${url}" returned no token data: the response ` +
-                  `${tokens.problem} although return_token_ids = "required"; serve the ` +
-                  "model with vLLM 0.10.2 or newer, or set return_token_ids = true to record " +
-                  "token data only when the endpoint returns it",
-              );
-            }
-          } else response.tokens = tokens;
-        }
-        if (attempt > 0) response.retries = attempt;
-        return annotated(response, outputCap, notHonoured);
+        return parsedResponse(text, { ...call, outputCap }, attempt);
       }
       // A cap the endpoint refuses, naming its limit: once more with the cap that fits.
       const fit = capKey && outputCap?.reason !== "endpoint_limit" && status >= 400 &&
@@ -559,6 +582,48 @@ export class OpenAIChatClient implements ChatClient {
       outer?.removeEventListener("abort", onOuter);
     }
   }
+}
+
+/** What the attempts of one call share. */
+interface Call {
+  body: Record<string, unknown>;
+  payload: string;
+  url: string;
+  headers: Readonly<Record<string, string>>;
+  capKey: "max_completion_tokens" | "max_tokens" | null;
+  outputCap: Response["output_cap"];
+  notHonoured: Response["not_honoured"];
+  capture: ReturnType<typeof tokenCapture>;
+}
+
+/** A 2xx reply's body as the call's response. */
+function parsedResponse(text: string, call: Call, attempt: number): Response {
+  const { url, capture, outputCap, notHonoured } = call;
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (error) {
+    throw new InvalidModelResponseError(
+      `Model endpoint "${url}" returned malformed JSON: ${JSON.stringify(text.slice(0, 120))}`,
+      { cause: error },
+    );
+  }
+  const response = parseChatCompletion(json);
+  if (capture !== "off") {
+    const tokens = parseResponseTokens(json);
+    if ("problem" in tokens) {
+      if (capture === "required") {
+        throw new MissingTokenDataError(
+          `Model endpoint "${url}" returned no token data: the response ` +
+            `${tokens.problem} although return_token_ids = "required"; serve the ` +
+            "model with vLLM 0.10.2 or newer, or set return_token_ids = true to record " +
+            "token data only when the endpoint returns it",
+        );
+      }
+    } else response.tokens = tokens;
+  }
+  if (attempt > 0) response.retries = attempt;
+  return annotated(response, outputCap, notHonoured);
 }
 
 function http1Reply(res: Http1Response): Reply {
