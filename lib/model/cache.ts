@@ -17,6 +17,7 @@ import {
   type ChatClient,
   type ChatRequestOptions,
   normalizeSamplingArgs,
+  OpenAIChatClient,
   toWireMessages,
 } from "./client.ts";
 
@@ -220,6 +221,9 @@ export class CachedChatClient implements ChatClient {
  * keeps repeats apart by it).
  */
 export function withCacheSalt(client: ChatClient, salt: string): ChatClient {
+  // vf's HTTP client never reads the salt (the cache and the sandbox's proxy client do): no
+  // wrapper, and no copy of the options per call.
+  if (client instanceof OpenAIChatClient) return client;
   // One wrapper per client and salt, made once: groups ask for the same few salts again
   // and again.
   let salted = SALTED.get(client);
