@@ -307,29 +307,39 @@ export abstract class Environment {
     };
   }
 
-  /** Ask the model for the next message, tracking usage on the state. */
-  async getModelResponse(state: State, prompt: Messages): Promise<Response> {
-    let headers: Record<string, string> | undefined;
-    const fromState = state.client.headersFromState;
-    for (const header in fromState) {
-      const value = state[fromState[header]];
-      if (value !== undefined && value !== null) (headers ??= {})[header] = String(value);
+  /**
+   * Ask the model for the next message, tracking usage on the state. A then() instead of an
+   * async frame: one per rollout in flight, held while the model answers.
+   */
+  getModelResponse(state: State, prompt: Messages): Promise<Response> {
+    let call: Promise<Response>;
+    try {
+      let headers: Record<string, string> | undefined;
+      const fromState = state.client.headersFromState;
+      for (const header in fromState) {
+        const value = state[fromState[header]];
+        if (value !== undefined && value !== null) (headers ??= {})[header] = String(value);
+      }
+      noteActivity("model call");
+      call = state.client.getResponse(prompt, state.model, {
+        tools: state.tool_defs,
+        samplingArgs: state.sampling_args,
+        headers,
+        signal: state.signal,
+        session: { traceId: String(state.trajectory_id), group: `example-${state.example_id}` },
+      });
+    } catch (error) {
+      return Promise.reject(error);
     }
-    noteActivity("model call");
-    const response = await state.client.getResponse(prompt, state.model, {
-      tools: state.tool_defs,
-      samplingArgs: state.sampling_args,
-      headers,
-      signal: state.signal,
-      session: { traceId: String(state.trajectory_id), group: `example-${state.example_id}` },
+    return call.then((response) => {
+      noteActivity("model reply");
+      if (response.usage) {
+        state.usage.seen = true;
+        state.usage.input_tokens += response.usage.prompt_tokens;
+        state.usage.output_tokens += response.usage.completion_tokens;
+      }
+      return response;
     });
-    noteActivity("model reply");
-    if (response.usage) {
-      state.usage.seen = true;
-      state.usage.input_tokens += response.usage.prompt_tokens;
-      state.usage.output_tokens += response.usage.completion_tokens;
-    }
-    return response;
   }
 
   /**
