@@ -401,25 +401,46 @@ export abstract class Environment {
     }
   }
 
-  /** Run a group of rollouts concurrently, then score them together. */
-  async runGroup(
+  /**
+   * Run a group of rollouts concurrently, then score them together. A group of one (the
+   * common case) is a then() on its rollout instead of an async frame held while it runs.
+   */
+  runGroup(
     inputs: Row[],
     client: ChatClient,
     model: string,
     options: RolloutOptions & { independentScoring?: boolean } = {},
   ): Promise<State[]> {
-    // Each rollout of the group tells its calls which one it is (the cache keeps them apart).
-    const states = inputs.length === 1
-      ? [await this.rollout(inputs[0], withCacheSalt(client, "0"), model, options)]
-      : await Promise.all(
-        // Each is its own rollout for `vf ctl status --stall` when the run tracks them.
-        inputs.map((input, i) =>
-          withRolloutActivity(
-            i,
-            () => this.rollout(input, withCacheSalt(client, String(i)), model, options),
-          )
-        ),
-      );
+    if (inputs.length !== 1) return this.#runGroupOf(inputs, client, model, options);
+    let rollout: Promise<State>;
+    try {
+      // Each rollout of the group tells its calls which one it is (the cache keeps them apart).
+      rollout = this.rollout(inputs[0], withCacheSalt(client, "0"), model, options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return rollout.then((state) => {
+      const states = [state];
+      const scoring = this.scoreStates(states, options.independentScoring ?? false);
+      return scoring === RESOLVED ? states : scoring.then(() => states);
+    });
+  }
+
+  async #runGroupOf(
+    inputs: Row[],
+    client: ChatClient,
+    model: string,
+    options: RolloutOptions & { independentScoring?: boolean },
+  ): Promise<State[]> {
+    const states = await Promise.all(
+      // Each is its own rollout for `vf ctl status --stall` when the run tracks them.
+      inputs.map((input, i) =>
+        withRolloutActivity(
+          i,
+          () => this.rollout(input, withCacheSalt(client, String(i)), model, options),
+        )
+      ),
+    );
     const scoring = this.scoreStates(states, options.independentScoring ?? false);
     if (scoring !== RESOLVED) await scoring;
     return states;
