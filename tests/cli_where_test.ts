@@ -162,7 +162,7 @@ Deno.test("a taskset judge that gives no verdict fails the rollout in phase judg
   assert.match(res.stdout, /0 in the task's own hooks or rewards/, transcript(res));
 });
 
-Deno.test("vf eval of a taskset at a URL says it is a taskset and to run it with vf run; vf run of an environment at a URL calls it a taskset load", async () => {
+Deno.test("vf eval of a taskset at a URL runs it as vf run does (here its load fails as the taskset's); vf run of an environment at a URL calls it a taskset load", async () => {
   await using dir = await tempDir("vf_where_");
   const modules: Record<string, string> = {
     "/tasks.ts": "export function loadTaskset() {\n  return null;\n}\n",
@@ -186,10 +186,11 @@ Deno.test("vf eval of a taskset at a URL says it is a taskset and to run it with
       runCli(["run", `${origin}/env.ts`, ...common], { cwd: dir.path }),
     ]);
     assert.equal(evalTasks.code, 1, transcript(evalTasks));
-    assert.ok(
-      errorLines(evalTasks.stderr)[0]?.includes(
-        `Module "${origin}/tasks.ts" exports loadTaskset(), not loadEnvironment(): it is a ` +
-          `taskset; run it with vf run ${origin}/tasks.ts`,
+    // Tried as an environment, then run as the taskset it is: its loadTaskset() returned null.
+    assert.match(
+      errorLines(evalTasks.stderr)[0] ?? "",
+      new RegExp(
+        `^error: Taskset "${origin}/tasks\\.ts" failed to load in the sandbox: .*null`,
       ),
       transcript(evalTasks),
     );

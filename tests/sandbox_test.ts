@@ -631,6 +631,7 @@ Deno.test("a URL taskset runs sandboxed on the evaluator's Docker runtime: vf va
   await writePackage(packages, "hostile_tasks", { "mod.ts": hostileTaskset(vfUrl) });
   await using solver = await modelServer(bashModel("cp /app/word.txt /app/answer.txt"));
   await using idle = await modelServer(() => textReply("done"));
+  await using evalSolver = await modelServer(bashModel("cp /app/word.txt /app/answer.txt"));
   const run = (lock: string, url: string, model: ModelServer, ...flags: string[]) =>
     w.cli(["run", url, "-m", MODEL, "-b", model.url, "-r", "1", ...flags], {}, lock);
 
@@ -638,8 +639,25 @@ Deno.test("a URL taskset runs sandboxed on the evaluator's Docker runtime: vf va
     w.cli(["validate", `${files.origin}/envs/echo/mod.ts`], {}, "validate.lock"),
     run("run.lock", `${files.origin}/envs/echo/mod.ts`, solver, "-n", "1"),
     run("hostile.lock", `${files.origin}/envs/hostile_tasks/mod.ts`, idle, "-n", "2"),
+    // vf eval of a URL taskset runs it as vf run does.
+    w.cli(
+      [
+        "eval",
+        `${files.origin}/envs/echo/mod.ts`,
+        "-m",
+        MODEL,
+        "-b",
+        evalSolver.url,
+        "-n",
+        "1",
+        "-r",
+        "1",
+      ],
+      {},
+      "eval.lock",
+    ),
   ]);
-  const [validate, solved, hostile] = results;
+  const [validate, solved, hostile, evaluated] = results;
   try {
     assert.equal(validate.code, 0, transcript(validate));
     assert.match(validate.stdout, /^echo-0\s+1\.00\s+0\.00\s+ok$/m, transcript(validate));
@@ -656,6 +674,10 @@ Deno.test("a URL taskset runs sandboxed on the evaluator's Docker runtime: vf va
     assert.equal(trace.error, null);
     assert.deepEqual(trace.tool_calls.map((c: Json) => c.exit_code), [0]);
     assert.equal(solver.requests.length, 2);
+    const [evalTrace] = await runTraces(evaluated);
+    assert.equal(evalTrace.reward, 1, JSON.stringify(evalTrace));
+    assert.equal(evalTrace.error, null);
+    assert.equal(evalSolver.requests.length, 2);
     for (const request of solver.requests) {
       assert.equal(request.headers.authorization, `Bearer ${API_KEY}`);
     }

@@ -17,7 +17,11 @@ import { evaluate } from "../eval/evaluate.ts";
 import { RunControl, serveControl } from "../eval/control.ts";
 import { loadEnvironment, resolveEnvironmentModule } from "../legacy/load.ts";
 import { forwardableConfig, ServerEnvironment } from "../serve/client.ts";
-import { RemoteEnvironment, startSandboxHost } from "../sandbox/remote.ts";
+import {
+  RemoteEnvironment,
+  startSandboxHost,
+  TasksetNotEnvironmentError,
+} from "../sandbox/remote.ts";
 import { ProgressDisplay, renderSummary } from "../eval/progress.ts";
 import { loadMetadata, loadOutputs, writeJsonAtomic } from "../eval/results.ts";
 import { configFileArg, flagsToConfig, parseArgs } from "./args.ts";
@@ -228,8 +232,8 @@ async function findResumable(
 /** An environment spec as saved with a run: a local path made absolute, anything else as is. */
 /**
  * Whether `spec` names a taskset rather than an environment: a built-in taskset, or a local
- * module exporting `loadTaskset()` and no `loadEnvironment()`. URLs load in a host process
- * and are taken as environments (their error points to vf run).
+ * module exporting `loadTaskset()` and no `loadEnvironment()`. A URL loads in a host process,
+ * so it is tried as an environment first and run as a taskset when its host says it is one.
  */
 async function isTaskset(spec: string): Promise<boolean> {
   if (BUILTINS[spec] || BUILTINS[spec.replaceAll("_", "-")]) return false;
@@ -259,13 +263,14 @@ export async function cmdEval(argv: string[]): Promise<number> {
     throw new ConfigError(`Unexpected arguments: ${positional.slice(1).join(" ")}`);
   }
   const spec = positional[0] ?? (fileConfig.env_id as string | undefined);
-  if (typeof spec === "string" && await isTaskset(spec)) {
-    // A taskset named where an environment goes: run it, as vf run would.
-    const merged = deepMerge(deepMerge(fileConfig, cliConfig), { env: { taskset: { id: spec } } });
+  // A taskset named where an environment goes: run it, as vf run would.
+  const asTaskset = async (id: string) => {
+    const merged = deepMerge(deepMerge(fileConfig, cliConfig), { env: { taskset: { id } } });
     delete merged.env_id;
     await typeEnvFlags(merged, cliConfig);
     return await runTasks(await validateRunConfig(merged, source), merged, source);
-  }
+  };
+  if (typeof spec === "string" && await isTaskset(spec)) return await asTaskset(spec);
   if (positional[0]) cliConfig.env_id = positional[0];
   const merged = deepMerge(fileConfig, cliConfig);
   if (isTable(merged.env) && "taskset" in merged.env) await typeEnvFlags(merged, cliConfig);
@@ -279,7 +284,16 @@ export async function cmdEval(argv: string[]): Promise<number> {
     config.num_examples ??= saved.num_examples;
     config.rollouts_per_example ??= saved.rollouts_per_example;
   }
-  const run = await resolveEval(config, source);
+  let run: Awaited<ReturnType<typeof resolveEval>>;
+  try {
+    run = await resolveEval(config, source);
+  } catch (error) {
+    // A URL loads in its sandbox host, so only loading it tells a taskset from an environment.
+    if (error instanceof TasksetNotEnvironmentError && typeof spec === "string") {
+      return await asTaskset(spec);
+    }
+    throw error;
+  }
   // As upstream's set_kwargs would: the flag (or TOML key) wins over the environment's own.
   if (config.pass_threshold !== undefined) run.env.passThreshold = config.pass_threshold;
 

@@ -472,6 +472,11 @@ export async function startSandboxHost(
       }
     }
     if (error instanceof RemoteError) {
+      if (options.kind === "environment" && message.includes("exports loadTaskset()")) {
+        throw new TasksetNotEnvironmentError(
+          `Environment "${options.spec}" failed to load in the sandbox: ${message}`,
+        );
+      }
       throw new ConfigError(
         `${
           options.kind === "taskset" ? "Taskset" : "Environment"
@@ -481,6 +486,12 @@ export async function startSandboxHost(
     throw error;
   }
 }
+
+/**
+ * A module loaded as an environment is a taskset (it exports `loadTaskset()` and no
+ * `loadEnvironment()`): `vf eval` runs it as `vf run` would.
+ */
+export class TasksetNotEnvironmentError extends ConfigError {}
 
 /** A sandboxed environment, driven like a local one by `generate`/`evaluate`. */
 export class RemoteEnvironment {
