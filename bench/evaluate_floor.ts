@@ -33,6 +33,7 @@ import { evaluate, OpenAIChatClient, Parser, Rubric, SingleTurnEnv } from "../mo
 import { http1Request } from "../lib/model/http1.ts";
 import { type ChatClient, parseChatCompletion } from "../lib/model/client.ts";
 import { ResultsWriter } from "../lib/eval/results.ts";
+import { trajectoryId } from "../lib/legacy/environment.ts";
 import type { Messages, Row } from "../lib/types.ts";
 import { nowSeconds, type RolloutOutput, stateToOutput } from "../lib/state.ts";
 import { startLoopbackModel } from "./_loopback_model.ts";
@@ -187,7 +188,7 @@ async function floor(url: string): Promise<Run & { line: string }> {
           stop_condition: "max_turns_reached",
           tool_defs: null,
           error: null,
-          trajectory_id: crypto.randomUUID().replaceAll("-", ""),
+          trajectory_id: trajectoryId(),
           model_retries: 0,
           answer: String(row.answer),
           num_turns: 1,

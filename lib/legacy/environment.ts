@@ -267,7 +267,13 @@ export abstract class Environment {
   /** Build the initial state of a rollout. */
   initState(input: Row, client: ChatClient, model: string, samplingArgs: SamplingArgs = {}): State {
     const copy = copyPlain(input) as RolloutInput;
-    const info = parseInfo(copy.info, `info of example ${copy.example_id}`);
+    const raw = copy.info;
+    // A row's info is mostly absent or already an object: then no message text is built for it.
+    const info = raw === undefined || raw === null || raw === ""
+      ? {}
+      : typeof raw === "object" && !Array.isArray(raw)
+      ? raw as Record<string, unknown>
+      : parseInfo(raw, `info of example ${copy.example_id}`);
     if ("oai_tools" in info) {
       throw new TypeError("info.oai_tools is not supported; use info.tool_defs");
     }
@@ -294,7 +300,7 @@ export abstract class Environment {
       trajectory: [],
       completion: [],
       usage: { input_tokens: 0, output_tokens: 0, seen: false },
-      trajectory_id: crypto.randomUUID().replaceAll("-", ""),
+      trajectory_id: trajectoryId(),
       reward: null,
       advantage: null,
       metrics: null,
@@ -557,6 +563,34 @@ function normalizedCopy(prompt: unknown): Messages {
     ) return normalizeMessages(prompt);
   }
   return prompt as Messages;
+}
+
+const HEX_DIGITS = new TextEncoder().encode("0123456789abcdef");
+/** Random bytes for 256 ids, drawn at once. */
+const idBytes = new Uint8Array(16 * 256);
+let idAt = idBytes.length;
+const idText = new Uint8Array(32);
+const idDecoder = new TextDecoder();
+
+/**
+ * A new rollout's id: a random (version 4) UUID as 32 lowercase hex digits, as upstream's
+ * `uuid4().hex`. Written from pooled random bytes into one flat string (about 50 bytes; a
+ * `randomUUID()` with its dashes replaced allocates about 330).
+ */
+export function trajectoryId(): string {
+  if (idAt === idBytes.length) {
+    crypto.getRandomValues(idBytes);
+    idAt = 0;
+  }
+  for (let i = 0; i < 16; i++) {
+    let b = idBytes[idAt + i];
+    if (i === 6) b = (b & 0x0f) | 0x40; // version 4
+    else if (i === 8) b = (b & 0x3f) | 0x80; // the RFC 4122 variant
+    idText[2 * i] = HEX_DIGITS[b >> 4];
+    idText[2 * i + 1] = HEX_DIGITS[b & 15];
+  }
+  idAt += 16;
+  return idDecoder.decode(idText);
 }
 
 function sample(ds: Dataset, n: number, seed?: number | null): Dataset {

@@ -608,3 +608,40 @@ Deno.test("concatenated datasets from two files name the right file for a bad ro
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("rollout ids are 32 lowercase hex digits of a version 4 UUID, none repeated across refills of their random pool", () => {
+  const env = new EchoEnv();
+  const client = new OpenAIChatClient({ base_url: "http://127.0.0.1:9/v1" });
+  const row = { prompt: [{ role: "user", content: "q" }], example_id: 0 };
+  const ids = new Set<string>();
+  // 256 ids per pool: 1,000 of them cross three refills.
+  for (let i = 0; i < 1000; i++) {
+    const id = env.initState(row, client, "m").trajectory_id;
+    assert.match(id, /^[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}$/);
+    ids.add(id);
+  }
+  assert.equal(ids.size, 1000);
+});
+
+Deno.test("initState() takes an absent, empty or object info as is and refuses any other by example", () => {
+  const env = new EchoEnv();
+  const client = new OpenAIChatClient({ base_url: "http://127.0.0.1:9/v1" });
+  const row = (info: unknown) => ({
+    prompt: [{ role: "user", content: "q" }],
+    example_id: 7,
+    info,
+  });
+  assert.deepEqual(env.initState(row(undefined), client, "m").info, {});
+  assert.deepEqual(env.initState(row(null), client, "m").info, {});
+  assert.deepEqual(env.initState(row(""), client, "m").info, {});
+  assert.deepEqual(env.initState(row({ level: 2 }), client, "m").info, { level: 2 });
+  assert.deepEqual(env.initState(row('{"level":3}'), client, "m").info, { level: 3 });
+  assert.throws(
+    () => env.initState(row([1]), client, "m"),
+    (e) => e instanceof ConfigError && /info of example 7 must be an object/.test(e.message),
+  );
+  assert.throws(
+    () => env.initState(row("[1]"), client, "m"),
+    (e) => e instanceof ConfigError && /info of example 7 must be a JSON object/.test(e.message),
+  );
+});
