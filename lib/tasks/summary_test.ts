@@ -116,7 +116,7 @@ Deno.test("renderTaskSummary() does not repeat a lone reward named reward, and l
   const named = renderTaskSummary(
     summarizeTraces([trace("a", 1)], { ...base, rollouts_per_task: 1 }),
   );
-  assert.match(named, /^  reward correct: 1\.0000$/m);
+  assert.match(named, /^ {2}reward correct: 1\.0000$/m);
 });
 
 Deno.test("summarizeTraces(): a run lost to its judges says so, not that the task's hooks failed", () => {
