@@ -578,6 +578,23 @@ Deno.test("a vf.json added after the first run cannot grant a URL environment ne
   assert.equal(target.requested.length, 1);
 });
 
+Deno.test("what a URL environment prints reaches the terminal as text: its escape sequences (clipboard, clear screen, title) are removed", async () => {
+  await using w = await workdir();
+  const packages = join(w.path, "packages");
+  await using files = await serveFiles(packages);
+  await using model = await modelServer(halfRightModel);
+  // OSC 52 would set the clipboard, CSI 2J clear the screen, OSC 0 retitle the window.
+  const noisy = 'console.error("before\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\x1b]0;pwned\\x07after");\n';
+  await writePackage(packages, "noisy", { "mod.ts": noisy + tinyEnv(`${files.origin}/mod.ts`) });
+  const res = await w.cli(
+    evalArgs(`${files.origin}/envs/noisy/mod.ts`, model, "-n", "2", "-r", "1"),
+  );
+  assert.equal((await evalRows(res)).length, 2);
+  assert.match(res.stderr, /^\[sandbox\] beforeafter$/m, transcript(res));
+  assert.ok(!res.stderr.includes("\x1b"), `an escape reached the terminal\n${transcript(res)}`);
+  assert.ok(!res.stderr.includes("pwned"), transcript(res));
+});
+
 Deno.test("the lock file pins a URL environment: a changed module fails until --reload re-pins it, and a pinned environment runs offline from the cache", async () => {
   await using w = await workdir();
   const packages = join(w.path, "packages");

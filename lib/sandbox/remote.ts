@@ -28,6 +28,7 @@ import {
 import type { Row, SamplingArgs } from "../types.ts";
 import { fromBase64, RemoteError, RpcPeer, toBase64 } from "./protocol.ts";
 import { fetchEnv } from "../util/_fetch_env.ts";
+import { terminalLines } from "../util/terminal.ts";
 
 /** What a sandboxed environment may do beyond loading its own modules. */
 export interface SandboxPermissions {
@@ -239,10 +240,14 @@ export class SandboxHost {
         ),
       (method, params, signal) => this.#serve(method, params as Record<string, unknown>, signal),
     );
+    // What the environment's code prints reaches the terminal as text only: an escape sequence
+    // from untrusted code could rewrite the lines above it, retitle the window or set the
+    // clipboard. A streaming decoder keeps a character split across chunks whole.
+    const decoder = new TextDecoder();
     child.stderr!.on("data", (d: Uint8Array) => {
-      const text = new TextDecoder().decode(d);
+      const text = decoder.decode(d, { stream: true });
       this.#stderr = (this.#stderr + text).slice(-4000);
-      process.stderr.write(text.replace(/^/gm, "[sandbox] "));
+      process.stderr.write(terminalLines(text).replace(/^(?=.)/gm, "[sandbox] "));
     });
     this.done = this.peer.pump(
       child.stdout as unknown as AsyncIterable<Uint8Array>,
