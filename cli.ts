@@ -117,7 +117,28 @@ export async function main(argv: string[]): Promise<number> {
   }
 }
 
+/**
+ * Warnings and errors quote what vf was given (a Harbor task folder's name, a program's tool
+ * name, a key of a downloaded config): a terminal gets them as text, never as escapes.
+ */
+function inertConsole(): void {
+  for (const name of ["warn", "error"] as const) {
+    const print = console[name].bind(console);
+    console[name] = (...args: unknown[]) =>
+      print(
+        ...args.map((a) =>
+          typeof a === "string"
+            ? terminalLines(a)
+            : a instanceof Error
+            ? terminalLines(a.stack ?? String(a))
+            : a
+        ),
+      );
+  }
+}
+
 if (import.meta.main) {
+  inertConsole();
   // The CLI handles SIGINT/SIGTERM: it aborts the run, keeps finished results and stops
   // its sandboxes; the runtime registry still cleans up at exit.
   setAppHandlesSignals(true);

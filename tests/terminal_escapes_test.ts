@@ -172,3 +172,19 @@ Deno.test("the end-of-run summaries of vf eval and vf run print names, stop cond
   assert.match(taskText, /^ {2}reward r.*link.*: 0\.5000$/m);
   assert.match(taskText, /^ {2}metric x.*link.*: 1\.5000$/m);
 });
+
+Deno.test("a warning that quotes a Harbor task folder's name prints it as inert text", async () => {
+  await using dir = await tempDir("vf_escapes_harbor_");
+  const name = "x\x1b]0;owned\x07\x1b[2Jy";
+  await Deno.mkdir(join(dir.path, "ds", name), { recursive: true });
+  await Deno.writeTextFile(
+    join(dir.path, "ds", name, "task.toml"),
+    '[verifier]\ntimeout_sec = "abc"\n',
+  );
+  await Deno.writeTextFile(join(dir.path, "ds", name, "instruction.md"), "do it\n");
+  const res = await runCli(["validate", "./ds"], { cwd: dir.path });
+  assert.notEqual(res.code, 0, transcript(res));
+  // The broken task's warning names it, with the escapes gone.
+  assert.ok(res.stderr.includes('Harbor task "xy": '), transcript(res));
+  assertInert(res.stderr, "vf validate's stderr");
+});
