@@ -8,35 +8,10 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { MAX_JSON_LINE_BYTES } from "../lib/eval/jsonl.ts";
 import { runCli, tempDir, transcript } from "./_cli.ts";
+import { traceLine as trace } from "./_trace_fixture.ts";
 
 // deno-lint-ignore no-explicit-any
 type Json = any;
-
-function trace(key: string, reward: number, extra: Json = {}): Json {
-  return {
-    format_version: 3,
-    trace_id: `t-${key}-${reward}`,
-    run_id: "r",
-    taskset: "ts",
-    task: { key, idx: 0, hash: "h" },
-    example_id: 0,
-    rollout_index: 0,
-    model: "m",
-    harness: "bash",
-    trainable: true,
-    messages: [{ role: "user", content: "q" }, { role: "assistant", content: "a" }],
-    model_calls: [],
-    tool_calls: [],
-    reward,
-    rewards: { reward },
-    metrics: {},
-    error: null,
-    ok: true,
-    usage: { input_tokens: 1, output_tokens: 1 },
-    timing: { started_at: 1, ended_at: 2 },
-    ...extra,
-  };
-}
 
 const episode = (key: string, traces: unknown, extra: Json = {}) => ({
   format_version: 3,

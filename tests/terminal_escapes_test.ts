@@ -16,6 +16,7 @@ import type { RolloutOutput } from "../lib/state.ts";
 import { renderTaskSummary, summarizeTraces } from "../lib/tasks/summary.ts";
 import type { TaskTrace } from "../lib/tasks/trace.ts";
 import { runCli, tempDir, transcript } from "./_cli.ts";
+import { traceLine as trace } from "./_trace_fixture.ts";
 
 // deno-lint-ignore no-explicit-any
 type Json = any;
@@ -29,32 +30,6 @@ function assertInert(text: string, where: string) {
   // deno-lint-ignore no-control-regex
   const bad = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]/.exec(text);
   assert.equal(bad, null, `${where}: control character ${JSON.stringify(bad?.[0])} in ${text}`);
-}
-
-function trace(key: string, reward: number, extra: Json = {}): Json {
-  return {
-    format_version: 3,
-    trace_id: `t-${key.length}-${reward}`,
-    run_id: "r",
-    taskset: "ts",
-    task: { key, idx: 0, hash: "h" },
-    example_id: 0,
-    rollout_index: 0,
-    model: "m",
-    harness: "bash",
-    trainable: true,
-    messages: [{ role: "user", content: "q" }, { role: "assistant", content: "a" }],
-    model_calls: [],
-    tool_calls: [],
-    reward,
-    rewards: { reward },
-    metrics: {},
-    error: null,
-    ok: true,
-    usage: { input_tokens: 1, output_tokens: 1 },
-    timing: { started_at: 1, ended_at: 2 },
-    ...extra,
-  };
 }
 
 Deno.test("vf compare, vf export and the CLI's error line print run files' escape sequences as inert text, and vf export writes no file outside its folder", async () => {
