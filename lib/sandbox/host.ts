@@ -173,10 +173,16 @@ async function handle(method: string, p: Any, signal: AbortSignal): Promise<unkn
       const module = await import(p.url);
       if (p.kind === "environment") {
         if (typeof module.loadEnvironment !== "function") {
+          if (typeof module.loadTaskset === "function") {
+            // Named so the evaluator can tell it apart and run the module as a taskset.
+            const error = new TypeError(
+              `Module "${p.url}" exports loadTaskset(), not loadEnvironment(): it is a taskset; run it with vf run ${p.url}`,
+            );
+            error.name = "TasksetNotEnvironmentError";
+            throw error;
+          }
           throw new TypeError(
-            typeof module.loadTaskset === "function"
-              ? `Module "${p.url}" exports loadTaskset(), not loadEnvironment(): it is a taskset; run it with vf run ${p.url}`
-              : `Environment module "${p.url}" does not export a loadEnvironment() function`,
+            `Environment module "${p.url}" does not export a loadEnvironment() function`,
           );
         }
         env = await module.loadEnvironment(p.args ?? {});

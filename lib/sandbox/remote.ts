@@ -477,7 +477,7 @@ export async function startSandboxHost(
       }
     }
     if (error instanceof RemoteError) {
-      if (options.kind === "environment" && message.includes("exports loadTaskset()")) {
+      if (error.name === "TasksetNotEnvironmentError") {
         throw new TasksetNotEnvironmentError(
           `Environment "${options.spec}" failed to load in the sandbox: ${message}`,
         );
