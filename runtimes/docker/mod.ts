@@ -323,7 +323,9 @@ export class DockerRuntime implements Runtime {
     for (const extra of spec.extraNetworks ?? []) {
       await engine.connectNetwork(extra.name, this.#id, extra.aliases ?? []);
     }
-    await engine.startContainer(this.#id, { signal });
+    await engine.startContainer(this.#id, { signal }).catch((error) => {
+      throw rootlessNetworkRefusal(error, engine.endpoint.display, this.#short()) ?? error;
+    });
     this.#checkNotStopped();
     // A sandbox (not a service running its own command) gets the persistent command channel,
     // opened beside the start: commands before it is up are execs of their own.
@@ -1085,3 +1087,29 @@ export async function cleanupDockerLedger(
 }
 
 registerCleaner("docker", cleanupDockerLedger);
+
+/**
+ * Rootless podman networks a container (`network = true`) through slirp4netns and a network
+ * namespace of its own, and slirp4netns needs /dev/net/tun. Where the podman user may not open
+ * it, the first start fails naming it and every later one fails to mount that namespace: no
+ * start can succeed, so the sandbox is refused (`SandboxUnsupportedError`), not retried.
+ */
+function rootlessNetworkRefusal(
+  error: unknown,
+  endpoint: string,
+  container: string,
+): SandboxUnsupportedError | undefined {
+  if (!(error instanceof SandboxApiError)) return undefined;
+  const tun = /slirp4netns/.test(error.message) && /\/dev\/net\/tun/.test(error.message);
+  if (!tun && !/for rootless netns/.test(error.message)) return undefined;
+  const said = error.message.replace(/^[^]*?HTTP \d+: /, "").split(/\n|\\n/)[0];
+  return new SandboxUnsupportedError(
+    `The engine at "${endpoint}" (rootless podman) cannot give container "${container}" the ` +
+      `network it asked for (network = true): rootless podman networks containers through ` +
+      `slirp4netns, which needs /dev/net/tun open to the podman user, and ${
+        tun ? "it is not" : "its network namespace could not be set up"
+      } (podman: ${said}); run podman as root, let that user open /dev/net/tun, or set ` +
+      `network = false in the runtime table`,
+    { cause: error },
+  );
+}
