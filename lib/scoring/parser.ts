@@ -104,7 +104,9 @@ export class Parser<Parsed = string> {
    */
   parseAnswer(completion: Messages | string): string | null {
     if (typeof completion === "string") return asAnswer(this.parse(completion));
-    const last = this.getAssistantMessages(completion).at(-1);
+    const last = this.getAssistantMessages === Parser.prototype.getAssistantMessages
+      ? lastAssistant(completion)
+      : this.getAssistantMessages(completion).at(-1);
     if (last === undefined) return null;
     return asAnswer(this.parse(messageText(last.content)));
   }
@@ -194,6 +196,17 @@ export class MaybeThinkParser extends Parser<string> {
   override parse(text: string): string {
     return this.extractFn(afterLastThinkClose(text).trim());
   }
+}
+
+/**
+ * The last assistant message, what `getAssistantMessages(messages).at(-1)` is, found without
+ * filtering a new array (reward functions call `parseAnswer` once per rollout).
+ */
+function lastAssistant(messages: Messages): AssistantMessage | undefined {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    if (messages[i]?.role === "assistant") return messages[i] as AssistantMessage;
+  }
+  return undefined;
 }
 
 /** Whether this process has printed XMLParser's warning about a "think" field. */

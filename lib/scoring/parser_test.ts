@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { extractBoxedAnswer } from "./extract.ts";
 import { MaybeThinkParser, messageText, Parser, ThinkParser, XMLParser } from "./parser.ts";
 import type { Messages } from "../types.ts";
+import { bytesPerCall } from "../util/_allocated.ts";
 
 /** Runs `fn` with console.warn captured, so tests can assert on warnings and stay quiet. */
 function captureWarnings<T>(fn: () => T): { value: T; warnings: string[] } {
@@ -731,4 +732,32 @@ Deno.test("XMLParser format reward with no fields gives every message 0.2", () =
 Deno.test("XMLParser format reward scores null content as plain text", () => {
   const reward = xmlParser(["answer"]).getFormatRewardFunc();
   assert.equal(reward({ completion: [{ role: "assistant", content: null }] }), 0.2);
+});
+
+Deno.test("parseAnswer() finds the last assistant message without a filtered copy of the list", () => {
+  const parser = new Parser();
+  const messages: Messages = [
+    { role: "user", content: "q" },
+    { role: "assistant", content: "first" },
+    { role: "user", content: "again" },
+    { role: "assistant", content: "4" },
+  ];
+  assert.equal(parser.parseAnswer(messages), "4");
+  // filter() grew a new array for every call (about 190 bytes); the answer itself is interned.
+  const bytes = bytesPerCall(() => parser.parseAnswer(messages));
+  assert.ok(bytes < 120, `parseAnswer() allocated ${bytes} bytes`);
+});
+
+Deno.test("parseAnswer() still goes through a subclass's getAssistantMessages()", () => {
+  class FirstOnly extends Parser {
+    override getAssistantMessages(messages: Messages) {
+      return super.getAssistantMessages(messages).slice(0, 1);
+    }
+  }
+  const messages: Messages = [
+    { role: "assistant", content: "first" },
+    { role: "assistant", content: "last" },
+  ];
+  assert.equal(new FirstOnly().parseAnswer(messages), "first");
+  assert.equal(new Parser().parseAnswer(messages), "last");
 });
