@@ -348,9 +348,14 @@ export async function generate(
   };
   /** The last append's promise (a batch's appends share one). */
   let lastWritten: Promise<void> | null = null;
-  const runOne = async (group: Row[]): Promise<"ok" | "infra" | "interrupted"> => {
+  const retries = options.maxRetries ?? 0;
+  const advantageOptions = { normalizeStd: options.advantageStd };
+  /**
+   * Runs a group, retrying it while it is retryable, under the steering's interrupt; resolves
+   * with its outputs, or "interrupted" when `vf ctl pause --now` sent it back to the queue.
+   */
+  const attempts = async (group: Row[]): Promise<RolloutOutput[] | "interrupted"> => {
     let outputs: RolloutOutput[] = [];
-    const retries = options.maxRetries ?? 0;
     // `vf ctl pause --now` aborts this: the group goes back to the queue, uncounted.
     const interrupt = steering?.interrupt;
     const signal = interrupt ? runSignal(interrupt) : controller.signal;
@@ -369,6 +374,17 @@ export async function generate(
       if (!result.retryable || attempt === retries) break;
       await sleep(Math.min(1000 * 2 ** attempt, 60_000) * (0.5 + Math.random() / 2));
     }
+    return outputs;
+  };
+  /**
+   * Counts a finished group and appends its lines; a promise only when the disk is behind by
+   * MAX_UNWRITTEN outputs and the worker is to wait for it.
+   */
+  const record = (
+    group: Row[],
+    outputs: RolloutOutput[] | "interrupted",
+  ): "ok" | "infra" | "interrupted" | Promise<"ok" | "infra"> => {
+    if (outputs === "interrupted") return outputs;
     if (steering) {
       // A retried rollout replaces its errored one: the reader keeps the latest, and the
       // run's counts drop the old one.
@@ -395,18 +411,19 @@ export async function generate(
     // Advantages over the example's group: rollouts that were never scored stay out.
     // An error nobody scored (the endpoint, the engine) tells an adaptive limit to back off.
     let infra = false;
-    const rewards: Array<number | null> = [];
-    for (const o of outputs) {
+    // Sized up front: a push onto an empty array reserves 17 slots, and groups are mostly of one.
+    const rewards = new Array<number | null>(outputs.length);
+    for (let i = 0; i < outputs.length; i++) {
+      const o = outputs[i];
       const unscored = isUnscoredOutput(o);
       infra ||= unscored;
-      rewards.push(unscored ? null : o.reward);
+      rewards[i] = unscored ? null : o.reward;
       if (o.error) errors++;
     }
     const saved = savedRewards?.get(Number(group[0].example_id));
     const advantages = saved
-      ? groupAdvantages([...saved, ...rewards], { normalizeStd: options.advantageStd })
-        .slice(saved.length)
-      : groupAdvantages(rewards, { normalizeStd: options.advantageStd });
+      ? groupAdvantages([...saved, ...rewards], advantageOptions).slice(saved.length)
+      : groupAdvantages(rewards, advantageOptions);
     for (let i = 0; i < outputs.length; i++) outputs[i].advantage = advantages[i];
     builder.add(outputs);
     tally.add(outputs);
@@ -422,9 +439,10 @@ export async function generate(
         newOutputs: outputs,
       }
       : null;
+    const outcome = infra ? "infra" : "ok";
     if (!writer) {
       if (progress) onProgress!(progress);
-      return infra ? "infra" : "ok";
+      return outcome;
     }
     // Rollouts go on while their lines reach the disk; progress is reported once they are
     // there, and a write error ends the run. When the disk falls behind by MAX_UNWRITTEN
@@ -438,8 +456,24 @@ export async function generate(
     lastWritten = written;
     const meta = writer.writeMetadata(buildMetadata);
     if (meta !== METADATA_LATER) meta.catch(stop);
-    if (writer.unwritten > MAX_UNWRITTEN) await written;
-    return infra ? "infra" : "ok";
+    if (writer.unwritten > MAX_UNWRITTEN) return written.then(() => outcome);
+    return outcome;
+  };
+  /**
+   * One group: without retries or steering (`vf eval`'s usual run) a then() on the
+   * environment's call instead of the async attempt loop, whose frame each group in flight
+   * would hold; both end in the same `record`.
+   */
+  const runOne = (group: Row[]): Promise<"ok" | "infra" | "interrupted"> => {
+    try {
+      if (retries === 0 && !steering) {
+        return env.runGroupOutputs(group, client, model, groupOptions)
+          .then((result) => record(group, result.outputs));
+      }
+      return attempts(group).then((outputs) => record(group, outputs));
+    } catch (error) {
+      return Promise.reject(error);
+    }
   };
 
   // A fixed pool of workers pulling groups keeps memory flat for huge runs.

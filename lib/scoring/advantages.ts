@@ -31,13 +31,27 @@ export function groupAdvantages(
   rewards: Array<number | null>,
   options: AdvantageOptions = {},
 ): Array<number | null> {
-  const scored = rewards.filter((r): r is number => r !== null);
-  if (scored.length === 0) return rewards.map(() => null);
-  const mean = scored.reduce((a, b) => a + b, 0) / scored.length;
+  // Loops instead of filter/reduce/map: `generate` calls this once per group, and the three
+  // arrays and closures were most of half a KB for a group of one.
+  let scored = 0;
+  let sum = 0;
+  for (const r of rewards) {
+    if (r === null) continue;
+    scored++;
+    sum += r;
+  }
+  const out = new Array<number | null>(rewards.length);
+  if (scored === 0) return out.fill(null);
+  const mean = sum / scored;
   let scale = 1;
   if (options.normalizeStd) {
-    const variance = scored.reduce((a, r) => a + (r - mean) ** 2, 0) / scored.length;
-    scale = Math.sqrt(variance) + (options.epsilon ?? 1e-6);
+    let squares = 0;
+    for (const r of rewards) if (r !== null) squares += (r - mean) ** 2;
+    scale = Math.sqrt(squares / scored) + (options.epsilon ?? 1e-6);
   }
-  return rewards.map((r) => (r === null ? null : (r - mean) / scale));
+  for (let i = 0; i < rewards.length; i++) {
+    const r = rewards[i];
+    out[i] = r === null ? null : (r - mean) / scale;
+  }
+  return out;
 }

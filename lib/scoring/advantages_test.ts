@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { groupAdvantages } from "./advantages.ts";
+import { bytesPerCall } from "../util/_allocated.ts";
 
 Deno.test("groupAdvantages() subtracts the group mean", () => {
   assert.deepEqual(groupAdvantages([1, 0, 0, 1]), [0.5, -0.5, -0.5, 0.5]);
@@ -14,4 +15,18 @@ Deno.test("groupAdvantages() divides by the standard deviation when asked; a uni
   const out = groupAdvantages([3, 1], { normalizeStd: true, epsilon: 0 });
   assert.deepEqual(out, [1, -1]);
   assert.deepEqual(groupAdvantages([2, 2, 2], { normalizeStd: true }), [0, 0, 0]);
+});
+
+Deno.test("groupAdvantages() of a group allocates only its result: no filtered copy, closures or options", () => {
+  // generate calls it once per group; filter, reduce and map made three arrays and closures.
+  const rewards = [1, null, 0, 0.5];
+  const options = { normalizeStd: true };
+  assert.deepEqual(groupAdvantages(rewards, options).map((a) => a?.toFixed(3) ?? null), [
+    "1.225",
+    null,
+    "-1.225",
+    "0.000",
+  ]);
+  const bytes = bytesPerCall(() => groupAdvantages(rewards, options));
+  assert.ok(bytes < 250, `groupAdvantages() allocated ${bytes} bytes for a group of four`);
 });
