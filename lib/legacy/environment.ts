@@ -19,7 +19,14 @@ import { noteActivity, withRolloutActivity } from "../util/activity.ts";
 import { normalizeMessages, normalizeToolDefs } from "../messages.ts";
 import { Parser } from "../scoring/parser.ts";
 import { isThenable, RESOLVED, Rubric, RubricGroup, sortHandlers } from "../scoring/rubric.ts";
-import { newTiming, nowSeconds, type RolloutOutput, type State, stateToOutput } from "../state.ts";
+import {
+  newTiming,
+  nowSeconds,
+  type RolloutOutput,
+  roomForOne,
+  type State,
+  stateToOutput,
+} from "../state.ts";
 import type {
   Message,
   Messages,
@@ -297,7 +304,7 @@ export abstract class Environment {
       is_completed: false,
       is_truncated: false,
       tool_defs: toolDefs,
-      trajectory: [],
+      trajectory: roomForOne(),
       completion: [],
       usage: { input_tokens: 0, output_tokens: 0, seen: false },
       trajectory_id: trajectoryId(),
@@ -376,7 +383,7 @@ export abstract class Environment {
 
   #complete(state: State, name: string): true {
     state.is_completed = true;
-    state.is_truncated ||= state.trajectory.some((s) => s.is_truncated);
+    state.is_truncated ||= anyTruncated(state.trajectory);
     state.stop_condition = name;
     return true;
   }
@@ -563,6 +570,12 @@ function normalizedCopy(prompt: unknown): Messages {
     ) return normalizeMessages(prompt);
   }
   return prompt as Messages;
+}
+
+/** Whether a step was truncated: a loop, not `some()` with a closure made per rollout. */
+function anyTruncated(trajectory: State["trajectory"]): boolean {
+  for (let i = 0; i < trajectory.length; i++) if (trajectory[i].is_truncated) return true;
+  return false;
 }
 
 const HEX_DIGITS = new TextEncoder().encode("0123456789abcdef");

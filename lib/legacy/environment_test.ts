@@ -13,6 +13,8 @@ import {
 import type { State } from "../state.ts";
 import { RESOLVED, Rubric } from "../scoring/rubric.ts";
 import type { Messages, Row } from "../types.ts";
+import { bytesPerCall } from "../util/_allocated.ts";
+import { noModel } from "../../tests/_state.ts";
 
 const ROWS = [
   { question: "What is 1+1?", answer: "2" },
@@ -644,4 +646,29 @@ Deno.test("initState() takes an absent, empty or object info as is and refuses a
     () => env.initState(row("[1]"), client, "m"),
     (e) => e instanceof ConfigError && /info of example 7 must be a JSON object/.test(e.message),
   );
+});
+
+Deno.test("renderCompletion() writes what follows the prompt into one array of its size", async () => {
+  const env = new EchoEnv({ systemPrompt: "Be brief." });
+  const state = env.initState(await firstRow(env), noModel, "m");
+  const prompt = state.prompt;
+  state.trajectory.push(
+    {
+      prompt: [...prompt, { role: "assistant", content: "a" }, { role: "user", content: "u" }],
+      completion: [{ role: "assistant", content: "b" }],
+      response: { id: "r", created: 0, model: "m", message: { role: "assistant", content: "b" } },
+      reward: null,
+      advantage: null,
+      is_truncated: false,
+      trajectory_id: state.trajectory_id,
+      extras: {},
+    } as State["trajectory"][number],
+  );
+  state.final_env_response = [{ role: "user", content: "done" }];
+  env.renderCompletion(state);
+  assert.deepEqual(state.completion.map((m) => m.content), ["a", "u", "b", "done"]);
+  assert.equal(state.prompt, prompt);
+  // The spreads and the slice made two arrays through the iterator (about 370 bytes here).
+  const bytes = bytesPerCall(() => env.renderCompletion(state));
+  assert.ok(bytes < 200, `renderCompletion() allocated ${bytes} bytes`);
 });

@@ -19,6 +19,9 @@ import {
 /** What a rollout's timer resolves with when it wins the race against the rollout. */
 const TIMEOUT = Symbol("timeout");
 
+/** No final environment response. */
+const NO_MESSAGES: Messages = [];
+
 /** The signal of a rollout nobody can cancel (no run signal, no rollout timeout). */
 const NEVER_ABORTED = new AbortController().signal;
 
@@ -118,8 +121,21 @@ export abstract class MultiTurnEnv extends Environment {
       return;
     }
     const last = state.trajectory[state.trajectory.length - 1];
-    const full = [...last.prompt, ...last.completion, ...(state.final_env_response ?? [])];
-    state.completion = full.slice(state.prompt.length);
+    // What `[...last.prompt, ...last.completion, ...final].slice(prompt.length)` is, written
+    // into one array of its size: the spread and the slice made two (this runs per rollout).
+    const { prompt, completion: reply } = last;
+    const final = state.final_env_response ?? NO_MESSAGES;
+    const skip = state.prompt.length;
+    const completion = new Array(Math.max(0, prompt.length + reply.length + final.length - skip));
+    let at = 0;
+    for (let i = skip; i < prompt.length; i++) completion[at++] = prompt[i];
+    for (let i = Math.max(0, skip - prompt.length); i < reply.length; i++) {
+      completion[at++] = reply[i];
+    }
+    for (let i = Math.max(0, skip - prompt.length - reply.length); i < final.length; i++) {
+      completion[at++] = final[i];
+    }
+    state.completion = completion;
   }
 
   /**
