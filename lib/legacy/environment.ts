@@ -425,17 +425,31 @@ export abstract class Environment {
     options: RolloutOptions & { independentScoring?: boolean } = {},
   ): Promise<State[]> {
     if (inputs.length !== 1) return this.#runGroupOf(inputs, client, model, options);
+    return this.#runOne(inputs[0], client, model, options, sameStates);
+  }
+
+  /**
+   * A group of one: its rollout, scored, then `after` on its states, all in one then() (for
+   * `runGroupOutputs` too, whose serialising would otherwise be a promise hop of its own).
+   */
+  #runOne<T>(
+    input: Row,
+    client: ChatClient,
+    model: string,
+    options: RolloutOptions & { independentScoring?: boolean },
+    after: (states: State[]) => T,
+  ): Promise<T> {
     let rollout: Promise<State>;
     try {
       // Each rollout of the group tells its calls which one it is (the cache keeps them apart).
-      rollout = this.rollout(inputs[0], withCacheSalt(client, "0"), model, options);
+      rollout = this.rollout(input, withCacheSalt(client, "0"), model, options);
     } catch (error) {
       return Promise.reject(error);
     }
     return rollout.then((state) => {
       const states = [state];
       const scoring = this.scoreStates(states, options.independentScoring ?? false);
-      return scoring === RESOLVED ? states : scoring.then(() => states);
+      return scoring === RESOLVED ? after(states) : scoring.then(() => after(states));
     });
   }
 
@@ -472,16 +486,14 @@ export abstract class Environment {
     // One `then` instead of an async frame of its own: this runs once per group.
     try {
       const columns = options.stateColumns;
-      return this.runGroup(inputs, client, model, options).then((states) => {
-        const outputs: RolloutOutput[] = [];
-        let retryable = false;
-        for (const s of states) {
-          outputs.push(stateToOutput(s, columns));
-          retryable ||= s.error instanceof InfraError ||
-            s.error instanceof InvalidModelResponseError;
-        }
-        return { outputs, retryable };
-      });
+      const serialise = columns === undefined
+        ? groupOutputs
+        : (states: State[]) => groupOutputs(states, columns);
+      // A group of one is run here unless a subclass runs groups its own way (EnvGroup).
+      if (inputs.length === 1 && this.runGroup === Environment.prototype.runGroup) {
+        return this.#runOne(inputs[0], client, model, options, serialise);
+      }
+      return this.runGroup(inputs, client, model, options).then(serialise);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -570,6 +582,29 @@ function normalizedCopy(prompt: unknown): Messages {
     ) return normalizeMessages(prompt);
   }
   return prompt as Messages;
+}
+
+/** What `runGroup` hands on: the states themselves. */
+function sameStates(states: State[]): State[] {
+  return states;
+}
+
+/**
+ * The outputs of a finished group; `retryable` tells whether a rollout hit an infrastructure
+ * or invalid-response error worth a fresh attempt.
+ */
+function groupOutputs(
+  states: State[],
+  columns?: string[],
+): { outputs: RolloutOutput[]; retryable: boolean } {
+  const outputs = new Array<RolloutOutput>(states.length);
+  let retryable = false;
+  for (let i = 0; i < states.length; i++) {
+    const s = states[i];
+    outputs[i] = stateToOutput(s, columns);
+    retryable ||= s.error instanceof InfraError || s.error instanceof InvalidModelResponseError;
+  }
+  return { outputs, retryable };
 }
 
 /** Whether a step was truncated: a loop, not `some()` with a closure made per rollout. */
