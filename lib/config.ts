@@ -103,7 +103,7 @@ export const ClientSection = z.strictObject({
   max_retries: z.number().int().min(0).optional(),
   headers: z.record(z.string(), z.string()).optional(),
   /** "auto" (default): plain-http endpoints use vf's HTTP/1.1 pool; "fetch": always fetch. */
-  transport: z.enum(["auto", "fetch"]).optional(),
+  transport: z.enum(["auto", "http1", "fetch"]).optional(),
   /** The endpoint's output-token limit: a request's larger cap is clamped to it. */
   max_output_tokens: z.number().int().positive().optional(),
   /** The endpoint's model takes `reasoning_effort` (a gateway program's `thinking` is sent). */

@@ -61,9 +61,14 @@ const npmSpecifiers = {
 };
 
 const result = await bun.build({
-  entrypoints: [resolve(root, "cli.ts"), resolve(root, "lib/scoring/_math_worker.ts")],
+  entrypoints: [
+    resolve(root, "cli.ts"),
+    resolve(root, "lib/scoring/_math_worker.ts"),
+    resolve(root, "lib/model/_http1_worker.ts"),
+  ],
   // Paths inside the binary are relative to the project root: lib/scoring/math_verify.ts starts the
-  // worker as `./lib/scoring/_math_worker.ts`.
+  // worker as `./lib/scoring/_math_worker.ts`, lib/model/http1_thread.ts its own as
+  // `./lib/model/_http1_worker.ts`.
   root,
   target: "bun",
   format: "esm",

@@ -95,6 +95,7 @@ export async function compile(outfile = join(ROOT, "dist/vf")): Promise<string> 
     "--entrypoint",
     "cli.ts",
     "lib/scoring/_math_worker.ts",
+    "lib/model/_http1_worker.ts",
   ], "fill node_modules");
   const bun = await findBun();
   console.error(`bundling with bun ${await bunVersion(bun)}`);

@@ -151,6 +151,7 @@ Deno.test("dist/vf eval gsm8k writes results.jsonl: math rubric in its worker, m
     assert.equal(run.code, 0, transcript(run));
     // A worker that cannot start is reported; the binary must embed and find it.
     assert.doesNotMatch(run.stderr, /Math worker/, transcript(run));
+    assert.doesNotMatch(run.stderr, /HTTP\/1\.1 worker thread/, transcript(run));
     const results = await readResults(dir);
     assert.equal(results.length, 4);
     const solved = results.filter((r) => r.example_id === 0);

@@ -20,6 +20,7 @@ import {
   Http1TimeoutError,
   usesProxy,
 } from "./http1.ts";
+import { http1Post } from "./http1_thread.ts";
 import { VERSION } from "../version.ts";
 import type { Messages, Response, SamplingArgs, Tool } from "../types.ts";
 import {
@@ -64,10 +65,12 @@ export interface ClientConfig {
   extra_headers_from_state?: Record<string, string>;
   /**
    * `"auto"` (default): plain `http:` endpoints without a proxy go through vf's keep-alive
-   * HTTP/1.1 pool, which costs far less CPU per request than `fetch`; `https:` and proxied
-   * endpoints use `fetch`. `"fetch"`: always `fetch`.
+   * HTTP/1.1 pool, which costs far less CPU per request than `fetch`, run on a worker thread of
+   * its own (`http1_thread.ts`; on the calling thread where no worker can start); `https:` and
+   * proxied endpoints use `fetch`. `"http1"`: the same, with the pool on the calling thread.
+   * `"fetch"`: always `fetch`.
    */
-  transport?: "auto" | "fetch";
+  transport?: "auto" | "http1" | "fetch";
   /**
    * The endpoint's output-token limit: a request's cap (`max_tokens`/`max_completion_tokens`)
    * above it is sent as this, and the response says so in `output_cap`.
@@ -227,6 +230,8 @@ export class OpenAIChatClient implements ChatClient {
   #baseHeaders: Readonly<Record<string, string>>;
   /** Set when requests go through vf's HTTP/1.1 pool (plain http, no proxy); else `fetch`. */
   #http1Endpoint: URL | null;
+  /** The pool runs on its worker thread (`http1_thread.ts`), not the caller's. */
+  #http1OffThread: boolean;
   #chatUrlText: string | undefined;
 
   constructor(config: ClientConfig) {
@@ -249,9 +254,11 @@ export class OpenAIChatClient implements ChatClient {
           "give one like http://127.0.0.1:8000/v1 (-b / base_url)",
       );
     }
-    const http1 = (config.transport ?? "auto") === "auto" && endpoint.protocol === "http:" &&
+    const transport = config.transport ?? "auto";
+    const http1 = transport !== "fetch" && endpoint.protocol === "http:" &&
       !usesProxy(endpoint, readEnv);
     this.#http1Endpoint = http1 ? endpoint : null;
+    this.#http1OffThread = transport === "auto";
   }
 
   getResponse(
@@ -342,18 +349,11 @@ export class OpenAIChatClient implements ChatClient {
     // then() on the request instead of an async frame held while the reply is awaited.
     if (!onDelta && this.#http1Endpoint) {
       options.signal?.throwIfAborted();
-      return http1Request({
-        method: "POST",
-        url: this.#http1Endpoint,
-        headers,
-        body: payload,
-        signal: options.signal,
-        timeoutMs: this.#timeoutMs,
-      }).then(
-        (res) =>
-          res.status >= 200 && res.status < 300
-            ? parsedResponse(res.text, call, 0)
-            : this.#attempts(call, options, { reply: http1Reply(res) }),
+      return this.#sendHttp1(this.#http1Endpoint, headers, payload, options.signal).then(
+        (reply) =>
+          reply.status >= 200 && reply.status < 300
+            ? parsedResponse(reply.text, call, 0)
+            : this.#attempts(call, options, { reply }),
         (error) => this.#attempts(call, options, { error }),
       );
     }
@@ -513,6 +513,19 @@ export class OpenAIChatClient implements ChatClient {
   ): Promise<Reply> {
     // A then() instead of an async frame; an aborted run's error is the signal's reason,
     // which getResponse throws whatever this rejects with.
+    return this.#sendHttp1(url, headers, body, signal).then(undefined, http1Failure);
+  }
+
+  /** One POST through the HTTP/1.1 pool: on its worker thread, or on this one. */
+  #sendHttp1(
+    url: URL,
+    headers: Readonly<Record<string, string>>,
+    body: string,
+    signal: AbortSignal | undefined,
+  ): Promise<Reply> {
+    if (this.#http1OffThread) {
+      return http1Post({ url, headers, body, signal, timeoutMs: this.#timeoutMs });
+    }
     return http1Request({
       method: "POST",
       url,
@@ -520,7 +533,7 @@ export class OpenAIChatClient implements ChatClient {
       body,
       signal,
       timeoutMs: this.#timeoutMs,
-    }).then(http1Reply, http1Failure);
+    }).then(http1Reply);
   }
 
   async #postFetch(
