@@ -626,16 +626,18 @@ Deno.test("sortHandlers() orders by priority descending, then name ascending", (
 
 // ---- allocation -------------------------------------------------------------------------
 
-Deno.test("scoreGroup() of a group of one allocates no 17-slot arrays: a function and a metric rubric in under 1.5 KB", () => {
+Deno.test("scoreGroup() of a group of one allocates no 17-slot arrays: a function and a metric rubric in under 2.1 KB", () => {
   // A push onto an empty array reserves 17 slots; the sums, the calls and the preset steps
-  // of a group of one made seven such arrays (2.3 KB with the optimised code, 3.1 KB before).
+  // of a group of one made seven such arrays: 2.3 KB with the optimised code and 3.1 KB
+  // before it, against 0.85 and 1.9 KB now (a test run that makes the code polymorphic
+  // lands between).
   const rubric = new RubricGroup([
     new Rubric({ funcs: [exact] }),
     new Rubric({ funcs: [length], weights: [0] }),
   ]);
   const states = [answerState("4")];
-  const bytes = bytesPerCall(() => rubric.scoreGroup(states));
+  const bytes = bytesPerCall(() => rubric.scoreGroup(states), 5000, 60);
   assert.equal(states[0].reward, 1);
   assert.deepEqual(states[0].metrics, { exact: 1, length: 1 });
-  assert.ok(bytes < 1500, `scoreGroup() allocated ${bytes} bytes for a group of one`);
+  assert.ok(bytes < 2100, `scoreGroup() allocated ${bytes} bytes for a group of one`);
 });
