@@ -11,8 +11,9 @@
  *   included), and the line appended through vf's `ResultsWriter`;
  * - **parts**: the floor with the environment's own steps in place of the hand-made ones:
  *   `initState`, `getModelResponse`, `addModelResponse`, `renderCompletion`, `scoreStates`,
- *   `stateToOutput` and the writer, called in a plain loop; what is left between it and
- *   `evaluate` is the turn loop, the group layers, the worker pool and the run's counts;
+ *   `releasedStateToOutput` (what `runGroupOutputs` calls) and the writer, called in a plain
+ *   loop; what is left between it and `evaluate` is the turn loop, the group layers, the
+ *   worker pool and the run's counts;
  * - **evaluate**: `evaluate(…, { keepOutputs: false })`, as `vf eval` runs it.
  *
  * The floor's line is checked to have the keys of `evaluate`'s line, so both write the same
@@ -35,7 +36,7 @@ import { type ChatClient, parseChatCompletion } from "../lib/model/client.ts";
 import { ResultsWriter } from "../lib/eval/results.ts";
 import { trajectoryId } from "../lib/legacy/environment.ts";
 import type { Messages, Row } from "../lib/types.ts";
-import { nowSeconds, type RolloutOutput, stateToOutput } from "../lib/state.ts";
+import { nowSeconds, releasedStateToOutput, type RolloutOutput } from "../lib/state.ts";
 import { startLoopbackModel } from "./_loopback_model.ts";
 
 const launcher = JSON.parse(await Deno.readTextFile(new URL("../deno.json", import.meta.url)));
@@ -231,7 +232,7 @@ async function parts(url: string): Promise<Run & { line: string }> {
         timing.generation.end = nowSeconds();
         env.renderCompletion(state);
         await env.scoreStates([state]);
-        const output = stateToOutput(state);
+        const output = releasedStateToOutput(state);
         output.advantage = 0;
         const written = writer.append([output]);
         if (writer.unwritten > 4096) await written;

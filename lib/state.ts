@@ -5,7 +5,7 @@
  * @module
  */
 import { type SerializedError, serializeError } from "./errors.ts";
-import { jsonCopy } from "./util/_plain.ts";
+import { isJsonPlain, jsonCopy } from "./util/_plain.ts";
 import type { ChatClient } from "./model/client.ts";
 import { MessageGraph, type MessageNode } from "./graph.ts";
 import type { Messages, RolloutInput, SamplingArgs, Tool, TrajectoryStep, Usage } from "./types.ts";
@@ -199,6 +199,11 @@ function jsonSafe(value: unknown): unknown {
   return jsonCopy(value, jsonReplacer);
 }
 
+/** A value of a state nobody changes after: kept as it is when it is plain JSON already. */
+function jsonKept(value: unknown): unknown {
+  return isJsonPlain(value) ? value : jsonCopy(value, jsonReplacer);
+}
+
 function hasKeys(record: Record<string, unknown>): boolean {
   for (const _ in record) return true;
   return false;
@@ -206,13 +211,30 @@ function hasKeys(record: Record<string, unknown>): boolean {
 
 /** Serialise a finished state. `stateColumns` copies extra state keys (JSON-safe values only). */
 export function stateToOutput(state: State, stateColumns: string[] = []): RolloutOutput {
+  return toOutput(state, stateColumns, jsonSafe);
+}
+
+/**
+ * {@link stateToOutput} of a state its caller lets go (a finished group's, in
+ * `runGroupOutputs`): a prompt and completion that are plain JSON already are shared with the
+ * output instead of copied, which cost a few hundred bytes per rollout.
+ */
+export function releasedStateToOutput(state: State, stateColumns: string[] = []): RolloutOutput {
+  return toOutput(state, stateColumns, jsonKept);
+}
+
+function toOutput(
+  state: State,
+  stateColumns: string[],
+  messagesOf: (messages: Messages) => unknown,
+): RolloutOutput {
   const metrics = state.metrics ?? {};
   const out: RolloutOutput = {
     format_version: FORMAT_VERSION,
     example_id: state.example_id,
     task: state.task ?? "default",
-    prompt: jsonSafe(state.prompt) as Messages,
-    completion: jsonSafe(state.completion) as Messages,
+    prompt: messagesOf(state.prompt) as Messages,
+    completion: messagesOf(state.completion) as Messages,
     reward: state.reward ?? 0,
     advantage: state.advantage,
     metrics,

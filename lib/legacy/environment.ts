@@ -22,10 +22,10 @@ import { isThenable, RESOLVED, Rubric, RubricGroup, sortHandlers } from "../scor
 import {
   newTiming,
   nowSeconds,
+  releasedStateToOutput,
   type RolloutOutput,
   roomForOne,
   type State,
-  stateToOutput,
 } from "../state.ts";
 import type {
   Message,
@@ -601,7 +601,8 @@ function groupOutputs(
   let retryable = false;
   for (let i = 0; i < states.length; i++) {
     const s = states[i];
-    outputs[i] = stateToOutput(s, columns);
+    // The group's states are let go once serialised: their outputs may share their messages.
+    outputs[i] = releasedStateToOutput(s, columns);
     retryable ||= s.error instanceof InfraError || s.error instanceof InvalidModelResponseError;
   }
   return { outputs, retryable };

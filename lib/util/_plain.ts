@@ -117,3 +117,43 @@ export function jsonCopy(
     return JSON.parse(JSON.stringify(value, replacer) ?? "null");
   }
 }
+
+/**
+ * Whether {@link jsonCopy} of `value` would be a deep-equal copy of it: plain objects (of
+ * `Object.prototype`, no `toJSON`, no `__proto__` key) and packed arrays of strings, booleans,
+ * finite numbers other than -0, null, and such objects and arrays. A caller that owns such a
+ * value can keep it instead of copying it.
+ */
+export function isJsonPlain(value: unknown): boolean {
+  return plain(value, 0);
+}
+
+function plain(value: unknown, depth: number): boolean {
+  switch (typeof value) {
+    case "string":
+    case "boolean":
+      return true;
+    case "number":
+      return Number.isFinite(value) && !Object.is(value, -0);
+    case "object":
+      break;
+    default:
+      return false;
+  }
+  if (value === null) return true;
+  if (depth > MAX_DEPTH) return false;
+  if (Array.isArray(value)) {
+    if (Object.getPrototypeOf(value) !== Array.prototype) return false;
+    for (let i = 0; i < value.length; i++) {
+      if (!(i in value) || !plain(value[i], depth + 1)) return false;
+    }
+    return true;
+  }
+  if (Object.getPrototypeOf(value) !== Object.prototype) return false;
+  const record = value as Record<string, unknown>;
+  if (typeof record.toJSON === "function") return false;
+  for (const key in record) {
+    if (key === "__proto__" || !plain(record[key], depth + 1)) return false;
+  }
+  return true;
+}

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { copyPlain, jsonCopy } from "./_plain.ts";
+import { copyPlain, isJsonPlain, jsonCopy } from "./_plain.ts";
 
 function replacer(_key: string, v: unknown): unknown {
   if (typeof v === "bigint") return Number(v);
@@ -75,4 +75,12 @@ Deno.test("copyPlain() hands cycles and holes to structuredClone", () => {
   assert.deepStrictEqual(copyPlain(holes), structuredClone(holes));
   assert.deepStrictEqual(1 in copyPlain(holes), false);
   assert.throws(() => copyPlain({ f: () => 1 }), DOMException);
+});
+
+Deno.test("isJsonPlain() holds only for values a JSON round trip returns deep-equal", () => {
+  const plain = samples.filter((v) => isJsonPlain(v));
+  for (const v of plain) assert.deepStrictEqual(v, slowJson(v));
+  assert.deepStrictEqual(plain, [null, 0, 1.5, "text \ud800 lone", true, [], {}, samples.at(-1)]);
+  assert.equal(isJsonPlain([1, , 2]), false); // a hole reads back as null
+  assert.equal(isJsonPlain(undefined), false);
 });
