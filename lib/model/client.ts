@@ -13,14 +13,8 @@ import {
   ModelError,
   OverlongPromptError,
 } from "../errors.ts";
-import {
-  Http1Error,
-  http1Request,
-  type Http1Response,
-  Http1TimeoutError,
-  usesProxy,
-} from "./http1.ts";
-import { http1Post } from "./http1_thread.ts";
+import { Http1Error, Http1TimeoutError, usesProxy } from "./http1.ts";
+import { http1Post, http1PostHere } from "./http1_thread.ts";
 import { VERSION } from "../version.ts";
 import type { Messages, Response, SamplingArgs, Tool } from "../types.ts";
 import {
@@ -523,17 +517,8 @@ export class OpenAIChatClient implements ChatClient {
     body: string,
     signal: AbortSignal | undefined,
   ): Promise<Reply> {
-    if (this.#http1OffThread) {
-      return http1Post({ url, headers, body, signal, timeoutMs: this.#timeoutMs });
-    }
-    return http1Request({
-      method: "POST",
-      url,
-      headers,
-      body,
-      signal,
-      timeoutMs: this.#timeoutMs,
-    }).then(http1Reply);
+    const post = this.#http1OffThread ? http1Post : http1PostHere;
+    return post({ url, headers, body, signal, timeoutMs: this.#timeoutMs });
   }
 
   async #postFetch(
@@ -637,10 +622,6 @@ function parsedResponse(text: string, call: Call, attempt: number): Response {
   }
   if (attempt > 0) response.retries = attempt;
   return annotated(response, outputCap, notHonoured);
-}
-
-function http1Reply(res: Http1Response): Reply {
-  return { status: res.status, text: res.text, retryAfter: res.headers.get("retry-after") ?? null };
 }
 
 /** A transport failure of the HTTP/1.1 client as the attempt loop tells them apart. */

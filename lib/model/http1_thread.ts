@@ -224,7 +224,7 @@ class Http1Thread {
         `vf: the HTTP/1.1 worker thread "${WORKER_URL.href}" did not start (${error.message}); ` +
           "model requests run on the main thread",
       );
-      for (const call of calls) onThisThread(call.req).then(call.resolve, call.reject);
+      for (const call of calls) http1PostHere(call.req).then(call.resolve, call.reject);
       return;
     }
     for (const call of calls) {
@@ -261,7 +261,8 @@ let thread: Http1Thread | null = null;
 /** Set once a worker could not start or stopped: every request runs on this thread then. */
 let unavailable = false;
 
-function onThisThread(req: ThreadRequest): Promise<ThreadReply> {
+/** POSTs `req` through the HTTP/1.1 pool on the calling thread. */
+export function http1PostHere(req: ThreadRequest): Promise<ThreadReply> {
   return http1Request({
     method: "POST",
     url: req.url,
@@ -293,7 +294,7 @@ export function http1Post(req: ThreadRequest): Promise<ThreadReply> {
       unavailable = true;
     }
   }
-  return thread ? thread.post(req) : onThisThread(req);
+  return thread ? thread.post(req) : http1PostHere(req);
 }
 
 /** Where requests run now: `"worker"` (started, or to start on first use) or `"this thread"`. */
