@@ -13,10 +13,6 @@ import { loadMetadata, loadOutputs } from "./results.ts";
 import { echoEnv } from "../../tests/_echo_env.ts";
 import { captureWarnings } from "../../tests/_warnings.ts";
 import { groupReward, Rubric } from "../scoring/rubric.ts";
-import { Parser } from "../scoring/parser.ts";
-import { SingleTurnEnv } from "../legacy/multi_turn.ts";
-import { type ChatClient, parseChatCompletion } from "../model/client.ts";
-import { bytesPerUnit } from "../util/_allocated.ts";
 
 /** Answers `qN` with `aN`: always right. */
 const rightAnswer: Responder = (request) => ({ content: lastUserText(request).replace("q", "a") });
@@ -428,50 +424,6 @@ Deno.test("resume counts at most rollouts_per_example saved rollouts per example
     assert.equal(result!.metadata.num_rollouts, 4);
     assert.equal(server.requests.length, 4, "nothing was missing");
     assert.match(warnings.join("\n"), /2 saved rollouts beyond rollouts_per_example 2 left out/);
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
-});
-
-Deno.test("evaluate allocates under 10 KB per single-turn rollout beside its model client (it was 12)", async () => {
-  // A model in this process (the reply parsed from JSON, one await), so what is counted is
-  // evaluate's own work: the rollout's state and loop, scoring, the output and its line.
-  const reply = JSON.stringify({
-    id: "c",
-    created: 0,
-    model: "m",
-    choices: [{ index: 0, message: { role: "assistant", content: "The answer is 4." } }],
-    usage: { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 },
-  });
-  const client: ChatClient = {
-    baseUrl: "http://in-process.invalid/v1",
-    headersFromState: {},
-    getResponse: async () => {
-      await null;
-      return parseChatCompletion(JSON.parse(reply));
-    },
-  };
-  const n = 4000;
-  const parser = new Parser();
-  const env = new SingleTurnEnv({
-    evalDataset: Array.from({ length: n }, (_, i) => ({ question: `2+2? (#${i})`, answer: "4" })),
-    systemPrompt: "Answer briefly.",
-    parser,
-    rubric: new Rubric({
-      funcs: [({ completion, answer }) => (parser.parseAnswer(completion) ?? "").includes(answer)],
-    }),
-  });
-  await env.getEvalDataset(); // formatted once, before anything is counted
-  const dir = await Deno.makeTempDir({ prefix: "vf_eval_test_" });
-  try {
-    const options = { maxConcurrent: 256, resultsDir: dir, keepOutputs: false };
-    const bytes = await bytesPerUnit(async () => {
-      const result = await evaluate(env, client, "m", options);
-      assert.equal(result.metadata.avg_reward, 1);
-      assert.equal(result.metadata.num_rollouts, n);
-    }, n);
-    assert.equal((await loadOutputs(dir)).length, 5 * n); // five runs, one file
-    assert.ok(bytes < 10 * 1024, `evaluate allocated ${Math.round(bytes)} bytes per rollout`);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

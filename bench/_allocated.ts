@@ -1,5 +1,5 @@
 /**
- * Heap bytes a call allocates, for tests that hold the per-rollout path to its size. V8
+ * Heap bytes a call allocates, for `bench/allocation.ts`. V8
  * reports what the isolate allocated in all; the least over many rounds is taken, so the
  * rounds before the optimising compiler has the code (later on a busy machine) do not count.
  * @module
