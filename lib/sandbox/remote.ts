@@ -7,7 +7,7 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, statSync } from "node:fs";
-import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { delimiter, dirname, join, resolve } from "node:path";
 import process from "node:process";
@@ -164,7 +164,7 @@ async function pinDeclaration(
   }
   lock.remote[key] = digest;
   await mkdir(dirname(lockFile), { recursive: true });
-  await writeFile(lockFile, JSON.stringify(lock, null, 2) + "\n");
+  await writeLock(lockFile, lock);
 }
 
 /** The module URL of a spec: URLs as given; a local file or folder (folder → its mod.ts). */
@@ -189,6 +189,16 @@ function hostPort(url: string): string {
   return u.port ? `${u.hostname}:${u.port}` : u.hostname;
 }
 
+/**
+ * Writes the lock file through a temp file and a rename: another vf in the same folder (or its
+ * sandbox's deno, reading `--lock`) never sees it empty or half written.
+ */
+async function writeLock(lockFile: string, lock: unknown): Promise<void> {
+  const tmp = `${lockFile}.${process.pid}.${crypto.randomUUID().slice(0, 8)}.tmp`;
+  await writeFile(tmp, JSON.stringify(lock, null, 2) + "\n");
+  await rename(tmp, lockFile);
+}
+
 /** Drop pinned entries of one origin so a `--reload` can re-pin them. */
 async function unpin(lockFile: string, origin: string): Promise<void> {
   if (!existsSync(lockFile)) return;
@@ -196,7 +206,7 @@ async function unpin(lockFile: string, origin: string): Promise<void> {
   for (const key of Object.keys(lock.remote ?? {})) {
     if (key.startsWith(`${origin}/`)) delete lock.remote[key];
   }
-  await writeFile(lockFile, JSON.stringify(lock, null, 2) + "\n");
+  await writeLock(lockFile, lock);
 }
 
 /**
