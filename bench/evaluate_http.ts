@@ -6,7 +6,9 @@
  * each, the ratio to the bare loop, and heap allocated per rollout (`total_allocated_bytes`,
  * independent of the machine's speed), and this process's CPU time per rollout (user + system,
  * its GC threads included: less swayed than wall time by other processes on a loaded machine,
- * though the model server's CPU is not in it). With `--peak`, each variant also runs once in a fresh
+ * though the model server's CPU is not in it; the model client's HTTP/1.1 worker thread is in it
+ * too), and the main thread's own CPU time per rollout (from `/proc`, in 10 ms ticks: what the
+ * thread that runs rollouts spends). With `--peak`, each variant also runs once in a fresh
  * process of its own and reports that process's peak RSS. The last line, `evaluate/bare = X`, is
  * the median ratio for `vf eval`'s variant (the issue's goal: ≥ 0.6).
  *
@@ -55,16 +57,31 @@ interface Run {
   bytes: number;
   /** This process's CPU time (user + system) per rollout, µs. */
   cpuUs: number;
+  /** The main thread's CPU time per rollout, µs. */
+  mainUs: number;
+}
+
+/** The main thread's CPU time so far, µs (Linux's /proc, in clock ticks of 10 ms). */
+function mainThreadUs(): number {
+  const stat = Deno.readTextFileSync(`/proc/self/task/${Deno.pid}/stat`);
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) * 10_000;
 }
 
 async function timed(count: number, work: () => Promise<void>): Promise<Run> {
   const a0 = allocated();
   const c0 = process.cpuUsage();
+  const m0 = mainThreadUs();
   const t0 = performance.now();
   await work();
   const wallUs = (1e3 * (performance.now() - t0)) / count;
   const cpu = process.cpuUsage(c0);
-  return { wallUs, bytes: (allocated() - a0) / count, cpuUs: (cpu.user + cpu.system) / count };
+  return {
+    wallUs,
+    bytes: (allocated() - a0) / count,
+    cpuUs: (cpu.user + cpu.system) / count,
+    mainUs: (mainThreadUs() - m0) / count,
+  };
 }
 
 function makeEnv(): SingleTurnEnv {
@@ -155,15 +172,16 @@ try {
   const best = (k: string) => sorted(runs[k].map((x) => x.wallUs))[0];
   const median = (k: string) => sorted(runs[k].map((x) => x.wallUs))[Math.floor(repeats / 2)];
   const cpu = (k: string) => sorted(runs[k].map((x) => x.cpuUs))[Math.floor(repeats / 2)];
+  const main = (k: string) => sorted(runs[k].map((x) => x.mainUs))[Math.floor(repeats / 2)];
   console.log(
     `${n} single-turn rollouts at concurrency ${CONCURRENCY}, ${repeats} runs of each in turn; ` +
       `load average ${Deno.loadavg().map((x) => x.toFixed(1)).join(", ")}; V8 flags of ` +
       `deno task vf: ${(await launcherFlags()).join(" ") || "none"}\n`,
   );
   console.log(
-    "| variant | fastest µs per rollout | median µs | bare / variant (fastest) | bare / variant (median) | median CPU µs per rollout | bare / variant (CPU) | KB allocated per rollout |",
+    "| variant | fastest µs per rollout | median µs | bare / variant (fastest) | bare / variant (median) | median CPU µs per rollout | bare / variant (CPU) | main thread CPU µs | KB allocated per rollout |",
   );
-  console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+  console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
   const names: Record<string, string> = {
     bare: "bare HTTP/1.1-pool loop",
     kept: "`evaluate`, outputs kept (default)",
@@ -176,7 +194,7 @@ try {
         (best("bare") / best(k)).toFixed(2)
       } | ${(median("bare") / median(k)).toFixed(2)} | ${cpu(k).toFixed(1)} | ${
         (cpu("bare") / cpu(k)).toFixed(2)
-      } | ${kb.toFixed(1)} |`,
+      } | ${main(k).toFixed(1)} | ${kb.toFixed(1)} |`,
     );
   }
   console.log(
