@@ -102,6 +102,9 @@ export interface ControlKnob {
   set(value: number): void;
 }
 
+/** The labels of a rollout tracked without any. */
+const NO_LABELS: RolloutLabels = Object.freeze({});
+
 /**
  * A start gate steered at run time: `pause()` lets what runs finish and starts nothing more
  * (`pause("now")` interrupts it too, back to the queue); `setMaxConcurrent(n)` bounds the
@@ -211,7 +214,7 @@ export class RunControl implements StartGate, RunSteering {
    * tracked as a rollout of its own, `<id> rollout <index>`; the group is listed itself only
    * while none of its members runs (before them, or scoring them after).
    */
-  async track<T>(id: string, fn: () => Promise<T>, labels: RolloutLabels = {}): Promise<T> {
+  track<T>(id: string, fn: () => Promise<T>, labels: RolloutLabels = NO_LABELS): Promise<T> {
     this.#tracking = true;
     const now = Date.now();
     const members = labels.members;
@@ -225,12 +228,23 @@ export class RunControl implements StartGate, RunSteering {
       live: 0,
       member: members ? (i, run) => this.#member(activity, members(i), run) : undefined,
     };
-    this.#rollouts.add(activity);
+    const rollouts = this.#rollouts;
+    rollouts.add(activity);
+    // then()s, not an async frame held per rollout in flight.
+    let running: Promise<T>;
     try {
-      return await withActivity(activity, fn);
-    } finally {
-      this.#rollouts.delete(activity);
+      running = withActivity(activity, fn);
+    } catch (error) {
+      rollouts.delete(activity);
+      return Promise.reject(error);
     }
+    return running.then((value) => {
+      rollouts.delete(activity);
+      return value;
+    }, (error) => {
+      rollouts.delete(activity);
+      throw error;
+    });
   }
 
   async #member<T>(group: Tracked, rolloutIndex: number, fn: () => Promise<T>): Promise<T> {
@@ -249,9 +263,23 @@ export class RunControl implements StartGate, RunSteering {
     }
   }
 
-  /** Waits while paused or full; a group bigger than the limit runs alone. */
-  async allows(size = 1): Promise<boolean> {
-    while (this.#paused || (this.#inFlight > 0 && this.#inFlight + size > this.#limit)) {
+  /**
+   * Waits while paused or full; a group bigger than the limit runs alone. Answers at once
+   * (no promise) when the group may start now, as it mostly may.
+   */
+  allows(size = 1): boolean | Promise<boolean> {
+    if (this.#mustWait(size)) return this.#allowsLater(size);
+    if (this.#stopped) return false;
+    this.#inFlight += size;
+    return true;
+  }
+
+  #mustWait(size: number): boolean {
+    return this.#paused || (this.#inFlight > 0 && this.#inFlight + size > this.#limit);
+  }
+
+  async #allowsLater(size: number): Promise<boolean> {
+    while (this.#mustWait(size)) {
       if (this.#stopped) return false;
       await new Promise<void>((resolve) => this.#waiters.push(resolve));
     }

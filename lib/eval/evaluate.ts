@@ -308,13 +308,17 @@ export async function generate(
   if (writer) await writer.writeMetadata(buildMetadata());
 
   const steering = options.steering;
-  /** The run's signal joined with the steering's current interrupt (one per pause --now). */
-  let joined: { interrupt: AbortSignal; signal: AbortSignal } | null = null;
-  const runSignal = (interrupt: AbortSignal): AbortSignal => {
+  /**
+   * The run's signal joined with the steering's current interrupt (one per pause --now), and
+   * the group options under it: made once per interrupt, not per group.
+   */
+  let joined: { interrupt: AbortSignal; options: typeof groupOptions } | null = null;
+  const steeredOptions = (interrupt: AbortSignal): typeof groupOptions => {
     if (joined?.interrupt !== interrupt) {
-      joined = { interrupt, signal: AbortSignal.any([controller.signal, interrupt]) };
+      const signal = AbortSignal.any([controller.signal, interrupt]);
+      joined = { interrupt, options: { ...groupOptions, signal } };
     }
-    return joined.signal;
+    return joined.options;
   };
   /**
    * Errored rollouts by `example_id#rollout index` with their row, for `vf ctl requeue` (none
@@ -358,8 +362,7 @@ export async function generate(
     let outputs: RolloutOutput[] = [];
     // `vf ctl pause --now` aborts this: the group goes back to the queue, uncounted.
     const interrupt = steering?.interrupt;
-    const signal = interrupt ? runSignal(interrupt) : controller.signal;
-    const runOptions = signal === controller.signal ? groupOptions : { ...groupOptions, signal };
+    const runOptions = interrupt ? steeredOptions(interrupt) : groupOptions;
     for (let attempt = 0; attempt <= retries; attempt++) {
       let result;
       try {
@@ -375,6 +378,26 @@ export async function generate(
       await sleep(Math.min(1000 * 2 ** attempt, 60_000) * (0.5 + Math.random() / 2));
     }
     return outputs;
+  };
+  /**
+   * One attempt under the steering (`vf eval`'s usual run: `vf ctl` steers it, no retries):
+   * the attempt loop's single pass as then()s, so no frame is held per group in flight.
+   */
+  const steeredOnce = (
+    s: RunSteering,
+    group: Row[],
+  ): Promise<"ok" | "infra" | "interrupted"> => {
+    const interrupt = s.interrupt;
+    const runOptions = steeredOptions(interrupt);
+    const run1 = () => env.runGroupOutputs(group, client, model, runOptions);
+    const interrupted = () => interrupt.aborted && !controller.signal.aborted;
+    return (s.track ? trackGroup(s, group, run1) : run1()).then(
+      (result) => record(group, interrupted() ? "interrupted" : result.outputs),
+      (error) => {
+        if (interrupted()) return "interrupted";
+        throw error;
+      },
+    );
   };
   /**
    * Counts a finished group and appends its lines; a promise only when the disk is behind by
@@ -470,6 +493,7 @@ export async function generate(
         return env.runGroupOutputs(group, client, model, groupOptions)
           .then((result) => record(group, result.outputs));
       }
+      if (retries === 0) return steeredOnce(steering!, group);
       return attempts(group).then((outputs) => record(group, outputs));
     } catch (error) {
       return Promise.reject(error);
