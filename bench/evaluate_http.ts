@@ -1,7 +1,8 @@
 /**
  * `evaluate` against the bare HTTP/1.1-pool loop it is measured by, the stricter way: one
  * process, one environment, a loopback model server in a child process, and the bare loop and
- * `evaluate` (outputs kept, and `keepOutputs: false` as `vf eval` runs it) alternating, so the
+ * `evaluate` (outputs kept; `keepOutputs: false` as `vf eval` runs it; and that with `vf ctl`'s
+ * control as the gate, steering and progress, as `vf eval` adds it) alternating, so the
  * machine's speed swings reach every variant alike. Prints the fastest and the median run of
  * each, the ratio to the bare loop, and heap allocated per rollout (`total_allocated_bytes`,
  * independent of the machine's speed), and this process's CPU time per rollout (user + system,
@@ -22,6 +23,7 @@ import v8 from "node:v8";
 import process from "node:process";
 import { evaluate, OpenAIChatClient, Rubric, SingleTurnEnv } from "../mod.ts";
 import { http1Request } from "../lib/model/http1.ts";
+import { RunControl } from "../lib/eval/control.ts";
 import { startLoopbackModel } from "./_loopback_model.ts";
 
 /** The `--v8-flags=…` arguments of `deno task vf`, which the measured process runs with. */
@@ -101,9 +103,15 @@ async function runEvaluate(
   url: string,
   keepOutputs: boolean,
   count = n,
+  steered = false,
 ): Promise<Run> {
   const client = new OpenAIChatClient({ base_url: url, max_retries: 0 });
   const dir = await Deno.makeTempDir({ prefix: "vf-bench-http-" });
+  // What `vf eval` adds: `vf ctl`'s control as the run's gate, steering and progress (its
+  // socket is not served here).
+  const control = steered
+    ? new RunControl("bench", { maxConcurrent: CONCURRENCY, total: count })
+    : null;
   try {
     return await timed(count, async () => {
       const result = await evaluate(env, client, "bench", {
@@ -111,6 +119,14 @@ async function runEvaluate(
         resultsDir: dir,
         keepOutputs,
         numExamples: count,
+        ...(control
+          ? {
+            gate: control,
+            steering: control,
+            onProgress: (p) => control.progress(p),
+            metadataLive: () => control.metadata(),
+          }
+          : {}),
       });
       if (result.metadata.avg_reward !== 1) throw new Error("unexpected reward");
     });
@@ -162,11 +178,12 @@ try {
   // Warm-up: compilation and heap growth, as early in any long run.
   await runBare(url, Math.min(n, 5_000));
   await runEvaluate(env, url, false, Math.min(n, 5_000));
-  const runs: Record<string, Run[]> = { bare: [], kept: [], flat: [] };
+  const runs: Record<string, Run[]> = { bare: [], kept: [], flat: [], steered: [] };
   for (let r = 0; r < repeats; r++) {
     runs.bare.push(await runBare(url));
     runs.kept.push(await runEvaluate(env, url, true));
     runs.flat.push(await runEvaluate(env, url, false));
+    runs.steered.push(await runEvaluate(env, url, false, n, true));
   }
   const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
   const best = (k: string) => sorted(runs[k].map((x) => x.wallUs))[0];
@@ -186,8 +203,9 @@ try {
     bare: "bare HTTP/1.1-pool loop",
     kept: "`evaluate`, outputs kept (default)",
     flat: "`evaluate`, `keepOutputs: false` (vf eval)",
+    steered: "the same with `vf ctl`'s control, as `vf eval` steers it",
   };
-  for (const k of ["bare", "kept", "flat"]) {
+  for (const k of ["bare", "kept", "flat", "steered"]) {
     const kb = runs[k].at(-1)!.bytes / 1024;
     console.log(
       `| ${names[k]} | ${best(k).toFixed(1)} | ${median(k).toFixed(1)} | ${
@@ -201,7 +219,9 @@ try {
     `\nevaluate/bare = ${(median("bare") / median("flat")).toFixed(2)} (median of ${repeats}, ` +
       `keepOutputs: false as vf eval runs it; outputs kept ${
         (median("bare") / median("kept")).toFixed(2)
-      }; CPU ${(cpu("bare") / cpu("flat")).toFixed(2)}; load ${Deno.loadavg()[0].toFixed(1)})`,
+      }; with vf ctl's control ${(median("bare") / median("steered")).toFixed(2)}; CPU ${
+        (cpu("bare") / cpu("flat")).toFixed(2)
+      }; load ${Deno.loadavg()[0].toFixed(1)})`,
   );
   if (Deno.args.includes("--peak")) {
     console.log("\nPeak RSS of one run in a fresh process (MiB):");
