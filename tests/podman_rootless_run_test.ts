@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { DockerEngine } from "../runtimes/docker/engine_api.ts";
 import { DockerRuntime } from "../runtimes/docker/mod.ts";
 import { SandboxUnsupportedError } from "../runtimes/errors.ts";
-import { startModelServer } from "./model_server.ts";
+import { bashModel, startModelServer } from "./model_server.ts";
 import { cliCommand, collect, tempDir, transcript } from "./_cli.ts";
 
 const ROOTLESS_UID = new TextDecoder().decode(
@@ -71,16 +71,10 @@ function runFileSum(cwd: string, modelUrl: string, ledger: string, extra: string
 Deno.test("vf run on rootless podman: isolated grading and warm pools work, every sandbox there and none left", async () => {
   await using tmp = await tempDir("vf_podman_rootless_run_");
   await using model = await startModelServer({
-    responder: ({ body }) => {
-      const turn = body.messages.filter((m) => m.role === "assistant").length;
-      const commands = [
-        "cat /app/input.txt",
-        "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt",
-      ];
-      return turn < commands.length
-        ? { content: null, tool_calls: [{ name: "bash", arguments: { command: commands[turn] } }] }
-        : { content: "Done." };
-    },
+    responder: bashModel(
+      "cat /app/input.txt",
+      "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt",
+    ),
   });
   const ledger = join(tmp.path, "ledger.jsonl");
   const res = await runFileSum(tmp.path, model.url, ledger, [

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { DockerEngine } from "../runtimes/docker/engine_api.ts";
-import { startModelServer } from "./model_server.ts";
+import { bashModel, startModelServer } from "./model_server.ts";
 import { cliCommand, collect, tempDir, transcript } from "./_cli.ts";
 
 const PODMAN_SOCK = Deno.env.get("VF_PODMAN_SOCK") ?? "/run/podman/podman.sock";
@@ -16,16 +16,10 @@ const PODMAN_SOCK = Deno.env.get("VF_PODMAN_SOCK") ?? "/run/podman/podman.sock";
 Deno.test("vf run on podman: isolated grading and a warm pool work, every sandbox on podman and none left", async () => {
   await using tmp = await tempDir("vf_podman_run_");
   await using model = await startModelServer({
-    responder: ({ body }) => {
-      const turn = body.messages.filter((m) => m.role === "assistant").length;
-      const commands = [
-        "cat /app/input.txt",
-        "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt",
-      ];
-      return turn < commands.length
-        ? { content: null, tool_calls: [{ name: "bash", arguments: { command: commands[turn] } }] }
-        : { content: "Done." };
-    },
+    responder: bashModel(
+      "cat /app/input.txt",
+      "awk '{ s += $1 } END { print s }' /app/input.txt > /app/output/answer.txt",
+    ),
   });
   const ledger = join(tmp.path, "ledger.jsonl");
   const res = await collect(cliCommand(
