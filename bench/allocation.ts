@@ -9,7 +9,7 @@
  * @module
  */
 import { evaluate, Parser, Rubric, RubricGroup, SingleTurnEnv } from "../mod.ts";
-import { type ChatClient, parseChatCompletion } from "../lib/model/client.ts";
+import { inProcessCall, inProcessModel } from "./_in_process_model.ts";
 import { groupAdvantages } from "../lib/scoring/advantages.ts";
 import { roomForOne } from "../lib/state.ts";
 import type { Messages } from "../lib/types.ts";
@@ -49,24 +49,8 @@ row(
   "",
 );
 
-// A whole rollout: evaluate against a model in this process (the reply parsed from JSON, one
-// await), beside bare calls to that model.
-const reply = JSON.stringify({
-  id: "c",
-  created: 0,
-  model: "m",
-  choices: [{ index: 0, message: { role: "assistant", content: "The answer is 4." } }],
-  usage: { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 },
-});
-const client: ChatClient = {
-  baseUrl: "http://in-process.invalid/v1",
-  headersFromState: {},
-  getResponse: async (prompt, model) => {
-    JSON.stringify({ model, messages: prompt });
-    await null;
-    return parseChatCompletion(JSON.parse(reply));
-  },
-};
+// A whole rollout: evaluate against a model in this process, beside bare calls to that model.
+const client = inProcessModel;
 const n = 4000;
 const env = new SingleTurnEnv({
   evalDataset: Array.from({ length: n }, (_, i) => ({ question: `2+2? (#${i})`, answer: "4" })),
@@ -80,7 +64,7 @@ const prompts = (await env.getEvalDataset()).toList().map((r) => r.prompt as Mes
 const bare = await bytesPerUnit(async () => {
   let next = 0;
   await Promise.all(Array.from({ length: 256 }, async () => {
-    while (next < n) await client.getResponse(prompts[next++], "m");
+    while (next < n) await inProcessCall(prompts[next++], "m");
   }));
 }, n);
 row("baseline: bare calls to the in-process model, per call", bare, "");

@@ -32,7 +32,8 @@ import process from "node:process";
 import v8 from "node:v8";
 import { evaluate, OpenAIChatClient, Parser, Rubric, SingleTurnEnv } from "../mod.ts";
 import { http1Request } from "../lib/model/http1.ts";
-import { type ChatClient, parseChatCompletion } from "../lib/model/client.ts";
+import type { ChatClient } from "../lib/model/client.ts";
+import { inProcessModel } from "./_in_process_model.ts";
 import { ResultsWriter } from "../lib/eval/results.ts";
 import { trajectoryId } from "../lib/legacy/environment.ts";
 import type { Messages, Row } from "../lib/types.ts";
@@ -55,28 +56,8 @@ const n = Number(args[0] ?? 20_000);
 const repeats = Number(args[1] ?? 5);
 const CONCURRENCY = 256;
 const inProcess = Deno.args.includes("--in-process");
-const CANNED = JSON.stringify({
-  id: "c",
-  object: "chat.completion",
-  created: 0,
-  model: "bench",
-  choices: [{
-    index: 0,
-    message: { role: "assistant", content: "The answer is 4." },
-    finish_reason: "stop",
-  }],
-  usage: { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 },
-});
 /** An endpoint in this process: what a call costs the client besides the network. */
-const inProcessClient: ChatClient = {
-  baseUrl: "http://in-process/v1",
-  headersFromState: {},
-  getResponse: async (prompt, model) => {
-    JSON.stringify({ model, messages: prompt });
-    await null; // the reply arrives later, as from a socket
-    return parseChatCompletion(JSON.parse(CANNED));
-  },
-};
+const inProcessClient: ChatClient = inProcessModel;
 /** The client every loop but the bare one calls through. */
 const clientFor = (url: string): ChatClient =>
   inProcess ? inProcessClient : new OpenAIChatClient({ base_url: url, max_retries: 0 });
@@ -140,67 +121,20 @@ async function bare(url: string): Promise<Run> {
 const seconds = (ms: number) => ms / 1000;
 const micro = (s: number) => Math.round(s * 1e6) / 1e6 || 0;
 
-/** The minimum per rollout; returns the first line written, for the key check. */
-async function floor(url: string): Promise<Run & { line: string }> {
-  const client = clientFor(url);
+/**
+ * Runs `rollout` for every row on the workers, appending what it returns through one
+ * `ResultsWriter` (waiting when the disk falls behind, as `generate` does); returns the run and
+ * the first line written, for the key check.
+ */
+async function writingLoop(
+  rollout: (i: number) => Promise<RolloutOutput>,
+): Promise<Run & { line: string }> {
   const dir = await Deno.makeTempDir({ prefix: "vf-bench-floor-" });
   const writer = new ResultsWriter(dir);
-  const noTools = { tools: [], samplingArgs: {} };
   try {
     const run = await timed(async () => {
       await workers(async (i) => {
-        const row = rows[i];
-        const start = Date.now();
-        const response = await client.getResponse(row.prompt as Messages, "bench", noTools);
-        const end = Date.now();
-        const { role, content } = response.message;
-        const completion = [{ role, content }] as Messages;
-        const score = reward({ completion, answer: String(row.answer) }) ? 1 : 0;
-        const scored = Date.now();
-        const usage = response.usage!;
-        const output: RolloutOutput = {
-          format_version: 1,
-          example_id: Number(row.example_id),
-          task: "default",
-          prompt: row.prompt as Messages,
-          completion,
-          reward: score,
-          advantage: 0,
-          metrics: { reward: score, num_turns: 1 },
-          timing: {
-            start_time: seconds(start),
-            setup: { start: seconds(start), end: seconds(start), duration: 0 },
-            generation: {
-              start: seconds(start),
-              end: seconds(end),
-              duration: micro(seconds(end - start)),
-            },
-            scoring: { start: seconds(end), end: seconds(scored), duration: 0 },
-            model: {
-              spans: [{ start: seconds(start), end: seconds(end) }],
-              duration: micro(seconds(end - start)),
-            },
-            env: { spans: [], duration: 0 },
-            total: micro(seconds(scored - start)),
-            overhead: 0,
-          },
-          is_completed: true,
-          is_truncated: false,
-          stop_condition: "max_turns_reached",
-          tool_defs: null,
-          error: null,
-          trajectory_id: trajectoryId(),
-          model_retries: 0,
-          answer: String(row.answer),
-          num_turns: 1,
-          token_usage: {
-            input_tokens: usage.prompt_tokens,
-            output_tokens: usage.completion_tokens,
-            final_input_tokens: usage.prompt_tokens,
-            final_output_tokens: usage.completion_tokens,
-          },
-        } as unknown as RolloutOutput;
-        const written = writer.append([output]);
+        const written = writer.append([await rollout(i)]);
         if (writer.unwritten > 4096) await written;
       });
       await writer.flush();
@@ -212,38 +146,86 @@ async function floor(url: string): Promise<Run & { line: string }> {
   }
 }
 
+/** The minimum per rollout; returns the first line written, for the key check. */
+async function floor(url: string): Promise<Run & { line: string }> {
+  const client = clientFor(url);
+  const noTools = { tools: [], samplingArgs: {} };
+  return await writingLoop(async (i) => {
+    const row = rows[i];
+    const start = Date.now();
+    const response = await client.getResponse(row.prompt as Messages, "bench", noTools);
+    const end = Date.now();
+    const { role, content } = response.message;
+    const completion = [{ role, content }] as Messages;
+    const score = reward({ completion, answer: String(row.answer) }) ? 1 : 0;
+    const scored = Date.now();
+    const usage = response.usage!;
+    const output: RolloutOutput = {
+      format_version: 1,
+      example_id: Number(row.example_id),
+      task: "default",
+      prompt: row.prompt as Messages,
+      completion,
+      reward: score,
+      advantage: 0,
+      metrics: { reward: score, num_turns: 1 },
+      timing: {
+        start_time: seconds(start),
+        setup: { start: seconds(start), end: seconds(start), duration: 0 },
+        generation: {
+          start: seconds(start),
+          end: seconds(end),
+          duration: micro(seconds(end - start)),
+        },
+        scoring: { start: seconds(end), end: seconds(scored), duration: 0 },
+        model: {
+          spans: [{ start: seconds(start), end: seconds(end) }],
+          duration: micro(seconds(end - start)),
+        },
+        env: { spans: [], duration: 0 },
+        total: micro(seconds(scored - start)),
+        overhead: 0,
+      },
+      is_completed: true,
+      is_truncated: false,
+      stop_condition: "max_turns_reached",
+      tool_defs: null,
+      error: null,
+      trajectory_id: trajectoryId(),
+      model_retries: 0,
+      answer: String(row.answer),
+      num_turns: 1,
+      token_usage: {
+        input_tokens: usage.prompt_tokens,
+        output_tokens: usage.completion_tokens,
+        final_input_tokens: usage.prompt_tokens,
+        final_output_tokens: usage.completion_tokens,
+      },
+    } as unknown as RolloutOutput;
+    return output;
+  });
+}
+
 /** The floor through the environment's own steps (no turn loop, group layers or pool). */
 async function parts(url: string): Promise<Run & { line: string }> {
   const client = clientFor(url);
-  const dir = await Deno.makeTempDir({ prefix: "vf-bench-floor-" });
-  const writer = new ResultsWriter(dir);
-  try {
-    const run = await timed(async () => {
-      await workers(async (i) => {
-        const state = env.initState(rows[i], client, "bench");
-        const timing = state.timing;
-        timing.generation.start = timing.setup.start = timing.setup.end = nowSeconds();
-        const t1 = nowSeconds();
-        const response = await env.getModelResponse(state, state.prompt);
-        timing.model.spans.push({ start: t1, end: nowSeconds() });
-        env.addModelResponse(state, state.prompt, response);
-        state.is_completed = true;
-        state.stop_condition = "max_turns_reached";
-        timing.generation.end = nowSeconds();
-        env.renderCompletion(state);
-        await env.scoreStates([state]);
-        const output = releasedStateToOutput(state);
-        output.advantage = 0;
-        const written = writer.append([output]);
-        if (writer.unwritten > 4096) await written;
-      });
-      await writer.flush();
-    });
-    const text = await Deno.readTextFile(`${dir}/results.jsonl`);
-    return { ...run, line: text.slice(0, text.indexOf("\n")) };
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
+  return await writingLoop(async (i) => {
+    const state = env.initState(rows[i], client, "bench");
+    const timing = state.timing;
+    timing.generation.start = timing.setup.start = timing.setup.end = nowSeconds();
+    const t1 = nowSeconds();
+    const response = await env.getModelResponse(state, state.prompt);
+    timing.model.spans.push({ start: t1, end: nowSeconds() });
+    env.addModelResponse(state, state.prompt, response);
+    state.is_completed = true;
+    state.stop_condition = "max_turns_reached";
+    timing.generation.end = nowSeconds();
+    env.renderCompletion(state);
+    await env.scoreStates([state]);
+    const output = releasedStateToOutput(state);
+    output.advantage = 0;
+    return output;
+  });
 }
 
 async function viaEvaluate(url: string): Promise<Run & { line: string }> {

@@ -13,39 +13,15 @@
  */
 import process from "node:process";
 import { evaluate, Rubric, SingleTurnEnv } from "../mod.ts";
-import { type ChatClient, parseChatCompletion } from "../lib/model/client.ts";
+import { inProcessCall, inProcessModel } from "./_in_process_model.ts";
 import type { Messages } from "../lib/types.ts";
 
 const n = Number(Deno.args[0] ?? 100_000);
 const concurrency = Number(Deno.args[1] ?? 256);
 const repeats = Number(Deno.args[2] ?? 3);
 
-const CANNED = JSON.stringify({
-  id: "c",
-  object: "chat.completion",
-  created: 0,
-  model: "bench",
-  choices: [{
-    index: 0,
-    message: { role: "assistant", content: "The answer is 4." },
-    finish_reason: "stop",
-  }],
-  usage: { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 },
-});
-
-/** What any endpoint call costs the client besides the network: the body out, the reply in. */
-async function call(prompt: Messages, model: string) {
-  JSON.stringify({ model, messages: prompt });
-  await null; // the reply arrives later, as from a socket
-  return parseChatCompletion(JSON.parse(CANNED));
-}
-
 /** An endpoint in this process (a stand-in for the network, which this bench leaves out). */
-const client: ChatClient = {
-  baseUrl: "http://in-process/v1",
-  headersFromState: {},
-  getResponse: (prompt, model) => call(prompt, model),
-};
+const client = inProcessModel;
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
@@ -59,7 +35,7 @@ async function bare(count = n): Promise<{ wall: number; cpu: number }> {
   const c0 = process.cpuUsage();
   const t0 = performance.now();
   await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (next < count) await call(prompts[next++], "bench");
+    while (next < count) await inProcessCall(prompts[next++], "bench");
   }));
   const c = process.cpuUsage(c0);
   return { wall: (1e3 * (performance.now() - t0)) / count, cpu: (c.user + c.system) / count };
