@@ -7,7 +7,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { loadExampleDataset } from "../lib/data/examples.ts";
-import { stripControl } from "../lib/cli/ctl.ts";
 import { RunControl, serveControl } from "../lib/eval/control.ts";
 import { type ChatRequest, lastUserText, type Reply, startModelServer } from "./model_server.ts";
 import { cliCommand, collect, runCli, tempDir, transcript } from "./_cli.ts";
@@ -389,14 +388,6 @@ Deno.test("vf ctl status --stall N on a vf eval with -r 3: of an example's three
       child.kill();
     } catch { /* already ended */ }
   }
-});
-
-Deno.test("stripControl() removes terminal escapes and control characters a run's strings may carry", () => {
-  assert.equal(
-    stripControl("ok\x1b[2J\x1b]0;pwned\x07 run\x1b[31m red\x00\x7f\x9b"),
-    "ok run red",
-  );
-  assert.equal(stripControl("tab\tand newline\n kept"), "tab\tand newline\n kept");
 });
 
 Deno.test("vf ctl pause --now sends in-flight rollouts back to the queue and requeue runs errored ones again, the results keeping the retries", async () => {

@@ -23,6 +23,7 @@ import {
 } from "../eval/control.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import type { CostBudget, CostMeter } from "../model/cost.ts";
+import { terminalJson, terminalText } from "../util/terminal.ts";
 import { costRecord } from "./resolve.ts";
 
 const USAGE = `usage: vf ctl [RUN_ID] ACTION
@@ -45,24 +46,6 @@ const USAGE = `usage: vf ctl [RUN_ID] ACTION
   concurrency N      the same as set max_concurrent=N
 Sockets live in VF_CTL_DIR (default ~/.cache/vf/ctl), one per run, owner-only.
 `;
-
-/** Terminal control sequences and other control characters (a run's strings are hostile). */
-const CONTROL =
-  // deno-lint-ignore no-control-regex
-  /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]/g;
-
-/** `value` as JSON whose every control character is escaped (JSON leaves C1 and DEL raw). */
-export function safeJson(value: unknown): string {
-  return JSON.stringify(value).replace(
-    /[\x7f-\x9f\u2028\u2029]/g,
-    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
-  );
-}
-
-/** `text` without terminal escapes or control characters. */
-export function stripControl(text: string): string {
-  return text.replace(CONTROL, "");
-}
 
 /** Sends one request to a run's socket and returns its answer. */
 export function askControl(
@@ -104,7 +87,7 @@ function renderStatus(status: Record<string, unknown>): string {
   const num = (v: unknown, digits = 0) =>
     typeof v === "number" && Number.isFinite(v) ? v.toFixed(digits) : "-";
   const lines = [
-    `run ${stripControl(String(s.run_id))} (pid ${num(s.pid)})${s.paused ? " PAUSED" : ""}`,
+    `run ${terminalText(String(s.run_id))} (pid ${num(s.pid)})${s.paused ? " PAUSED" : ""}`,
     `  in flight ${num(s.in_flight)}  queued ${num(s.queued)}  done ${num(s.done)}/${
       num(s.total)
     }  errors ${num(s.errors)}  interrupted ${num(s.interrupted)}  requeued ${num(s.requeued)}`,
@@ -126,7 +109,7 @@ function renderStatus(status: Record<string, unknown>): string {
     );
     for (const r of stalled.slice(0, 50)) {
       lines.push(
-        `  stalled ${stripControl(String(r.id))}  last ${stripControl(String(r.last))}  idle ${
+        `  stalled ${terminalText(String(r.id))}  last ${terminalText(String(r.last))}  idle ${
           num(r.idle_s)
         }s  running ${num(r.running_s)}s`,
       );
@@ -135,14 +118,14 @@ function renderStatus(status: Record<string, unknown>): string {
   }
   if (s.knobs && typeof s.knobs === "object") {
     const knobs = Object.entries(s.knobs as Record<string, unknown>)
-      .map(([k, v]) => `${stripControl(k)}=${typeof v === "number" ? v : "-"}`);
+      .map(([k, v]) => `${terminalText(k)}=${typeof v === "number" ? v : "-"}`);
     lines.push(`  settings ${knobs.join(" ")}`);
   }
   if (s.live && typeof s.live === "object") {
-    lines.push(`  ${stripControl(JSON.stringify(s.live))}`);
+    lines.push(`  ${terminalText(JSON.stringify(s.live))}`);
   }
   const actions = Array.isArray(s.actions) ? s.actions : [];
-  for (const a of actions.slice(-5)) lines.push(`  action ${stripControl(JSON.stringify(a))}`);
+  for (const a of actions.slice(-5)) lines.push(`  action ${terminalText(JSON.stringify(a))}`);
   return lines.join("\n");
 }
 
@@ -163,11 +146,11 @@ export async function cmdCtl(argv: string[]): Promise<number> {
   }
   const action = first ?? "status";
   if (!actions.has(action)) {
-    process.stderr.write(`error: unknown action "${stripControl(action)}"\n${USAGE}`);
+    process.stderr.write(`error: unknown action "${terminalText(action)}"\n${USAGE}`);
     return 2;
   }
   if (action === "list") {
-    process.stdout.write(runs.map((r) => stripControl(r) + "\n").join(""));
+    process.stdout.write(runs.map((r) => terminalText(r) + "\n").join(""));
     return 0;
   }
   if (!runId) {
@@ -176,14 +159,14 @@ export async function cmdCtl(argv: string[]): Promise<number> {
         runs.length === 0
           ? `error: no run has a control socket in "${dir}"\n`
           : `error: ${runs.length} runs are live (${
-            runs.map(stripControl).join(", ")
+            runs.map(terminalText).join(", ")
           }); name one: vf ctl RUN_ID ${action}\n`,
       );
       return 1;
     }
     runId = runs[0];
   }
-  if (!/^[\w.-]+$/.test(runId)) throw new ConfigError(`Bad run id "${stripControl(runId)}"`);
+  if (!/^[\w.-]+$/.test(runId)) throw new ConfigError(`Bad run id "${terminalText(runId)}"`);
   let request: ControlRequest;
   let json = false;
   if (action === "concurrency") {
@@ -199,7 +182,7 @@ export async function cmdCtl(argv: string[]): Promise<number> {
       const m = /^([\w.]+)=(.+)$/.exec(arg);
       const n = m ? Number(m[2]) : NaN;
       if (!m || !Number.isFinite(n)) {
-        process.stderr.write(`error: vf ctl set takes KEY=NUMBER, got "${stripControl(arg)}"\n`);
+        process.stderr.write(`error: vf ctl set takes KEY=NUMBER, got "${terminalText(arg)}"\n`);
         return 2;
       }
       values[m[1]] = n;
@@ -224,7 +207,7 @@ export async function cmdCtl(argv: string[]): Promise<number> {
     const stall = raw === undefined ? undefined : Number(raw);
     if (stall !== undefined && !(Number.isFinite(stall) && stall >= 0)) {
       process.stderr.write(
-        `error: vf ctl status --stall needs seconds ≥ 0, got "${stripControl(String(raw))}"\n`,
+        `error: vf ctl status --stall needs seconds ≥ 0, got "${terminalText(String(raw))}"\n`,
       );
       return 2;
     }
@@ -234,11 +217,11 @@ export async function cmdCtl(argv: string[]): Promise<number> {
   }
   const answer = await askControl(join(dir, `${runId}.sock`), request);
   if (answer.ok !== true) {
-    process.stderr.write(`error: ${stripControl(String(answer.error))}\n`);
+    process.stderr.write(`error: ${terminalText(String(answer.error))}\n`);
     return 1;
   }
   const status = answer.status as Record<string, unknown>;
-  process.stdout.write((json ? safeJson(status) : renderStatus(status)) + "\n");
+  process.stdout.write((json ? terminalJson(status) : renderStatus(status)) + "\n");
   return 0;
 }
 

@@ -47,3 +47,14 @@ export function terminalText(value: unknown): string {
 export function terminalLines(text: string): string {
   return text.split("\n").map((line) => line.split("\t").map(terminalText).join("\t")).join("\n");
 }
+
+/**
+ * `value` as JSON a terminal only shows, still JSON that parses to the same value: the C1
+ * controls, DEL, line separators and bidirectional overrides JSON leaves raw are escaped too.
+ */
+export function terminalJson(value: unknown): string {
+  return (JSON.stringify(value) ?? "null").replace(
+    /[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+}
