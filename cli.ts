@@ -8,7 +8,7 @@ import { BUILTINS } from "./environments/mod.ts";
 import { setAppHandlesSignals, stopAllRuntimes } from "./runtimes/registry.ts";
 import { ConfigError, describeError } from "./lib/errors.ts";
 import { VERSION } from "./lib/version.ts";
-import { terminalLines } from "./lib/util/terminal.ts";
+import { terminalLines, terminalText } from "./lib/util/terminal.ts";
 import { cmdCache } from "./lib/cli/cache.ts";
 import { cmdCleanup } from "./lib/cli/cleanup.ts";
 import { cmdCompare } from "./lib/cli/compare.ts";
@@ -101,7 +101,7 @@ export async function main(argv: string[]): Promise<number> {
       case "ctl":
         return await cmdCtl(rest);
       default:
-        process.stderr.write(`error: unknown command "${command}"; run vf --help\n`);
+        process.stderr.write(`error: unknown command "${terminalText(command)}"; run vf --help\n`);
         return 2;
     }
   } catch (error) {
@@ -112,7 +112,9 @@ export async function main(argv: string[]): Promise<number> {
         terminalLines(error instanceof ConfigError ? error.message : describeError(error))
       }\n`,
     );
-    if (verbose && error instanceof Error && error.stack) process.stderr.write(error.stack + "\n");
+    if (verbose && error instanceof Error && error.stack) {
+      process.stderr.write(terminalLines(error.stack) + "\n");
+    }
     return 1;
   }
 }

@@ -15,7 +15,9 @@ import type { RunMetadata } from "../lib/eval/results.ts";
 import type { RolloutOutput } from "../lib/state.ts";
 import { renderTaskSummary, summarizeTraces } from "../lib/tasks/summary.ts";
 import type { TaskTrace } from "../lib/tasks/trace.ts";
-import { runCli, tempDir, transcript } from "./_cli.ts";
+import { ModelCache } from "../lib/model/cache.ts";
+import { MOD_URL, runCli, tempDir, transcript } from "./_cli.ts";
+import { startModelServer } from "./model_server.ts";
 import { traceLine as trace } from "./_trace_fixture.ts";
 
 // deno-lint-ignore no-explicit-any
@@ -162,4 +164,76 @@ Deno.test("a warning that quotes a Harbor task folder's name prints it as inert 
   // The broken task's warning names it, with the escapes gone.
   assert.ok(res.stderr.includes('Harbor task "xy": '), transcript(res));
   assertInert(res.stderr, "vf validate's stderr");
+});
+
+/** A taskset whose id, task key and reward's error carry {@link EVIL}. */
+const HOSTILE_TASKSET = `
+import { reward, Task, Taskset } from "${MOD_URL}";
+const EVIL = ${JSON.stringify(EVIL)};
+class T extends Task {
+  static override HARNESS = "null";
+  broken = reward(() => { throw new Error("boom" + EVIL + "reward 1.000"); });
+}
+class S extends Taskset {
+  get id() { return "ts" + EVIL; }
+  *load() { yield new T({ id: "task" + EVIL, prompt: "hi" }, this.config.task); }
+}
+export function loadTaskset(config) { return new S(config); }
+`;
+
+Deno.test("vf eval of a taskset prints its progress lines, run folder and summary as inert text when the taskset's names and errors carry escapes", async () => {
+  await using tmp = await tempDir("vf_escapes_run_");
+  await using server = await startModelServer({ responder: () => ({ content: "hello" }) });
+  await Deno.writeTextFile(join(tmp.path, "hostile.ts"), HOSTILE_TASKSET);
+  await Deno.writeTextFile(
+    join(tmp.path, "run.toml"),
+    `model = "m"\n[client]\nbase_url = "${server.url}"\n[env.taskset]\nid = "./hostile.ts"\n` +
+      `[env.agent.runtime]\ntype = "subprocess"\n`,
+  );
+  const out = `out${EVIL}`;
+  const res = await runCli(["eval", "@", "run.toml", "-o", out], {
+    cwd: tmp.path,
+    registry: false,
+  });
+  assertInert(res.stdout, "vf eval stdout");
+  assertInert(res.stderr, "vf eval stderr");
+  // The progress line names the task and the error by their visible text, on one line.
+  assert.match(
+    res.stderr,
+    /^ts.*link.* 1\/1 .*task task.*link.* reward error \(scoring: .*boom.*link/m,
+  );
+  assert.match(res.stderr, /^Saving traces to .*out.*link/m, transcript(res));
+  // The run is written where it was asked, the escapes and all.
+  assert.ok(existsSync(join(tmp.path, out, "evals")), transcript(res));
+});
+
+Deno.test("vf cache stats, vf ctl and an unknown command print a path, a model name and argv with escapes as inert text", async () => {
+  await using tmp = await tempDir("vf_escapes_cli_");
+  const db = join(tmp.path, `cache${EVIL}.sqlite`);
+  const cache = await ModelCache.open(db);
+  assert.ok(cache);
+  cache.put("k", `model${EVIL}`, {} as Parameters<ModelCache["put"]>[2]);
+  cache.close();
+  const opts = { cwd: tmp.path, registry: false } as const;
+  const stats = await runCli(["cache", "stats", "--path", db], opts);
+  assert.equal(stats.code, 0, transcript(stats));
+  assertInert(stats.stdout, "vf cache stats stdout");
+  assert.match(stats.stdout, /cache.*link.*\.sqlite: 1 cached response,/);
+  assert.match(stats.stdout, /^ {2}model.*link.*: 1$/m);
+  const missing = await runCli(["cache", "stats", "--path", `${db}.gone`], opts);
+  assertInert(missing.stdout, "vf cache stats stdout (no cache)");
+  assert.match(missing.stdout, /^no model cache at .*link/m);
+
+  const ctl = await runCli(["ctl", "status"], {
+    ...opts,
+    env: { VF_CTL_DIR: join(tmp.path, `ctl${EVIL}`) },
+  });
+  assert.equal(ctl.code, 1, transcript(ctl));
+  assertInert(ctl.stderr, "vf ctl stderr");
+  assert.match(ctl.stderr, /^error: no run has a control socket in ".*ctl.*link.*"$/m);
+
+  const unknown = await runCli([`run${EVIL}`], opts);
+  assert.equal(unknown.code, 2, transcript(unknown));
+  assertInert(unknown.stderr, "vf's stderr for an unknown command");
+  assert.match(unknown.stderr, /^error: unknown command "run.*link.*"; run vf --help$/m);
 });

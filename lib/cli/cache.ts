@@ -5,6 +5,7 @@
 import process from "node:process";
 import { existsSync } from "node:fs";
 import { ConfigError } from "../errors.ts";
+import { terminalText } from "../util/terminal.ts";
 import { defaultCachePath, ModelCache } from "../model/cache.ts";
 import { parseArgs } from "./args.ts";
 
@@ -27,24 +28,26 @@ export async function cmdCache(argv: string[]): Promise<number> {
   }
   const path = typeof flags.path === "string" ? flags.path : defaultCachePath();
   if (!existsSync(path)) {
-    process.stdout.write(`no model cache at ${path}\n`);
+    process.stdout.write(`no model cache at ${terminalText(path)}\n`);
     return 0;
   }
   const cache = await ModelCache.open(path);
   if (!cache) return 1;
   try {
     if (action === "clear") {
-      process.stdout.write(`removed ${cache.clear()} cached responses from ${path}\n`);
+      process.stdout.write(
+        `removed ${cache.clear()} cached responses from ${terminalText(path)}\n`,
+      );
       return 0;
     }
     const s = cache.stats();
     process.stdout.write(
-      `${path}: ${s.entries} cached response${s.entries === 1 ? "" : "s"}, ${
+      `${terminalText(path)}: ${s.entries} cached response${s.entries === 1 ? "" : "s"}, ${
         (s.bytes / 1024).toFixed(1)
       } KiB\n`,
     );
     for (const [model, n] of Object.entries(s.models).sort((a, b) => b[1] - a[1])) {
-      process.stdout.write(`  ${model}: ${n}\n`);
+      process.stdout.write(`  ${terminalText(model)}: ${n}\n`);
     }
     return 0;
   } finally {

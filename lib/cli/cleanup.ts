@@ -10,6 +10,7 @@ import { cleanupLedger, defaultLedger } from "../../runtimes/ledger.ts";
 import { removeDanglingBuilds } from "../services/build.ts";
 import { SandboxUnavailableError } from "../../runtimes/errors.ts";
 import { describeError } from "../errors.ts";
+import { terminalLines, terminalText } from "../util/terminal.ts";
 import { parseArgs, parseDuration } from "./args.ts";
 
 const CLEANUP_HELP = `vf cleanup [--run ID] [--older-than 30m] [--force] [--images]
@@ -64,10 +65,10 @@ export async function cmdCleanup(argv: string[]): Promise<number> {
     : parseDuration(String(flags["older-than"]));
   const force = flags.force === true;
   if (force && process.stdin.isTTY) {
-    const what = runId ? `run ${runId}'s sandboxes` : "every vf sandbox";
+    const what = runId ? `run ${terminalText(runId)}'s sandboxes` : "every vf sandbox";
     const ok = await confirm(
       `Remove ${what}${
-        older ? ` older than ${flags["older-than"]}` : ""
+        older ? ` older than ${terminalText(flags["older-than"])}` : ""
       }, including those of runs still going? [y/N] `,
     );
     if (!ok) {
@@ -110,10 +111,10 @@ export async function cmdCleanup(argv: string[]): Promise<number> {
     if (k.type !== "docker" || dockerError) kept.push(`${k.type} sandbox ${k.key}: ${k.reason}`);
   }
   process.stdout.write(`removed ${removed.length} container${removed.length === 1 ? "" : "s"}\n`);
-  for (const id of removed) process.stdout.write(`  ${id.slice(0, 12)}\n`);
+  for (const id of removed) process.stdout.write(`  ${terminalText(id.slice(0, 12))}\n`);
   if (flags.kubernetes === true) {
     process.stdout.write(`removed ${pods.length} pod${pods.length === 1 ? "" : "s"}\n`);
-    for (const name of pods) process.stdout.write(`  ${name}\n`);
+    for (const name of pods) process.stdout.write(`  ${terminalText(name)}\n`);
   }
   if (ledger.removed.length) {
     process.stdout.write(
@@ -121,23 +122,31 @@ export async function cmdCleanup(argv: string[]): Promise<number> {
         ledger.removed.length === 1 ? "" : "es"
       } listed in the ledger\n`,
     );
-    for (const key of ledger.removed) process.stdout.write(`  ${key}\n`);
+    for (const key of ledger.removed) process.stdout.write(`  ${terminalText(key)}\n`);
   }
   if (kept.length) {
     process.stdout.write(`kept ${kept.length} sandbox${kept.length === 1 ? "" : "es"}:\n`);
-    for (const line of kept) process.stdout.write(`  ${line}\n`);
+    for (const line of kept) process.stdout.write(`  ${terminalText(line)}\n`);
   }
   if (flags.images === true && !dockerError) {
     const images = await removeDanglingBuilds();
     process.stdout.write(
       `removed ${images.length} dangling build image${images.length === 1 ? "" : "s"}\n`,
     );
-    for (const id of images) process.stdout.write(`  ${id.replace(/^sha256:/, "").slice(0, 12)}\n`);
+    for (const id of images) {
+      process.stdout.write(`  ${terminalText(id.replace(/^sha256:/, "").slice(0, 12))}\n`);
+    }
   }
   await defaultLedger()?.compact().catch(() => {});
-  if (dockerError) process.stderr.write(`warning: docker: ${describeError(dockerError)}\n`);
+  if (dockerError) {
+    process.stderr.write(`warning: docker: ${terminalLines(describeError(dockerError))}\n`);
+  }
   for (const f of ledger.failed) {
-    process.stderr.write(`warning: ${f.type} sandbox "${f.key}" remains: ${f.error}\n`);
+    process.stderr.write(
+      `warning: ${terminalText(f.type)} sandbox "${terminalText(f.key)}" remains: ${
+        terminalText(f.error)
+      }\n`,
+    );
   }
   return ledger.failed.length ? 1 : 0;
 }

@@ -23,7 +23,7 @@ import {
 } from "../eval/control.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import type { CostBudget, CostMeter } from "../model/cost.ts";
-import { terminalJson, terminalText } from "../util/terminal.ts";
+import { terminalJson, terminalLines, terminalText } from "../util/terminal.ts";
 import { costRecord } from "./resolve.ts";
 
 const USAGE = `usage: vf ctl [RUN_ID] ACTION
@@ -157,7 +157,7 @@ export async function cmdCtl(argv: string[]): Promise<number> {
     if (runs.length !== 1) {
       process.stderr.write(
         runs.length === 0
-          ? `error: no run has a control socket in "${dir}"\n`
+          ? `error: no run has a control socket in "${terminalText(dir)}"\n`
           : `error: ${runs.length} runs are live (${
             runs.map(terminalText).join(", ")
           }); name one: vf ctl RUN_ID ${action}\n`,
@@ -336,7 +336,9 @@ export async function controlTaskRun(options: {
   });
   options.signal.addEventListener("abort", () => control.stop(), { once: true });
   const served = await serveControl(control).catch((error) => {
-    process.stderr.write(`warning: no control socket (vf ctl): ${describeError(error)}\n`);
+    process.stderr.write(
+      `warning: no control socket (vf ctl): ${terminalLines(describeError(error))}\n`,
+    );
     return null;
   });
   return {

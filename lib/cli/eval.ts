@@ -13,6 +13,7 @@ import { type ChatClient, tokenCapture } from "../model/client.ts";
 import { deepMerge, type EvalConfig, samplingOf, validateEvalConfig } from "../config.ts";
 import type { Environment } from "../legacy/environment.ts";
 import { ConfigError, describeError } from "../errors.ts";
+import { terminalLines, terminalText } from "../util/terminal.ts";
 import { evaluate } from "../eval/evaluate.ts";
 import { RunControl, serveControl } from "../eval/control.ts";
 import { loadEnvironment, resolveEnvironmentModule } from "../legacy/load.ts";
@@ -333,7 +334,7 @@ export async function cmdEval(argv: string[]): Promise<number> {
   const adaptive = run.adaptive;
   const display = quiet ? null : new ProgressDisplay(
     out,
-    run.envId,
+    terminalText(run.envId),
     adaptive ? () => ` concurrency ${adaptive.limit}/${adaptive.max}` : undefined,
   );
   using interrupt = onInterrupt();
@@ -354,7 +355,7 @@ export async function cmdEval(argv: string[]): Promise<number> {
       env_source: envSource(config.env_id ?? (config.env?.id as string | undefined) ?? run.envId),
     };
     await writeJsonAtomic(join(runDir, "config.json"), resolved);
-    process.stderr.write(`Saving results to ${runDir}\n`);
+    process.stderr.write(`Saving results to ${terminalText(runDir)}\n`);
   }
   if (resume && runDir) {
     await seedCosts(run.meter, runDir, { budget: run.budget, linesFile: "results.jsonl" });
@@ -371,7 +372,9 @@ export async function cmdEval(argv: string[]): Promise<number> {
   });
   interrupt.signal.addEventListener("abort", () => control.stop(), { once: true });
   const served = await serveControl(control).catch((error) => {
-    process.stderr.write(`warning: no control socket (vf ctl): ${describeError(error)}\n`);
+    process.stderr.write(
+      `warning: no control socket (vf ctl): ${terminalLines(describeError(error))}\n`,
+    );
     return null;
   });
   try {
@@ -404,16 +407,17 @@ export async function cmdEval(argv: string[]): Promise<number> {
     display?.finish();
     process.stdout.write(renderSummary(result.metadata, result.tally) + "\n");
     for (const line of await recordRunCosts(runDir ?? undefined, run)) {
-      process.stdout.write(line + "\n");
+      process.stdout.write(terminalLines(line) + "\n");
     }
     if (run.budget?.stopped) {
       process.stderr.write(
-        budgetStopMessage(run.budget, { command: "eval", runDir, done: result.tally.count }) +
-          "\n",
+        terminalLines(
+          budgetStopMessage(run.budget, { command: "eval", runDir, done: result.tally.count }),
+        ) + "\n",
       );
       return 1;
     }
-    if (runDir) process.stdout.write(`results: ${join(runDir, "results.jsonl")}\n`);
+    if (runDir) process.stdout.write(`results: ${terminalText(join(runDir, "results.jsonl"))}\n`);
     const outcome = runOutcome(result.tally.errors, result.tally.count, config.max_error_rate);
     if (outcome.message) process.stderr.write(`error: ${outcome.message}\n`);
     return outcome.code;
@@ -427,14 +431,17 @@ export async function cmdEval(argv: string[]): Promise<number> {
       const saved = runDir ? (await loadOutputs(runDir)).length : 0;
       process.stderr.write(
         runDir
-          ? `Interrupted: ${saved} rollouts saved in ${runDir}; finish with: vf eval ... --resume ${runDir}\n`
+          ? `Interrupted: ${saved} rollouts saved in ${terminalText(runDir)}; finish with: ` +
+            `vf eval ... --resume ${terminalText(runDir)}\n`
           : "Interrupted\n",
       );
       return 130;
     }
     if (runDir) {
       const saved = (await loadOutputs(runDir).catch(() => [])).length;
-      if (saved) process.stderr.write(`${saved} finished rollouts are saved in ${runDir}\n`);
+      if (saved) {
+        process.stderr.write(`${saved} finished rollouts are saved in ${terminalText(runDir)}\n`);
+      }
     }
     throw error;
   } finally {

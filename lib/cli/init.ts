@@ -15,6 +15,7 @@ import { basename, isAbsolute, join, relative, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import yargsParser from "npm:yargs-parser@^22.0.0";
 import { ConfigError } from "../errors.ts";
+import { terminalText } from "../util/terminal.ts";
 
 /** What `vf init` scaffolds. */
 export type PackageKind = "taskset" | "environment";
@@ -447,9 +448,11 @@ export async function cmdInit(argv: string[]): Promise<number> {
     ? `vf validate ${path}`
     : `vf eval ${path} -m <model> -b <base url>`;
   process.stdout.write(
-    `Created ${kind} package "${result.name}" in ${result.dir}: ${result.files.join(", ")}\n` +
-      `vf is imported from ${result.vfSpecifier}\n` +
-      `Next: (cd ${path} && deno test -A) and ${next}\n`,
+    `Created ${kind} package "${terminalText(result.name)}" in ${terminalText(result.dir)}: ${
+      terminalText(result.files.join(", "))
+    }\n` +
+      `vf is imported from ${terminalText(result.vfSpecifier)}\n` +
+      `Next: (cd ${terminalText(path)} && deno test -A) and ${terminalText(next)}\n`,
   );
   return 0;
 }

@@ -11,6 +11,7 @@ import { existsSync } from "node:fs";
 import { readFile, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
+import { terminalText } from "../util/terminal.ts";
 import { loadOutputs, writeJsonAtomic } from "../eval/results.ts";
 import { evaluate } from "../eval/evaluate.ts";
 import { ReplayClient } from "../eval/replay.ts";
@@ -85,7 +86,7 @@ export async function cmdReplay(argv: string[], mode: "replay" | "rescore"): Pro
     format_version: 1,
     [link]: runDir,
   });
-  process.stderr.write(`Saving results to ${target}\n`);
+  process.stderr.write(`Saving results to ${terminalText(target)}\n`);
   try {
     const result = await evaluate(run.env, client, run.model, {
       numExamples: run.numExamples,
@@ -112,9 +113,9 @@ export async function cmdReplay(argv: string[], mode: "replay" | "rescore"): Pro
     const after = keyed(result.outputs);
     const c = compareRewards(before, after);
     process.stdout.write(
-      `${
-        mode === "replay" ? "replayed" : "rescored"
-      } ${result.outputs.length} rollouts from ${runDir}: ` +
+      `${mode === "replay" ? "replayed" : "rescored"} ${result.outputs.length} rollouts from ${
+        terminalText(runDir)
+      }: ` +
         `${c.text}; ${client.served} replies from the record, ${client.missed} missing\n`,
     );
     if (mode === "replay" && (client.missed || c.same !== after.size)) {
@@ -194,7 +195,7 @@ async function replayTasks(
   const after = taskRewards(await loadTraces(target));
   const c = compareRewards(before, after);
   process.stdout.write(
-    `replayed ${after.size} rollouts from ${runDir}: ${c.text}; ` +
+    `replayed ${after.size} rollouts from ${terminalText(runDir)}: ${c.text}; ` +
       `${client.served} replies from the record, ${client.missed} missing\n`,
   );
   if (code !== 0 || c.same !== after.size || client.missed) {
@@ -218,7 +219,8 @@ function compareRewards(before: Map<string, unknown>, after: Map<string, unknown
   };
 }
 
-function notReproduced(c: ReturnType<typeof compareRewards>, runDir: string, command: string) {
+function notReproduced(c: ReturnType<typeof compareRewards>, dir: string, command: string) {
+  const runDir = terminalText(dir);
   const rest = c.unfinished
     ? `; ${c.unfinished} rollouts were never finished in "${runDir}": finish it with ` +
       `vf ${command} ... --resume ${runDir}, then replay it`
@@ -301,9 +303,13 @@ async function rescoreTasks(runDir: string, flags: ReturnType<typeof parseArgs>)
         rollouts_per_task: Math.max(1, ...perTask.values()),
       }, { passThreshold: config.pass_threshold });
       await writeJsonAtomic(join(target, "metadata.json"), { ...summary, rescored_from: runDir });
-      process.stderr.write(`Saving traces to ${target}\n`);
+      process.stderr.write(`Saving traces to ${terminalText(target)}\n`);
       process.stdout.write(renderTaskSummary(summary) + "\n");
-      process.stdout.write(`rescored ${out.length} rollouts from ${runDir} into ${target}\n`);
+      process.stdout.write(
+        `rescored ${out.length} rollouts from ${terminalText(runDir)} into ${
+          terminalText(target)
+        }\n`,
+      );
       return 0;
     },
   });

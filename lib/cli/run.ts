@@ -26,6 +26,7 @@ import type { ToolsetSpec } from "../tools/toolset.ts";
 import type { ChatClient } from "../model/client.ts";
 import { type AgentTable, deepMerge, samplingOf } from "../config.ts";
 import { ConfigError } from "../errors.ts";
+import { terminalLines, terminalText } from "../util/terminal.ts";
 import { writeJsonAtomic } from "../eval/results.ts";
 import { configFileArg, flagsToConfig, parseArgs } from "./args.ts";
 import {
@@ -286,7 +287,7 @@ async function runEnv(
     delete (resolved as Record<string, unknown>).base_url;
     delete (resolved as Record<string, unknown>).api_key_var;
     await writeJsonAtomic(join(runDir, "config.json"), resolved);
-    process.stderr.write(`Saving traces to ${runDir}\n`);
+    process.stderr.write(`Saving traces to ${terminalText(runDir)}\n`);
   }
   const quiet = config.quiet ?? false;
   const started = Date.now();
@@ -335,7 +336,9 @@ async function runEnv(
         if (quiet) return;
         const rate = done / Math.max(0.001, (Date.now() - started) / 1000);
         process.stderr.write(
-          `${taskset.id} ${done}/${total} ${rate.toFixed(2)}/s ${describeEpisode(e)}` +
+          `${terminalText(taskset.id)} ${done}/${total} ${rate.toFixed(2)}/s ${
+            describeEpisode(e)
+          }` +
             (o.adaptive ? ` (concurrency ${o.adaptive.limit}/${o.adaptive.max})` : "") + "\n",
         );
       },
@@ -348,15 +351,17 @@ async function runEnv(
       await writeJsonAtomic(path, { ...metadata, ...o.inject.link });
     }
     for (const line of await recordRunCosts(runDir ?? undefined, o)) {
-      process.stdout.write(line + "\n");
+      process.stdout.write(terminalLines(line) + "\n");
     }
     if (o.budget?.stopped) {
       process.stderr.write(
-        budgetStopMessage(o.budget, { command: "run", runDir, done: summary.num_rollouts }) + "\n",
+        terminalLines(
+          budgetStopMessage(o.budget, { command: "run", runDir, done: summary.num_rollouts }),
+        ) + "\n",
       );
       return 1;
     }
-    if (runDir) process.stdout.write(`traces: ${join(runDir, "traces.jsonl")}\n`);
+    if (runDir) process.stdout.write(`traces: ${terminalText(join(runDir, "traces.jsonl"))}\n`);
     const outcome = runOutcome(summary.num_errors, summary.num_rollouts, config.max_error_rate);
     if (outcome.message) process.stderr.write(`error: ${outcome.message}\n`);
     return outcome.code;
@@ -369,7 +374,7 @@ async function runEnv(
     if (interrupt.interrupted) {
       process.stderr.write(
         runDir
-          ? `Interrupted; finish with: vf eval @ <config> --resume ${runDir}\n`
+          ? `Interrupted; finish with: vf eval @ <config> --resume ${terminalText(runDir)}\n`
           : "Interrupted\n",
       );
       return 130;
@@ -383,9 +388,9 @@ function describeEpisode(e: Episode): string {
   const scored = scoredTraces([e]);
   const rewards = scored.map((t) => (t.reward === null ? "error" : t.reward.toFixed(3)));
   const error = e.errors[0] ?? e.traces.find((t) => t.error)?.error;
-  return `task ${e.task.key} reward ${rewards.join(" ") || "error"}${
-    error ? ` (${error.phase}: ${error.error}: ${error.message.slice(0, 120)})` : ""
-  }`;
+  // The task's key and the error's text come from the taskset and the sandbox.
+  const why = error ? ` (${error.phase}: ${error.error}: ${error.message.slice(0, 120)})` : "";
+  return terminalText(`task ${e.task.key} reward ${rewards.join(" ") || "error"}${why}`);
 }
 
 export async function cmdRun(argv: string[]): Promise<number> {

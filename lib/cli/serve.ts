@@ -9,6 +9,7 @@ import yargsParser from "npm:yargs-parser@^22.0.0";
 import { BUILTINS } from "../../environments/mod.ts";
 import type { Environment } from "../legacy/environment.ts";
 import { ConfigError, describeError } from "../errors.ts";
+import { terminalText } from "../util/terminal.ts";
 import { loadEnvironment } from "../legacy/load.ts";
 import { EnvServerCore } from "../serve/core.ts";
 import { type EnvServer, type EnvServerOptions, startEnvServer } from "../serve/server.ts";
@@ -211,28 +212,36 @@ export async function cmdServe(argv: string[]): Promise<number> {
   const loopback = ["127.0.0.1", "localhost", "::1"].includes(hostname);
   if (server && !loopback && !token) {
     process.stderr.write(
-      `warning: serving on ${hostname} without VF_SERVER_TOKEN: anyone who reaches the port can run rollouts, ` +
+      `warning: serving on ${
+        terminalText(hostname)
+      } without VF_SERVER_TOKEN: anyone who reaches the port can run rollouts, ` +
         `and model keys travel in request bodies; use a trusted network and TLS\n`,
     );
   }
   if (isTaskset) {
     if (server) {
       process.stdout.write(
-        `vf serve: taskset "${core.id}" at ${server.url} (${maxConcurrent} runs at once)\n`,
+        `vf serve: taskset "${terminalText(core.id)}" at ${
+          terminalText(server.url)
+        } (${maxConcurrent} runs at once)\n`,
       );
     }
     if (zmqServer) {
       process.stdout.write(
-        `vf serve: taskset "${core.id}" over ZeroMQ at ${zmqServer.address} ` +
+        `vf serve: taskset "${terminalText(core.id)}" over ZeroMQ at ${
+          terminalText(zmqServer.address)
+        } ` +
           `(${maxConcurrent} runs at once${server ? ", shared with HTTP" : ""})\n`,
       );
     }
   } else {
     process.stdout.write(
-      `vf serve: environment "${core.id}" at ${server!.url} (${maxConcurrent} groups at once)\n`,
+      `vf serve: environment "${terminalText(core.id)}" at ${
+        terminalText(server!.url)
+      } (${maxConcurrent} groups at once)\n`,
     );
     if (zmqServer) {
-      process.stdout.write(`vf serve: ZeroMQ at ${zmqServer.address}\n`);
+      process.stdout.write(`vf serve: ZeroMQ at ${terminalText(zmqServer.address)}\n`);
     }
   }
   return await untilSignal("the env server", async () => {
@@ -295,7 +304,7 @@ async function servePool(
     if (serve.http) {
       front = await startWorkerFront({ workerArgs, maxWorkers: workers, pool, ...serve.http });
       const many = serve.zmq === null ? `up to ${workers}` : String(workers);
-      process.stdout.write(`vf serve: ${many} workers at ${front.url}\n`);
+      process.stdout.write(`vf serve: ${many} workers at ${terminalText(front.url)}\n`);
     }
     if (serve.zmq !== null) {
       broker = await startZmqBroker(pool, {
@@ -304,7 +313,9 @@ async function servePool(
         impl: serve.impl,
       });
       process.stdout.write(
-        `vf serve: "${broker.envId}" over ZeroMQ at ${broker.address} (a broker in front of ` +
+        `vf serve: "${terminalText(broker.envId)}" over ZeroMQ at ${
+          terminalText(broker.address)
+        } (a broker in front of ` +
           `${workers} workers)\n`,
       );
     }

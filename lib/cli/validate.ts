@@ -10,6 +10,7 @@ import { z } from "npm:zod@^4.6.0";
 import { EvalConfig, formatIssue, RuntimeTable } from "../config.ts";
 import { sandboxLimitsFromConfig } from "../../runtimes/limits.ts";
 import { ConfigError } from "../errors.ts";
+import { terminalJson, terminalText } from "../util/terminal.ts";
 import { flagsToConfig, parseArgs } from "./args.ts";
 import { loadTasksetFor } from "./resolve.ts";
 
@@ -102,7 +103,7 @@ export async function cmdValidate(argv: string[]): Promise<number> {
   }
   const failed = results.filter((r) => !r.ok).length;
   process.stdout.write(
-    JSON.stringify({
+    terminalJson({
       taskset: taskset.id,
       run_id: runId,
       runtime: runtime.type ?? "docker",
@@ -115,7 +116,9 @@ export async function cmdValidate(argv: string[]): Promise<number> {
   return failed ? 1 : 0;
 }
 
-function printTable(rows: string[][]): void {
+/** Task keys and errors come from the taskset and its sandboxes: each cell is shown as text. */
+function printTable(cells: string[][]): void {
+  const rows = cells.map((r) => r.map(terminalText));
   const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
   process.stdout.write(
     rows.map((r) => r.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd()).join("\n") + "\n",

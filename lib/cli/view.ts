@@ -6,6 +6,7 @@ import process from "node:process";
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
+import { terminalText } from "../util/terminal.ts";
 import { findRuns, serveView } from "../view/server.ts";
 import { parseArgs } from "./args.ts";
 
@@ -35,7 +36,9 @@ export async function cmdView(argv: string[]): Promise<number> {
   const runs = findRuns(root);
   if (runs.length === 0) {
     process.stderr.write(
-      `No runs under ${root} yet (no results.jsonl or traces.jsonl); the page lists them as they appear\n`,
+      `No runs under ${
+        terminalText(root)
+      } yet (no results.jsonl or traces.jsonl); the page lists them as they appear\n`,
     );
   }
   const host = typeof flags.host === "string" ? flags.host : "127.0.0.1";
@@ -43,13 +46,17 @@ export async function cmdView(argv: string[]): Promise<number> {
   if (!isLoopback(host)) {
     // The viewer has no login: on another interface, the network can read the transcripts.
     process.stderr.write(
-      `vf view: listening on "${host}" port ${server.port}, not loopback: anyone who can ` +
-        `reach it can read every run under ${root}; use --host 127.0.0.1 (the default) and ` +
+      `vf view: listening on "${
+        terminalText(host)
+      }" port ${server.port}, not loopback: anyone who can ` +
+        `reach it can read every run under ${
+          terminalText(root)
+        }; use --host 127.0.0.1 (the default) and ` +
         `an ssh tunnel to view it from elsewhere\n`,
     );
   }
   process.stdout.write(
-    `vf view: ${runs.length} run${runs.length === 1 ? "" : "s"} at ${server.url}\n`,
+    `vf view: ${runs.length} run${runs.length === 1 ? "" : "s"} at ${terminalText(server.url)}\n`,
   );
   await new Promise<void>((resolveStop) => {
     const stop = () => resolveStop();
