@@ -12,6 +12,7 @@ import puppeteer from "npm:puppeteer-core@^25.0.0";
 import { serveHttp } from "../lib/model/http_server.ts";
 import { MAX_LINE_BYTES } from "../lib/view/run_index.ts";
 import { MAX_METADATA_BYTES, viewApp } from "../lib/view/server.ts";
+import { _confinedHooks } from "../lib/util/confined.ts";
 import { tempDir } from "./_cli.ts";
 
 // deno-lint-ignore no-explicit-any
@@ -98,6 +99,111 @@ Deno.test("vf view lists and reads nothing a symlink leads to outside its folder
   }
   const compared = await api(app, `api/compare?a=real&b=${encodeURIComponent("away-run")}`);
   assert.equal(compared.status, 404, await compared.text());
+});
+
+Deno.test("vf view reads through the file it opened: a run file or run folder swapped for a link out of the root between the check and the open is refused, not read", async () => {
+  await using tmp = await tempDir("vf_view_swap_");
+  const root = join(tmp.path, "outputs");
+  const outside = join(tmp.path, "elsewhere");
+  await Deno.mkdir(join(outside, "run"), { recursive: true });
+  // The secrets are longer than the run's own file, so an index that followed the link on
+  // would read their lines at the offsets it knows.
+  const secret = row(0, 1, { example_id: "secret-0" }) + row(1, 1, { example_id: "secret-1" });
+  await Deno.writeTextFile(join(outside, "id_rsa.jsonl"), secret.repeat(4));
+  await Deno.writeTextFile(join(outside, "metadata.json"), '{"env_id": "secret-meta"}');
+  await Deno.writeTextFile(join(outside, "run", "results.jsonl"), secret.repeat(4));
+  await Deno.writeTextFile(join(outside, "run", "metadata.json"), '{"env_id": "secret-meta"}');
+  // Every stretch of this one holds the word: a line read from it at any offset shows it.
+  await Deno.writeTextFile(join(outside, "key.txt"), ("secret".repeat(50) + "\n").repeat(20));
+  for (const name of ["file", "meta", "folder", "line"]) {
+    await Deno.mkdir(join(root, name), { recursive: true });
+    await Deno.writeTextFile(join(root, name, "results.jsonl"), row(0, 0.5) + row(1, 0.25));
+    // With a date, the runs list is sorted without opening the results file for its time.
+    await Deno.writeTextFile(
+      join(root, name, "metadata.json"),
+      JSON.stringify({ env_id: `own-${name}`, date: "2026-01-01T00:00:00Z" }),
+    );
+  }
+  const real = await Deno.realPath(root);
+  // Armed with a file and a swap, the hook swaps once, right before the file is opened for
+  // the `at`-th time (default the first) in the request that follows; every later check in
+  // that request then sees the link and refuses it.
+  let armed: { file: string; swap: () => void; at?: number } | null = null;
+  _confinedHooks.beforeOpen = (path) => {
+    if (armed === null || path !== join(real, armed.file)) return;
+    if (armed.at !== undefined && --armed.at > 0) return;
+    const { swap } = armed;
+    armed = null;
+    swap();
+  };
+  const linkOut = (inside: string, target: string) => () => {
+    Deno.renameSync(join(root, inside), join(root, `${inside}.was`));
+    Deno.symlinkSync(target, join(root, inside));
+  };
+  try {
+    const app = viewApp(root, { indexDir: join(tmp.path, "index") });
+    const first = await (await api(app, "api/runs")).text();
+    assert.deepEqual(JSON.parse(first).runs.map((r: Json) => r.rollouts), [2, 2, 2, 2], first);
+
+    // The metadata file becomes a link out as the run's page reads it for its summary (the
+    // runs list read it first, for its date).
+    armed = {
+      file: "meta/metadata.json",
+      swap: linkOut("meta/metadata.json", join(outside, "metadata.json")),
+      at: 2,
+    };
+    const meta = await api(app, "api/run?id=meta");
+    const metaText = await meta.text();
+    assert.equal(armed, null, "the hook never ran: metadata.json was not opened");
+    assert.doesNotMatch(metaText, /secret/);
+    assert.equal(JSON.parse(metaText).env, null, metaText);
+
+    // The results file becomes a link out as the index reads what was appended to it.
+    armed = {
+      file: "file/results.jsonl",
+      swap: linkOut("file/results.jsonl", join(outside, "id_rsa.jsonl")),
+    };
+    const rows = await api(app, "api/rollouts?id=file");
+    const rowsText = await rows.text();
+    assert.equal(armed, null, "the hook never ran: file/results.jsonl was not opened");
+    assert.doesNotMatch(rowsText, /secret/);
+    assert.deepEqual(JSON.parse(rowsText).rows.map((r: Json) => r.line), [0, 1], rowsText);
+
+    // A folder on the way (the run's own) becomes a link out: the last part of the path is
+    // no link, so only the check of the opened descriptor can tell.
+    armed = { file: "folder/results.jsonl", swap: linkOut("folder", join(outside, "run")) };
+    const folder = await api(app, "api/rollouts?id=folder");
+    const folderText = await folder.text();
+    assert.equal(armed, null, "the hook never ran: folder/results.jsonl was not opened");
+    assert.doesNotMatch(folderText, /secret/);
+    assert.deepEqual(JSON.parse(folderText).rows.map((r: Json) => r.line), [0, 1], folderText);
+
+    // The results file becomes a link out after the index is brought up to date, as the
+    // rollout asked for is read from it at the offset the index holds.
+    armed = {
+      file: "line/results.jsonl",
+      swap: linkOut("line/results.jsonl", join(outside, "key.txt")),
+      at: 2,
+    };
+    const line = await api(app, "api/rollout?id=line&line=1");
+    const lineText = await line.text();
+    assert.equal(armed, null, "the hook never ran: line/results.jsonl was not read");
+    assert.doesNotMatch(lineText, /secret/);
+    assert.equal(line.status, 404, lineText);
+
+    // Whatever each page asks for now, nothing outside comes back.
+    for (const id of ["meta", "file", "folder", "line"]) {
+      for (const path of ["api/runs", `api/run?id=${id}`, `api/rollouts?id=${id}`]) {
+        assert.doesNotMatch(await (await api(app, path)).text(), /secret/, path);
+      }
+      for (let n = 0; n < 8; n++) {
+        const r = await api(app, `api/rollout?id=${id}&line=${n}`);
+        assert.doesNotMatch(await r.text(), /secret/, `${id} line ${n}`);
+      }
+    }
+  } finally {
+    _confinedHooks.beforeOpen = undefined;
+  }
 });
 
 Deno.test("vf view indexes a line over its limit as OversizeLine without holding it, returns only its start, and passes over a huge metadata.json", async () => {

@@ -8,7 +8,7 @@
  */
 import { Buffer } from "node:buffer";
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, mkdirSync, openSync, readSync, statSync } from "node:fs";
+import { closeSync, fstatSync, mkdirSync, openSync, readSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -228,10 +228,30 @@ function rowOf(r: Record<string, unknown>): IndexedRow {
   };
 }
 
+/** Options of {@link RunIndex.open}. */
+export interface RunIndexOptions {
+  /**
+   * Opens the results file for reading: a descriptor the index reads through and closes, or
+   * null when it is not there (default: `openSync(file, "r")`, null when it does not exist).
+   * The viewer passes one that refuses a file swapped for a link out of the run root.
+   */
+  openFile?: (file: string) => number | null;
+}
+
+function openPlain(file: string): number | null {
+  try {
+    return openSync(file, "r");
+  } catch (error) {
+    if ((error as { code?: string }).code === "ENOENT") return null;
+    throw error;
+  }
+}
+
 /** The index of one run's results file. */
 export class RunIndex {
   readonly file: string;
   readonly #db: Database;
+  readonly #openFile: (file: string) => number | null;
   #indexed = 0;
   #lines = 0;
   #rows = 0;
@@ -246,9 +266,10 @@ export class RunIndex {
   /** Sort indexes made so far (made on the first page sorted that way). */
   #sortIndexes = new Set<string>();
 
-  private constructor(file: string, db: Database) {
+  private constructor(file: string, db: Database, openFile: (file: string) => number | null) {
     this.file = file;
     this.#db = db;
+    this.#openFile = openFile;
     this.#load();
   }
 
@@ -271,7 +292,11 @@ export class RunIndex {
   }
 
   /** Open (or create) the index of `file`, kept in `dir` (default ~/.cache/vf/view). */
-  static async open(file: string, dir = cacheDir()): Promise<RunIndex> {
+  static async open(
+    file: string,
+    dir = cacheDir(),
+    options: RunIndexOptions = {},
+  ): Promise<RunIndex> {
     const { DatabaseSync } = await import("node:sqlite") as unknown as {
       DatabaseSync: new (path: string) => Database;
     };
@@ -298,10 +323,22 @@ export class RunIndex {
     db.exec("CREATE INDEX IF NOT EXISTS rows_line ON rows (line)");
     db.exec("CREATE INDEX IF NOT EXISTS rows_reward ON rows (reward)");
     db.exec("CREATE INDEX IF NOT EXISTS rows_example ON rows (example)");
-    const index = new RunIndex(file, db);
+    const index = new RunIndex(file, db, options.openFile ?? openPlain);
     // A file that shrank was rewritten (a repaired tail): index it again from the start.
-    if (existsSync(file) && statSync(file).size < index.#indexed) index.#reset();
+    const size = index.#size();
+    if (size !== null && size < index.#indexed) index.#reset();
     return index;
+  }
+
+  /** The file's size, read through a descriptor it opens; null when it is not there. */
+  #size(): number | null {
+    const fd = this.#openFile(this.file);
+    if (fd === null) return null;
+    try {
+      return fstatSync(fd).size;
+    } finally {
+      closeSync(fd);
+    }
   }
 
   #reset(): void {
@@ -312,11 +349,20 @@ export class RunIndex {
 
   /** Index what was appended since the last call; returns the number of new lines. */
   refresh(): number {
-    if (!existsSync(this.file)) return 0;
-    const size = statSync(this.file).size;
-    if (size < this.#indexed) this.#reset();
-    if (size === this.#indexed) return 0;
-    const fd = openSync(this.file, "r");
+    const fd = this.#openFile(this.file);
+    if (fd === null) return 0;
+    let size: number;
+    try {
+      size = fstatSync(fd).size;
+      if (size < this.#indexed) this.#reset();
+    } catch (error) {
+      closeSync(fd);
+      throw error;
+    }
+    if (size === this.#indexed) {
+      closeSync(fd);
+      return 0;
+    }
     const insert = this.#db.prepare(
       `INSERT INTO rows (line, trace, offset, length, example, rollout, attempt, reward, error,
         stop, turns, tokens, corrupt, ukey, replaces, retryable, live)
@@ -609,7 +655,8 @@ export class RunIndex {
     if (!row) return null;
     const length = Number(row.length);
     const whole = Number(row.corrupt) !== 1 && length <= MAX_LINE_BYTES;
-    const fd = openSync(this.file, "r");
+    const fd = this.#openFile(this.file);
+    if (fd === null) return null;
     try {
       const buf = Buffer.alloc(whole ? length : Math.min(length, 16_000));
       readSync(fd, buf, 0, buf.length, Number(row.offset));

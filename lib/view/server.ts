@@ -14,13 +14,14 @@
  * `metadata.json` shows "–", never a 500.
  * @module
  */
-import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from "node:fs";
-import { join, relative, resolve, sep } from "node:path";
+import { closeSync, existsSync, fstatSync, readdirSync, realpathSync, statSync } from "node:fs";
+import { join, relative, resolve } from "node:path";
 import { Hono } from "npm:hono@^4.13.0";
 import { pairedComparison, type RewardsByExample } from "../eval/compare.ts";
 import { serveHttp } from "../model/http_server.ts";
 import { MAX_LINE_BYTES, type RowQuery, RunIndex } from "./run_index.ts";
 import { VIEW_PAGE, VIEW_SCRIPT, VIEW_STYLE } from "./page.ts";
+import { insideRoot, openConfined, readConfined } from "../util/confined.ts";
 
 /** The page's Content-Security-Policy: no inline script or style, nothing from elsewhere. */
 export const VIEW_CSP: string = "default-src 'none'; script-src 'self'; style-src 'self'; " +
@@ -35,6 +36,12 @@ export interface RunEntry {
   layout: "results" | "traces";
   /** Its `metadata.json` when that is a file under the root, else null. */
   metadata: string | null;
+  /**
+   * The real path of the root it was found under: every file of the run is opened through
+   * {@link openConfined} against it, so one swapped for a link out after it was found is
+   * refused when it is opened, not only when it was listed.
+   */
+  root: string;
 }
 
 /**
@@ -66,15 +73,18 @@ export function findRuns(root: string): RunEntry[] {
         file: (traces ?? results)!,
         layout: traces ? "traces" : "results",
         metadata: runFile(top, join(dir, "metadata.json")),
+        root: top,
       });
       return;
     }
     // A results file that leads outside the root is no run, and is not looked through either.
     if (existsSync(join(dir, "results.jsonl")) || existsSync(join(dir, "traces.jsonl"))) return;
     if (depth >= 6) return;
+    // Listed by its real path; a folder swapped for a link after that check lists what the
+    // link leads to, but each entry is confined again by its own visit and runFile.
     let entries: string[];
     try {
-      entries = readdirSync(dir);
+      entries = readdirSync(real);
     } catch {
       return;
     }
@@ -89,17 +99,6 @@ export function findRuns(root: string): RunEntry[] {
   visit(resolve(root), 0);
   const when = new Map(out.map((r) => [r, runTime(r)]));
   return out.sort((a, b) => when.get(b)! - when.get(a)! || a.id.localeCompare(b.id));
-}
-
-/** `path`'s real path when it lies under the real root `top`, else null (or it is gone). */
-function insideRoot(top: string, path: string): string | null {
-  let real: string;
-  try {
-    real = realpathSync(path);
-  } catch {
-    return null;
-  }
-  return real === top || real.startsWith(top.endsWith(sep) ? top : top + sep) ? real : null;
 }
 
 /** `path` when it is a regular file whose real path lies under the real root `top`. */
@@ -119,7 +118,12 @@ function runTime(run: RunEntry): number {
   const date = typeof m.date === "string" ? Date.parse(m.date) : NaN;
   if (Number.isFinite(date)) return date;
   try {
-    return statSync(run.file).mtimeMs;
+    const fd = openConfined(run.root, run.file);
+    try {
+      return fstatSync(fd).mtimeMs;
+    } finally {
+      closeSync(fd);
+    }
   } catch {
     return 0;
   }
@@ -166,8 +170,7 @@ export const MAX_METADATA_BYTES = 4 << 20;
 function metadataOf(run: RunEntry): Json {
   if (run.metadata === null) return {};
   try {
-    if (statSync(run.metadata).size > MAX_METADATA_BYTES) return {};
-    const m = JSON.parse(readFileSync(run.metadata, "utf8"));
+    const m = JSON.parse(readConfined(run.root, run.metadata, MAX_METADATA_BYTES).toString("utf8"));
     return isObject(m) ? m : {};
   } catch {
     return {};
@@ -285,7 +288,15 @@ export function viewApp(root: string, options: ViewOptions = {}): Hono {
   const indexOf = async (run: RunEntry) => {
     let p = indexes.get(run.file);
     if (!p) {
-      p = RunIndex.open(run.file, options.indexDir);
+      // Read through a descriptor checked to be the run's file under the root, on every open.
+      const openFile = (file: string) => {
+        try {
+          return openConfined(run.root, file);
+        } catch {
+          return null;
+        }
+      };
+      p = RunIndex.open(run.file, options.indexDir, { openFile });
       indexes.set(run.file, p);
     }
     const index = await p;
