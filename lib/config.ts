@@ -9,9 +9,52 @@ import { z } from "npm:zod@^4.6.0";
 import { ConfigError } from "./errors.ts";
 import { NetworkPolicyTable, RuntimeTable } from "../runtimes/config.ts";
 
-const jsonObject = z.record(z.string(), z.unknown());
-const nonNegative = z.number().min(0).optional();
-const count = z.number().int().min(1).optional();
+// The schemas' types are written out, since they are part of the public API (`EnvConfig`), and
+// each schema is built with its shape's type as the type argument, so a key the type lacks or
+// a field of another type is a type error.
+type Num = z.ZodOptional<z.ZodNumber>;
+type Str = z.ZodOptional<z.ZodString>;
+type Bool = z.ZodOptional<z.ZodBoolean>;
+type JsonObject = z.ZodRecord<z.ZodString, z.ZodUnknown>;
+type StringRecord = z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodString>>;
+type Strings = z.ZodOptional<z.ZodArray<z.ZodString>>;
+type Choice<T extends string> = z.ZodOptional<z.ZodEnum<{ [K in T]: K }>>;
+
+const jsonObject: JsonObject = z.record(z.string(), z.unknown());
+const nonNegative: Num = z.number().min(0).optional();
+const count: Num = z.number().int().min(1).optional();
+
+/** The fields of {@link SamplingSection}. */
+type SamplingShape = {
+  temperature: Num;
+  top_p: Num;
+  top_k: Num;
+  min_p: Num;
+  max_tokens: Num;
+  max_completion_tokens: Num;
+  min_tokens: Num;
+  n: Num;
+  seed: Num;
+  stop: z.ZodOptional<z.ZodNullable<z.ZodUnion<readonly [z.ZodString, z.ZodArray<z.ZodString>]>>>;
+  presence_penalty: Num;
+  frequency_penalty: Num;
+  repetition_penalty: Num;
+  logprobs: Bool;
+  top_logprobs: Num;
+  logit_bias: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodNumber>>;
+  response_format: z.ZodOptional<JsonObject>;
+  tool_choice: z.ZodOptional<z.ZodUnion<readonly [z.ZodString, JsonObject]>>;
+  parallel_tool_calls: Bool;
+  reasoning_effort: Str;
+  reasoning: z.ZodOptional<JsonObject>;
+  verbosity: Str;
+  service_tier: Str;
+  user: Str;
+  metadata: StringRecord;
+  store: Bool;
+  return_token_ids: z.ZodOptional<z.ZodUnion<readonly [z.ZodBoolean, z.ZodLiteral<"required">]>>;
+  extra_body: z.ZodOptional<JsonObject>;
+};
 
 /**
  * Sampling arguments (`sampling_args`, `[env.<role>.sampling]`): the chat-completions fields
@@ -19,7 +62,9 @@ const count = z.number().int().min(1).optional();
  * typo is refused. Keys only one server takes go under `extra_body`, as with the OpenAI SDK
  * upstream's `verifiers` passes them to.
  */
-export const SamplingSection = z.strictObject({
+export const SamplingSection: z.ZodObject<SamplingShape, z.core.$strict> = z.strictObject<
+  SamplingShape
+>({
   temperature: nonNegative,
   top_p: nonNegative,
   top_k: z.number().int().optional(),
@@ -95,8 +140,27 @@ export function describeIssues(error: z.ZodError, root?: string): string {
   return error.issues.slice(0, 5).map((issue) => formatIssue(issue, root)).join("; ");
 }
 
+/** The `[client]` table's fields. */
+type ClientShape = {
+  base_url: Str;
+  api_key_var: Str;
+  timeout: Num;
+  max_retries: Num;
+  headers: StringRecord;
+  transport: Choice<"auto" | "http1" | "fetch">;
+  max_output_tokens: Num;
+  reasoning: Bool;
+  cache: Bool;
+  cache_repeats: Bool;
+  cache_path: Str;
+  session_header: Bool;
+  cache_salt: Choice<"group" | "rollout">;
+};
+
 /** The `[client]` table: how to reach the model. */
-export const ClientSection = z.strictObject({
+export const ClientSection: z.ZodObject<ClientShape, z.core.$strict> = z.strictObject<
+  ClientShape
+>({
   base_url: z.string().optional(),
   api_key_var: z.string().optional(),
   timeout: z.number().positive().optional(),
@@ -307,13 +371,66 @@ export const LimitsSection = SandboxLimitTable.extend({
   runtime: z.record(z.string(), SandboxLimitTable).optional(),
 });
 
-const positive = z.number().positive().optional();
+const positive: Num = z.number().positive().optional();
+
+/** The `[client]` keys a role's own endpoint takes. */
+type RoleClientKey =
+  | "base_url"
+  | "api_key_var"
+  | "timeout"
+  | "max_retries"
+  | "headers"
+  | "max_output_tokens"
+  | "reasoning";
+
+/** The fields of {@link AgentTable}. */
+type AgentShape = {
+  model: Str;
+  client: z.ZodOptional<z.ZodObject<Pick<ClientShape, RoleClientKey>, z.core.$strict>>;
+  sampling: z.ZodOptional<typeof SamplingSection>;
+  harness: z.ZodOptional<
+    z.ZodObject<{
+      id: Str;
+      edit: Bool;
+      max_turns: Num;
+      tool_timeout: Num;
+      command: z.ZodOptional<z.ZodUnion<readonly [z.ZodString, z.ZodArray<z.ZodString>]>>;
+      agent: Choice<"python" | "sh">;
+      env: StringRecord;
+      forward_env: Strings;
+      timeout: Num;
+      version: Str;
+      model: Str;
+      api: Str;
+      args: Strings;
+      install: Choice<"image" | "archive">;
+    }, z.core.$strict>
+  >;
+  runtime: z.ZodOptional<typeof RuntimeTable>;
+  scoring: z.ZodOptional<
+    z.ZodObject<{
+      mode: Choice<"shared" | "isolated">;
+      retries: Num;
+      env: StringRecord;
+      runtime: z.ZodOptional<typeof RuntimeTable>;
+      network: z.ZodOptional<typeof NetworkPolicyTable>;
+      services: Bool;
+    }, z.core.$strict>
+  >;
+  max_turns: Num;
+  max_input_tokens: Num;
+  max_output_tokens: Num;
+  max_total_tokens: Num;
+  timeout: z.ZodOptional<
+    z.ZodObject<{ setup: Num; agent: Num; finalize: Num; scoring: Num }, z.core.$strict>
+  >;
+};
 
 /**
  * One role's agent (`[env.agent]`, `[env.solver]`, `[env.judge]`, `[env.user]`, ...): what a
  * user writes is deep-merged over the Env's defaults for that role.
  */
-export const AgentTable = z.strictObject({
+export const AgentTable: z.ZodObject<AgentShape, z.core.$strict> = z.strictObject<AgentShape>({
   /** Default: the run's model. */
   model: z.string().optional(),
   /**
@@ -385,8 +502,23 @@ export const AgentTable = z.strictObject({
 /** A validated role table. */
 export type AgentTable = z.infer<typeof AgentTable>;
 
+/** The fields of {@link EnvBase}. */
+type EnvBaseShape = {
+  id: Str;
+  taskset: z.ZodObject<
+    { id: z.ZodString; task: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodUnknown>> },
+    z.core.$loose
+  >;
+  timeout: z.ZodOptional<z.ZodObject<{ episode: Num; finalize: Num }, z.core.$strict>>;
+  max_concurrent_agents: Num;
+  judges: z.ZodOptional<z.ZodArray<JsonObject>>;
+  toolsets: z.ZodOptional<z.ZodArray<JsonObject>>;
+  services: z.ZodOptional<z.ZodObject<{ compose: z.ZodString }, z.core.$strict>>;
+  fork_group: Bool;
+};
+
 /** The `[env]` fields every Env has (its roles and own options come on top). */
-export const EnvBase = z.strictObject({
+export const EnvBase: z.ZodObject<EnvBaseShape, z.core.$strict> = z.strictObject<EnvBaseShape>({
   /** A built-in Env id, or a path or URL to a module exporting an Env. */
   id: z.string().min(1).optional(),
   taskset: z.looseObject({

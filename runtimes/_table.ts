@@ -7,14 +7,29 @@ import { z } from "npm:zod@^4.6.0";
 import { ConfigError } from "../lib/errors.ts";
 import type { TaskNeeds } from "./runtime.ts";
 
+// The tables' types are written out: they are part of the public API (a task's RuntimeConfig).
+type NetworkPolicyShape = {
+  allow: z.ZodOptional<z.ZodArray<z.ZodString>>;
+  block: z.ZodOptional<z.ZodArray<z.ZodString>>;
+};
+
 /** `network = { allow = [...], block = [...] }`: hosts are checked when the run starts. */
-export const NetworkPolicyTable = z.strictObject({
+export const NetworkPolicyTable: z.ZodObject<NetworkPolicyShape, z.core.$strict> = z.strictObject<
+  NetworkPolicyShape
+>({
   allow: z.array(z.string()).optional(),
   block: z.array(z.string()).optional(),
 });
 
 /** Fields most sandboxes take (which ones, each backend's table says). */
-export const COMMON_FIELDS = {
+export const COMMON_FIELDS: {
+  image: z.ZodOptional<z.ZodString>;
+  cpu: z.ZodOptional<z.ZodNumber>;
+  memory: z.ZodOptional<z.ZodUnion<readonly [z.ZodNumber, z.ZodString]>>;
+  workdir: z.ZodOptional<z.ZodString>;
+  network: z.ZodOptional<z.ZodUnion<readonly [z.ZodBoolean, typeof NetworkPolicyTable]>>;
+  env: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodString>>;
+} = {
   image: z.string().optional(),
   /** CPU cores. */
   cpu: z.number().positive().optional(),
@@ -27,7 +42,12 @@ export const COMMON_FIELDS = {
 };
 
 /** The SSH login: the ssh runtime's, and a Prime sandbox's. */
-export const LOGIN_FIELDS = {
+export const LOGIN_FIELDS: {
+  user: z.ZodOptional<z.ZodString>;
+  private_key_path: z.ZodOptional<z.ZodString>;
+  known_hosts_path: z.ZodOptional<z.ZodString>;
+  trust_on_first_use: z.ZodOptional<z.ZodBoolean>;
+} = {
   user: z.string().optional(),
   private_key_path: z.string().optional(),
   known_hosts_path: z.string().optional(),

@@ -48,12 +48,25 @@ export const RuntimeConfigByType = z.discriminatedUnion("type", [
 /** One type's table. */
 export type TypedRuntimeConfig = z.infer<typeof RuntimeConfigByType>;
 
+/** {@link RuntimeTable}'s fields, written out because a task's RuntimeConfig is public API. */
+type RuntimeShape =
+  & {
+    type: z.ZodOptional<z.ZodEnum<{ [T in RuntimeType]: T }>>;
+    warm_pool: z.ZodOptional<z.ZodNumber>;
+  }
+  & typeof kubernetes.KUBERNETES_FIELDS
+  & typeof ssh.SSH_FIELDS
+  & typeof prime.PRIME_FIELDS
+  & typeof COMMON_FIELDS;
+
 /**
  * The runtime table users write: `type` (default `"docker"`) and every backend's keys, so a
  * config switched to another type by `--env.agent.runtime.type` keeps working (keys the type
  * does not use are ignored); a key no backend knows is refused by name.
  */
-export const RuntimeTable = z.strictObject({
+export const RuntimeTable: z.ZodObject<RuntimeShape, z.core.$strict> = z.strictObject<
+  RuntimeShape
+>({
   type: z.enum(RUNTIME_TYPES).optional(),
   ...kubernetes.KUBERNETES_FIELDS,
   ...ssh.SSH_FIELDS,

@@ -414,10 +414,8 @@ export function replaceLastRow(current: NdArray, row: NdArray): NdArray {
  * order, each shaped like upstream's dumped `Trace` plus its `pending` preview.
  */
 export class EpisodeAssembly {
-  readonly traces = new Map<
-    string,
-    Record<string, unknown> & { nodes: unknown[]; calls: unknown[] }
-  >();
+  readonly traces: Map<string, Record<string, unknown> & { nodes: unknown[]; calls: unknown[] }> =
+    new Map();
   /** Deltas applied. */
   updates = 0;
 

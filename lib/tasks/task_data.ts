@@ -52,11 +52,59 @@ export const MessageWire: z.ZodType<{ role: string; content?: unknown }> = z.loo
 });
 const Seconds: z.ZodType<number | null | undefined> = z.number().positive().nullish();
 
+/** A field the wire may send as null or leave out. */
+type Maybe<T extends z.ZodType> = z.ZodOptional<z.ZodNullable<T>>;
+
+/**
+ * {@link TaskDataSchema}'s fields, written out because the schema is public API; the schema is
+ * built with it as the type argument, so a field it lacks or types otherwise is a type error.
+ */
+type TaskDataShape = {
+  prompt: z.ZodUnion<readonly [z.ZodString, z.ZodArray<typeof MessageWire>]>;
+  id: Maybe<z.ZodString>;
+  idx: Maybe<z.ZodNumber>;
+  name: Maybe<z.ZodString>;
+  description: Maybe<z.ZodString>;
+  system_prompt: Maybe<z.ZodString>;
+  image: Maybe<z.ZodString>;
+  workdir: Maybe<z.ZodString>;
+  scoring: Maybe<z.ZodRecord<z.ZodString, z.ZodUnknown>>;
+  artifacts: Maybe<
+    z.ZodArray<
+      z.ZodObject<{
+        source: z.ZodString;
+        required: Maybe<z.ZodBoolean>;
+        exclude: Maybe<z.ZodArray<z.ZodString>>;
+      }, z.core.$loose>
+    >
+  >;
+  artifact_max_bytes: Maybe<z.ZodNumber>;
+  agent_user: Maybe<z.ZodString>;
+  env: Maybe<z.ZodRecord<z.ZodString, z.ZodString>>;
+  timeout: Maybe<
+    z.ZodObject<{
+      setup: typeof Seconds;
+      agent: typeof Seconds;
+      finalize: typeof Seconds;
+      scoring: typeof Seconds;
+    }, z.core.$loose>
+  >;
+  resources: Maybe<
+    z.ZodObject<{
+      cpu: Maybe<z.ZodNumber>;
+      memory: Maybe<z.ZodUnion<readonly [z.ZodNumber, z.ZodString]>>;
+    }, z.core.$loose>
+  >;
+  network: Maybe<z.ZodUnion<readonly [z.ZodBoolean, z.ZodRecord<z.ZodString, z.ZodUnknown>]>>;
+};
+
 /**
  * The fields every task's data may carry, as `task_data` is checked on the wire (other fields
  * pass through for the taskset's own schema).
  */
-export const TaskDataSchema = z.looseObject({
+export const TaskDataSchema: z.ZodObject<TaskDataShape, z.core.$loose> = z.looseObject<
+  TaskDataShape
+>({
   /** The first user message. */
   prompt: z.union([z.string(), z.array(MessageWire)]),
   /** A stable upstream identifier; default derived from the content hash. */

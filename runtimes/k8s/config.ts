@@ -8,7 +8,20 @@ import { COMMON_FIELDS, envOf, imageOf, memoryString, networkOn } from "../_tabl
 import type { KubernetesRuntimeSpec, RuntimeTraits, TaskNeeds } from "../runtime.ts";
 
 /** The keys only kubernetes tables use, in the order `[env.agent.runtime]` lists them. */
-export const KUBERNETES_FIELDS = {
+export const KUBERNETES_FIELDS: {
+  kubeconfig: z.ZodOptional<z.ZodString>;
+  context: z.ZodOptional<z.ZodString>;
+  in_cluster: z.ZodOptional<z.ZodBoolean>;
+  namespace: z.ZodOptional<z.ZodString>;
+  node_selector: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodString>>;
+  tolerations: z.ZodOptional<z.ZodArray<z.ZodRecord<z.ZodString, z.ZodUnknown>>>;
+  runtime_class_name: z.ZodOptional<z.ZodString>;
+  service_account_name: z.ZodOptional<z.ZodString>;
+  image_pull_policy: z.ZodOptional<
+    z.ZodEnum<{ Always: "Always"; IfNotPresent: "IfNotPresent"; Never: "Never" }>
+  >;
+  start_timeout: z.ZodOptional<z.ZodNumber>;
+} = {
   /** kubeconfig and context (default $KUBECONFIG or ~/.kube/config, its current context), or the pod's service account. */
   kubeconfig: z.string().optional(),
   context: z.string().optional(),

@@ -8,7 +8,13 @@ import { COMMON_FIELDS, envOf, LOGIN_FIELDS } from "../_table.ts";
 import type { PrimeRuntimeSpec, RuntimeTraits, TaskNeeds } from "../runtime.ts";
 
 /** The keys only prime tables use, in the order `[env.agent.runtime]` lists them. */
-export const PRIME_FIELDS = {
+export const PRIME_FIELDS: {
+  gpu: z.ZodOptional<z.ZodString>;
+  disk: z.ZodOptional<z.ZodNumber>;
+  ttl_minutes: z.ZodOptional<z.ZodNumber>;
+  api_base: z.ZodOptional<z.ZodString>;
+  api_key_var: z.ZodOptional<z.ZodString>;
+} = {
   /** GPU type/count, disk GB, provider-side time-to-live, API base and key variable. */
   gpu: z.string().optional(),
   disk: z.number().positive().optional(),

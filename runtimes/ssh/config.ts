@@ -10,7 +10,17 @@ import { COMMON_FIELDS, envOf, LOGIN_FIELDS } from "../_table.ts";
 import type { RuntimeTraits, SshRuntimeSpec, TaskNeeds } from "../runtime.ts";
 
 /** The keys only ssh tables use, in the order `[env.agent.runtime]` lists them. */
-export const SSH_FIELDS = {
+export const SSH_FIELDS: {
+  host: z.ZodOptional<z.ZodString>;
+  port: z.ZodOptional<z.ZodNumber>;
+  user: typeof LOGIN_FIELDS.user;
+  private_key_path: typeof LOGIN_FIELDS.private_key_path;
+  known_hosts_path: typeof LOGIN_FIELDS.known_hosts_path;
+  ssh_config_path: z.ZodOptional<z.ZodString>;
+  trust_on_first_use: typeof LOGIN_FIELDS.trust_on_first_use;
+  dedicated: z.ZodOptional<z.ZodBoolean>;
+  max_sessions: z.ZodOptional<z.ZodNumber>;
+} = {
   /** The host, port, login user and credentials. */
   host: z.string().optional(),
   port: z.number().int().positive().optional(),
