@@ -1,7 +1,8 @@
 /**
  * `evaluate` against the bare HTTP/1.1-pool loop it is measured by, the stricter way: one
- * process, one environment, a loopback model server in a child process, and the bare loop and
- * `evaluate` (outputs kept; `keepOutputs: false` as `vf eval` runs it; and that with `vf ctl`'s
+ * process, one environment, a loopback model server in a child process, and the bare loop (as
+ * it is, and with the 600 s deadline the model client gives every request) and `evaluate`
+ * (outputs kept; `keepOutputs: false` as `vf eval` runs it; and that with `vf ctl`'s
  * control as the gate, steering and progress, as `vf eval` adds it) alternating, so the
  * machine's speed swings reach every variant alike. Prints the fastest and the median run of
  * each, the ratio to the bare loop, and heap allocated per rollout (`total_allocated_bytes`,
@@ -48,6 +49,8 @@ const args = child ? [child[2]] : Deno.args.filter((a) => !a.startsWith("--"));
 const n = Number(args[0] ?? 20_000);
 const repeats = Number(args[1] ?? 6);
 const CONCURRENCY = 256;
+/** The model client's default request timeout (`[client] timeout = 600`). */
+const CLIENT_TIMEOUT_MS = 600_000;
 const question = (i: number) => `What is 2+2? (#${i})`;
 
 /** Bytes the heap has allocated so far (Deno's V8 reports it; the Node typings do not list it). */
@@ -135,7 +138,8 @@ async function runEvaluate(
   }
 }
 
-async function runBare(url: string, count = n): Promise<Run> {
+/** The bare loop; with `timeoutMs`, each request carries the deadline the model client gives it. */
+async function runBare(url: string, count = n, timeoutMs?: number): Promise<Run> {
   const endpoint = new URL(`${url}/chat/completions`);
   const headers = { "content-type": "application/json", authorization: "Bearer x" };
   const bodies = Array.from({ length: count }, (_, i) =>
@@ -155,6 +159,7 @@ async function runBare(url: string, count = n): Promise<Run> {
           url: endpoint,
           headers,
           body: bodies[next++],
+          timeoutMs,
         });
         if (!Array.isArray(JSON.parse(res.text).choices)) throw new Error("no choices");
       }
@@ -178,9 +183,10 @@ try {
   // Warm-up: compilation and heap growth, as early in any long run.
   await runBare(url, Math.min(n, 5_000));
   await runEvaluate(env, url, false, Math.min(n, 5_000));
-  const runs: Record<string, Run[]> = { bare: [], kept: [], flat: [], steered: [] };
+  const runs: Record<string, Run[]> = { bare: [], timed: [], kept: [], flat: [], steered: [] };
   for (let r = 0; r < repeats; r++) {
     runs.bare.push(await runBare(url));
+    runs.timed.push(await runBare(url, n, CLIENT_TIMEOUT_MS));
     runs.kept.push(await runEvaluate(env, url, true));
     runs.flat.push(await runEvaluate(env, url, false));
     runs.steered.push(await runEvaluate(env, url, false, n, true));
@@ -201,11 +207,12 @@ try {
   console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
   const names: Record<string, string> = {
     bare: "bare HTTP/1.1-pool loop",
+    timed: "the same with the model client's 600 s deadline on each request",
     kept: "`evaluate`, outputs kept (default)",
     flat: "`evaluate`, `keepOutputs: false` (vf eval)",
     steered: "the same with `vf ctl`'s control, as `vf eval` steers it",
   };
-  for (const k of ["bare", "kept", "flat", "steered"]) {
+  for (const k of ["bare", "timed", "kept", "flat", "steered"]) {
     const kb = runs[k].at(-1)!.bytes / 1024;
     console.log(
       `| ${names[k]} | ${best(k).toFixed(1)} | ${median(k).toFixed(1)} | ${
