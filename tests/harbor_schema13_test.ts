@@ -273,3 +273,67 @@ Deno.test("Harbor 1.3 datasets: a broken folder is that task's error, named with
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+/**
+ * Several named rewards (schema 1.3): reward.json carries a "reward" key beside others, and the
+ * verifier writes reward.txt too; a second task writes reward.json without a "reward" key.
+ */
+const NAMED = {
+  "named/instruction.md": "Write ok to /app/out.txt.\n",
+  "named/task.toml": `schema_version = "1.3"\n[verifier]\ntimeout_sec = 30.0\n`,
+  "named/environment/Dockerfile": "FROM busybox:latest\nWORKDIR /app\n",
+  "named/tests/test.sh": `#!/bin/sh
+if [ "$(cat /app/out.txt 2>/dev/null)" = ok ]; then r=1; else r=0; fi
+echo "$r" > /logs/verifier/reward.txt
+echo "{\\"reward\\": $r, \\"style\\": 0.5, \\"lint\\": 0.25}" > /logs/verifier/reward.json
+`,
+  "parts/instruction.md": "Write ok to /app/out.txt.\n",
+  "parts/task.toml": `schema_version = "1.3"\n[verifier]\ntimeout_sec = 30.0\n`,
+  "parts/environment/Dockerfile": "FROM busybox:latest\nWORKDIR /app\n",
+  "parts/tests/test.sh":
+    `#!/bin/sh\necho '{"correctness": 0.5, "speed": 0.25}' > /logs/verifier/reward.json\n`,
+};
+
+Deno.test("Harbor 1.3 named rewards: reward.json wins over reward.txt and its reward key is the reward, once in the summary; the other keys are recorded with weight 0, and a file without the key sums its keys", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf_harbor13_named_" });
+  const ids: string[] = [];
+  try {
+    await write(dir, NAMED);
+    await using model = await scripted("echo ok > /app/out.txt");
+    const res = await vf(dir, ["run", "./named", "-m", "m", "-b", model.url, "-o", "out"]);
+    ids.push(res.runId);
+    assert.equal(res.code, 0, transcript(res));
+    const [t] = await traces(res.runDir);
+    assert.equal(t.error, null, JSON.stringify(t.error));
+    assert.equal(t.reward, 1, "the reward key, not the sum of the keys (1.75)");
+    assert.deepEqual(t.rewards, { reward: 1, style: 0.5, lint: 0.25 });
+    assert.deepEqual(t.reward_weights, { style: 0, lint: 0 });
+    assert.equal(t.info.verifier.reward_file, "reward.json");
+    assert.equal(t.info.verifier.unread_reward_file, "reward.txt");
+    assert.match(res.stdout, /^reward 1\.0000 /m);
+    assert.doesNotMatch(res.stdout, /reward "?reward"?:/, res.stdout);
+    assert.match(
+      res.stdout,
+      /^ {2}reward "style": 0\.5000 \(weight 0: beside the reward, not in it\)$/m,
+    );
+    assert.match(
+      res.stdout,
+      /^ {2}reward "lint": 0\.2500 \(weight 0: beside the reward, not in it\)$/m,
+    );
+    const summary = JSON.parse(await Deno.readTextFile(join(res.runDir, "metadata.json")));
+    assert.deepEqual(summary.reward_weights, { style: 0, lint: 0 });
+
+    const parts = await vf(dir, ["run", "./parts", "-m", "m", "-b", model.url, "-o", "out"]);
+    ids.push(parts.runId);
+    assert.equal(parts.code, 0, transcript(parts));
+    const [p] = await traces(parts.runDir);
+    assert.equal(p.reward, 0.75);
+    assert.deepEqual(p.rewards, { correctness: 0.5, speed: 0.25 });
+    assert.equal(p.reward_weights, undefined);
+    assert.match(parts.stdout, /^reward 0\.7500 /m);
+    assert.match(parts.stdout, /^ {2}reward "correctness": 0\.5000$/m);
+  } finally {
+    for (const id of ids.filter(Boolean)) await cleanupContainers({ runId: id });
+    await Deno.remove(dir, { recursive: true });
+  }
+});

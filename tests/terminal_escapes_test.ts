@@ -146,7 +146,7 @@ Deno.test("the end-of-run summaries of vf eval and vf run print names, stop cond
   });
   const taskText = renderTaskSummary(summary);
   assertInert(taskText, "renderTaskSummary");
-  assert.match(taskText, /^ {2}reward r.*link.*: 0\.5000$/m);
+  assert.match(taskText, /^ {2}reward "r.*link.*": 0\.5000$/m);
   assert.match(taskText, /^ {2}metric x.*link.*: 1\.5000$/m);
 });
 

@@ -14,7 +14,7 @@ import type { TaskData, TaskHookContext, TaskScores, UserTurnContext } from "../
 import type { Runtime } from "../../runtimes/runtime.ts";
 import type { HarborNetwork, HarborSettings, HarborStep } from "./settings.ts";
 import { HarborTask } from "./task.ts";
-import { killLeftovers, runVerifier, scriptArgv, stageFolder } from "./verifier.ts";
+import { harborScores, killLeftovers, runVerifier, scriptArgv, stageFolder } from "./verifier.ts";
 
 /** One `[[steps]]` entry as loaded: its instruction and its folder. */
 export interface HarborLoadedStep extends HarborStep {
@@ -268,7 +268,7 @@ export function belowMinReward(
 /**
  * Harbor's roll-up of step rewards: `mean` takes each key's mean over the verified steps (a key
  * a step lacks counts 0), `final` the last verified step's rewards as they are. The trial's
- * reward is its `reward` key, else the sum.
+ * reward is its `reward` key, else the sum ({@link harborScores}).
  */
 export function rollUp(results: StepResult[], strategy: "mean" | "final"): TaskScores {
   if (!results.length) throw new TaskError("No step of the task was verified");
@@ -280,15 +280,7 @@ export function rollUp(results: StepResult[], strategy: "mean" | "final"): TaskS
       keys.map((k) => [k, results.reduce((a, r) => a + (r.rewards[k] ?? 0), 0) / results.length]),
     );
   }
-  const reward = "reward" in rewards
-    ? rewards.reward
-    : Object.values(rewards).reduce((a, b) => a + b, 0);
-  return {
-    reward,
-    rewards,
-    metrics: { steps_verified: results.length },
-    weights: "reward" in rewards ? { reward: 1 } : {},
-  };
+  return { ...harborScores(rewards), metrics: { steps_verified: results.length } };
 }
 
 /**

@@ -396,7 +396,7 @@ function hookContext(task: HarborTask, runtime: Runtime) {
   };
 }
 
-Deno.test("HarborTask.score() in Docker: tests/ arrives only when grading starts, test.sh runs with the verifier's env, reward.json's named rewards are summed", async () => {
+Deno.test("HarborTask.score() in Docker: tests/ arrives only when grading starts, test.sh runs with the verifier's env, reward.json's named rewards without a reward key are summed", async () => {
   await using dir = await tempDir();
   await write(
     dir.path,
@@ -417,11 +417,15 @@ Deno.test("HarborTask.score() in Docker: tests/ arrives only when grading starts
   const scores = await task.score(ctx);
   assert.equal(scores.reward, 1.25);
   assert.deepEqual(scores.rewards, { correct: 1, style: 0.25 });
-  assert.deepEqual(ctx.trace.info.verifier, { exit_code: 0, output: "graded with 0.25\n" });
+  assert.deepEqual(ctx.trace.info.verifier, {
+    exit_code: 0,
+    output: "graded with 0.25\n",
+    reward_file: "reward.json",
+  });
   assert.equal((await runtime.run(["cat", "/tests/data/case.txt"])).stdout, "case\n");
 });
 
-Deno.test("HarborTask.score() in Docker: reward.json wins over reward.txt, as Harbor reads them; a stale reward from before grading is cleared; a reward that is not a number, bad JSON or no reward file is a TaskError", async () => {
+Deno.test('HarborTask.score() in Docker: reward.json wins over reward.txt, as Harbor reads them, and its "reward" key is the reward; a stale reward from before grading is cleared; a reward that is not a number, bad JSON or no reward file is a TaskError', async () => {
   await using dir = await tempDir();
   const verifier = (body: string) => ({ "tests/test.sh": `#!/bin/sh\n${body}\n` });
   await write(
@@ -440,6 +444,49 @@ Deno.test("HarborTask.score() in Docker: reward.json wins over reward.txt, as Ha
     return await task.score(hookContext(task, runtime));
   };
   assert.deepEqual(await score(), { reward: 1, rewards: { x: 1 }, metrics: {}, weights: {} });
+
+  // Named rewards beside a "reward" key (Harbor 1.3), and a reward.txt too: the trial's reward is
+  // reward.json's "reward" key, the other keys are kept with weight 0, and the trace says which
+  // file was read and which was not.
+  await write(
+    dir.path,
+    folder(
+      "r",
+      "",
+      verifier(
+        "echo 1 > /logs/verifier/reward.txt; " +
+          'echo \'{"reward": 0.5, "style": 1, "lint": 0.25}\' > /logs/verifier/reward.json',
+      ),
+    ),
+  );
+  {
+    const task = await loadHarborTask(join(dir.path, "r"));
+    const ctx = hookContext(task, runtime);
+    assert.deepEqual(await task.score(ctx), {
+      reward: 0.5,
+      rewards: { reward: 0.5, style: 1, lint: 0.25 },
+      metrics: {},
+      weights: { reward: 1, style: 0, lint: 0 },
+    });
+    const info = ctx.trace.info.verifier as Record<string, unknown>;
+    assert.equal(info.reward_file, "reward.json");
+    assert.equal(info.unread_reward_file, "reward.txt");
+  }
+  // reward.txt alone: one reward, named "reward".
+  await write(dir.path, folder("r", "", verifier("echo 0.75 > /logs/verifier/reward.txt")));
+  {
+    const task = await loadHarborTask(join(dir.path, "r"));
+    const ctx = hookContext(task, runtime);
+    assert.deepEqual(await task.score(ctx), {
+      reward: 0.75,
+      rewards: { reward: 0.75 },
+      metrics: {},
+      weights: { reward: 1 },
+    });
+    const info = ctx.trace.info.verifier as Record<string, unknown>;
+    assert.equal(info.reward_file, "reward.txt");
+    assert.equal(info.unread_reward_file, undefined);
+  }
 
   // The agent wrote a reward of its own; the verifier writes none.
   await runtime.run(["sh", "-c", "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt"]);
@@ -561,7 +608,8 @@ Deno.test("rollUp(): mean takes each reward key's mean over the verified steps (
     reward: 0.5,
     rewards: { reward: 0.5, style: 0.5 },
     metrics: { steps_verified: 2 },
-    weights: { reward: 1 },
+    // The reward is the "reward" key; style is kept beside it, not added to it.
+    weights: { reward: 1, style: 0 },
   });
   assert.deepEqual(rollUp(steps, "final").rewards, { reward: 0 });
   assert.equal(

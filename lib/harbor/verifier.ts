@@ -54,9 +54,26 @@ export function scriptArgv(path: string): string[] {
 }
 
 /**
+ * A trial's scores from its named rewards, as Harbor takes a trial's reward: the `reward` key
+ * when there is one (what `reward.txt` gives, what a number `min_reward` gates; the other keys
+ * are kept with weight 0, beside it, not added to it), else the sum of the keys.
+ */
+export function harborScores(rewards: Record<string, number>): TaskScores {
+  if ("reward" in rewards) {
+    const weights = Object.fromEntries(
+      Object.keys(rewards).map((k) => [k, k === "reward" ? 1 : 0]),
+    );
+    return { reward: rewards.reward, rewards, metrics: {}, weights };
+  }
+  const total = Object.values(rewards).reduce((a, b) => a + b, 0);
+  return { reward: total, rewards, metrics: {}, weights: {} };
+}
+
+/**
  * Run `/tests/test.sh` (staged already) with a verifier's env, user and time limit, and read the
- * reward it wrote to `/logs/verifier/reward.json` (named rewards, summed), else `reward.txt`;
- * no reward file is an error.
+ * rewards it wrote to `/logs/verifier/reward.json` (named), else `reward.txt` (one, named
+ * `reward`), as {@link harborScores}; which file was read is on `trace.info.verifier`. No reward
+ * file is an error.
  */
 export async function runVerifier(
   runtime: Runtime,
@@ -85,13 +102,19 @@ export async function runVerifier(
       { cause: error },
     );
   });
-  trace.info.verifier = {
+  const info: Record<string, unknown> = {
     exit_code: r.exit_code,
     output: `${r.stdout}${r.stderr}`.slice(-2000),
   };
-  // As Harbor reads them: reward.json first, then reward.txt.
+  trace.info.verifier = info;
+  // As Harbor's verifier reads them: reward.json first, then reward.txt (some of Harbor's own
+  // docs say the reverse; its code does not).
   const json = await readText(runtime, "/logs/verifier/reward.json").catch(() => null);
+  const text = await readText(runtime, "/logs/verifier/reward.txt").catch(() => null);
   if (json !== null) {
+    info.reward_file = "reward.json";
+    // Both written: say which one is not the reward, so a reader never wonders.
+    if (text !== null) info.unread_reward_file = "reward.txt";
     let parsed: Record<string, unknown>;
     try {
       parsed = JSON.parse(json);
@@ -114,18 +137,17 @@ export async function runVerifier(
       }
       rewards[k] = v;
     }
-    const total = Object.values(rewards).reduce((a, b) => a + b, 0);
-    return { reward: total, rewards, metrics: {}, weights: {} };
+    return harborScores(rewards);
   }
-  const text = await readText(runtime, "/logs/verifier/reward.txt").catch(() => null);
   if (text !== null) {
+    info.reward_file = "reward.txt";
     const value = Number(text.trim());
     if (!text.trim() || !Number.isFinite(value)) {
       throw new TaskError(
         `/logs/verifier/reward.txt holds "${text.trim().slice(0, 50)}", not a number`,
       );
     }
-    return { reward: value, rewards: { reward: value }, metrics: {}, weights: { reward: 1 } };
+    return harborScores({ reward: value });
   }
   throw new TaskError(
     `The verifier (tests/test.sh, exit ${r.exit_code}) wrote no reward: neither ` +

@@ -37,6 +37,12 @@ export interface TaskRunSummary {
   /** Why `avg_reward` is null. */
   no_score_reason?: string;
   avg_rewards: Record<string, number>;
+  /**
+   * The weight in `reward` of each named reward whose weight is not 1 (0: kept beside the reward,
+   * not in it, as a Harbor task's other keys beside its `reward` key), from the traces; null
+   * where the traces that have it weigh it differently.
+   */
+  reward_weights?: Record<string, number | null>;
   avg_metrics: Record<string, number>;
   /** pass@k over each task's scored rollouts; unscored ones are left out, as from `avg_reward`. */
   pass_at_k: Record<string, number>;
@@ -80,10 +86,7 @@ export function renderTaskSummary(summary: TaskRunSummary): string {
         }: left out of reward and pass@k)`
         : ""
     }`,
-    // A lone reward named "reward" (Harbor's) is the headline above, not a breakdown of it.
-    ...Object.entries(summary.avg_rewards)
-      .filter(([k]) => !(k === "reward" && Object.keys(summary.avg_rewards).length === 1))
-      .map(([k, v]) => `  reward ${terminalText(k)}: ${v.toFixed(4)}`),
+    ...rewardLines(summary),
     ...Object.entries(summary.avg_metrics).map(([k, v]) =>
       `  metric ${terminalText(k)}: ${v.toFixed(4)}`
     ),
@@ -104,6 +107,32 @@ export function renderTaskSummary(summary: TaskRunSummary): string {
   ];
   // Reward, metric and role names come from the taskset's code: no terminal escapes.
   return terminalLines(lines.join("\n"));
+}
+
+/**
+ * Each named reward under the headline, its name quoted (a reward may be named "reward") and its
+ * weight when not 1. A reward named "reward" that alone makes the headline (a Harbor task's: its
+ * other keys, if any, have weight 0) is the headline, not repeated.
+ */
+function rewardLines(summary: TaskRunSummary): string[] {
+  const weights = summary.reward_weights ?? {};
+  const names = Object.keys(summary.avg_rewards);
+  const weight = (k: string) => (Object.hasOwn(weights, k) ? weights[k] : 1);
+  const headline = Object.hasOwn(summary.avg_rewards, "reward") && weight("reward") === 1 &&
+    names.every((k) => k === "reward" || weight(k) === 0);
+  return Object.entries(summary.avg_rewards)
+    .filter(([k]) => !(headline && k === "reward"))
+    .map(([k, v]) => {
+      const w = weight(k);
+      const note = w === null
+        ? " (weight differs between rollouts)"
+        : w === 0
+        ? " (weight 0: beside the reward, not in it)"
+        : w === 1
+        ? ""
+        : ` (weight ${w})`;
+      return `  reward "${terminalText(k)}": ${v.toFixed(4)}${note}`;
+    });
 }
 
 /** Model requests of a trace that were retried (on calls that succeeded and that failed). */
@@ -127,6 +156,25 @@ const UNSCORED_PHASES = new Set([
   "env",
   "stop",
 ]);
+
+/**
+ * The weights not 1 of the traces' named rewards: null for a name whose weight differs between
+ * the traces that have it (tasks that score it differently).
+ */
+function rewardWeights(traces: TaskTrace[]): Pick<TaskRunSummary, "reward_weights"> {
+  const seen = new Map<string, number | null>();
+  for (const t of traces) {
+    for (const k of Object.keys(t.rewards ?? {})) {
+      // Traces on disk are hostile: a weight that is not a number is not known.
+      const raw = t.reward_weights && Object.hasOwn(t.reward_weights, k) ? t.reward_weights[k] : 1;
+      const w = typeof raw === "number" && Number.isFinite(raw) ? raw : null;
+      if (!seen.has(k)) seen.set(k, w);
+      else if (seen.get(k) !== w) seen.set(k, null);
+    }
+  }
+  const out = Object.fromEntries([...seen].filter(([, w]) => w !== 1));
+  return Object.keys(out).length ? { reward_weights: out } : {};
+}
 
 /** An errored trace that was never scored: infrastructure, or the task's own hooks or rewards. */
 export function isUnscored(trace: TaskTrace): boolean {
@@ -198,6 +246,7 @@ export function summarizeTraces(
         : `no rollout (of ${traces.length}) was scored: ${blame.join(", ")}`,
     }),
     avg_rewards: keyed((t) => t.rewards),
+    ...rewardWeights(traces),
     avg_metrics: keyed((t) => t.metrics),
     pass_at_k: passAt,
     pass_at_k_excluded: unscored,

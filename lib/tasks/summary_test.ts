@@ -116,7 +116,45 @@ Deno.test("renderTaskSummary() does not repeat a lone reward named reward, and l
   const named = renderTaskSummary(
     summarizeTraces([trace("a", 1)], { ...base, rollouts_per_task: 1 }),
   );
-  assert.match(named, /^ {2}reward correct: 1\.0000$/m);
+  assert.match(named, /^ {2}reward "correct": 1\.0000$/m);
+});
+
+Deno.test("renderTaskSummary(): a Harbor reward key beside named ones is the headline, once; the others say they are not in it", () => {
+  const harbor = (reward: number, style: number) =>
+    ({
+      ...trace("a", reward),
+      rewards: { reward, style },
+      reward_weights: { style: 0 },
+    }) as unknown as TaskTrace;
+  const s = summarizeTraces([harbor(1, 0.5), harbor(0, 0)], { ...base, rollouts_per_task: 2 });
+  assert.equal(s.avg_reward, 0.5);
+  assert.deepEqual(s.reward_weights, { style: 0 });
+  const text = renderTaskSummary(s);
+  assert.match(text, /^reward 0\.5000 /m);
+  assert.doesNotMatch(text, /reward "?reward"?:/);
+  assert.match(text, /^ {2}reward "style": 0\.2500 \(weight 0: beside the reward, not in it\)$/m);
+
+  // A judge's reward on top: "reward" is one part of the headline now, listed and quoted.
+  const judged = { ...harbor(1, 1), reward: 1.5, rewards: { reward: 1, style: 1, tone: 1 } };
+  (judged as { reward_weights: Record<string, number> }).reward_weights = { style: 0, tone: 0.5 };
+  const both = renderTaskSummary(
+    summarizeTraces([judged as unknown as TaskTrace], { ...base, rollouts_per_task: 1 }),
+  );
+  assert.match(both, /^ {2}reward "reward": 1\.0000$/m);
+  assert.match(both, /^ {2}reward "tone": 1\.0000 \(weight 0\.5\)$/m);
+});
+
+Deno.test("summarizeTraces(): a reward weighed differently by two tasks, or a weight on disk that is not a number, has no one weight", () => {
+  const t = (task: string, weights: unknown) =>
+    ({ ...trace(task, 1), reward_weights: weights }) as unknown as TaskTrace;
+  const s = summarizeTraces([t("a", { correct: 0 }), t("b", undefined)], base);
+  assert.deepEqual(s.reward_weights, { correct: null });
+  assert.match(
+    renderTaskSummary(s),
+    /reward "correct": 1\.0000 \(weight differs between rollouts\)/,
+  );
+  const hostile = summarizeTraces([t("a", { correct: "0" }), t("b", { toString: 0 })], base);
+  assert.deepEqual(hostile.reward_weights, { correct: null });
 });
 
 Deno.test("summarizeTraces(): a run lost to its judges says so, not that the task's hooks failed", () => {
