@@ -240,3 +240,62 @@ Deno.test("a module that throws at import and a reward that throws are named wit
     assert.ok(trace.error.message.includes(`${module}:`), trace.error.message);
   });
 });
+
+Deno.test("free-form overrides arrive typed as TOML would read them: --env_args.n=5 is the number loadEnvironment gets, --env.taskset.count=3 the taskset's, and a quoted value stays a string", async () => {
+  await using dir = await tempDir("vf-typed-");
+  const module = join(dir.path, "tasks.ts");
+  await Deno.writeTextFile(module, TASKSET);
+  await withServer(async (url) => {
+    const common = ["-b", url, "-m", "m", "-o", join(dir.path, "out")];
+    const env = await runCli([
+      "eval",
+      "reverse-text",
+      "-n",
+      "1",
+      "-r",
+      "1",
+      ...common,
+      "--env_args.n=5",
+      "--env_args.strict",
+      "true",
+      "--env_args.pin",
+      '"5"',
+      "--env_args.sha",
+      "590143e8",
+    ], { cwd: dir.path });
+    assert.equal(env.code, 0, transcript(env));
+    const [metadataPath] = await Array.fromAsync(
+      walkFiles(join(dir.path, "out"), "metadata.json"),
+    );
+    const metadata = JSON.parse(await Deno.readTextFile(metadataPath));
+    assert.deepEqual(metadata.env_args, { n: 5, strict: true, pin: "5", sha: "590143e8" });
+
+    const taskset = await runCli([
+      "eval",
+      module,
+      ...common,
+      "--env.agent.runtime.type",
+      "subprocess",
+      "--env.taskset.count=3",
+      "--env.taskset.ratio",
+      "0.5",
+      "--env.taskset.pin",
+      '"3"',
+    ], { cwd: dir.path });
+    assert.equal(taskset.code, 0, transcript(taskset));
+    const traces = taskset.stdout.match(/traces: (\S+)/)![1];
+    const config = JSON.parse(await Deno.readTextFile(join(traces, "..", "config.json")));
+    assert.equal(config.env.taskset.count, 3);
+    assert.equal(config.env.taskset.ratio, 0.5);
+    assert.equal(config.env.taskset.pin, "3");
+  });
+});
+
+/** Files named `name` under `root`, at any depth. */
+async function* walkFiles(root: string, name: string): AsyncGenerator<string> {
+  for await (const entry of Deno.readDir(root)) {
+    const path = join(root, entry.name);
+    if (entry.isDirectory) yield* walkFiles(path, name);
+    else if (entry.name === name) yield path;
+  }
+}

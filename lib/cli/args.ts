@@ -129,12 +129,19 @@ function schemaAt(schema: Schema, path: string[]): Schema | undefined {
   for (const key of path) {
     node = unwrap(node);
     const def = node?._zod?.def;
-    if (def?.type === "object") node = def.shape[key];
+    // A loose table's other keys (`[env.taskset]`'s knobs) are its catchall's: anything.
+    if (def?.type === "object") node = def.shape[key] ?? looseCatchall(def.catchall);
     else if (def?.type === "record") node = def.valueType;
+    else if (def?.type === "unknown" || def?.type === "any") return node; // anything below, too
     else return undefined;
     if (node === undefined) return undefined;
   }
   return node;
+}
+
+function looseCatchall(catchall: Schema): Schema | undefined {
+  const type = catchall?._zod?.def?.type;
+  return type === "unknown" || type === "any" ? catchall : undefined;
 }
 
 function unwrap(schema: Schema): Schema {
@@ -166,10 +173,13 @@ function leafTypes(schema: Schema): Set<string> {
 const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
 
 /**
- * A command-line value as the config declares it: a number only where the config has a
- * number (so ids such as "590143e8" or "00123456" stay strings everywhere else), a boolean
- * for "true"/"false" where a boolean or anything goes, JSON for a "[" or "{" value where a
- * list, a table or anything goes. Free-form tables (taskset knobs) get strings.
+ * A command-line value as the config declares it: a number where the config has a number (in
+ * any spelling: "064", "1e2"), a boolean for "true"/"false" where a boolean or anything goes,
+ * JSON for a "[" or "{" value where a list, a table or anything goes. Where anything goes (a
+ * taskset's knobs, `env_args`, an Env option no schema declares) a number is also a number, as
+ * TOML would read it, when the value is that number's own spelling ("3", "0.5", "-2"), so ids
+ * such as "590143e8", "00123456" or "0x1f" stay strings. A value in double quotes
+ * (`'"12345678"'`) is that string, on any key.
  */
 export function coerceFlag(path: string[], value: unknown): unknown {
   return coerceFlagIn(CLI_SCHEMA, path, value);
@@ -178,6 +188,8 @@ export function coerceFlag(path: string[], value: unknown): unknown {
 /** {@link coerceFlag} against another schema (an `[env]` table of an Env from a module). */
 export function coerceFlagIn(root: Schema, path: string[], value: unknown): unknown {
   if (typeof value !== "string") return value;
+  const quoted = quotedString(value);
+  if (quoted !== undefined) return quoted;
   const schema = schemaAt(root, path);
   const types = schema === undefined ? new Set(["unknown"]) : leafTypes(schema);
   const any = types.has("unknown") || types.has("any");
@@ -185,6 +197,9 @@ export function coerceFlagIn(root: Schema, path: string[], value: unknown): unkn
     return value === "true";
   }
   if (types.has("number") && NUMBER.test(value.trim())) return Number(value);
+  // Only where the config declares a free-form value: a flag it does not know at all (`--run`,
+  // a command's own) keeps its string.
+  if (schema !== undefined && any && isCanonicalNumber(value)) return Number(value);
   if (
     (any || types.has("object") || types.has("record") || types.has("array")) && /^[[{]/.test(value)
   ) {
@@ -193,6 +208,24 @@ export function coerceFlagIn(root: Schema, path: string[], value: unknown): unkn
     } catch { /* keep the string */ }
   }
   return value;
+}
+
+/** The string a JSON string literal (`"..."`) spells, else undefined. */
+function quotedString(value: string): string | undefined {
+  if (value.length < 2 || !value.startsWith('"') || !value.endsWith('"')) return undefined;
+  try {
+    const parsed = JSON.parse(value);
+    return typeof parsed === "string" ? parsed : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether `value` is how JavaScript writes the finite number it spells ("3", not "03" or "3e0"). */
+function isCanonicalNumber(value: string): boolean {
+  if (!NUMBER.test(value)) return false;
+  const n = Number(value);
+  return Number.isFinite(n) && String(n) === value;
 }
 
 /**
