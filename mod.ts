@@ -201,9 +201,9 @@ export {
   atifToMessages,
   type AtifToolCall,
   type AtifTrajectory,
-  importHarborJob,
   traceToAtif,
 } from "./lib/harbor/atif.ts";
+export { importHarborJob } from "./lib/harbor/import.ts";
 export {
   assistantMessage,
   BashHarness,

@@ -4,10 +4,11 @@
  */
 import process from "node:process";
 import { existsSync } from "node:fs";
-import { mkdir, writeFile } from "node:fs/promises";
+import { mkdir, rename, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
-import { atifProblems, importHarborJob, traceToAtifDocs } from "../harbor/atif.ts";
+import { atifProblems, traceToAtifDocs } from "../harbor/atif.ts";
+import { importHarborJob } from "../harbor/import.ts";
 import { loadEpisodes } from "../agents/run.ts";
 import type { TaskTrace } from "../tasks/trace.ts";
 import { type FinetuneFormat, finetuneRows } from "./_finetune.ts";
@@ -45,7 +46,9 @@ const IMPORT_HELP = `vf import --format harbor <job-dir> [-o <outputs>]
 Read a Harbor job folder (a result.json per trial, and agent/trajectory.json when the agent
 wrote ATIF) into vf's run layout: <outputs>/evals/harbor-import--<model>/<run id>/ with
 traces.jsonl and metadata.json (default outputs: ./outputs). A trial that raised is an error
-on its trace, and one without a verifier result is unscored: neither counts as a 0.
+on its trace, and one without a verifier result is unscored: neither counts as a 0. Only
+files inside <job-dir> are read: a link out of it, a file over its limit or a field of the
+wrong type is an error naming the file and field, and nothing is written.
 `;
 
 function format(flags: Record<string, unknown>, want: string, help: string): void {
@@ -189,12 +192,10 @@ export async function cmdImport(argv: string[]): Promise<number> {
   const traces = await importHarborJob(jobDir, runId);
   const model = traces.find((t) => t.model)?.model || "unknown";
   const outputs = String(flags.o ?? flags["output-dir"] ?? "outputs");
-  const runDir = resolve(outputs, "evals", `harbor-import--${model.replace(/[/:]/g, "-")}`, runId);
-  await mkdir(runDir, { recursive: true });
-  await writeFile(
-    join(runDir, "traces.jsonl"),
-    traces.map((t) => JSON.stringify(t)).join("\n") + "\n",
-  );
+  // The model's name comes from the job's files: in the folder's name it carries no path,
+  // no control character and no more than a name's length.
+  const named = model.replace(/[^A-Za-z0-9_.-]+/g, "-").slice(0, 100);
+  const runDir = resolve(outputs, "evals", `harbor-import--${named}`, runId);
   const perTask = new Map<string, number>();
   for (const t of traces) perTask.set(t.task.key, (perTask.get(t.task.key) ?? 0) + 1);
   const summary = summarizeTraces(traces, {
@@ -203,14 +204,23 @@ export async function cmdImport(argv: string[]): Promise<number> {
     model,
     env_id: "harbor",
     num_tasks: perTask.size,
-    rollouts_per_task: Math.max(...perTask.values()),
+    // (not Math.max(...): a job of many tasks would overflow the argument list)
+    rollouts_per_task: [...perTask.values()].reduce((a, b) => Math.max(a, b), 0),
   });
+  // Everything is read and summed before anything is written, and each file appears whole.
+  await mkdir(runDir, { recursive: true });
+  const tracesFile = join(runDir, "traces.jsonl");
+  const tmp = `${tracesFile}.${runId}.tmp`;
+  await writeFile(tmp, traces.map((t) => JSON.stringify(t)).join("\n") + "\n");
+  await rename(tmp, tracesFile);
   await writeJsonAtomic(join(runDir, "metadata.json"), {
     ...summary,
     imported_from: resolve(jobDir),
   });
   process.stdout.write(
-    `imported ${traces.length} trial${traces.length === 1 ? "" : "s"} into ${runDir}\n` +
+    `imported ${traces.length} trial${traces.length === 1 ? "" : "s"} into ${
+      terminalText(runDir)
+    }\n` +
       `reward ${
         summary.avg_reward === null ? "n/a" : summary.avg_reward.toFixed(4)
       }  errors ${summary.num_errors} of ${traces.length}\n`,

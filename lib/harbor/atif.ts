@@ -367,9 +367,57 @@ export function atifProblems(doc: AtifTrajectory, at = ""): string[] {
 }
 
 /**
+ * Checks the fields of one step that {@link atifToMessages} reads (the file may come from
+ * anywhere): a wrong type is a ConfigError naming the file and the step's field.
+ */
+function checkStep(s: Record<string, unknown>, source: string, at: string): void {
+  const fail = (field: string, want: string, got: unknown): never => {
+    const text = JSON.stringify(got) ?? String(got);
+    throw new ConfigError(
+      `${source}: ${at}.${field}: must be ${want}, not ${
+        text.length > 60 ? `${text.slice(0, 60)}…` : text
+      }`,
+    );
+  };
+  const isObject = (v: unknown): v is Record<string, unknown> =>
+    v !== null && typeof v === "object" && !Array.isArray(v);
+  const optional = (v: unknown) => v === undefined || v === null;
+  if (!optional(s.message) && typeof s.message !== "string" && !Array.isArray(s.message)) {
+    fail("message", "a string or a list of content parts", s.message);
+  }
+  if (!optional(s.reasoning_content) && typeof s.reasoning_content !== "string") {
+    fail("reasoning_content", "a string", s.reasoning_content);
+  }
+  if (!optional(s.tool_calls)) {
+    if (!Array.isArray(s.tool_calls)) fail("tool_calls", "a list", s.tool_calls);
+    (s.tool_calls as unknown[]).forEach((c, j) => {
+      if (!isObject(c)) return fail(`tool_calls[${j}]`, "an object", c);
+      if (typeof c.function_name !== "string") {
+        fail(`tool_calls[${j}].function_name`, "a string", c.function_name);
+      }
+      if (!optional(c.tool_call_id) && typeof c.tool_call_id !== "string") {
+        fail(`tool_calls[${j}].tool_call_id`, "a string", c.tool_call_id);
+      }
+    });
+  }
+  if (optional(s.observation)) return;
+  if (!isObject(s.observation)) return fail("observation", "an object", s.observation);
+  const results = s.observation.results;
+  if (optional(results)) return;
+  if (!Array.isArray(results)) return fail("observation.results", "a list", results);
+  results.forEach((r, j) => {
+    if (!isObject(r)) return fail(`observation.results[${j}]`, "an object", r);
+    if (!optional(r.source_call_id) && typeof r.source_call_id !== "string") {
+      fail(`observation.results[${j}].source_call_id`, "a string", r.source_call_id);
+    }
+  });
+}
+
+/**
  * An ATIF trajectory's steps as chat messages: agent tool calls become assistant tool calls,
  * and their observations the tool messages that answer them.
- * @throws {ConfigError} when it is not an ATIF trajectory
+ * @throws {ConfigError} when it is not an ATIF trajectory, or a step's field has the wrong
+ * type (naming `source` and the field)
  */
 export function atifToMessages(doc: unknown, source: string): Messages {
   const t = doc as AtifTrajectory;
@@ -383,6 +431,7 @@ export function atifToMessages(doc: unknown, source: string): Messages {
       throw new ConfigError(`${source}: steps[${i}] is not an object`);
     }
     if (s.source === "agent") {
+      checkStep(s as unknown as Record<string, unknown>, source, `steps[${i}]`);
       const calls: ToolCall[] = (s.tool_calls ?? []).map((c, j) => ({
         id: c.tool_call_id || `call_${i}_${j}`,
         name: c.function_name,
