@@ -8,17 +8,12 @@
  * {@link traceToAtif} turns a vf trace into one (vf's reward, rewards and stop condition go
  * in `extra`); {@link atifProblems} checks the rules of the format a JSON Schema cannot
  * (`atif.schema.json` beside this file holds the rest); {@link atifToMessages} reads one back
- * into chat messages, and {@link importHarborJob} reads a Harbor job folder (a `result.json`
- * and `agent/trajectory.json` per trial) into vf's run layout.
+ * into chat messages, which `import.ts` uses to read a Harbor job folder into vf's run layout.
  * @module
  */
-import { existsSync } from "node:fs";
-import { readdir, readFile } from "node:fs/promises";
-import { basename, join } from "node:path";
 import { ConfigError } from "../errors.ts";
 import type { Message, Messages, ToolCall } from "../types.ts";
 import type { TaskTrace } from "../tasks/trace.ts";
-import { TRACE_FORMAT_VERSION } from "../tasks/trace.ts";
 import { MessageGraph, type MessageNode } from "../graph.ts";
 import { VERSION } from "../version.ts";
 import { stepSegments } from "./segments.ts";
@@ -462,113 +457,4 @@ export function atifToMessages(doc: unknown, source: string): Messages {
     }
   });
   return out;
-}
-
-function harborError(type: string, message: string, phase: string): TaskTrace["error"] {
-  return {
-    error: type,
-    message,
-    error_chain_repr: `${type}(${JSON.stringify(message)})`,
-    error_chain_str: `${type}: ${message}`,
-    phase,
-    // Harbor does not say whose failure it was, and nothing was scored: never a 0.
-    infra: true,
-  };
-}
-
-/**
- * A Harbor job folder (one subfolder per trial with `result.json`, and
- * `agent/trajectory.json` when the agent wrote ATIF) as vf traces. A trial with an
- * exception is an error on its trace, never a 0; one without a verifier result is unscored.
- * @throws {ConfigError} naming the folder when it holds no trial
- */
-export async function importHarborJob(jobDir: string, runId: string): Promise<TaskTrace[]> {
-  if (!existsSync(jobDir)) throw new ConfigError(`${jobDir}: no such folder`);
-  const traces: TaskTrace[] = [];
-  const counts = new Map<string, number>();
-  for (
-    const entry of (await readdir(jobDir, { withFileTypes: true })).sort((a, b) =>
-      a.name < b.name ? -1 : 1
-    )
-  ) {
-    if (!entry.isDirectory()) continue;
-    const dir = join(jobDir, entry.name);
-    const resultPath = join(dir, "result.json");
-    if (!existsSync(resultPath)) continue;
-    let result: Record<string, unknown>;
-    try {
-      result = JSON.parse(await readFile(resultPath, "utf8"));
-    } catch (error) {
-      throw new ConfigError(`${resultPath}: not JSON: ${(error as Error).message}`);
-    }
-    const taskName = String(result.task_name ?? basename(dir).replace(/__[^_]+$/, ""));
-    const agentInfo = (result.agent_info ?? {}) as Record<string, unknown>;
-    const modelInfo = (agentInfo.model_info ?? {}) as Record<string, unknown>;
-    const agentResult = (result.agent_result ?? {}) as Record<string, unknown>;
-    const verifier = (result.verifier_result ?? null) as
-      | { rewards?: Record<string, unknown> }
-      | null;
-    const exception = result.exception_info as Record<string, unknown> | null | undefined;
-    const trajectoryPath = join(dir, "agent", "trajectory.json");
-    let messages: Messages = [];
-    let model = String(modelInfo.name ?? "");
-    if (existsSync(trajectoryPath)) {
-      const doc = JSON.parse(await readFile(trajectoryPath, "utf8"));
-      messages = atifToMessages(doc, trajectoryPath);
-      model ||= String(doc.agent?.model_name ?? "");
-    }
-    const rewards: Record<string, number> = {};
-    for (const [k, v] of Object.entries(verifier?.rewards ?? {})) {
-      if (typeof v === "number" && Number.isFinite(v)) rewards[k] = v;
-    }
-    const scored = !exception && Object.keys(rewards).length > 0;
-    const index = counts.get(taskName) ?? 0;
-    counts.set(taskName, index + 1);
-    const started = Date.parse(String(result.started_at ?? ""));
-    traces.push({
-      format_version: TRACE_FORMAT_VERSION,
-      trace_id: String(result.id ?? crypto.randomUUID()),
-      run_id: runId,
-      taskset: "harbor-import",
-      task: { key: taskName, idx: 0, hash: "" },
-      example_id: 0,
-      rollout_index: index,
-      model,
-      harness: String(agentInfo.name ?? "harbor"),
-      role: "agent",
-      trainable: true,
-      attempt: 0,
-      runtime: { type: "harbor" },
-      scoring: { mode: "shared", attempts: 1 },
-      messages,
-      model_calls: [],
-      tool_calls: [],
-      stop_condition: exception ? "has_error" : null,
-      reward: scored
-        ? ("reward" in rewards ? rewards.reward : Object.values(rewards).reduce((a, b) => a + b, 0))
-        : null,
-      rewards: scored ? rewards : {},
-      metrics: {},
-      ok: !exception,
-      error: exception
-        ? harborError(
-          String(exception.exception_type ?? "HarborError"),
-          String(exception.exception_message ?? "the trial failed"),
-          "agent",
-        )
-        : scored
-        ? null
-        : harborError("HarborError", "the trial has no verifier result", "scoring"),
-      usage: {
-        input_tokens: Number(agentResult.n_input_tokens ?? 0),
-        output_tokens: Number(agentResult.n_output_tokens ?? 0),
-      },
-      timing: Number.isFinite(started) ? { started_at: started / 1000 } : {},
-      info: { harbor_trial: basename(dir) },
-    } as TaskTrace);
-  }
-  if (traces.length === 0) {
-    throw new ConfigError(`${jobDir}: no Harbor trial here (no */result.json)`);
-  }
-  return traces;
 }

@@ -14,9 +14,9 @@ import {
   atifProblems,
   atifToMessages,
   type AtifTrajectory,
-  importHarborJob,
   traceToAtif,
 } from "./atif.ts";
+import { importHarborJob } from "./import.ts";
 
 /** A two-turn bash trace: a tool call answered by its output, then a final reply. */
 function bashTrace(): TaskTrace {
@@ -233,6 +233,7 @@ Deno.test("importHarborJob(): each trial is a trace, in folder order, counted pe
     assert.equal(first.model, "gpt-x");
     assert.equal(first.harness, "terminus");
     assert.deepEqual(first.rewards, { reward: 1, extra: 5 });
+    assert.deepEqual(first.reward_weights, { extra: 0 }, "kept beside the reward, not in it");
     assert.deepEqual(first.usage, { input_tokens: 120, output_tokens: 30 });
     assert.equal(first.timing?.started_at, Date.parse("2025-01-02T03:04:05Z") / 1000);
     assert.equal(first.messages.length, 5, "the trajectory's messages");
@@ -240,6 +241,7 @@ Deno.test("importHarborJob(): each trial is a trace, in folder order, counted pe
     assert.equal(first.ok, true);
     assert.equal(first.error, null);
     assert.deepEqual(second.rewards, { tests: 0.5, style: 0.25 }, "non-numbers are dropped");
+    assert.equal(second.reward_weights, undefined, "summed: each weighs 1");
     assert.equal(second.model, "", "no model named anywhere");
     assert.equal(second.harness, "harbor");
   } finally {
