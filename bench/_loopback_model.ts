@@ -16,8 +16,10 @@ Deno.serve({ port: 0, hostname: "127.0.0.1", onListen: ({ port }) => console.log
 });
 `;
 
-/** Starts the server; `url` is its base URL (`…/v1`), `kill()` stops it. */
-export async function startLoopbackModel(): Promise<{ url: string; kill: () => void }> {
+/** Starts the server; `url` is its base URL (`…/v1`), `pid` its process, `kill()` stops it. */
+export async function startLoopbackModel(): Promise<
+  { url: string; pid: number; kill: () => void }
+> {
   const child = new Deno.Command(Deno.execPath(), {
     args: ["eval", SERVER],
     stdout: "piped",
@@ -27,5 +29,9 @@ export async function startLoopbackModel(): Promise<{ url: string; kill: () => v
   const { value } = await reader.read();
   const port = Number(new TextDecoder().decode(value).trim());
   reader.releaseLock();
-  return { url: `http://127.0.0.1:${port}/v1`, kill: () => child.kill("SIGTERM") };
+  return {
+    url: `http://127.0.0.1:${port}/v1`,
+    pid: child.pid,
+    kill: () => child.kill("SIGTERM"),
+  };
 }
