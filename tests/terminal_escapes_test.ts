@@ -63,7 +63,8 @@ Deno.test("vf compare, vf export and the CLI's error line print run files' escap
 
   // vf export: a trace id that is a path (a rollout_index that is one is not a trace: it is
   // skipped by file and line), and escapes in what its warnings quote.
-  const out = join(tmp.path, "deep", "atif");
+  // The output folder (argv) carries escapes too: vf export names it when it is done.
+  const out = join(tmp.path, "deep", "atif\x1b]0;owned\x07\x1b[2J");
   const escape = join(tmp.path, "escaped");
   await Deno.writeTextFile(
     join(a, "traces.jsonl"),

@@ -108,7 +108,9 @@ export async function cmdExport(argv: string[]): Promise<number> {
       docs = traceToAtifDocs(root, { subagents: traces.filter((t) => t !== root) });
     } catch (error) {
       console.warn(
-        `${join(runDir, "traces.jsonl")}: skipping trace "${terminalText(root?.trace_id)}" of ` +
+        `${terminalText(join(runDir, "traces.jsonl"))}: skipping trace "${
+          terminalText(root?.trace_id)
+        }" of ` +
           `task "${terminalText(root?.task?.key)}": not a trace vf can write as ATIF (${
             terminalText((error as Error).message)
           })`,
@@ -118,7 +120,9 @@ export async function cmdExport(argv: string[]): Promise<number> {
     const problems = docs.flatMap((doc) => atifProblems(doc));
     if (problems.length) {
       console.warn(
-        `${join(runDir, "traces.jsonl")}: skipping trace "${terminalText(root.trace_id)}": its ` +
+        `${terminalText(join(runDir, "traces.jsonl"))}: skipping trace "${
+          terminalText(root.trace_id)
+        }": its ` +
           `ATIF breaks the format: ${terminalText(problems.slice(0, 3).join("; "))}`,
       );
       continue;
@@ -134,7 +138,7 @@ export async function cmdExport(argv: string[]): Promise<number> {
     }
   }
   process.stdout.write(
-    `wrote ${written} ATIF trajector${written === 1 ? "y" : "ies"} to ${out}\n`,
+    `wrote ${written} ATIF trajector${written === 1 ? "y" : "ies"} to ${terminalText(out)}\n`,
   );
   return 0;
 }
@@ -167,7 +171,9 @@ async function exportFinetune(
   await mkdir(dirname(out), { recursive: true });
   await writeFile(out, report.rows.map((r) => r + "\n").join(""));
   process.stdout.write(
-    `wrote ${report.kept} of ${report.read} rollouts to ${out} (${format})` +
+    `wrote ${report.kept} of ${report.read} rollouts to ${terminalText(out)} (${
+      terminalText(format)
+    })` +
       (report.filtered ? `; ${report.filtered} left out by the filter` : "") +
       (report.skipped ? `; ${report.skipped} malformed skipped` : "") + "\n",
   );
