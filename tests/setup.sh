@@ -21,11 +21,12 @@ PODMAN_CONF=/etc/vf/podman-containers.conf
 # python3-zmq, python3-msgpack and python3-jsonschema: the trainer-side DEALER clients of
 # tests/zmq_serve_test.ts (the current wire's checks traces against a JSON Schema)
 # (Debian's /usr/bin/python3, whatever python3 comes first on PATH).
-# podman, catatonit (its --init), runc, uidmap and fuse-overlayfs (rootless) and dnsname (service
-# names on podman networks): the podman targets of tests/runtime_conformance_test.ts.
+# podman, catatonit (its --init), runc, uidmap, fuse-overlayfs and slirp4netns (rootless; podman
+# only recommends the last) and dnsname (service names on podman networks): the podman targets of
+# tests/runtime_conformance_test.ts.
 PACKAGES=(docker.io busybox-static debootstrap iproute2 openssh-server curl openssl chromium
   python3-zmq python3-msgpack python3-jsonschema podman catatonit runc uidmap fuse-overlayfs
-  golang-github-containernetworking-plugin-dnsname)
+  slirp4netns golang-github-containernetworking-plugin-dnsname)
 START=$(date +%s)
 
 log() { printf 'setup: %s\n' "$*"; }

@@ -1100,9 +1100,19 @@ function rootlessNetworkRefusal(
   container: string,
 ): SandboxUnsupportedError | undefined {
   if (!(error instanceof SandboxApiError)) return undefined;
+  const said = error.message.replace(/^[^]*?HTTP \d+: /, "").split(/\n|\\n/)[0];
+  // Debian's podman only recommends slirp4netns: without it no rootless container has a network.
+  if (/"?slirp4netns"?: executable file not found/.test(error.message)) {
+    return new SandboxUnsupportedError(
+      `The engine at "${endpoint}" (rootless podman) cannot give container "${container}" the ` +
+        `network it asked for (network = true): rootless podman networks containers through ` +
+        `slirp4netns, which is not installed (podman: ${said}); install it (Debian: apt-get ` +
+        `install slirp4netns), run podman as root, or set network = false in the runtime table`,
+      { cause: error },
+    );
+  }
   const tun = /slirp4netns/.test(error.message) && /\/dev\/net\/tun/.test(error.message);
   if (!tun && !/for rootless netns/.test(error.message)) return undefined;
-  const said = error.message.replace(/^[^]*?HTTP \d+: /, "").split(/\n|\\n/)[0];
   return new SandboxUnsupportedError(
     `The engine at "${endpoint}" (rootless podman) cannot give container "${container}" the ` +
       `network it asked for (network = true): rootless podman networks containers through ` +
