@@ -273,9 +273,16 @@ export class SshRuntime implements Runtime {
     this.#checkNotStopped();
     signal?.throwIfAborted();
     this.#preparing = true;
-    const { code, stdout, stderr } = await this.#capture(
+    const { code, exited, stdout, stderr } = await this.#capture(
       shCommand(PREPARE, [this.#workdir, this.#ownsWorkdir ? "new" : "ensure"]),
     );
+    if (!exited) {
+      // Cut off before it answered: the workdir may exist all the same (still `preparing`).
+      throw new SandboxUnavailableError(
+        `The connection to ${this.#label()} closed while working directory "${this.#workdir}" ` +
+          "was being created",
+      );
+    }
     // It answered: the workdir is made (below) or was not (a failure is never ours to remove).
     this.#preparing = false;
     if (code !== 0) {
@@ -312,7 +319,7 @@ export class SshRuntime implements Runtime {
   async #capture(
     command: string,
     stdin?: Uint8Array,
-  ): Promise<{ code: number; stdout: Uint8Array; stderr: Uint8Array }> {
+  ): Promise<{ code: number; exited: boolean; stdout: Uint8Array; stderr: Uint8Array }> {
     const connection = this.#connection!;
     const out: Uint8Array[] = [];
     const err: Uint8Array[] = [];
@@ -322,7 +329,14 @@ export class SshRuntime implements Runtime {
       onStderr: (c) => err.push(c),
     });
     const exit = await handle.done;
-    return { code: exit.code ?? 128, stdout: concatBytes(out), stderr: concatBytes(err) };
+    return {
+      code: exit.code ?? 128,
+      // false: the channel closed without an exit status (the connection went), so what the
+      // command did is not known
+      exited: exit.code !== null,
+      stdout: concatBytes(out),
+      stderr: concatBytes(err),
+    };
   }
 
   /** Runs `argv` on the host in the working directory (no shell around it). */
